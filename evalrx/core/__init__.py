@@ -1,0 +1,22 @@
+"""Plain types shared by every part of evalrx (no third-party imports)."""
+
+from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+from evalrx.core.model import Model
+from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
+
+__all__ = [
+    "Capability",
+    "CapabilityError",
+    "ChatTurn",
+    "FailureCase",
+    "Inputs",
+    "Label",
+    "Model",
+    "Step",
+    "StepRole",
+    "Tool",
+    "ToolCall",
+    "ToolResult",
+    "Trajectory",
+]

@@ -1,0 +1,139 @@
+"""Cases the agent is run on and the trajectories it produces."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+
+class Label(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+class StepRole(str, Enum):
+    USER = "user"
+    ACTOR = "actor"  # a model turn
+    TOOL = "tool"  # a tool observation
+
+
+@dataclass
+class Inputs:
+    """What the agent is given: a prompt and, for VLM cases, an image (path, PIL image or bytes)."""
+
+    prompt: str
+    image: Any = None
+
+
+@dataclass
+class FailureCase:
+    """One case of a suite: its inputs, the expected answer and how to grade it."""
+
+    inputs: Inputs
+    id: str = ""
+    expected: Any = None
+    grader: Optional[dict] = None  # e.g. {"kind": "numeric", "tol": 0.01}
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            digest = hashlib.sha1(self.inputs.prompt.encode("utf-8")).hexdigest()[:12]
+            self.id = f"case-{digest}"
+
+    @classmethod
+    def from_prompt(cls, prompt: str, **kw: Any) -> "FailureCase":
+        return cls(inputs=Inputs(prompt=prompt), **kw)
+
+
+@dataclass
+class Step:
+    """One step of a trajectory.
+
+    ACTOR steps carry the model's raw text, its decoded `tool_calls` (dicts, see
+    `ToolCall.to_dict`) and a `parse_error` when a call was malformed. TOOL steps
+    carry the tool name in `content` and what it returned in `observation`.
+    `span` holds timing, token counts and loop-policy flags.
+    """
+
+    idx: int
+    role: StepRole
+    content: str = ""
+    tool_calls: list = field(default_factory=list)
+    observation: Any = None
+    parse_error: Optional[str] = None
+    span: dict = field(default_factory=dict)
+
+    @property
+    def tool_call(self) -> Optional[dict]:
+        """The first call of the turn (most turns make exactly one)."""
+        return self.tool_calls[0] if self.tool_calls else None
+
+    def to_dict(self) -> dict:
+        return {
+            "idx": self.idx,
+            "role": self.role.value,
+            "content": self.content,
+            "tool_calls": self.tool_calls,
+            "observation": self.observation,
+            "parse_error": self.parse_error,
+            "span": self.span,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Step":
+        return cls(
+            idx=int(d["idx"]),
+            role=StepRole(d["role"]),
+            content=d.get("content") or "",
+            tool_calls=list(d.get("tool_calls") or []),
+            observation=d.get("observation"),
+            parse_error=d.get("parse_error"),
+            span=dict(d.get("span") or {}),
+        )
+
+
+@dataclass
+class Trajectory:
+    """A whole agent run on one case."""
+
+    sample_id: str
+    goal: str
+    steps: list = field(default_factory=list)
+    final_answer: Optional[str] = None
+    ground_truth: Any = None
+    outcome: Label = Label.UNKNOWN
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def terminated(self) -> str:
+        return str(self.metrics.get("terminated", ""))
+
+    def to_dict(self) -> dict:
+        return {
+            "sample_id": self.sample_id,
+            "goal": self.goal,
+            "steps": [s.to_dict() for s in self.steps],
+            "final_answer": self.final_answer,
+            "ground_truth": self.ground_truth,
+            "outcome": self.outcome.value,
+            "metrics": self.metrics,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trajectory":
+        return cls(
+            sample_id=d["sample_id"],
+            goal=d.get("goal") or "",
+            steps=[Step.from_dict(s) for s in d.get("steps") or []],
+            final_answer=d.get("final_answer"),
+            ground_truth=d.get("ground_truth"),
+            outcome=Label(d.get("outcome") or "unknown"),
+            metrics=dict(d.get("metrics") or {}),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, default=str)

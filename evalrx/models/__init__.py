@@ -1,0 +1,116 @@
+"""Model construction: one engine, `compose(spec, backend)`.
+
+`evalrx.specs` says which models exist; `models.backends` provides the runtimes.
+`load` (by key) and `load_model` (by `ModelConfig`) both build through `compose`,
+so the capability set always reflects the chosen backend. Nothing here imports
+torch, transformers or openai at import time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterable
+
+from evalrx.config import ModelConfig
+from evalrx.core.capability import Capability
+from evalrx.core.model import Model
+from evalrx.core.tool import ChatTurn, Tool, ToolCall
+from evalrx.models.agent import Agent, ToolExecutor, run_batch
+from evalrx.models.backends import BACKENDS, RuntimeConfig
+from evalrx.models.compose import compose, negotiate
+from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec, ToolCallCodec, codec_for
+
+__all__ = [
+    "Agent",
+    "BACKENDS",
+    "ChatTurn",
+    "Model",
+    "OpenAIToolCodec",
+    "QwenToolCodec",
+    "RuntimeConfig",
+    "Tool",
+    "ToolCall",
+    "ToolCallCodec",
+    "ToolExecutor",
+    "codec_for",
+    "compose",
+    "load",
+    "load_model",
+    "resolve_spec_key",
+    "run_batch",
+    "wrap",
+]
+
+# Legacy names and short forms -> canonical spec keys.
+_SPEC_ALIASES: dict[str, str] = {
+    "qwen": "qwen2.5-7b-instruct",
+    "qwen2.5-7b": "qwen2.5-7b-instruct",
+}
+
+
+def resolve_spec_key(name: str) -> str:
+    """Resolve a spec key or alias to a canonical key; the error lists what is known."""
+    from evalrx.specs import REGISTRY
+
+    key = name.strip().lower()
+    if key in REGISTRY:
+        return key
+    if key in _SPEC_ALIASES:
+        return _SPEC_ALIASES[key]
+    raise ValueError(
+        f"Unknown model {name!r}. Known specs: {', '.join(sorted(REGISTRY))}; "
+        f"aliases: {', '.join(sorted(_SPEC_ALIASES))}. "
+        "Register your own with evalrx.specs.register_spec(ModelSpec(...))."
+    )
+
+
+def _caps(want: Iterable) -> set[Capability]:
+    return {Capability.parse(w) for w in want}
+
+
+def load(
+    key: str,
+    *,
+    backend: str = "hf_local",
+    want: "Iterable[str | Capability]" = (),
+    checkpoint: "str | None" = None,
+    **runtime: Any,
+) -> Any:
+    """Build a model by spec key: `evalrx.load("qwen2.5-7b-instruct")`.
+
+    Args:
+        key: spec key or alias (see `resolve_spec_key`).
+        backend: "hf_local" (internals), "api" or "vllm_offline"; forced to "api"
+            for API-only specs.
+        want: capabilities the backend must provide, checked before any weight or
+            network access.
+        checkpoint: a local directory or hub id overriding the spec's `hf_repo`.
+        **runtime: forwarded to `RuntimeConfig` (device, dtype, base_url, ...).
+    """
+    from evalrx.specs import get_spec
+
+    spec = get_spec(resolve_spec_key(key))
+    if checkpoint:
+        spec = replace(spec, hf_repo=str(checkpoint))
+    chosen = "api" if spec.api_only else backend
+    return compose(spec, chosen, RuntimeConfig(**runtime), _caps(want))
+
+
+def load_model(cfg: ModelConfig) -> Any:
+    """Build a model from a `ModelConfig` through `load`."""
+    runtime = {k: v for k, v in (("device", cfg.device), ("dtype", cfg.dtype)) if v is not None}
+    return load(cfg.name, backend=cfg.backend, want=cfg.want, checkpoint=cfg.checkpoint, **runtime)
+
+
+def wrap(model: Any, tokenizer: Any = None, *, want: "Iterable[str | Capability]" = (), **runtime: Any) -> Any:
+    """Wrap an already-loaded transformers causal LM and its tokenizer into an evalrx handle.
+
+    The result is the same `HFLocalModel` that `load(...)` gives, so every analyzer
+    works on it. Capabilities are read from the live model; wanting ATTENTION
+    switches the model to eager attention when it can.
+    """
+    from evalrx.models.backends.hf_local import HFLocalModel
+
+    caps = _caps(want)
+    handle = HFLocalModel.from_loaded(model, tokenizer, runtime=RuntimeConfig(**runtime), want=caps)
+    return negotiate(handle, caps, model_id=handle.spec.key, where="wrap")

@@ -1,0 +1,85 @@
+"""Backends: the runtimes that turn a spec into a model handle.
+
+Each backend is registered by name with a class exposing
+`provides(spec) -> frozenset[Capability]` (answered without loading anything) and
+`build(spec, runtime, want) -> Model`. Heavy dependencies are imported inside `build`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from evalrx.core.capability import Capability
+from evalrx.specs import ModelSpec
+
+
+@dataclass
+class RuntimeConfig:
+    """How to run a model: device and dtype locally, URL and key for APIs, decoding limits."""
+
+    device: Optional[str] = None
+    dtype: Optional[str] = None
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    base_url: Optional[str] = None
+    api_key: Optional[str] = field(default=None, repr=False)  # never printed
+    timeout: float = 60.0
+    max_retries: int = 3
+    attn_implementation: Optional[str] = None
+    trust_remote_code: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def resolved_base_url(self) -> Optional[str]:
+        return self.base_url or os.environ.get("OPENAI_BASE_URL")
+
+    def resolved_api_key(self) -> Optional[str]:
+        return self.api_key or os.environ.get("OPENAI_API_KEY")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A registered backend: its name, what it provides for a spec, and how to build it."""
+
+    name: str
+    description: str
+    provides: Callable[[ModelSpec], frozenset]
+    build: Callable[[ModelSpec, RuntimeConfig, frozenset], Any]
+    install_hint: str = ""
+
+
+BACKENDS: dict[str, BackendInfo] = {}
+
+
+def register_backend(info: BackendInfo) -> BackendInfo:
+    BACKENDS[info.name] = info
+    return info
+
+
+def get_backend(name: str) -> BackendInfo:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"Unknown backend {name!r}. Known backends: {', '.join(sorted(BACKENDS))}.") from None
+
+
+def backends_for(spec: ModelSpec) -> list[BackendInfo]:
+    """Backends that can serve a spec (API-only specs are served by `api` alone)."""
+    return [b for b in BACKENDS.values() if b.provides(spec)]
+
+
+# Registration imports no heavy dependency: each module imports torch/openai/vllm lazily.
+from evalrx.models.backends import api as _api  # noqa: E402,F401
+from evalrx.models.backends import hf_local as _hf_local  # noqa: E402,F401
+from evalrx.models.backends import vllm_offline as _vllm_offline  # noqa: E402,F401
+
+__all__ = [
+    "BACKENDS",
+    "BackendInfo",
+    "Capability",
+    "RuntimeConfig",
+    "backends_for",
+    "get_backend",
+    "register_backend",
+]

@@ -1,0 +1,91 @@
+"""The model registry: the single source of truth for which models evalrx knows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What evalrx needs to know about a model before loading it.
+
+    `hf_repo` is a hub id or a local directory (hf_local / vllm); `api_model` is the
+    name sent to an OpenAI-compatible server (defaults to `hf_repo` or the key).
+    `tool_call_style` picks the codec for local backends: "hermes" (Qwen2.5,
+    `<tool_call>` JSON) or "openai" (native calls from an API server).
+    """
+
+    key: str
+    family: str
+    hf_repo: Optional[str] = None
+    api_only: bool = False
+    tool_call_style: str = "hermes"
+    vision: bool = False
+    context_length: int = 32768
+    notes: str = ""
+    api_model: Optional[str] = None
+    tags: tuple = field(default_factory=tuple)
+
+    @property
+    def served_name(self) -> str:
+        return self.api_model or self.hf_repo or self.key
+
+
+REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_spec(spec: ModelSpec, *, replace: bool = False) -> ModelSpec:
+    """Add a spec to the registry (users may add their own models)."""
+    key = spec.key.lower()
+    if key in REGISTRY and not replace:
+        raise ValueError(f"Spec {key!r} is already registered; pass replace=True to override it.")
+    if spec.key != key:
+        from dataclasses import replace as _replace
+
+        spec = _replace(spec, key=key)
+    REGISTRY[key] = spec
+    return spec
+
+
+def get_spec(key: str) -> ModelSpec:
+    """Return the spec for a canonical key; the error lists the known keys."""
+    try:
+        return REGISTRY[key.lower()]
+    except KeyError:
+        raise ValueError(f"Unknown model {key!r}. Known specs: {', '.join(sorted(REGISTRY))}.") from None
+
+
+_BUILTIN = [
+    ModelSpec("qwen2.5-0.5b-instruct", "qwen2", "Qwen/Qwen2.5-0.5B-Instruct", notes="24 layers, tied embeddings"),
+    ModelSpec("qwen2.5-1.5b-instruct", "qwen2", "Qwen/Qwen2.5-1.5B-Instruct", notes="28 layers"),
+    ModelSpec("qwen2.5-3b-instruct", "qwen2", "Qwen/Qwen2.5-3B-Instruct", notes="36 layers"),
+    ModelSpec("qwen2.5-7b-instruct", "qwen2", "Qwen/Qwen2.5-7B-Instruct", notes="28 layers, Hermes tool calls"),
+    ModelSpec(
+        "qwen2.5-vl-7b-instruct", "qwen2_5_vl", "Qwen/Qwen2.5-VL-7B-Instruct", vision=True,
+        context_length=128000, notes="vision-language; image tokens in the prompt",
+    ),
+    ModelSpec(
+        "llama-3.1-8b-instruct", "llama", "meta-llama/Llama-3.1-8B-Instruct", tool_call_style="llama3",
+        context_length=131072, notes="tool calls as bare JSON with `parameters`",
+    ),
+    ModelSpec(
+        "mistral-7b-instruct-v0.3", "mistral", "mistralai/Mistral-7B-Instruct-v0.3",
+        tool_call_style="mistral", notes="[TOOL_CALLS] JSON list",
+    ),
+    ModelSpec(
+        "gemma-2-9b-it", "gemma2", "google/gemma-2-9b-it", tool_call_style="hermes", context_length=8192,
+        notes="final norm is (1 + weight); no native tool template, Hermes format in the prompt",
+    ),
+    ModelSpec(
+        "phi-3-mini-4k-instruct", "phi3", "microsoft/Phi-3-mini-4k-instruct", tool_call_style="hermes",
+        context_length=4096, notes="fused qkv and gate_up projections",
+    ),
+    ModelSpec("gpt-4o-mini", "openai", api_only=True, tool_call_style="openai", vision=True,
+              context_length=128000, api_model="gpt-4o-mini", notes="API only"),
+    ModelSpec("gpt-4.1", "openai", api_only=True, tool_call_style="openai", vision=True,
+              context_length=1000000, api_model="gpt-4.1", notes="API only"),
+]
+
+for _spec in _BUILTIN:
+    register_spec(_spec)
