@@ -1,0 +1,40 @@
+# `make run` and `make test` do all the set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# A CPU wheel of this version is on this project's machines; users may set any torch >= 2.4.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= local,api,app,postgres,export,dev
+PORT ?= 8501
+
+.PHONY: install run test system-deps clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's Chromium drives the browser tests (Playwright cannot download its own here).
+system-deps:
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "Install Chromium first: sudo apt-get install -y chromium"; exit 1; fi; \
+	fi
+
+run: install
+	$(PY) -m streamlit run app/main.py --server.port $(PORT)
+
+test: install system-deps
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

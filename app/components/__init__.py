@@ -1,0 +1,1 @@
+"""Reusable rendering pieces for the pages (no compute, no model imports)."""

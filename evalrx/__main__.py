@@ -1,0 +1,5 @@
+import sys
+
+from evalrx.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""`evalrx` command line: serve, run, specs.
+
+Errors raised by evalrx with a clear message are printed as one line (no traceback)
+with exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from evalrx.core.capability import CapabilityError
+
+
+class UserError(Exception):
+    """A problem with what the user asked for; printed as one line."""
+
+
+# Exceptions our own code raises with messages written for the user.
+_USER_ERRORS: tuple = (UserError, CapabilityError, ValueError, FileNotFoundError, ImportError)
+
+
+def _cmd_specs(args: argparse.Namespace) -> int:
+    from evalrx.models.backends import BACKENDS
+    from evalrx.specs import REGISTRY
+
+    names = sorted(BACKENDS)
+    print(f"{'spec':28} {'family':10} " + " ".join(f"{n:34}" for n in names))
+    for key in sorted(REGISTRY):
+        spec = REGISTRY[key]
+        cells = []
+        for n in names:
+            caps = BACKENDS[n].provides(spec)
+            cells.append(f"{','.join(sorted(c.value for c in caps)) or '-':34}")
+        print(f"{key:28} {spec.family:10} " + " ".join(cells))
+    return 0
+
+
+def _cmd_serve(argv: Sequence[str]) -> int:
+    from evalrx.serve import main as serve_main
+
+    return serve_main(list(argv)) or 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from evalrx.runner.offline import run_to_jsonl
+
+    return run_to_jsonl(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evalrx", description="Find out why tool-calling agents fail.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("specs", help="list model specs and what each backend provides")
+
+    sub.add_parser("serve", help="OpenAI-compatible server over a local model (see `evalrx serve --help`)",
+                   add_help=False)
+
+    run = sub.add_parser("run", help="run the agent over a suite of cases")
+    run.add_argument("--spec", required=True, help="model spec key, e.g. evalrx-tiny")
+    run.add_argument("--backend", default="hf_local", help="hf_local | api | vllm_offline")
+    run.add_argument("--checkpoint", help="local model directory overriding the spec's weights")
+    src = run.add_mutually_exclusive_group(required=True)
+    src.add_argument("--suite", help="suite name (e.g. demo, demo/arithmetic) ")
+    src.add_argument("--cases", help="path to a JSONL case file")
+    run.add_argument("--tools", default="calculator,lookup", help="comma-separated tool names")
+    run.add_argument("--out", required=True, help="JSONL file to write trajectories to")
+    run.add_argument("--max-turns", type=int, default=4)
+    run.add_argument("--limit", type=int, help="run only the first N cases")
+    run.add_argument("--block-repeat-calls", action="store_true")
+    run.add_argument("--force-final-answer", action="store_true")
+    run.add_argument("--concurrency", type=int, default=4, help="concurrent cases (API backends only)")
+    run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
+    run.add_argument("--system", help="system prompt")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "serve":  # serve parses its own flags
+            return _cmd_serve(argv[1:])
+        args = build_parser().parse_args(argv)
+        if args.command == "specs":
+            return _cmd_specs(args)
+        if args.command == "run":
+            return _cmd_run(args)
+    except _USER_ERRORS as exc:
+        print(f"evalrx: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("evalrx: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

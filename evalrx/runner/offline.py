@@ -1,0 +1,67 @@
+"""Run a suite straight to a JSONL file, no store needed (the `evalrx run --out` path)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def run_to_jsonl(args: Any) -> int:
+    """Load the model, run every case with the agent loop, grade it and append it to `args.out`."""
+    from tqdm import tqdm
+
+    import evalrx
+    from evalrx.grade import grade_trajectory
+    from evalrx.models.agent import run_batch
+    from evalrx.suites import load_cases
+    from evalrx.tools import get_tools
+
+    cases = load_cases(args.cases or args.suite)
+    if args.limit:
+        cases = cases[: args.limit]
+    tool_names = [t.strip() for t in args.tools.split(",") if t.strip()]
+    get_tools(tool_names)  # fail on an unknown tool before loading weights
+    runtime = {"base_url": args.base_url} if args.base_url else {}
+    handle = evalrx.load(args.spec, backend=args.backend, checkpoint=args.checkpoint, **runtime)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    counts = {"pass": 0, "fail": 0}
+    bar = tqdm(total=len(cases), unit="case", disable=args.no_progress, file=sys.stderr)
+    t0 = time.perf_counter()
+    with out.open("w", encoding="utf-8") as fh:
+
+        def on_result(case: Any, traj: Any) -> None:
+            traj.outcome = grade_trajectory(traj, case)
+            counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
+            row = {"case_id": case.id, "meta": case.meta, **traj.to_dict()}
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            fh.flush()  # each case is on disk as soon as it finishes
+            bar.update(1)
+            bar.set_postfix(passed=counts["pass"], failed=counts["fail"])
+
+        run_batch(
+            handle,
+            cases,
+            tools_factory=lambda case: get_tools(tool_names, case=case),
+            system=args.system,
+            max_turns=args.max_turns,
+            concurrency=args.concurrency,
+            on_result=on_result,
+            agent_kwargs={
+                "block_repeat_calls": args.block_repeat_calls,
+                "force_final_answer": args.force_final_answer,
+            },
+        )
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    n = len(cases)
+    print(
+        f"{n} cases in {elapsed:.1f} s ({n / elapsed if elapsed else 0:.2f} cases/s): "
+        f"{counts['pass']} passed, {counts['fail']} failed -> {out}",
+        file=sys.stderr,
+    )
+    return 0
