@@ -1,0 +1,119 @@
+"""Core types, the spec registry and capability negotiation (no model weights)."""
+
+import pytest
+
+import evalrx
+from evalrx.core import Capability, CapabilityError, FailureCase, Label, Step, StepRole, Trajectory
+from evalrx.models import resolve_spec_key
+from evalrx.models.compose import compose
+from evalrx.specs import REGISTRY, ModelSpec, get_spec, register_spec
+
+
+def test_capability_parse_accepts_names_values_and_members():
+    assert Capability.parse("hidden_states") is Capability.HIDDEN_STATES
+    assert Capability.parse("HIDDEN_STATES") is Capability.HIDDEN_STATES
+    assert Capability.parse(Capability.VISION) is Capability.VISION
+    with pytest.raises(ValueError, match="Known: generate"):
+        Capability.parse("telepathy")
+
+
+def test_capability_error_names_caller_model_and_missing():
+    err = CapabilityError("LogitLensAnalyzer", "gpt-4o-mini on api", {Capability.HIDDEN_STATES, Capability.LOGITS})
+    msg = str(err)
+    assert "LogitLensAnalyzer" in msg and "gpt-4o-mini on api" in msg
+    assert "hidden_states" in msg and "logits" in msg
+    assert err.missing == {Capability.HIDDEN_STATES, Capability.LOGITS}
+
+
+def test_trajectory_round_trip_is_lossless():
+    traj = Trajectory(
+        sample_id="c1",
+        goal="What is 2+2?",
+        steps=[
+            Step(0, StepRole.USER, "What is 2+2?", span={"has_image": False}),
+            Step(1, StepRole.ACTOR, "<tool_call>...", tool_calls=[{"name": "calculator", "args": {"expression": "2+2"}}],
+                 span={"latency_ms": 3.2, "prompt_tokens": 10}),
+            Step(2, StepRole.TOOL, "calculator", observation={"text": "4", "n_images": 0}),
+            Step(3, StepRole.ACTOR, "oops", parse_error="unclosed <tool_call>"),
+        ],
+        final_answer="4",
+        ground_truth=4,
+        outcome=Label.PASS,
+        metrics={"terminated": "final", "n_turns": 2},
+    )
+    again = Trajectory.from_dict(traj.to_dict())
+    assert again == traj
+    assert again.steps[1].tool_call == {"name": "calculator", "args": {"expression": "2+2"}}
+    assert again.terminated == "final"
+    assert Trajectory.from_dict(__import__("json").loads(traj.to_json())) == traj
+
+
+def test_failure_case_ids_are_stable():
+    a, b = FailureCase.from_prompt("same"), FailureCase.from_prompt("same")
+    assert a.id == b.id and a.id.startswith("case-")
+    assert FailureCase.from_prompt("other").id != a.id
+
+
+def test_registry_has_required_specs_and_aliases():
+    for key in [
+        "qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct", "qwen2.5-7b-instruct",
+        "qwen2.5-vl-7b-instruct", "llama-3.1-8b-instruct", "mistral-7b-instruct-v0.3",
+    ]:
+        assert key in REGISTRY
+    assert any(s.family.startswith("gemma") for s in REGISTRY.values())
+    assert any(s.family == "phi3" for s in REGISTRY.values())
+    assert sum(1 for s in REGISTRY.values() if s.api_only) >= 2
+    assert resolve_spec_key("qwen") == "qwen2.5-7b-instruct"
+    assert resolve_spec_key("Qwen2.5-7B") == "qwen2.5-7b-instruct"
+
+
+def test_unknown_spec_error_lists_known_keys():
+    with pytest.raises(ValueError) as exc:
+        evalrx.load("qwen9-unknown")
+    msg = str(exc.value)
+    assert "qwen9-unknown" in msg and "qwen2.5-7b-instruct" in msg and "register_spec" in msg
+
+
+def test_users_can_register_their_own_spec():
+    spec = register_spec(ModelSpec("My-Org/Custom-1B", "llama", "/nonexistent/custom"), replace=True)
+    try:
+        assert spec.key == "my-org/custom-1b"
+        assert resolve_spec_key("My-Org/Custom-1B") == "my-org/custom-1b"
+        with pytest.raises(ValueError, match="already registered"):
+            register_spec(ModelSpec("my-org/custom-1b", "llama"))
+    finally:
+        REGISTRY.pop("my-org/custom-1b", None)
+
+
+def test_compose_refuses_missing_capability_before_building():
+    built = []
+    from evalrx.models import backends
+
+    info = backends.BackendInfo(
+        name="probe", description="records builds",
+        provides=lambda spec: frozenset({Capability.GENERATE}),
+        build=lambda spec, rt, want: built.append(spec),
+    )
+    backends.register_backend(info)
+    try:
+        with pytest.raises(CapabilityError, match="hidden_states"):
+            compose(get_spec("qwen2.5-7b-instruct"), "probe", want={Capability.HIDDEN_STATES})
+        assert built == []  # negotiation happened before any weight or network access
+    finally:
+        backends.BACKENDS.pop("probe")
+
+
+def test_unknown_backend_lists_known_ones():
+    with pytest.raises(ValueError, match="Known backends: api, hf_local, vllm_offline"):
+        evalrx.load("qwen2.5-7b-instruct", backend="tpu_magic")
+
+
+def test_api_only_spec_refuses_local_backends():
+    with pytest.raises(ValueError, match="API-only"):
+        compose(get_spec("gpt-4o-mini"), "hf_local")
+
+
+def test_vllm_missing_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "vllm", None)  # behave as if vllm were not installed
+    with pytest.raises(ImportError, match="pip install vllm"):
+        evalrx.load("qwen2.5-0.5b-instruct", backend="vllm_offline")
