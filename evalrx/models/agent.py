@@ -1,8 +1,437 @@
-"""PLACEHOLDER - being written (Agent loop)."""
+"""The agent loop: a backend-agnostic tool-calling loop over any model handle.
+
+`Agent(handle, tools)` runs the same way on an API model and a local one: it needs
+only GENERATE and TOOL_CALLS (checked up front). The one model-specific piece is
+the `ToolCallCodec`, chosen by `codec_for(handle)`. Tools run through a pluggable
+executor. Model-output problems (malformed calls, unknown tools) are recorded in
+the trajectory and fed back to the model; they never raise out of the loop.
+Torch-free.
+"""
+
 from __future__ import annotations
-class ToolExecutor:  # noqa
-    pass
-class Agent:  # noqa
-    pass
-def run_batch(*a, **k):  # noqa
-    raise NotImplementedError
+
+import inspect
+import time
+import warnings
+from typing import Any, Callable, Iterable, Optional
+
+from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
+from evalrx.models.toolcodec import ToolCallCodec, codec_for
+
+__all__ = ["Agent", "ToolError", "ToolExecutor", "run_batch"]
+
+# Loop-policy nudges: scaffold messages the model sees, not task prompts.
+_REPEAT_NUDGE = (
+    "[repeat blocked] You already made this exact tool call; the result would be identical "
+    "to what you already received. Choose DIFFERENT arguments or give your final answer now."
+)
+_FINAL_NUDGE = (
+    "You have used your entire tool budget. Based on everything you have already seen, "
+    "give your final answer NOW as plain text."
+)
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+class ToolError(str):
+    """An error observation: plain text for the model, marked so the loop can flag the step."""
+
+
+class ToolExecutor:
+    """Runs a decoded `ToolCall` against the registered tools as `tool.fn(**args)`.
+
+    Unknown tools, missing implementations, bad arguments and exceptions raised by
+    the tool all come back as `ToolError` text, so the model sees what went wrong.
+    """
+
+    def __init__(self, tools: Iterable[Tool]) -> None:
+        self._by_name = {t.name: t for t in tools}
+        self._signatures: dict = {}
+
+    @property
+    def tool_names(self) -> list:
+        return list(self._by_name)
+
+    def execute(self, call: ToolCall) -> Any:
+        """Run one call.
+
+        Args:
+            call: the decoded call.
+
+        Returns:
+            Whatever the tool returned (str, `ToolResult`, ...), or a `ToolError`.
+        """
+        tool = self._by_name.get(call.name)
+        if tool is None:
+            names = ", ".join(self._by_name) or "(none)"
+            return ToolError(f"[tool error: unknown tool {call.name!r}; available tools: {names}]")
+        if tool.fn is None:
+            return ToolError(f"[tool error in {call.name!r}: the tool has no implementation]")
+        args = call.args or {}
+        bad = self._bad_arguments(tool, args)
+        if bad:
+            return ToolError(f"[tool error in {call.name!r}: bad arguments: {bad}]")
+        try:
+            return tool.fn(**args)
+        except Exception as exc:  # a tool failure is an observation for the model, not a crash
+            return ToolError(f"[tool error in {call.name!r}: {type(exc).__name__}: {exc}]")
+
+    def _bad_arguments(self, tool: Tool, args: dict) -> Optional[str]:
+        """Why `args` cannot bind to the tool's signature, or None (checked first so a
+        TypeError raised inside the tool is not mistaken for a bad call)."""
+        sig = self._signatures.get(tool.name, False)
+        if sig is False:
+            try:
+                sig = inspect.signature(tool.fn)
+            except (TypeError, ValueError):  # builtins without a signature: let the call decide
+                sig = None
+            self._signatures[tool.name] = sig
+        if sig is None:
+            return None
+        try:
+            sig.bind(**args)
+        except TypeError as exc:
+            params = sig.parameters
+            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+            unexpected = [] if takes_any else [a for a in args if a not in params]
+            extra = f"unexpected argument(s) {', '.join(map(repr, unexpected))}; " if unexpected else ""
+            return f"{extra}{exc}; expected {tool.name}{sig}"
+        return None
+
+
+def _as_case(data: Any) -> FailureCase:
+    if isinstance(data, FailureCase):
+        return data
+    if isinstance(data, Inputs):
+        return FailureCase(inputs=data)
+    if isinstance(data, str):
+        return FailureCase.from_prompt(data)
+    raise TypeError(f"Agent.run expects str | Inputs | FailureCase, got {type(data).__name__}")
+
+
+def _user_content(case: FailureCase) -> "str | list":
+    """First user message: plain text, or image + text content blocks for a VLM case."""
+    image = case.inputs.image
+    if image is None:
+        return case.inputs.prompt
+    return [{"type": "image", "image": image}, {"type": "text", "text": case.inputs.prompt}]
+
+
+def _observation_record(observation: Any) -> Any:
+    """What lands in `Step.observation`: structured for a `ToolResult`, JSON-safe otherwise."""
+    if isinstance(observation, ToolResult):
+        record: dict = {"text": observation.text, "n_images": len(observation.images)}
+        if observation.meta:
+            record["meta"] = observation.meta
+        return record
+    if isinstance(observation, str):
+        return str(observation)  # drop the ToolError subclass so records compare equal after a round trip
+    if observation is None or isinstance(observation, (bool, int, float, dict, list)):
+        return observation
+    return str(observation)
+
+
+def _image_message(images: list, tool_name: str) -> dict:
+    blocks: list = [{"type": "image", "image": im} for im in images]
+    many = len(images) > 1
+    blocks.append(
+        {
+            "type": "text",
+            "text": f"The image{'s' if many else ''} above {'were' if many else 'was'} "
+            f"returned by the {tool_name!r} tool call.",
+        }
+    )
+    return {"role": "user", "content": blocks}
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 3)
+
+
+class Agent:
+    """A tool-calling agent composed over a model handle (any backend).
+
+    Loop policies (both off by default; they are candidate fixes, kept as
+    configuration so a validated repair is deployable):
+
+    * `block_repeat_calls`: a call identical to the immediately preceding call is
+      not executed; the model gets a nudge instead (`span["repeat_blocked"]`).
+    * `force_final_answer`: when `max_turns` runs out without an answer, ask once
+      more without tools (`terminated="forced_final"`).
+
+    Args:
+        handle: a model handle providing GENERATE and TOOL_CALLS.
+        tools: the tools the model may call.
+        codec: the tool-call codec; `codec_for(handle)` when None.
+        executor: runs calls; `ToolExecutor(tools)` when None.
+        max_turns: model turns allowed before the loop stops.
+        system: optional system prompt.
+        block_repeat_calls: see above.
+        force_final_answer: see above.
+        chat_kwargs: extra keyword arguments for every `handle.chat` call
+            (e.g. `{"logprobs": True}`; returned logprobs land in the step span).
+
+    Raises:
+        CapabilityError: the handle lacks GENERATE or TOOL_CALLS.
+    """
+
+    requires = frozenset({Capability.GENERATE, Capability.TOOL_CALLS})
+
+    def __init__(
+        self,
+        handle: Any,
+        tools: Iterable[Tool],
+        codec: Optional[ToolCallCodec] = None,
+        executor: Optional[Any] = None,
+        max_turns: int = 10,
+        system: Optional[str] = None,
+        block_repeat_calls: bool = False,
+        force_final_answer: bool = False,
+        chat_kwargs: Optional[dict] = None,
+    ) -> None:
+        missing = self.requires - set(getattr(handle, "capabilities", frozenset()))
+        model_id = getattr(getattr(handle, "spec", None), "key", None) or type(handle).__name__
+        if missing:
+            raise CapabilityError(analyzer="Agent", model=model_id, missing=missing)
+        if not callable(getattr(handle, "chat", None)):
+            raise TypeError(f"{type(handle).__name__} has no chat(); the agent loop needs a tool-aware chat method.")
+        self.handle = handle
+        self.tools = list(tools)
+        self.codec = codec or codec_for(handle)
+        self.executor = executor or ToolExecutor(self.tools)
+        self.max_turns = int(max_turns)
+        self.system = system
+        self.block_repeat_calls = block_repeat_calls
+        self.force_final_answer = force_final_answer
+        self.chat_kwargs = dict(chat_kwargs or {})
+        self.capabilities = handle.capabilities
+
+    def _chat(self, messages: list, tools: Optional[list]) -> "tuple[ChatTurn, dict]":
+        """One model call, timed; returns the turn and the span fields it yields."""
+        t0 = time.perf_counter()
+        chat = self.handle.chat(messages, tools=tools, **self.chat_kwargs)
+        span: dict = {"latency_ms": _ms(time.perf_counter() - t0)}
+        usage = chat.usage or {}
+        for key in _USAGE_KEYS:
+            if usage.get(key) is not None:
+                span[key] = int(usage[key])
+        if chat.finish_reason is not None:
+            span["finish_reason"] = chat.finish_reason
+        if chat.logprobs:
+            span["logprobs"] = chat.logprobs
+        return chat, span
+
+    def run(self, data: Any) -> Trajectory:
+        """Drive the tool loop to completion and return the trajectory.
+
+        A case image goes into the first user message as a content block; images in
+        a `ToolResult` are shown to the model in a user message after the turn's
+        tool messages.
+
+        Args:
+            data: a prompt, `Inputs` or `FailureCase`.
+
+        Returns:
+            The `Trajectory`, with `metrics["terminated"]` one of "final",
+            "max_turns" or "forced_final".
+        """
+        case = _as_case(data)
+        goal = case.inputs.prompt
+        encoded = self.codec.encode(self.tools)
+        codec = self.codec
+
+        messages: list = []
+        if self.system:
+            messages.append({"role": "system", "content": self.system})
+        messages.append({"role": "user", "content": _user_content(case)})
+        steps: list = [Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})]
+
+        final_answer: Optional[str] = None
+        terminated = "max_turns"
+        prev_sig: Optional[tuple] = None
+        turns = 0
+        n_calls = n_parse_errors = n_blocked = n_tool_errors = 0
+
+        for turn in range(1, self.max_turns + 1):
+            turns = turn
+            chat, span = self._chat(messages, encoded)
+            span["turn"] = turn
+            parsed = codec.parse(chat)
+            calls, errors = parsed.calls, parsed.errors
+            steps.append(
+                Step(
+                    idx=len(steps),
+                    role=StepRole.ACTOR,
+                    content=chat.text or "",
+                    tool_calls=[c.to_dict() for c in calls],
+                    parse_error="; ".join(errors) if errors else None,
+                    span=span,
+                )
+            )
+            messages.append(codec.assistant_message(chat, calls))
+
+            if not calls and not errors:
+                final_answer = parsed.text
+                terminated = "final"
+                break
+
+            image_messages: list = []
+            for i, call in enumerate(calls):
+                n_calls += 1
+                sig = call.signature()
+                blocked = self.block_repeat_calls and sig == prev_sig
+                prev_sig = sig
+                tool_span: dict = {"turn": turn, "call": i}
+                t0 = time.perf_counter()
+                if blocked:
+                    observation: Any = _REPEAT_NUDGE
+                    tool_span["repeat_blocked"] = True
+                    n_blocked += 1
+                else:
+                    observation = self.executor.execute(call)
+                tool_span["latency_ms"] = _ms(time.perf_counter() - t0)
+                if isinstance(observation, ToolError):
+                    tool_span["tool_error"] = True
+                    n_tool_errors += 1
+                steps.append(
+                    Step(
+                        idx=len(steps),
+                        role=StepRole.TOOL,
+                        content=call.name,
+                        observation=_observation_record(observation),
+                        span=tool_span,
+                    )
+                )
+                messages.append(codec.tool_message(call, str(observation)))
+                if isinstance(observation, ToolResult) and observation.images:
+                    image_messages.append(_image_message(observation.images, call.name))
+
+            if errors:
+                n_parse_errors += len(errors)
+                feedback = codec.parse_error_message(errors)
+                steps.append(
+                    Step(
+                        idx=len(steps),
+                        role=StepRole.TOOL,
+                        content="",
+                        observation=feedback["content"],
+                        span={"turn": turn, "parse_error": True},
+                    )
+                )
+                messages.append(feedback)
+            # After every tool message of the turn: OpenAI requires tool replies right after the call.
+            messages.extend(image_messages)
+
+        if self.force_final_answer and final_answer is None:
+            messages.append({"role": "user", "content": _FINAL_NUDGE})
+            chat, span = self._chat(messages, None)  # no tools: the reply is the answer
+            span["forced_final"] = True
+            parsed = codec.parse(chat)
+            if parsed.calls or parsed.errors:  # the model still tried to call: recorded, not executed
+                span["ignored_calls"] = len(parsed.calls) + len(parsed.errors)
+            final_answer = parsed.text
+            steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=chat.text or "", span=span))
+            terminated = "forced_final"
+
+        actor = [s for s in steps if s.role is StepRole.ACTOR]
+        metrics: dict = {
+            "n_steps": len(steps),
+            "n_turns": turns,
+            "n_tool_calls": n_calls,
+            "n_parse_errors": n_parse_errors,
+            "n_repeat_blocked": n_blocked,
+            "n_tool_errors": n_tool_errors,
+            "terminated": terminated,
+            "total_latency_ms": round(sum(s.span.get("latency_ms", 0.0) for s in actor), 3),
+            "total_tool_latency_ms": round(
+                sum(s.span.get("latency_ms", 0.0) for s in steps if s.role is StepRole.TOOL), 3
+            ),
+            "total_prompt_tokens": sum(int(s.span.get("prompt_tokens") or 0) for s in actor),
+            "total_completion_tokens": sum(int(s.span.get("completion_tokens") or 0) for s in actor),
+        }
+        return Trajectory(
+            sample_id=case.id,
+            goal=goal,
+            steps=steps,
+            final_answer=final_answer,
+            ground_truth=case.expected,
+            outcome=Label.UNKNOWN,  # grading is an analyzer's job
+            metrics=metrics,
+        )
+
+    def __repr__(self) -> str:
+        return f"Agent(handle={self.handle!r}, tools={[t.name for t in self.tools]}, codec={self.codec.name})"
+
+
+def _error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
+    return Trajectory(
+        sample_id=case.id,
+        goal=case.inputs.prompt,
+        steps=[Step(idx=0, role=StepRole.USER, content=case.inputs.prompt)],
+        ground_truth=case.expected,
+        metrics={"terminated": "error", "error": f"{type(exc).__name__}: {exc}"},
+    )
+
+
+def run_batch(
+    handle: Any,
+    cases: Iterable[Any],
+    *,
+    tools_factory: "Callable[[FailureCase], Iterable[Tool]]",
+    system: Optional[str] = None,
+    max_turns: int = 10,
+    codec: Optional[ToolCallCodec] = None,
+    concurrency: int = 4,
+    on_result: "Optional[Callable[[FailureCase, Trajectory], None]]" = None,
+    agent_kwargs: Optional[dict] = None,
+) -> list:
+    """Run the agent loop over many cases.
+
+    Threads are used only for API handles (HTTP calls are reentrant); any other
+    backend runs one case at a time, with a warning if more was asked for. A case
+    whose run raises (endpoint down, a failing `tools_factory`) gets a stub
+    trajectory with `metrics["terminated"] == "error"` instead of stopping the batch.
+
+    Args:
+        handle: the model handle.
+        cases: prompts, `Inputs` or `FailureCase`s.
+        tools_factory: builds each case's tools (tools may bind to the case's image).
+        system: optional system prompt.
+        max_turns: per-case turn budget.
+        codec: codec shared by every case; `codec_for(handle)` per case when None.
+        concurrency: worker threads for API handles.
+        on_result: called with (case, trajectory) as each case finishes.
+        agent_kwargs: extra `Agent` keyword arguments (loop policies ...).
+
+    Returns:
+        One trajectory per case, in input order.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    normalized = [_as_case(c) for c in cases]
+    if concurrency > 1 and getattr(handle, "backend", None) != "api":
+        warnings.warn(
+            f"run_batch: {type(handle).__name__} (backend {getattr(handle, 'backend', None)!r}) is not an API "
+            "handle; running cases one at a time (local backends are not thread-safe).",
+            stacklevel=2,
+        )
+        concurrency = 1
+
+    def one(case: FailureCase) -> Trajectory:
+        try:
+            agent = Agent(
+                handle, tools_factory(case), codec=codec, max_turns=max_turns, system=system,
+                **(agent_kwargs or {}),
+            )
+            trajectory = agent.run(case)
+        except Exception as exc:  # keep the batch alive; the error is recorded on the case
+            trajectory = _error_trajectory(case, exc)
+        if on_result is not None:
+            on_result(case, trajectory)
+        return trajectory
+
+    if concurrency <= 1 or len(normalized) <= 1:
+        return [one(c) for c in normalized]
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(normalized))) as pool:
+        return list(pool.map(one, normalized))
