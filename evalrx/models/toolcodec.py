@@ -151,7 +151,7 @@ class ToolCallCodec:
 def _parse_error_text(errors: "list[str]", hint: str) -> str:
     lines = "\n".join(f"- {e}" for e in errors)
     return (
-        f"[tool call parse error] Your tool call could not be parsed, so nothing was executed:\n{lines}\n"
+        f"[tool call parse error] These tool calls could not be parsed and were not executed:\n{lines}\n"
         f"{hint} Then try again, or give your final answer as plain text."
     )
 

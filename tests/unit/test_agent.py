@@ -126,7 +126,7 @@ def test_parse_error_is_recorded_fed_back_and_the_loop_continues():
     assert actor[1].parse_error is None
     err_step = traj.steps[2]
     assert err_step.role is StepRole.TOOL and err_step.span["parse_error"] is True
-    assert "could not be parsed" in err_step.observation
+    assert "could not be parsed and were not executed" in err_step.observation
     # The model was told about the error before its retry.
     feedback = h.seen[1][-1]
     assert feedback["role"] == "tool" and "invalid JSON" in feedback["content"]
