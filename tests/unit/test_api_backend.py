@@ -1,0 +1,589 @@
+"""The `api` backend and the `evalrx serve` request handling, against real loopback HTTP servers.
+
+No torch here: the served model is a scripted fake handle, so these tests run in seconds.
+The end-to-end test with a real tiny model is tests/integration/test_api_serve.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+import pytest
+
+import evalrx
+from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.tool import ChatTurn
+from evalrx.models.backends import BACKENDS, RuntimeConfig
+from evalrx.models.backends.api import (
+    APIAuthenticationFailed,
+    APIConnectionFailed,
+    APIModel,
+    APIRequestFailed,
+    data_url_to_image,
+    from_wire_messages,
+    image_to_data_url,
+    redact_url,
+    to_wire_messages,
+)
+from evalrx.serve import make_server
+from evalrx.specs import get_spec
+
+FAKE_KEY = "sk-evalrx-TESTKEY-0123456789abcdef"
+QWEN = "qwen2.5-0.5b-instruct"
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound then released)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def png_image(color=(255, 0, 0), size=(4, 3)):
+    from PIL import Image
+
+    return Image.new("RGB", size, color)
+
+
+@pytest.fixture(autouse=True)
+def _no_openai_env(monkeypatch):
+    # A developer's real key or server must never leak into these tests.
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+
+# ----------------------------------------------------------------------------- wire format
+
+
+def test_to_wire_converts_arguments_ids_and_leaves_input_untouched():
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "What is 3*4?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "3*4"}}},
+                {"id": "abc", "type": "function", "function": {"name": "search", "arguments": {"query": "é"}}},
+            ],
+        },
+        {"role": "tool", "content": "12"},
+        {"role": "tool", "tool_call_id": "abc", "content": "found"},
+    ]
+    snapshot = json.dumps(messages)
+    wire = to_wire_messages(messages)
+    assert json.dumps(messages) == snapshot
+    calls = wire[2]["tool_calls"]
+    assert calls[0]["function"]["arguments"] == '{"expression": "3*4"}'
+    assert json.loads(calls[1]["function"]["arguments"]) == {"query": "é"}
+    assert calls[0]["id"] == "call_2_0" and calls[1]["id"] == "abc"
+    # The tool message without an id gets the first unanswered call's id.
+    assert wire[3]["tool_call_id"] == "call_2_0"
+    assert wire[4]["tool_call_id"] == "abc"
+
+
+def test_images_become_data_urls_from_pil_path_and_bytes(tmp_path):
+    img = png_image((10, 200, 30))
+    path = tmp_path / "pic.png"
+    img.save(path)
+    raw = path.read_bytes()
+    wire = to_wire_messages(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image", "image": img},
+                    {"type": "image", "image": str(path)},
+                    {"type": "image", "image": raw},
+                    {"type": "text", "text": "describe"},
+                ],
+            }
+        ]
+    )
+    blocks = wire[0]["content"]
+    assert [b["type"] for b in blocks] == ["image_url"] * 3 + ["text"]
+    for block in blocks[:3]:
+        url = block["image_url"]["url"]
+        assert url.startswith("data:image/png;base64,")
+        back = data_url_to_image(url)
+        assert back.size == (4, 3) and back.convert("RGB").getpixel((1, 1)) == (10, 200, 30)
+    # Path and bytes are sent as they are, not re-encoded.
+    assert base64.b64decode(blocks[1]["image_url"]["url"].split(",", 1)[1]) == raw
+
+
+def test_image_helpers_reject_bad_input(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        image_to_data_url(tmp_path / "missing.png")
+    with pytest.raises(TypeError):
+        image_to_data_url(12345)
+    with pytest.raises(ValueError, match="base64 data"):
+        data_url_to_image("https://example.com/a.png")
+    with pytest.raises(ValueError, match="could not be decoded"):
+        data_url_to_image("data:image/png;base64," + base64.b64encode(b"not an image").decode())
+
+
+def test_from_wire_round_trip_restores_dicts_and_images():
+    img = png_image((1, 2, 3))
+    original = [
+        {"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+        {"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": "zoom"}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "zoom", "arguments": {"box": [1, 2, 3, 4]}}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "done"},
+    ]
+    back = from_wire_messages(json.loads(json.dumps(to_wire_messages(original))), allow_images=True)
+    assert back[0] == {"role": "system", "content": "be brief"}
+    assert back[1]["content"][0]["type"] == "image"
+    assert back[1]["content"][0]["image"].getpixel((0, 0)) == (1, 2, 3)
+    assert back[2]["content"] == ""
+    assert back[2]["tool_calls"] == [
+        {"id": "c1", "type": "function", "function": {"name": "zoom", "arguments": {"box": [1, 2, 3, 4]}}}
+    ]
+    assert back[3] == {"role": "tool", "content": "done", "tool_call_id": "c1"}
+
+
+@pytest.mark.parametrize(
+    "messages, match",
+    [
+        ([], "non-empty list"),
+        ("hello", "non-empty list"),
+        ([{"role": "robot", "content": "x"}], "role"),
+        ([{"role": "user", "content": 5}], "content"),
+        ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}], "not valid JSON"),
+        ([{"role": "assistant", "tool_calls": [{"function": {}}]}], "function.name"),
+        ([{"role": "user", "content": [{"type": "audio"}]}], "unsupported content type"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}], "does not accept images"),
+    ],
+)
+def test_from_wire_rejects_bad_messages(messages, match):
+    with pytest.raises(ValueError, match=match):
+        from_wire_messages(messages, allow_images=False)
+
+
+def test_redact_url_hides_userinfo():
+    assert redact_url("http://user:pw@host:1/v1") == "http://***@host:1/v1"
+    assert redact_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
+
+
+# ----------------------------------------------------------------------------- capabilities
+
+
+def test_provides_is_black_box():
+    api = BACKENDS["api"]
+    text_caps = api.provides(get_spec(QWEN))
+    assert text_caps == {Capability.GENERATE, Capability.TOOL_CALLS, Capability.LOGPROBS}
+    vision_caps = api.provides(get_spec("qwen2.5-vl-7b-instruct"))
+    assert Capability.VISION in vision_caps
+    for white_box in (Capability.LOGITS, Capability.HIDDEN_STATES, Capability.ATTENTION):
+        assert white_box not in vision_caps
+
+
+def test_capability_error_comes_before_any_network_call():
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    t0 = time.perf_counter()
+    with pytest.raises(CapabilityError) as info:
+        evalrx.load(QWEN, backend="api", want=["hidden_states"], base_url=url, max_retries=0)
+    assert Capability.HIDDEN_STATES in info.value.missing
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_missing_openai_package_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openai", None)  # makes `import openai` raise ImportError
+    with pytest.raises(ImportError, match=r"evalrx\[api\]"):
+        APIModel(get_spec(QWEN), RuntimeConfig(base_url="http://127.0.0.1:1/v1"))
+
+
+# ----------------------------------------------------------------------------- key hiding and errors
+
+
+def test_api_key_never_in_repr_config_or_connection_error():
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    runtime = RuntimeConfig(base_url=url, api_key=FAKE_KEY, max_retries=0, timeout=5)
+    assert FAKE_KEY not in str(runtime) and FAKE_KEY not in repr(runtime)
+    handle = evalrx.load(QWEN, backend="api", base_url=url, api_key=FAKE_KEY, max_retries=0, timeout=5)
+    assert FAKE_KEY not in repr(handle) and FAKE_KEY not in str(handle)
+    assert all(FAKE_KEY not in repr(v) for v in vars(handle).values() if not isinstance(v, RuntimeConfig))
+    with pytest.raises(APIConnectionFailed) as info:
+        handle.chat([{"role": "user", "content": "hi"}])
+    exc = info.value
+    message = str(exc)
+    assert url in message and "OPENAI_BASE_URL" in message and "running" in message
+    assert FAKE_KEY not in message and FAKE_KEY not in repr(exc)
+    # One clean exception: no SDK/httpx chain to print or to carry the request headers.
+    assert exc.__cause__ is None and exc.__context__ is None and exc.__suppress_context__
+
+
+def test_key_from_environment_is_used_and_hidden(monkeypatch):
+    seen: dict = {}
+
+    def respond(handler, body):
+        seen["auth"] = handler.headers.get("Authorization")
+        return 200, _completion("ok")
+
+    with _StubServer(respond) as stub:
+        monkeypatch.setenv("OPENAI_BASE_URL", stub.url)
+        monkeypatch.setenv("OPENAI_API_KEY", FAKE_KEY)
+        handle = evalrx.load(QWEN, backend="api")
+        assert stub.url in repr(handle) and FAKE_KEY not in repr(handle)
+        assert handle.chat([{"role": "user", "content": "hi"}]).text == "ok"
+    assert seen["auth"] == f"Bearer {FAKE_KEY}"
+
+
+def test_local_server_without_key_gets_placeholder():
+    seen: dict = {}
+
+    def respond(handler, body):
+        seen["auth"] = handler.headers.get("Authorization")
+        return 200, _completion("ok")
+
+    with _StubServer(respond) as stub:
+        assert APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url)).chat([{"role": "user", "content": "x"}]).text == "ok"
+    assert seen["auth"] == "Bearer EMPTY"
+
+
+def test_authentication_error_is_clear_and_keyless():
+    def respond(handler, body):
+        return 401, {"error": {"message": f"Incorrect API key provided: {FAKE_KEY}", "type": "invalid_request_error"}}
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, api_key=FAKE_KEY, max_retries=0))
+        with pytest.raises(APIAuthenticationFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+    assert "401" in str(info.value) and "OPENAI_API_KEY" in str(info.value)
+    assert FAKE_KEY not in str(info.value) and info.value.__context__ is None
+
+
+def test_server_error_message_is_scrubbed_of_the_key():
+    def respond(handler, body):
+        return 400, {"error": {"message": f"bad model for key {FAKE_KEY}", "type": "invalid_request_error"}}
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, api_key=FAKE_KEY, max_retries=0))
+        with pytest.raises(APIRequestFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+    assert info.value.status_code == 400
+    assert "bad model for key ***" in str(info.value) and FAKE_KEY not in str(info.value)
+
+
+def test_retries_with_backoff_then_succeeds():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(time.perf_counter())
+        return (503, {"error": {"message": "busy"}}) if len(hits) < 3 else (200, _completion("finally"))
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, max_retries=2))
+        assert handle.chat([{"role": "user", "content": "hi"}]).text == "finally"
+    assert len(hits) == 3
+    assert hits[2] - hits[1] > 0.1  # the SDK waited between attempts
+
+
+def test_retries_exhausted_reports_status():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(1)
+        return 500, {"error": {"message": "boom"}}
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, max_retries=1))
+        with pytest.raises(APIRequestFailed, match="HTTP 500.*boom"):
+            handle.chat([{"role": "user", "content": "hi"}])
+    assert len(hits) == 2
+
+
+def test_timeout_is_a_connection_failure():
+    def respond(handler, body):
+        time.sleep(1.5)
+        return 200, _completion("late")
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, max_retries=0, timeout=0.3))
+        t0 = time.perf_counter()
+        with pytest.raises(APIConnectionFailed, match="did not answer within 0.3 s"):
+            handle.chat([{"role": "user", "content": "hi"}])
+        assert time.perf_counter() - t0 < 1.4
+
+
+def test_request_body_and_turn_fields():
+    seen: dict = {}
+
+    def respond(handler, body):
+        seen.update(body)
+        payload = _completion(None, finish="tool_calls")
+        payload["choices"][0]["message"]["tool_calls"] = [
+            {"id": "call_9", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'}}
+        ]
+        payload["choices"][0]["logprobs"] = {
+            "content": [{"token": "<tool_call>", "logprob": -0.25, "bytes": None, "top_logprobs": []}]
+        }
+        return 200, payload
+
+    tools = [evalrx.Tool("calculator", "math").to_openai()]
+    spec = evalrx.ModelSpec("my-served", "qwen2", hf_repo="/ckpt/dir", api_model="served-name")
+    with _StubServer(respond) as stub:
+        handle = APIModel(spec, RuntimeConfig(base_url=stub.url, temperature=0.0, max_new_tokens=17))
+        turn = handle.chat([{"role": "user", "content": "2+2"}], tools, logprobs=True)
+    assert seen["model"] == "served-name"
+    assert seen["tools"] == tools and seen["logprobs"] is True
+    assert seen["max_tokens"] == 17 and seen["temperature"] == 0.0
+    assert turn.text == "" and turn.finish_reason == "tool_calls"
+    assert turn.tool_calls == [
+        {"id": "call_9", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'}}
+    ]
+    assert turn.usage == {"prompt_tokens": 5, "completion_tokens": 2}
+    assert turn.logprobs == [{"token": "<tool_call>", "logprob": -0.25}]
+
+
+def test_image_to_text_only_model_fails_before_network():
+    handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=f"http://127.0.0.1:{closed_port()}/v1"))
+    with pytest.raises(ValueError, match="does not accept images"):
+        handle.chat([{"role": "user", "content": [{"type": "image", "image": png_image()}]}])
+
+
+def test_unknown_chat_option_is_a_type_error():
+    handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url="http://127.0.0.1:1/v1"))
+    with pytest.raises(TypeError):
+        handle.chat([{"role": "user", "content": "x"}], top_k=3)
+
+
+# ----------------------------------------------------------------------------- evalrx serve over a fake handle
+
+
+@dataclass
+class FakeHandle:
+    """A scripted local model: replies with `replies` in order and records what it was sent."""
+
+    replies: list
+    capabilities: frozenset = frozenset({Capability.GENERATE, Capability.TOOL_CALLS, Capability.LOGPROBS})
+    backend: str = "hf_local"
+    delay: float = 0.0
+    calls: list = field(default_factory=list)
+    active: int = 0
+    max_active: int = 0
+
+    def __post_init__(self):
+        self.spec = get_spec(QWEN)
+        self._guard = threading.Lock()
+
+    def chat(self, messages, tools=None, *, logprobs=False, max_new_tokens=None):
+        with self._guard:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            time.sleep(self.delay)
+            self.calls.append({"messages": messages, "tools": tools, "logprobs": logprobs, "max_new_tokens": max_new_tokens})
+            reply = self.replies[min(len(self.calls), len(self.replies)) - 1]
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+        finally:
+            with self._guard:
+                self.active -= 1
+
+
+@pytest.fixture
+def served():
+    """Start `evalrx serve`'s HTTP server in a thread over a FakeHandle; yield (handle, url)."""
+    servers = []
+
+    def start(handle):
+        server = make_server(handle, "127.0.0.1", 0, quiet=True)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        servers.append(server)
+        return server.url
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+CALL_TEXT = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "3*4"}}\n</tool_call>'
+
+
+def test_serve_returns_native_tool_calls_and_logprobs(served):
+    reply = ChatTurn(
+        text=CALL_TEXT,
+        finish_reason="stop",
+        usage={"prompt_tokens": 40, "completion_tokens": 3},
+        logprobs=[{"token": "<tool_call>", "token_id": 7, "logprob": -0.5}, {"token": "é", "token_id": 9, "logprob": -1.25}],
+    )
+    fake = FakeHandle([reply])
+    url = served(fake)
+    handle = evalrx.load(QWEN, backend="api", base_url=url, max_retries=0, max_new_tokens=9)
+    history = [
+        {"role": "user", "content": "What is 3*4?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}}]},
+        {"role": "tool", "tool_call_id": "c0", "content": "2"},
+        {"role": "user", "content": "now 3*4"},
+    ]
+    turn = handle.chat(history, [evalrx.Tool("calculator", "math").to_openai()], logprobs=True)
+    assert turn.finish_reason == "tool_calls" and turn.text == ""
+    assert len(turn.tool_calls) == 1
+    assert turn.tool_calls[0]["function"]["name"] == "calculator"
+    assert json.loads(turn.tool_calls[0]["function"]["arguments"]) == {"expression": "3*4"}
+    assert turn.tool_calls[0]["id"].startswith("call_")
+    assert turn.usage == {"prompt_tokens": 40, "completion_tokens": 3}
+    assert turn.logprobs == [{"token": "<tool_call>", "logprob": -0.5}, {"token": "é", "logprob": -1.25}]
+    # The server handed the model evalrx messages: arguments back as dicts, request options through.
+    sent = fake.calls[0]
+    assert sent["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"expression": "1+1"}
+    assert sent["messages"][2] == {"role": "tool", "content": "2", "tool_call_id": "c0"}
+    assert sent["tools"][0]["function"]["name"] == "calculator"
+    assert sent["logprobs"] is True and sent["max_new_tokens"] == 9
+
+
+def test_serve_plain_answer_and_malformed_call(served):
+    fake = FakeHandle([
+        ChatTurn(text="<think>hmm</think>The answer is 12.", finish_reason="length", usage={"prompt_tokens": 3, "completion_tokens": 8}),
+        ChatTurn(text='<tool_call>\n{"name": calculator}\n</tool_call>', finish_reason="stop"),
+    ])
+    url = served(fake)
+    handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=url, max_retries=0))
+    first = handle.chat([{"role": "user", "content": "hi"}])
+    assert (first.text, first.tool_calls, first.finish_reason) == ("The answer is 12.", [], "length")
+    assert first.logprobs is None  # not asked for
+    second = handle.chat([{"role": "user", "content": "hi"}])
+    # A malformed call is evidence: the raw markup comes back as content, with no native call.
+    assert second.text == '<tool_call>\n{"name": calculator}\n</tool_call>' and second.tool_calls == []
+
+
+def _raw_request(url: str, method: str, path: str, data: bytes | None = None, headers: dict | None = None):
+    req = urllib.request.Request(url.rsplit("/v1", 1)[0] + path, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.parametrize(
+    "body, status, match",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"[1, 2]", 400, "JSON object"),
+        (b'{"model": "x"}', 400, "messages"),
+        (b'{"messages": []}', 400, "non-empty"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "stream": true}', 400, "Streaming"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "n": 2}', 400, "n=1"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', 400, "max_tokens"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}', 400, "tools"),
+        (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}', 400, "tool_choice"),
+        (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}',
+         400, "does not accept images"),
+    ],
+)
+def test_serve_rejects_bad_requests_without_calling_the_model(served, body, status, match):
+    fake = FakeHandle([ChatTurn(text="ok")])
+    url = served(fake)
+    code, payload = _raw_request(url, "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    assert code == status
+    assert payload["error"]["type"] == "invalid_request_error" and match in payload["error"]["message"]
+    assert fake.calls == []
+    # The server is still up after the bad request.
+    assert _raw_request(url, "GET", "/health") == (200, {"status": "ok"})
+
+
+def test_serve_routes_health_models_404_and_model_failure(served):
+    fake = FakeHandle([RuntimeError("CUDA exploded"), ChatTurn(text="recovered")])
+    url = served(fake)
+    assert _raw_request(url, "GET", "/health") == (200, {"status": "ok"})
+    code, models = _raw_request(url, "GET", "/v1/models")
+    assert code == 200 and models["data"][0]["id"] == QWEN
+    assert _raw_request(url, "GET", "/v1/nothing")[0] == 404
+    body = json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode()
+    code, payload = _raw_request(url, "POST", "/v1/chat/completions", body)
+    assert code == 500 and "CUDA exploded" in payload["error"]["message"]
+    code, payload = _raw_request(url, "POST", "/v1/chat/completions", body)
+    assert code == 200 and payload["choices"][0]["message"]["content"] == "recovered"
+    assert payload["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def test_serve_runs_one_generation_at_a_time(served):
+    fake = FakeHandle([ChatTurn(text="ok")], delay=0.15)
+    url = served(fake)
+    handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=url, max_retries=0))
+    threads = [threading.Thread(target=handle.chat, args=([{"role": "user", "content": str(i)}],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(fake.calls) == 4 and fake.max_active == 1
+
+
+def test_serve_main_rejects_unknown_spec():
+    from evalrx.serve import main
+
+    with pytest.raises(ValueError, match="Unknown model"):
+        main(["--spec", "no-such-model", "--port", "0"])
+
+
+# ----------------------------------------------------------------------------- a scriptable stub server
+
+
+def _completion(content, finish="stop") -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish,
+                     "logprobs": None}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+
+
+class _StubServer:
+    """A loopback HTTP server whose answers come from `respond(handler, body) -> (status, payload)`."""
+
+    def __init__(self, respond: Callable[[Any, dict], tuple]):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                status, payload = outer.respond(self, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                try:
+                    self.wfile.write(data)
+                except ConnectionError:  # the client timed out and left
+                    pass
+
+        self.respond = respond
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
