@@ -1,0 +1,121 @@
+"""Tiny random models and a real tokenizer for tests (no hub access, a few KB of weights each).
+
+Import from any test as ``from tiny_models import ...`` (``tests/conftest.py`` puts
+``tests/`` on ``sys.path``).
+
+* ``tiny_tokenizer()``: a byte-level BPE (vocab ~500) built once per process with
+  ``evalrx.demo.tokenizer.build_tokenizer``; it carries the Qwen2.5-style chat template.
+* ``make_tiny_model(arch, vocab_size, **overrides)``: a seeded, random-init,
+  eval-mode ``AutoModelForCausalLM`` for one of ``ARCHS``.
+* ``save_tiny_checkpoint(path, arch="qwen2")``: model + tokenizer saved as a
+  safetensors checkpoint directory, loadable with ``from_pretrained(path)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+ARCHS = ("qwen2", "llama", "mistral", "gemma", "gemma2", "phi3", "gpt2")
+
+TOKENIZER_VOCAB = 500
+SEED = 1234
+
+# Chat, tool-call and tool-response text, so common markup merges into few tokens.
+_CORPUS = [
+    "You are a helpful assistant.",
+    "What is 3*4? Use the calculator tool.",
+    'To call a tool, reply with <tool_call>\n{"name": <name>, "arguments": <args>}\n</tool_call>',
+    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "3*4"}}\n</tool_call>',
+    '<tool_call>\n{"name": "search", "arguments": {"query": "weather in Paris"}}\n</tool_call>',
+    "<tool_response>\n12\n</tool_response>",
+    "<tool_response>\nSunny, 21 degrees.\n</tool_response>",
+    "The answer is 12.",
+    "The weather in Paris is sunny.",
+    '{"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic '
+    'expression.", "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, '
+    '"required": ["expression"]}}}',
+    "Hello! How can I help you today?",
+    "I could not find that file. Please check the path and try again.",
+    "system user assistant tool",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def tiny_tokenizer() -> Any:
+    """Return the shared tiny tokenizer (built once; do not mutate it)."""
+    from evalrx.demo.tokenizer import build_tokenizer
+
+    return build_tokenizer(_CORPUS * 4, vocab_size=TOKENIZER_VOCAB)
+
+
+def _config_kwargs(arch: str, vocab_size: int) -> dict:
+    common = dict(vocab_size=vocab_size, max_position_embeddings=256)
+    if arch == "gpt2":
+        return dict(common, n_embd=32, n_layer=2, n_head=2, n_positions=256)
+    base = dict(
+        common,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
+    if arch == "gemma2":
+        # Softcapping and sliding windows stay on: discovery must cope with the real config.
+        base.update(query_pre_attn_scalar=16, sliding_window=64)
+    if arch == "phi3":
+        base.pop("head_dim")
+        base.update(num_key_value_heads=2)
+    if arch == "mistral":
+        base.update(sliding_window=None)
+    return base
+
+
+def make_tiny_model(arch: str = "qwen2", vocab_size: int | None = None, **overrides: Any) -> Any:
+    """Build a seeded random-init causal LM of `arch` in eval mode.
+
+    Args:
+        arch: one of `ARCHS`.
+        vocab_size: embedding rows; defaults to the tiny tokenizer's length.
+        **overrides: config fields to change (e.g. `num_hidden_layers=3`,
+            `attn_implementation="eager"`).
+
+    Returns:
+        An `AutoModelForCausalLM` in float32 on CPU.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if arch not in ARCHS:
+        raise ValueError(f"unknown tiny arch {arch!r}; choose from {ARCHS}")
+    if vocab_size is None:
+        vocab_size = len(tiny_tokenizer())
+    kwargs = _config_kwargs(arch, vocab_size)
+    tok = tiny_tokenizer()
+    if vocab_size >= len(tok):
+        # Generation needs the real eos/pad ids of the tokenizer the model is paired with.
+        kwargs.update(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    else:
+        kwargs.update(eos_token_id=vocab_size - 1, pad_token_id=0, bos_token_id=None)
+    attn = overrides.pop("attn_implementation", None)
+    kwargs.update(overrides)
+    config = AutoConfig.for_model(arch, **kwargs)
+    torch.manual_seed(SEED)
+    extra = {"attn_implementation": attn} if attn else {}
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **extra)
+    return model.eval()
+
+
+def save_tiny_checkpoint(path: "str | Path", arch: str = "qwen2", **overrides: Any) -> Path:
+    """Save a tiny model of `arch` and the tiny tokenizer to `path` (safetensors) and return it."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model = make_tiny_model(arch, **overrides)
+    model.generation_config.eos_token_id = tiny_tokenizer().eos_token_id
+    model.generation_config.pad_token_id = tiny_tokenizer().pad_token_id
+    model.save_pretrained(path, safe_serialization=True)
+    tiny_tokenizer().save_pretrained(path)
+    return path
