@@ -1,11 +1,595 @@
-"""PLACEHOLDER - being written (hf_local backend)."""
+"""The `hf_local` backend: a transformers model in this process, with full access to its internals.
+
+`HFLocalModel` is what `evalrx.load(..., backend="hf_local")` and `evalrx.wrap(model, tok)`
+return. It chats (greedy, deterministic by default, raw text with `<tool_call>` blocks
+left in) and runs teacher-forced forward passes that return logits, hidden states and,
+under eager attention, attention maps. torch and transformers are imported inside
+functions so registering the backend stays light.
+"""
+
 from __future__ import annotations
-from evalrx.core.capability import Capability
-from evalrx.models.backends import BackendInfo, register_backend
-def _provides(spec):
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.tool import ChatTurn
+from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
+from evalrx.specs import ModelSpec
+
+# Capabilities every live causal LM gives in process, whatever its attention kernel.
+_ALWAYS = frozenset({Capability.GENERATE, Capability.LOGPROBS, Capability.LOGITS, Capability.HIDDEN_STATES})
+
+_DTYPES = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_TRUTHY = {"1", "true", "yes", "on"}
+_ATTENTION_HINT = (
+    "Load it with want=['attention'] (evalrx.load(..., want=['attention']) or "
+    "evalrx.wrap(model, tokenizer, want=['attention'])) so it runs eager attention."
+)
+
+
+class CheckpointNotFoundError(FileNotFoundError):
+    """A checkpoint is neither a local directory nor a hub id available from the cache or a reachable hub."""
+
+
+@dataclass
+class ForwardOutput:
+    """One teacher-forced forward pass.
+
+    Attributes:
+        input_ids: ``[1, T]`` token ids that were run.
+        logits: ``[1, T, V]`` model logits.
+        hidden_states: ``L + 1`` tensors ``[1, T, H]``; ``[0]`` is the embedding output,
+            ``[i]`` the output of layer ``i - 1``, ``[-1]`` already after the final norm.
+            ``None`` when not requested.
+        attentions: ``L`` tensors ``[1, heads, T, T]`` when requested, else ``None``.
+    """
+
+    input_ids: Any
+    logits: Any
+    hidden_states: Optional[tuple] = None
+    attentions: Optional[tuple] = None
+
+
+def _truthy_env(*names: str) -> bool:
+    return any(os.environ.get(n, "").strip().lower() in _TRUTHY for n in names)
+
+
+def _hub_cache_dir() -> str:
+    """The hub cache directory, read from the environment now (not at import time)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.path.expanduser(os.environ[var])
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(os.path.expanduser(home), "hub")
+
+
+def _is_cached(repo_id: str, cache_dir: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        hit = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    except Exception:  # a malformed id or cache is simply "not cached"
+        return False
+    return isinstance(hit, str)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub endpoint accepts a TCP connection (avoids minutes of download retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _fix_hint(repo: str, is_path: bool = False) -> str:
+    if is_path:
+        return (
+            "Fix: pass checkpoint= an existing local directory holding config.json, the tokenizer and the "
+            "weights (evalrx.load(key, checkpoint='/path/to/model')), or a hub id already in the local cache."
+        )
+    return (
+        f"Fix: pass checkpoint= a local directory holding the weights (evalrx.load(key, checkpoint='/path/to/model')), "
+        f"or pre-download it where a hub is reachable (`hf download {repo}`) into the cache this machine uses (HF_HOME)."
+    )
+
+
+def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
+    """Decide where to load `repo` from, failing fast with one clear error.
+
+    Args:
+        repo: a local directory or a hub id (``org/name``).
+
+    Returns:
+        ``(name_or_path, from_pretrained_kwargs)``.
+
+    Raises:
+        CheckpointNotFoundError: the path does not exist, or the hub id is not cached and
+            no hub is reachable (offline mode or no connection).
+    """
+    if not repo:
+        raise CheckpointNotFoundError(
+            "This spec has no hf_repo to load. Pass checkpoint= a local model directory."
+        )
+    path = Path(repo).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise CheckpointNotFoundError(
+                f"Checkpoint directory {repo!r} has no config.json, so it is not a saved transformers model. "
+                + _fix_hint(repo, is_path=True)
+            )
+        return str(path), {}
+    if path.exists() or not _HUB_ID.match(repo) or repo.startswith((".", "~")):
+        raise CheckpointNotFoundError(
+            f"Checkpoint path {repo!r} does not exist or is not a directory. " + _fix_hint(repo, is_path=True)
+        )
+    cache_dir = _hub_cache_dir()
+    if _is_cached(repo, cache_dir):
+        return repo, {"cache_dir": cache_dir, "local_files_only": True}
+    if _truthy_env("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        raise CheckpointNotFoundError(
+            f"Model {repo!r} is neither a local directory nor in the Hugging Face cache ({cache_dir}), "
+            "and HF_HUB_OFFLINE is set, so no hub is reachable. " + _fix_hint(repo)
+        )
+    if not _hub_reachable():
+        raise CheckpointNotFoundError(
+            f"Model {repo!r} is neither a local directory nor in the Hugging Face cache ({cache_dir}), "
+            "and no hub is reachable from this machine. " + _fix_hint(repo)
+        )
+    return repo, {"cache_dir": cache_dir}
+
+
+def _resolve_device(runtime: RuntimeConfig) -> str:
+    if runtime.device:
+        return runtime.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _resolve_dtype(runtime: RuntimeConfig, device: str) -> Any:
+    import torch
+
+    name = (runtime.dtype or "").strip().lower()
+    if name == "auto":
+        return "auto"
+    if not name:
+        # fp32 on CPU (bf16 matmuls are slow there and the lens wants precision); the checkpoint's dtype on GPUs.
+        return torch.float32 if device == "cpu" else "auto"
+    if name not in _DTYPES:
+        raise ValueError(f"Unknown dtype {runtime.dtype!r}; use one of {sorted(set(_DTYPES))} or 'auto'.")
+    return getattr(torch, _DTYPES[name])
+
+
+def _attn_impl(model: Any) -> Optional[str]:
+    cfg = getattr(model, "config", None)
+    impl = getattr(cfg, "_attn_implementation", None)
+    text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    text_impl = getattr(text_cfg, "_attn_implementation", impl)
+    # A VLM is eager for our purpose only when its language tower is.
+    return impl if impl == text_impl else text_impl
+
+
+def _is_vision_model(model: Any) -> bool:
+    return getattr(getattr(model, "config", None), "vision_config", None) is not None
+
+
+def _has_image(messages: Iterable[dict]) -> bool:
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            if any(isinstance(b, dict) and b.get("type") in ("image", "image_url") for b in content):
+                return True
+    return False
+
+
+def _text_only(messages: list[dict]) -> list[dict]:
+    """Fold text content blocks into plain strings (text-model templates expect strings)."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            m = dict(m, content="".join(b.get("text", "") for b in content if isinstance(b, dict)))
+        out.append(m)
+    return out
+
+
+class HFLocalModel:
+    """A transformers causal LM and its tokenizer, with chat and white-box forward passes.
+
+    Build it with `evalrx.load(key, checkpoint=...)`, `HFLocalModel.from_spec(...)` or
+    `evalrx.wrap(model, tokenizer)` (`HFLocalModel.from_loaded`).
+
+    Attributes:
+        spec: the `ModelSpec` it was built from (synthesized by `from_loaded`).
+        model: the live transformers model.
+        tokenizer: its tokenizer (the processor's tokenizer for a VLM).
+        processor: the multimodal processor, or `None`.
+        runtime: decoding limits and placement.
+    """
+
+    backend = "hf_local"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        spec: ModelSpec,
+        runtime: Optional[RuntimeConfig] = None,
+        processor: Any = None,
+    ) -> None:
+        if tokenizer is None and processor is None:
+            raise ValueError("HFLocalModel needs a tokenizer (or a processor) next to the model.")
+        self.model = model
+        self.processor = processor
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", None)
+        self.spec = spec
+        self.runtime = runtime or RuntimeConfig()
+        self._parts: Any = None
+
+    # ----------------------------------------------------------------- building
+
+    @classmethod
+    def from_spec(
+        cls, spec: ModelSpec, runtime: Optional[RuntimeConfig] = None, want: Iterable[Capability] = ()
+    ) -> "HFLocalModel":
+        """Load `spec.hf_repo` from a local directory or the hub cache.
+
+        Raises:
+            CheckpointNotFoundError: the checkpoint cannot be found (one clear message).
+        """
+        import torch  # noqa: F401  (fail here, not deep inside transformers, when torch is missing)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        runtime = runtime or RuntimeConfig()
+        want = frozenset(Capability.parse(w) for w in want)
+        name, where = locate_checkpoint(spec.hf_repo)
+        device = _resolve_device(runtime)
+        kwargs: dict = dict(where, dtype=_resolve_dtype(runtime, device), trust_remote_code=runtime.trust_remote_code)
+        attn = "eager" if Capability.ATTENTION in want else runtime.attn_implementation
+        if attn:
+            kwargs["attn_implementation"] = attn
+        if device == "auto":
+            kwargs["device_map"] = "auto"
+        common = {k: v for k, v in where.items()}
+        common["trust_remote_code"] = runtime.trust_remote_code
+        try:
+            processor = None
+            if spec.vision:
+                from transformers import AutoModelForImageTextToText, AutoProcessor
+
+                processor = AutoProcessor.from_pretrained(name, **common)
+                tokenizer = getattr(processor, "tokenizer", None)
+                model = AutoModelForImageTextToText.from_pretrained(name, **kwargs)
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(name, **common)
+                model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        except OSError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointNotFoundError(
+                f"Could not load {spec.hf_repo!r}: {first} " + _fix_hint(spec.hf_repo, is_path=Path(name).is_dir())
+            ) from None
+        if device != "auto":
+            model = model.to(device)
+        model.eval()
+        return cls(model, tokenizer, spec, runtime, processor=processor)
+
+    @classmethod
+    def from_loaded(
+        cls,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        runtime: Optional[RuntimeConfig] = None,
+        want: Iterable[Capability] = (),
+    ) -> "HFLocalModel":
+        """Wrap an already-loaded model and its tokenizer or processor (`evalrx.wrap`).
+
+        The spec is synthesized from the model's config. Wanting ATTENTION switches a
+        non-eager model to eager attention in place.
+        """
+        want = frozenset(Capability.parse(w) for w in want)
+        cfg = getattr(model, "config", None)
+        name = (getattr(cfg, "name_or_path", "") or "").strip()
+        processor = None
+        if tokenizer is not None and hasattr(tokenizer, "image_processor"):
+            processor, tokenizer = tokenizer, getattr(tokenizer, "tokenizer", None)
+        if tokenizer is None and processor is None:
+            if not name:
+                raise ValueError("evalrx.wrap(model) needs the tokenizer: call evalrx.wrap(model, tokenizer).")
+            from transformers import AutoTokenizer
+
+            where_name, where = locate_checkpoint(name)
+            tokenizer = AutoTokenizer.from_pretrained(where_name, **where)
+        if Capability.ATTENTION in want and _attn_impl(model) != "eager":
+            if hasattr(model, "set_attn_implementation"):
+                model.set_attn_implementation("eager")
+            else:
+                cfg._attn_implementation = "eager"
+        spec = ModelSpec(
+            key=name or type(model).__name__,
+            family=getattr(cfg, "model_type", None) or "unknown",
+            hf_repo=name or None,
+            tool_call_style="hermes",
+            vision=_is_vision_model(model) and processor is not None,
+            notes="wrapped with evalrx.wrap",
+        )
+        return cls(model, tokenizer, spec, runtime or RuntimeConfig(), processor=processor)
+
+    # ------------------------------------------------------------- properties
+
+    @property
+    def capabilities(self) -> frozenset:
+        """What this live model provides (read from the model, not the spec)."""
+        caps = set(_ALWAYS)
+        template_owner = self.processor if self.processor is not None else self.tokenizer
+        if getattr(template_owner, "chat_template", None) or getattr(self.tokenizer, "chat_template", None):
+            caps.add(Capability.TOOL_CALLS)
+        if _attn_impl(self.model) == "eager":
+            caps.add(Capability.ATTENTION)
+        if self.processor is not None and _is_vision_model(self.model):
+            caps.add(Capability.VISION)
+        return frozenset(caps)
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    @property
+    def parts(self) -> Any:
+        """Discovered decoder layers, final norm and unembedding (`_discover.ModelParts`), cached."""
+        if self._parts is None:
+            from evalrx.models._discover import discover
+
+            self._parts = discover(self.model)
+        return self._parts
+
+    @property
+    def num_layers(self) -> int:
+        return self.parts.num_layers
+
+    # ---------------------------------------------------------------- text I/O
+
+    def _template_owner(self) -> Any:
+        return self.processor if self.processor is not None else self.tokenizer
+
+    def _prepare_messages(self, messages: list[dict], where: str) -> list[dict]:
+        if _has_image(messages):
+            if Capability.VISION not in self.capabilities:
+                raise CapabilityError(
+                    analyzer=f"{where} with image content",
+                    model=f"{self.spec.key} on hf_local",
+                    missing={Capability.VISION},
+                    hint="This spec has no VISION: use a vision-language spec or drop the image blocks.",
+                )
+            return list(messages)
+        return _text_only(messages) if self.processor is None else list(messages)
+
+    def render(self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False) -> str:
+        """The chat-template text for `messages` (and `tools`), exactly what `chat`/`forward` tokenize."""
+        msgs = self._prepare_messages(messages, "render")
+        return self._template_owner().apply_chat_template(
+            msgs, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+
+    def encode_messages(
+        self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False
+    ) -> dict:
+        """Model inputs (`input_ids`, `attention_mask`, pixel values for a VLM) for a conversation."""
+        msgs = self._prepare_messages(messages, "encode")
+        enc = self._template_owner().apply_chat_template(
+            msgs,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+        )
+        return {k: v.to(self.device) if hasattr(v, "to") else v for k, v in dict(enc).items()}
+
+    def tokenize(
+        self,
+        text: Optional[str] = None,
+        *,
+        messages: Optional[list[dict]] = None,
+        tools: Optional[list[dict]] = None,
+        add_generation_prompt: bool = False,
+        add_special_tokens: bool = True,
+    ) -> Any:
+        """Token ids ``[1, T]`` on the model's device for raw `text` or a templated conversation."""
+        if (text is None) == (messages is None):
+            raise ValueError("tokenize() takes exactly one of text= or messages=.")
+        if messages is not None:
+            return self.encode_messages(messages, tools, add_generation_prompt)["input_ids"]
+        enc = self.tokenizer(text, return_tensors="pt", add_special_tokens=add_special_tokens)
+        return enc["input_ids"].to(self.device)
+
+    def _eos_ids(self) -> list[int]:
+        ids: list[int] = []
+        for source in (getattr(self.model, "generation_config", None), self.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(v, int) and v not in ids:
+                    ids.append(v)
+        return ids
+
+    def chat(
+        self,
+        messages: list[dict],
+        tools: Optional[list[dict]] = None,
+        *,
+        max_new_tokens: Optional[int] = None,
+        logprobs: bool = False,
+        temperature: Optional[float] = None,
+    ) -> ChatTurn:
+        """Generate the next assistant turn.
+
+        Args:
+            messages: OpenAI-style chat messages (content may be text/image blocks).
+            tools: OpenAI tool schemas, rendered by the chat template.
+            max_new_tokens: generation limit (default `runtime.max_new_tokens`).
+            logprobs: also return each generated token's log-probability under the model (fp32).
+            temperature: > 0 samples; default `runtime.temperature` (0 = greedy, deterministic).
+
+        Returns:
+            A `ChatTurn` with the raw generated text (tool-call markup kept, control tokens
+            stripped), `tool_calls=[]`, finish_reason "stop"/"length", usage and optional logprobs.
+
+        Raises:
+            CapabilityError: image content sent to a model without VISION.
+        """
+        import torch
+
+        enc = self.encode_messages(messages, tools, add_generation_prompt=True)
+        prompt_len = int(enc["input_ids"].shape[1])
+        eos = self._eos_ids()
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+        temp = self.runtime.temperature if temperature is None else temperature
+        sampling = dict(do_sample=True, temperature=float(temp), top_k=None, top_p=None) if temp and temp > 0 else dict(
+            do_sample=False, temperature=None, top_k=None, top_p=None
+        )
+        with torch.no_grad():
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=int(max_new_tokens or self.runtime.max_new_tokens),
+                pad_token_id=pad,
+                eos_token_id=eos or None,
+                # Explicit so a checkpoint's generation_config (beams, repetition penalty) cannot
+                # make "greedy" differ from the argmax of the logits the analyzers read.
+                num_beams=1,
+                repetition_penalty=1.0,
+                no_repeat_ngram_size=0,
+                min_new_tokens=0,
+                return_dict_in_generate=True,
+                output_logits=bool(logprobs),
+                **sampling,
+            )
+        new_ids = out.sequences[0, prompt_len:].tolist()
+        finish = "stop" if new_ids and new_ids[-1] in eos else "length"
+        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+        lp = None
+        if logprobs:
+            lp = []
+            for tid, step_logits in zip(new_ids, out.logits):
+                value = torch.log_softmax(step_logits[0].float(), dim=-1)[tid].item()
+                lp.append({"token": self.tokenizer.decode([tid]), "token_id": int(tid), "logprob": float(value)})
+        return ChatTurn(
+            text=text,
+            tool_calls=[],
+            finish_reason=finish,
+            usage={"prompt_tokens": prompt_len, "completion_tokens": len(new_ids)},
+            logprobs=lp,
+        )
+
+    # --------------------------------------------------------------- white box
+
+    def forward(
+        self,
+        input_ids: Any = None,
+        *,
+        text: Optional[str] = None,
+        messages: Optional[list[dict]] = None,
+        tools: Optional[list[dict]] = None,
+        add_generation_prompt: bool = False,
+        output_hidden_states: bool = True,
+        output_attentions: bool = False,
+    ) -> ForwardOutput:
+        """One teacher-forced forward pass over ids, raw text or a templated conversation.
+
+        Args:
+            input_ids: a list of ids, a 1-D or ``[1, T]`` tensor.
+            text: raw text, tokenized with the tokenizer's own special tokens.
+            messages: a conversation, rendered with the chat template (with `tools`).
+            add_generation_prompt: append the assistant header after `messages`.
+            output_hidden_states: return the residual stream of every layer.
+            output_attentions: return attention maps (needs eager attention).
+
+        Raises:
+            CapabilityError: attentions requested from a model not running eager attention.
+            ValueError: not exactly one of input_ids / text / messages.
+        """
+        import torch
+
+        if sum(x is not None for x in (input_ids, text, messages)) != 1:
+            raise ValueError("forward() takes exactly one of input_ids, text= or messages=.")
+        if output_attentions and Capability.ATTENTION not in self.capabilities:
+            raise CapabilityError(
+                analyzer="forward(output_attentions=True)",
+                model=f"{self.spec.key} (attn_implementation={_attn_impl(self.model)!r})",
+                missing={Capability.ATTENTION},
+                hint=_ATTENTION_HINT,
+            )
+        extra: dict = {}
+        if messages is not None:
+            enc = self.encode_messages(messages, tools, add_generation_prompt)
+            ids = enc.pop("input_ids")
+            extra = {k: v for k, v in enc.items() if k != "attention_mask"}
+        elif text is not None:
+            ids = self.tokenize(text)
+        else:
+            ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.tensor(list(input_ids))
+            if ids.dim() == 1:
+                ids = ids.unsqueeze(0)
+            ids = ids.to(self.device)
+        with torch.no_grad():
+            out = self.model(
+                input_ids=ids,
+                output_hidden_states=output_hidden_states,
+                output_attentions=output_attentions,
+                use_cache=False,
+                **extra,
+            )
+        hidden = tuple(out.hidden_states) if output_hidden_states and out.hidden_states is not None else None
+        attn = tuple(out.attentions) if output_attentions and out.attentions else None
+        return ForwardOutput(input_ids=ids, logits=out.logits, hidden_states=hidden, attentions=attn)
+
+    def __repr__(self) -> str:
+        caps = ",".join(sorted(c.value for c in self.capabilities))
+        try:
+            where = f"{self.device}, {next(self.model.parameters()).dtype}".replace("torch.", "")
+        except StopIteration:  # a model without parameters is only possible in tests
+            where = "no parameters"
+        return (
+            f"HFLocalModel({self.spec.key!r}, family={self.spec.family!r}, {where}, "
+            f"attn={_attn_impl(self.model)!r}, capabilities=[{caps}])"
+        )
+
+
+def _provides(spec: ModelSpec) -> frozenset:
     if spec.api_only:
         return frozenset()
     return frozenset(Capability) if spec.vision else frozenset(Capability) - {Capability.VISION}
-def _build(spec, runtime, want):
-    raise NotImplementedError
-register_backend(BackendInfo("hf_local", "transformers in-process, full internals", _provides, _build))
+
+
+def _build(spec: ModelSpec, runtime: RuntimeConfig, want: frozenset) -> HFLocalModel:
+    return HFLocalModel.from_spec(spec, runtime, want)
+
+
+register_backend(
+    BackendInfo(
+        "hf_local",
+        "transformers in this process: generation plus logits, hidden states and attention",
+        _provides,
+        _build,
+        install_hint="pip install 'evalrx[local]'",
+    )
+)
+
+__all__ = ["CheckpointNotFoundError", "ForwardOutput", "HFLocalModel", "locate_checkpoint"]

@@ -1,0 +1,343 @@
+"""The hf_local backend on a tiny random Qwen2 checkpoint: load/wrap, capabilities, chat, forward, errors."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
+
+import evalrx  # noqa: E402
+from evalrx import Capability, CapabilityError  # noqa: E402
+from evalrx.core.model import Model  # noqa: E402
+from evalrx.models.backends import BACKENDS  # noqa: E402
+from evalrx.models.backends.hf_local import CheckpointNotFoundError, HFLocalModel  # noqa: E402
+from evalrx.specs import ModelSpec, get_spec  # noqa: E402
+
+KEY = "qwen2.5-0.5b-instruct"
+BASE_CAPS = {Capability.GENERATE, Capability.TOOL_CALLS, Capability.LOGPROBS, Capability.LOGITS, Capability.HIDDEN_STATES}
+MESSAGES = [{"role": "user", "content": "What is 3*4?"}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def handle(tiny_qwen_dir):
+    return evalrx.load(KEY, checkpoint=str(tiny_qwen_dir))
+
+
+@pytest.fixture(scope="module")
+def eager_handle(tiny_qwen_dir):
+    return evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), want=["attention"])
+
+
+def _assert_causal_attentions(attentions, n_layers, n_heads, seq_len):
+    assert len(attentions) == n_layers
+    for a in attentions:
+        assert a.shape == (1, n_heads, seq_len, seq_len)
+        assert torch.allclose(a.sum(-1), torch.ones(1, n_heads, seq_len), atol=1e-5)
+        assert torch.all(torch.triu(a[0], diagonal=1) == 0)
+
+
+# ------------------------------------------------------------------ load / wrap
+
+
+def test_load_by_key_from_local_checkpoint(handle, tiny_qwen_dir):
+    assert isinstance(handle, HFLocalModel) and isinstance(handle, Model)
+    assert handle.backend == "hf_local"
+    assert handle.capabilities == BASE_CAPS
+    assert handle.spec.key == KEY and handle.spec.hf_repo == str(tiny_qwen_dir)
+    assert handle.model.config._attn_implementation == "sdpa"
+    assert next(handle.model.parameters()).dtype == torch.float32
+    assert not handle.model.training
+    r = repr(handle)
+    assert KEY in r and "attn='sdpa'" in r and "tool_calls" in r and "attention" not in r
+
+
+def test_wrap_gives_the_same_capabilities_and_a_synthesized_spec():
+    model = make_tiny_model("qwen2")
+    wrapped = evalrx.wrap(model, tiny_tokenizer())
+    assert isinstance(wrapped, HFLocalModel)
+    assert wrapped.capabilities == BASE_CAPS
+    assert wrapped.spec.family == "qwen2"
+    assert wrapped.spec.key == "Qwen2ForCausalLM"  # built from a config: no name_or_path
+    assert wrapped.spec.tool_call_style == "hermes" and not wrapped.spec.vision
+
+
+def test_wrap_of_a_loaded_checkpoint_takes_the_key_from_name_or_path(tiny_qwen_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_qwen_dir))
+    wrapped = evalrx.wrap(model)  # tokenizer found next to the weights
+    assert wrapped.spec.key == str(tiny_qwen_dir)
+    assert wrapped.capabilities == BASE_CAPS
+
+
+def test_tokenizer_without_chat_template_has_no_tool_calls():
+    tok = copy.deepcopy(tiny_tokenizer())
+    tok.chat_template = None
+    wrapped = evalrx.wrap(make_tiny_model("llama"), tok)
+    assert Capability.TOOL_CALLS not in wrapped.capabilities
+    with pytest.raises(CapabilityError, match="tool_calls"):
+        evalrx.wrap(make_tiny_model("llama"), tok, want=["tool_calls"])
+
+
+def test_provides_answers_from_the_spec_alone():
+    provides = BACKENDS["hf_local"].provides
+    assert provides(get_spec(KEY)) == frozenset(Capability) - {Capability.VISION}
+    assert provides(get_spec("qwen2.5-vl-7b-instruct")) == frozenset(Capability)
+    assert provides(get_spec("gpt-4o-mini")) == frozenset()
+
+
+def test_wanting_vision_on_a_text_spec_fails_before_loading(tmp_path):
+    with pytest.raises(CapabilityError, match="vision"):
+        evalrx.load(KEY, checkpoint=str(tmp_path / "never-read"), want=["vision"])
+
+
+def test_dtype_from_runtime(tiny_qwen_dir):
+    h = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), dtype="bf16")
+    assert next(h.model.parameters()).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="Unknown dtype 'float8'"):
+        evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), dtype="float8")
+
+
+# ------------------------------------------------------------------ attention
+
+
+def test_attention_via_load(eager_handle):
+    assert Capability.ATTENTION in eager_handle.capabilities
+    assert eager_handle.model.config._attn_implementation == "eager"
+    out = eager_handle.forward(messages=MESSAGES, output_attentions=True)
+    cfg = eager_handle.model.config
+    _assert_causal_attentions(out.attentions, cfg.num_hidden_layers, cfg.num_attention_heads, out.input_ids.shape[1])
+
+
+def test_attention_via_wrap_switches_an_sdpa_model_to_eager():
+    model = make_tiny_model("qwen2")
+    assert model.config._attn_implementation == "sdpa"
+    wrapped = evalrx.wrap(model, tiny_tokenizer(), want=["attention"])
+    assert model.config._attn_implementation == "eager"
+    assert wrapped.capabilities == BASE_CAPS | {Capability.ATTENTION}
+    out = wrapped.forward(text="hello world", output_attentions=True)
+    _assert_causal_attentions(out.attentions, 2, 2, out.input_ids.shape[1])
+
+
+def test_attentions_from_a_non_eager_model_are_refused_with_a_hint(handle):
+    with pytest.raises(CapabilityError) as err:
+        handle.forward(text="hello", output_attentions=True)
+    assert err.value.missing == frozenset({Capability.ATTENTION})
+    assert "want=['attention']" in str(err.value) and "sdpa" in str(err.value)
+
+
+# ------------------------------------------------------------------ forward / render / tokenize
+
+
+def test_forward_shapes_and_input_forms_agree(handle):
+    cfg = handle.model.config
+    by_messages = handle.forward(messages=MESSAGES, tools=TOOLS)
+    ids = by_messages.input_ids
+    assert ids.shape[0] == 1
+    assert by_messages.logits.shape == (1, ids.shape[1], cfg.vocab_size)
+    assert len(by_messages.hidden_states) == cfg.num_hidden_layers + 1
+    assert all(h.shape == (1, ids.shape[1], cfg.hidden_size) for h in by_messages.hidden_states)
+    assert by_messages.attentions is None
+    by_ids = handle.forward(ids[0].tolist(), output_hidden_states=False)
+    assert by_ids.hidden_states is None
+    assert torch.allclose(by_ids.logits, by_messages.logits, atol=1e-5)
+    with pytest.raises(ValueError, match="exactly one"):
+        handle.forward()
+    with pytest.raises(ValueError, match="exactly one"):
+        handle.forward(ids, text="x")
+
+
+def test_render_and_tokenize_match_the_chat_template(handle):
+    text = handle.render(MESSAGES, tools=TOOLS, add_generation_prompt=True)
+    assert text.endswith("<|im_start|>assistant\n") and '"name": "calculator"' in text
+    ids = handle.tokenize(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True)
+    direct = tiny_tokenizer()(text, add_special_tokens=False)["input_ids"]
+    assert ids[0].tolist() == direct
+    assert handle.tokenize("hello")[0].tolist() == tiny_tokenizer()("hello")["input_ids"]
+
+
+# ------------------------------------------------------------------ chat
+
+
+def test_chat_is_deterministic_and_counts_tokens(handle):
+    first = handle.chat(MESSAGES, tools=TOOLS, max_new_tokens=7, logprobs=True)
+    second = handle.chat(MESSAGES, tools=TOOLS, max_new_tokens=7, logprobs=True)
+    assert first.text == second.text and first.logprobs == second.logprobs
+    prompt = handle.tokenize(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True)
+    assert first.usage == {"prompt_tokens": prompt.shape[1], "completion_tokens": 7}
+    assert first.finish_reason == "length" and first.tool_calls == []
+    assert len(first.logprobs) == first.usage["completion_tokens"]
+    ids = [lp["token_id"] for lp in first.logprobs]
+    assert first.text == tiny_tokenizer().decode(ids, skip_special_tokens=True)
+    assert all(lp["token"] == tiny_tokenizer().decode([lp["token_id"]]) for lp in first.logprobs)
+
+
+def test_chat_logprobs_match_a_teacher_forced_forward(handle):
+    turn = handle.chat(MESSAGES, max_new_tokens=6, logprobs=True)
+    prompt = handle.tokenize(messages=MESSAGES, add_generation_prompt=True)[0].tolist()
+    gen = [lp["token_id"] for lp in turn.logprobs]
+    logits = handle.forward(prompt + gen, output_hidden_states=False).logits[0]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    for i, lp in enumerate(turn.logprobs):
+        pos = len(prompt) + i - 1
+        assert lp["logprob"] == pytest.approx(logp[pos, lp["token_id"]].item(), abs=1e-4)
+        assert lp["token_id"] == int(logits[pos].argmax())  # greedy
+
+
+def test_checkpoint_generation_config_does_not_change_greedy_decoding():
+    model = make_tiny_model("qwen2")
+    gc = model.generation_config
+    gc.do_sample, gc.temperature, gc.top_k, gc.num_beams, gc.repetition_penalty = True, 0.7, 5, 3, 50.0
+    wrapped = evalrx.wrap(model, tiny_tokenizer())
+    turn = wrapped.chat(MESSAGES, max_new_tokens=10, logprobs=True)
+    prompt = wrapped.tokenize(messages=MESSAGES, add_generation_prompt=True)[0].tolist()
+    gen = [lp["token_id"] for lp in turn.logprobs]
+    logits = wrapped.forward(prompt + gen, output_hidden_states=False).logits[0]
+    assert gen == logits[len(prompt) - 1 : -1].argmax(-1).tolist()
+
+
+def test_chat_stops_on_eos_and_strips_it():
+    model = make_tiny_model("qwen2")
+    tok = tiny_tokenizer()
+    # A head that always predicts eos: the model must stop after one token.
+    head = torch.nn.Linear(model.config.hidden_size, model.config.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(-10.0)
+        head.bias[tok.eos_token_id] = 10.0
+    model.lm_head = head
+    turn = evalrx.wrap(model, tok).chat(MESSAGES, max_new_tokens=5, logprobs=True)
+    assert turn.finish_reason == "stop"
+    assert turn.text == ""
+    assert turn.usage["completion_tokens"] == 1
+    assert turn.logprobs[0]["token_id"] == tok.eos_token_id
+    assert turn.logprobs[0]["logprob"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_text_blocks_are_folded_and_images_need_vision(handle):
+    blocks = [{"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "text", "text": "3*4?"}]}]
+    assert handle.render(blocks) == handle.render(MESSAGES)
+    with_image = [{"role": "user", "content": [{"type": "image", "image": "x.png"}, {"type": "text", "text": "hi"}]}]
+    with pytest.raises(CapabilityError) as err:
+        handle.chat(with_image)
+    assert err.value.missing == frozenset({Capability.VISION})
+    assert "no VISION" in str(err.value)
+
+
+def test_tool_round_trip_messages_render(handle):
+    convo = MESSAGES + [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "12"},
+    ]
+    text = handle.render(convo, tools=TOOLS, add_generation_prompt=True)
+    assert '<tool_call>\n{"name": "calculator", "arguments": {"expression": "3*4"}}\n</tool_call>' in text
+    assert "<tool_response>\n12\n</tool_response>" in text
+    assert handle.chat(convo, tools=TOOLS, max_new_tokens=3).usage["prompt_tokens"] == handle.tokenize(
+        messages=convo, tools=TOOLS, add_generation_prompt=True
+    ).shape[1]
+
+
+# ------------------------------------------------------------------ errors and offline use
+
+
+def _assert_clear(err: BaseException, *needles: str) -> None:
+    msg = str(err)
+    assert isinstance(err, CheckpointNotFoundError) and isinstance(err, FileNotFoundError)
+    assert type(err).__module__.startswith("evalrx.")
+    assert "\n" not in msg and len(msg) < 600
+    assert err.__cause__ is None and err.__suppress_context__ in (True, False)
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+
+
+def test_missing_local_path_is_one_clear_error(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    with pytest.raises(FileNotFoundError) as err:
+        evalrx.load(KEY, checkpoint=missing)
+    _assert_clear(err.value, missing, "does not exist", "checkpoint=")
+    assert err.value.__context__ is None  # raised directly, not from inside transformers
+
+
+def test_uncached_hub_id_offline_is_one_clear_error_without_retries(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError) as err:
+        evalrx.load(KEY)
+    assert time.perf_counter() - start < 5
+    _assert_clear(err.value, "Qwen/Qwen2.5-0.5B-Instruct", "no hub is reachable", "HF_HUB_OFFLINE", "checkpoint=", "pre-download")
+
+
+def test_directory_without_weights_is_one_clear_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError) as err:
+        evalrx.load(KEY, checkpoint=str(tmp_path / "empty"))
+    _assert_clear(err.value, "no config.json", str(tmp_path / "empty"))
+
+
+def test_directory_without_weights_names_the_missing_file(tiny_qwen_dir, tmp_path):
+    broken = tmp_path / "no-weights"
+    shutil.copytree(tiny_qwen_dir, broken)
+    (broken / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        evalrx.load(KEY, checkpoint=str(broken))
+    _assert_clear(err.value, "Could not load", "model.safetensors", "checkpoint=")
+    assert err.value.__suppress_context__  # re-raised `from None`: no transformers traceback chained
+
+
+def test_offline_load_of_a_local_dir(tiny_qwen_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    h = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir))
+    assert h.chat(MESSAGES, max_new_tokens=2).usage["completion_tokens"] == 2
+
+
+def test_offline_load_of_a_hub_id_from_the_cache(tiny_qwen_dir, tmp_path, monkeypatch):
+    # The hub cache layout: models--org--name/{refs/main, snapshots/<commit>/...}.
+    repo_dir = tmp_path / "hub" / "models--acme--tiny-qwen"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(tiny_qwen_dir, repo_dir / "snapshots" / commit)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    h = evalrx.load(KEY, checkpoint="acme/tiny-qwen")
+    assert h.capabilities == BASE_CAPS
+    assert h.spec.hf_repo == "acme/tiny-qwen"
+
+
+def test_spec_without_repo_is_a_clear_error():
+    spec = ModelSpec("local-only", "qwen2")
+    with pytest.raises(FileNotFoundError, match="no hf_repo"):
+        evalrx.compose(spec, "hf_local")
+
+
+def test_import_evalrx_does_not_import_torch():
+    code = (
+        "import sys, evalrx, evalrx.models.backends.hf_local; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
