@@ -1,1 +1,109 @@
-"""(being written)"""
+"""The evalrx store: runs, jobs, cases, trajectories, steps, analyses, labels and tags.
+
+SQLite by default (`db/evalrx.sqlite`), PostgreSQL for scale-out; the URL comes from
+`EVALRX_DATABASE_URL`. Every function takes an optional `store=` (a `Store`, a URL, or
+None for the default store) and returns plain dataclasses, never live ORM objects.
+
+    evalrx.store.upgrade()                      # `evalrx db upgrade`
+    page = evalrx.store.list_trajectories(run_id=3, outcome="fail", text="timeout")
+    detail = evalrx.store.get_trajectory(page.rows[0].id)
+    evalrx.store.set_label(detail.row.id, "fail", failure_mode="wrong_tool", annotator="ana")
+"""
+
+from evalrx.store.engine import (
+    ENV_URL,
+    SchemaError,
+    Store,
+    connect,
+    default_url,
+    forget,
+    make_engine,
+    resolve,
+    upgrade,
+)
+from evalrx.store.io import ImportFormatError, ImportResult, export_run, import_file, iter_export_rows, read_file
+from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
+from evalrx.store.labels import (
+    add_tag,
+    all_tags,
+    current_labels,
+    failure_modes,
+    label_history,
+    remove_tag,
+    set_label,
+    tags_of,
+)
+from evalrx.store.queries import (
+    SORTS,
+    compare_runs,
+    count_trajectories,
+    find_trajectory,
+    get_run,
+    get_trajectory,
+    list_runs,
+    list_trajectories,
+    run_stats,
+)
+from evalrx.store.records import (
+    JobInfo,
+    LabelInfo,
+    Page,
+    RunInfo,
+    RunStats,
+    TrajectoryDetail,
+    TrajectoryRow,
+)
+from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
+from evalrx.store.schema import SCHEMA_VERSION
+
+__all__ = [
+    "ENV_URL",
+    "ImportFormatError",
+    "ImportResult",
+    "JobInfo",
+    "LabelInfo",
+    "LeaseLost",
+    "Page",
+    "RunInfo",
+    "RunStats",
+    "SCHEMA_VERSION",
+    "SORTS",
+    "SchemaError",
+    "Store",
+    "TrajectoryDetail",
+    "TrajectoryRow",
+    "add_tag",
+    "alive_workers",
+    "all_tags",
+    "compare_runs",
+    "connect",
+    "count_trajectories",
+    "current_labels",
+    "default_url",
+    "delete_run",
+    "export_run",
+    "failure_modes",
+    "find_trajectory",
+    "forget",
+    "get_blob",
+    "get_job",
+    "get_run",
+    "get_trajectory",
+    "import_file",
+    "iter_export_rows",
+    "jobs_of_run",
+    "label_history",
+    "list_runs",
+    "list_trajectories",
+    "load_analyses",
+    "make_engine",
+    "read_file",
+    "remove_tag",
+    "rename_run",
+    "request_cancel",
+    "resolve",
+    "run_stats",
+    "set_label",
+    "tags_of",
+    "upgrade",
+]

@@ -1,0 +1,50 @@
+"""Alembic environment for the evalrx store (run through `evalrx db upgrade`)."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from evalrx.store.engine import make_engine
+from evalrx.store.schema import metadata
+
+config = context.config
+
+
+def _run(connection) -> None:
+    # Batch mode: SQLite cannot ALTER most things, Alembic copies the table instead.
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=True,
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url"),
+        target_metadata=metadata,
+        literal_binds=True,
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = make_engine(config.get_main_option("sqlalchemy.url"))
+    with engine.execution_options(evalrx_write=True).begin() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,271 @@
+"""Conversions between evalrx's core types and table rows, and the array/blob codecs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+
+# Span keys that mark a step for the pages' badges (loop policies, errors).
+FLAG_KEYS = ("repeat_blocked", "tool_error", "parse_error", "forced_final", "ignored_calls")
+SEARCH_TEXT_LIMIT = 32_000  # characters of lower-cased text kept per trajectory for search
+
+
+def clean(value: Any) -> Any:
+    """Replace NUL characters, which PostgreSQL text and JSONB reject, in strings at any depth."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def jsonable(value: Any) -> Any:
+    """Make a value storable as JSON (unknown objects become their str), NULs replaced."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        value = json.loads(json.dumps(value, default=str))
+    return clean(value)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- blobs and images
+
+def sniff_mime(data: bytes) -> str:
+    """Guess an image's MIME type from its first bytes."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+def image_bytes(image: Any) -> Optional[bytes]:
+    """Bytes of a case or tool image given as bytes, a path, or a PIL image (saved as PNG)."""
+    if image is None:
+        return None
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return bytes(image)
+    if isinstance(image, (str, Path)):
+        return Path(image).read_bytes()
+    if hasattr(image, "save"):  # a PIL image
+        import io
+
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        return buf.getvalue()
+    raise TypeError(f"cannot store an image of type {type(image).__name__}")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------- cases
+
+def case_fields(case: FailureCase, image_sha: Optional[str]) -> dict:
+    """The `cases` row for a FailureCase, with the digest that deduplicates identical content."""
+    fields = {
+        "case_key": case.id,
+        "prompt": clean(case.inputs.prompt or ""),
+        "expected": jsonable(case.expected),
+        "grader": jsonable(case.grader),
+        "meta": jsonable(case.meta or {}),
+        "image_sha256": image_sha,
+    }
+    fields["digest"] = hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
+    return fields
+
+
+def case_from_row(row: Any, image: Any = None) -> FailureCase:
+    """Rebuild the FailureCase a `cases` row stores (`image` as bytes or PIL, when it has one)."""
+    return FailureCase(
+        inputs=Inputs(prompt=row.prompt, image=image),
+        id=row.case_key,
+        expected=row.expected,
+        grader=row.grader,
+        meta=dict(row.meta or {}),
+    )
+
+
+def case_dict(row: Any) -> dict:
+    return {
+        "id": row.case_key,
+        "prompt": row.prompt,
+        "expected": row.expected,
+        "grader": row.grader,
+        "meta": row.meta or {},
+        "image_sha256": row.image_sha256,
+    }
+
+
+# ---------------------------------------------------------------- trajectories and steps
+
+def _num(value: Any, kind: type = float) -> Any:
+    try:
+        return kind(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def step_fields(step: Step) -> dict:
+    """The `steps` row for a core Step (full span kept for exact export)."""
+    span = jsonable(step.span or {})
+    calls = jsonable(list(step.tool_calls or []))
+    role = step.role.value if isinstance(step.role, StepRole) else str(step.role)
+    if role == StepRole.TOOL.value:
+        tool_name = step.content or None
+    else:
+        tool_name = calls[0].get("name") if calls and isinstance(calls[0], dict) else None
+    flags = [k for k in FLAG_KEYS if span.get(k)]
+    if step.parse_error and "parse_error" not in flags:
+        flags.append("parse_error")
+    return {
+        "idx": int(step.idx),
+        "role": role,
+        "content": clean(step.content or ""),
+        "tool_calls": calls,
+        "tool_name": (tool_name or None) and str(tool_name)[:100],
+        "observation": jsonable(step.observation),
+        "parse_error": clean(step.parse_error),
+        "latency_ms": _num(span.get("latency_ms")),
+        "prompt_tokens": _num(span.get("prompt_tokens"), int),
+        "completion_tokens": _num(span.get("completion_tokens"), int),
+        "flags": ",".join(flags)[:200] or None,
+        "span": span,
+    }
+
+
+def step_from_row(row: Any) -> Step:
+    return Step(
+        idx=row.idx,
+        role=StepRole(row.role),
+        content=row.content or "",
+        tool_calls=list(row.tool_calls or []),
+        observation=row.observation,
+        parse_error=row.parse_error,
+        span=dict(row.span or {}),
+    )
+
+
+def tools_used(steps: Iterable[Step]) -> list[str]:
+    """Names of the tools the model called, in first-call order."""
+    seen: dict = {}
+    for s in steps:
+        for call in s.tool_calls or []:
+            name = call.get("name") if isinstance(call, dict) else None
+            if name:
+                seen.setdefault(str(name)[:100], None)
+    return list(seen)
+
+
+def _observation_text(obs: Any) -> str:
+    if obs is None:
+        return ""
+    if isinstance(obs, str):
+        return obs
+    if isinstance(obs, dict) and isinstance(obs.get("text"), str):
+        return obs["text"]
+    return canonical_json(obs)
+
+
+def search_text(traj: Trajectory) -> str:
+    """Lower-cased text a trajectory is found by: goal, answer, model turns, calls, observations."""
+    parts = [traj.goal or "", traj.final_answer or ""]
+    for s in traj.steps:
+        if s.role is not StepRole.USER:
+            parts.append(s.content or "")
+        for call in s.tool_calls or []:
+            parts.append(canonical_json(call))
+        parts.append(_observation_text(s.observation))
+        if s.parse_error:
+            parts.append(s.parse_error)
+    return clean("\n".join(p for p in parts if p).lower()[:SEARCH_TEXT_LIMIT])
+
+
+def trajectory_fields(traj: Trajectory) -> dict:
+    """The denormalised `trajectories` columns for a core Trajectory (ids not included)."""
+    m = traj.metrics or {}
+    steps = traj.steps or []
+    actor = [s for s in steps if s.role is StepRole.ACTOR]
+    tool = [s for s in steps if s.role is StepRole.TOOL]
+
+    def metric(key: str, fallback: Any, kind: type) -> Any:
+        v = _num(m.get(key), kind)
+        return fallback if v is None else v
+
+    outcome = traj.outcome.value if isinstance(traj.outcome, Label) else str(traj.outcome or "unknown")
+    return {
+        "sample_id": str(traj.sample_id)[:300],
+        "goal": clean(traj.goal or ""),
+        "final_answer": clean(traj.final_answer),
+        "ground_truth": jsonable(traj.ground_truth),
+        "outcome": outcome,
+        "terminated": str(m.get("terminated") or "")[:32],
+        "metrics": jsonable(m),
+        "error": clean(m.get("error")) if m.get("error") is not None else None,
+        "n_steps": len(steps),
+        "n_turns": metric("n_turns", len(actor), int),
+        "n_tool_calls": metric("n_tool_calls", sum(len(s.tool_calls or []) for s in actor), int),
+        "n_parse_errors": metric("n_parse_errors", sum(1 for s in actor if s.parse_error), int),
+        "latency_ms": metric(
+            "total_latency_ms", sum(_num(s.span.get("latency_ms")) or 0.0 for s in actor), float
+        ),
+        "tool_latency_ms": metric(
+            "total_tool_latency_ms", sum(_num(s.span.get("latency_ms")) or 0.0 for s in tool), float
+        ),
+        "prompt_tokens": metric(
+            "total_prompt_tokens", sum(_num(s.span.get("prompt_tokens"), int) or 0 for s in actor), int
+        ),
+        "completion_tokens": metric(
+            "total_completion_tokens",
+            sum(_num(s.span.get("completion_tokens"), int) or 0 for s in actor),
+            int,
+        ),
+        "search_text": search_text(traj),
+    }
+
+
+def trajectory_from_rows(row: Any, steps: Iterable[Any]) -> Trajectory:
+    """Rebuild the core Trajectory from its row and step rows."""
+    return Trajectory(
+        sample_id=row.sample_id,
+        goal=row.goal or "",
+        steps=[step_from_row(s) for s in steps],
+        final_answer=row.final_answer,
+        ground_truth=row.ground_truth,
+        outcome=Label(row.outcome) if row.outcome in Label._value2member_map_ else Label.UNKNOWN,
+        metrics=dict(row.metrics or {}),
+    )
+
+
+# ---------------------------------------------------------------- arrays
+
+def encode_array(array: Any) -> tuple[str, list, bytes]:
+    """A numpy array as (dtype string, shape, little-endian C-order bytes)."""
+    import numpy as np
+
+    a = np.asarray(array)
+    if a.dtype == object:
+        raise TypeError("object arrays cannot be stored; convert to a numeric dtype")
+    a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False))
+    return a.dtype.str, list(a.shape), a.tobytes()
+
+
+def decode_array(dtype: str, shape: list, data: bytes) -> Any:
+    import numpy as np
+
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()

@@ -1,0 +1,225 @@
+"""Engines, sessions and the schema-version check.
+
+SQLite (DESIGN.md §4): Python 3.11's sqlite3 runs in legacy transaction mode, so the
+driver's own BEGIN is switched off (`isolation_level = None`) and SQLAlchemy's `begin`
+event emits ours: `BEGIN IMMEDIATE` for sessions opened with `Store.write()` (the write
+lock is taken up front, so read-then-write transactions never die with "database is
+locked"), a plain deferred `BEGIN` for readers. WAL lets readers run beside one writer.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from evalrx.store.schema import SCHEMA_VERSION
+
+ENV_URL = "EVALRX_DATABASE_URL"
+# Seconds a writer waits for SQLite's write lock before giving up.
+SQLITE_BUSY_TIMEOUT_S = 60.0
+
+_REPO = Path(__file__).resolve().parents[2]
+DB_DIR = _REPO / "db"  # Alembic scripts (env.py, versions/) and the default SQLite file
+
+
+class SchemaError(RuntimeError):
+    """The store's schema is missing, older or newer than this code expects."""
+
+
+def default_url() -> str:
+    """The store URL: `$EVALRX_DATABASE_URL`, else a SQLite file `db/evalrx.sqlite` in the checkout."""
+    env = os.environ.get(ENV_URL)
+    if env:
+        return env
+    folder = DB_DIR if DB_DIR.is_dir() else Path.home() / ".local" / "share" / "evalrx"
+    return f"sqlite:///{folder / 'evalrx.sqlite'}"
+
+
+def _normalise(url: str) -> str:
+    """Accept `postgresql://` and `postgres://` for the psycopg 3 driver we ship."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
+    return url
+
+
+def make_engine(url: str, **kw: Any) -> Engine:
+    """Create an engine configured for the store (SQLite pragmas and BEGIN handling included).
+
+    Args:
+        url: a SQLAlchemy URL (`sqlite:///path`, `postgresql://user@host:port/db`).
+        **kw: extra `create_engine` arguments.
+    """
+    url = _normalise(url)
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        kw.setdefault("pool_pre_ping", True)
+        return create_engine(url, **kw)
+
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    connect_args = dict(kw.pop("connect_args", {}))
+    connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+    connect_args.setdefault("check_same_thread", False)
+    engine = create_engine(url, connect_args=connect_args, **kw)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (see module doc)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        write = conn.get_execution_options().get("evalrx_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+class Store:
+    """A store at one URL: its engine plus read and write session factories.
+
+    Use `connect()` rather than building one: stores are cached per URL.
+    """
+
+    def __init__(self, url: str, engine: Optional[Engine] = None) -> None:
+        self.url = _normalise(url)
+        self.engine = engine or make_engine(self.url)
+        self.dialect = self.engine.dialect.name
+        self._read = sessionmaker(bind=self.engine, expire_on_commit=False)
+        self._write = sessionmaker(
+            bind=self.engine.execution_options(evalrx_write=True), expire_on_commit=False
+        )
+
+    @property
+    def display_url(self) -> str:
+        """The URL with any password masked (safe for messages and logs)."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session in a read transaction (one consistent snapshot); rolled back at the end."""
+        with self._read() as session:
+            with session.begin():
+                yield session
+                session.rollback()
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A session in a write transaction (`BEGIN IMMEDIATE` on SQLite); committed on success."""
+        with self._write() as session:
+            with session.begin():
+                yield session
+
+    def schema_revision(self) -> Optional[str]:
+        """The Alembic revision the database is at, or None for an empty database."""
+        with self.engine.connect() as conn:
+            if not inspect(conn).has_table("alembic_version"):
+                return None
+            rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+            conn.rollback()
+        return rows[0] if rows else None
+
+    def check_schema(self) -> None:
+        """Raise `SchemaError` unless the database is at this code's schema version."""
+        rev = self.schema_revision()
+        if rev == SCHEMA_VERSION:
+            return
+        if rev is None:
+            raise SchemaError(
+                f"The store at {self.display_url} has no evalrx schema yet. "
+                f"Run `evalrx db upgrade` first."
+            )
+        if rev < SCHEMA_VERSION:
+            raise SchemaError(
+                f"The store at {self.display_url} is at schema {rev}, older than this evalrx "
+                f"({SCHEMA_VERSION}). Run `evalrx db upgrade` first."
+            )
+        raise SchemaError(
+            f"The store at {self.display_url} is at schema {rev}, newer than this evalrx "
+            f"({SCHEMA_VERSION}). Upgrade evalrx."
+        )
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"Store({self.display_url!r})"
+
+
+_STORES: dict[str, Store] = {}
+_LOCK = threading.Lock()
+
+
+def connect(url: Optional[str] = None, *, check: bool = True) -> Store:
+    """Return the (cached) store at `url`, by default `default_url()`.
+
+    Args:
+        url: a SQLAlchemy URL; None reads `$EVALRX_DATABASE_URL` or uses the default file.
+        check: verify the schema is current (raises `SchemaError` naming `evalrx db upgrade`).
+    """
+    key = _normalise(url or default_url())
+    with _LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = _STORES[key] = Store(key)
+    if check:
+        store.check_schema()
+    return store
+
+
+def forget(url: Optional[str] = None) -> None:
+    """Drop cached stores (all when `url` is None), disposing their connections."""
+    with _LOCK:
+        keys = list(_STORES) if url is None else [_normalise(url)]
+        for k in keys:
+            store = _STORES.pop(k, None)
+            if store is not None:
+                store.dispose()
+
+
+def resolve(store: "Store | str | None") -> Store:
+    """Accept a Store, a URL or None (the default store) wherever functions take `store=`."""
+    if isinstance(store, Store):
+        return store
+    return connect(store)
+
+
+def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
+    """Bring the store's schema up to `revision` with Alembic (`evalrx db upgrade`).
+
+    Safe to run concurrently and repeatedly: the migration runs in a write transaction.
+
+    Args:
+        url: the store URL; None for the default.
+        revision: an Alembic revision (default "head").
+
+    Returns:
+        The revision the store is at afterwards.
+    """
+    from alembic import command
+    from alembic.config import Config
+
+    target = _normalise(url or default_url())
+    store = connect(target, check=False)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(DB_DIR))
+    cfg.set_main_option("sqlalchemy.url", target.replace("%", "%%"))
+    # One write transaction (BEGIN IMMEDIATE on SQLite) around the whole migration.
+    with store.engine.execution_options(evalrx_write=True).begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+    return store.schema_revision() or ""

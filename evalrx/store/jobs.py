@@ -1,0 +1,270 @@
+"""The job queue on the store: claim, heartbeat, progress, cancel, requeue of dead workers.
+
+Claims are atomic: on SQLite the claiming transaction holds the write lock from its
+`BEGIN IMMEDIATE`; on PostgreSQL `SELECT ... FOR UPDATE SKIP LOCKED` lets many workers
+claim different jobs at once without waiting on each other.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Optional, Sequence
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+from evalrx.store.records import JobInfo
+
+DEFAULT_MAX_ATTEMPTS = 10
+
+
+class LeaseLost(RuntimeError):
+    """This worker no longer owns the job (it was requeued and maybe claimed by another)."""
+
+
+def host_key() -> str:
+    """This machine and PID namespace: a worker with the same key and a dead pid is dead."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = ""
+    return f"{socket.gethostname()}|{ns}"[:200]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _info(job: t.Job) -> JobInfo:
+    return JobInfo(
+        id=job.id,
+        run_id=job.run_id,
+        status=job.status,
+        worker_id=job.worker_id,
+        attempts=job.attempts,
+        progress_done=job.progress_done,
+        progress_total=job.progress_total,
+        cancel_requested=job.cancel_requested,
+        heartbeat_at=job.heartbeat_at,
+        error=job.error,
+    )
+
+
+def enqueue_job(session: Session, run_id: int) -> int:
+    """Queue a job for a run (inside the caller's transaction); return the job id."""
+    run = session.get(t.Run, run_id)
+    job = t.Job(run_id=run_id, status="queued", progress_total=run.n_cases if run else 0)
+    session.add(job)
+    session.flush()
+    return job.id
+
+
+def register_worker(store: Store, worker_id: str, *, pid: Optional[int] = None) -> None:
+    """Record a worker process (its heartbeat tells the UI a worker is alive)."""
+    now = t.utcnow()
+    with store.write() as s:
+        row = s.get(t.Worker, worker_id)
+        if row is None:
+            s.add(t.Worker(id=worker_id, hostname=host_key(), pid=pid or os.getpid(), status="idle",
+                           started_at=now, heartbeat_at=now))
+        else:
+            row.status, row.heartbeat_at, row.pid, row.hostname = "idle", now, pid or os.getpid(), host_key()
+
+
+def stop_worker(store: Store, worker_id: str) -> None:
+    with store.write() as s:
+        s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(status="stopped", job_id=None))
+
+
+def alive_workers(*, within_s: float = 30.0, store: "Store | str | None" = None) -> list[dict]:
+    """Workers that heartbeated in the last `within_s` seconds and have not stopped."""
+    since = t.utcnow() - timedelta(seconds=within_s)
+    with resolve(store).read() as s:
+        rows = s.execute(
+            select(t.Worker).where(t.Worker.heartbeat_at >= since, t.Worker.status != "stopped")
+        ).scalars()
+        return [
+            {"id": w.id, "pid": w.pid, "host": w.hostname, "status": w.status, "job_id": w.job_id,
+             "heartbeat_at": w.heartbeat_at}
+            for w in rows
+        ]
+
+
+def claim_next(
+    store: Store, worker_id: str, *, backends: Optional[Sequence[str]] = None
+) -> Optional[JobInfo]:
+    """Atomically take the oldest queued job (optionally only for some backends).
+
+    Returns:
+        The claimed job, now `running` and owned by `worker_id`, or None when the queue is empty.
+    """
+    now = t.utcnow()
+    with store.write() as s:
+        while True:
+            q = select(t.Job).where(t.Job.status == "queued").order_by(t.Job.id).limit(1)
+            if backends:
+                q = q.join(t.Run, t.Run.id == t.Job.run_id).where(t.Run.backend.in_(list(backends)))
+            job = s.execute(q.with_for_update(skip_locked=True, of=t.Job)).scalar_one_or_none()
+            if job is None:
+                return None
+            run = s.get(t.Run, job.run_id)
+            if job.cancel_requested:
+                job.status, job.finished_at = "cancelled", now
+                run.status, run.finished_at = "cancelled", now
+                continue
+            done = s.execute(
+                select(func.count()).select_from(t.Trajectory).where(t.Trajectory.run_id == job.run_id)
+            ).scalar_one()
+            job.status, job.worker_id, job.attempts = "running", worker_id, job.attempts + 1
+            job.claimed_at = job.heartbeat_at = now
+            job.progress_done, job.progress_total = done, run.n_cases
+            run.status = "running"
+            run.started_at = run.started_at or now
+            s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(status="busy", job_id=job.id))
+            s.flush()
+            return _info(job)
+
+
+def heartbeat(store: Store, worker_id: str, job_id: Optional[int] = None) -> bool:
+    """Refresh the worker's (and its job's) heartbeat. False when the job is no longer its own."""
+    now = t.utcnow()
+    with store.write() as s:
+        s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(heartbeat_at=now))
+        if job_id is None:
+            return True
+        res = s.execute(
+            update(t.Job)
+            .where(t.Job.id == job_id, t.Job.worker_id == worker_id, t.Job.status == "running")
+            .values(heartbeat_at=now)
+        )
+        return bool(res.rowcount)
+
+
+def lock_owned_job(session: Session, job_id: int, worker_id: str) -> t.Job:
+    """Lock the job row inside a write transaction and check this worker still owns it.
+
+    Raises:
+        LeaseLost: the job was requeued, cancelled or taken by another worker.
+    """
+    job = session.execute(select(t.Job).where(t.Job.id == job_id).with_for_update()).scalar_one_or_none()
+    if job is None or job.worker_id != worker_id or job.status != "running":
+        raise LeaseLost(f"job {job_id} is no longer owned by worker {worker_id}")
+    return job
+
+
+def cancel_requested(store: Store, job_id: int) -> bool:
+    with store.read() as s:
+        return bool(s.execute(select(t.Job.cancel_requested).where(t.Job.id == job_id)).scalar())
+
+
+def finish_job(
+    store: Store, job_id: int, worker_id: str, status: str, *, error: Optional[str] = None
+) -> bool:
+    """Mark an owned job (and its run) done, failed or cancelled. False if the lease was lost."""
+    assert status in ("done", "failed", "cancelled")
+    now = t.utcnow()
+    with store.write() as s:
+        try:
+            job = lock_owned_job(s, job_id, worker_id)
+        except LeaseLost:
+            return False
+        job.status, job.finished_at, job.error = status, now, error
+        run = s.get(t.Run, job.run_id)
+        run.status, run.finished_at = status, now
+        if error:
+            run.error = error
+        s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(status="idle", job_id=None))
+        return True
+
+
+def request_cancel(run_id: int, *, store: "Store | str | None" = None) -> str:
+    """Ask a run to stop: a queued job is cancelled at once, a running one between cases.
+
+    Returns:
+        The job's status after the request ("cancelled", "running" (will stop) or a final status).
+    """
+    now = t.utcnow()
+    with resolve(store).write() as s:
+        jobs = s.execute(select(t.Job).where(t.Job.run_id == run_id).with_for_update()).scalars().all()
+        if not jobs:
+            raise ValueError(f"run {run_id} has no job")
+        status = jobs[-1].status
+        for job in jobs:
+            if job.status == "queued":
+                job.status, job.finished_at, job.cancel_requested = "cancelled", now, True
+                status = "cancelled"
+            elif job.status == "running":
+                job.cancel_requested = True
+        run = s.get(t.Run, run_id)
+        if status == "cancelled" and run.status == "queued":
+            run.status, run.finished_at = "cancelled", now
+        return status
+
+
+def requeue_stale(
+    store: Store, *, stale_after_s: float = 60.0, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[int]:
+    """Put back in the queue the running jobs whose worker died.
+
+    A worker is dead when its heartbeat is older than `stale_after_s`, or at once when it
+    ran on this machine (same host and PID namespace) and its process is gone. A job that
+    has already been attempted `max_attempts` times fails instead of looping forever.
+
+    Returns:
+        The ids of the jobs requeued.
+    """
+    now = t.utcnow()
+    cutoff = now - timedelta(seconds=stale_after_s)
+    here = host_key()
+    requeued: list[int] = []
+    with store.write() as s:
+        rows = s.execute(
+            select(t.Job, t.Worker)
+            .outerjoin(t.Worker, t.Worker.id == t.Job.worker_id)
+            .where(t.Job.status == "running")
+            .with_for_update(skip_locked=True, of=t.Job)
+        ).all()
+        for job, worker in rows:
+            stale = job.heartbeat_at is None or job.heartbeat_at < cutoff
+            dead_here = worker is not None and worker.hostname == here and not _pid_alive(worker.pid)
+            if not (stale or dead_here):
+                continue
+            who = job.worker_id
+            if worker is not None:
+                worker.status, worker.job_id = "stopped", None
+            run = s.get(t.Run, job.run_id)
+            if job.cancel_requested:  # it was asked to stop anyway
+                job.status, job.finished_at, job.worker_id = "cancelled", now, None
+                run.status, run.finished_at = "cancelled", now
+                continue
+            if job.attempts >= max_attempts:
+                job.status, job.finished_at = "failed", now
+                job.error = f"worker {who} stopped {job.attempts} times while running this job; giving up"
+                run.status, run.finished_at, run.error = "failed", now, job.error
+                continue
+            job.status, job.worker_id, job.heartbeat_at = "queued", None, None
+            job.error = f"requeued: worker {who} stopped heartbeating"
+            run.status = "queued"
+            requeued.append(job.id)
+    return requeued
+
+
+def get_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[JobInfo]:
+    with resolve(store).read() as s:
+        job = s.get(t.Job, job_id)
+        return _info(job) if job else None
+
+
+def jobs_of_run(run_id: int, *, store: "Store | str | None" = None) -> list[JobInfo]:
+    with resolve(store).read() as s:
+        return [_info(j) for j in s.execute(select(t.Job).where(t.Job.run_id == run_id).order_by(t.Job.id)).scalars()]

@@ -1,0 +1,271 @@
+"""Human labels (append-only history) and tags.
+
+A label is about a whole trajectory (`step_idx=None`) or one step. Setting a label
+inserts a new row and marks the previous current one `superseded_by` it, so every
+edit keeps the value it replaced. The trajectory's current whole-trajectory label is
+copied onto the trajectory row, in the same transaction, for the list filters.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable, Optional
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from evalrx.core.case import Label
+from evalrx.store import convert
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+from evalrx.store.records import LabelInfo
+
+OUTCOMES = tuple(l.value for l in Label)
+
+
+def _info(row: t.LabelRow) -> LabelInfo:
+    return LabelInfo(
+        id=row.id,
+        trajectory_id=row.trajectory_id,
+        step_idx=row.step_idx,
+        outcome=row.outcome,
+        failure_mode=row.failure_mode,
+        first_wrong_step=row.first_wrong_step,
+        note=row.note,
+        annotator=row.annotator,
+        created_at=row.created_at,
+        is_current=row.is_current,
+        superseded_by=row.superseded_by,
+    )
+
+
+def _slot(q: Any, step_idx: Optional[int]) -> Any:
+    return q.where(t.LabelRow.step_idx.is_(None) if step_idx is None else t.LabelRow.step_idx == step_idx)
+
+
+def _set_in_session(
+    session: Session,
+    trajectory_id: int,
+    *,
+    outcome: Optional[str],
+    failure_mode: Optional[str],
+    first_wrong_step: Optional[int],
+    note: Optional[str],
+    annotator: Optional[str],
+    step_idx: Optional[int],
+    created_at: Optional[datetime] = None,
+    is_current: bool = True,
+) -> t.LabelRow:
+    # Locks the trajectory on PostgreSQL so two annotators' edits serialise (SQLite: BEGIN IMMEDIATE).
+    traj = session.execute(
+        select(t.Trajectory).where(t.Trajectory.id == trajectory_id).with_for_update()
+    ).scalar_one_or_none()
+    if traj is None:
+        raise ValueError(f"no trajectory with id {trajectory_id}")
+    if isinstance(outcome, Label):
+        outcome = outcome.value
+    if outcome is not None and outcome not in OUTCOMES:
+        raise ValueError(f"label outcome must be one of {OUTCOMES}, got {outcome!r}")
+    for name, idx in (("first_wrong_step", first_wrong_step), ("step_idx", step_idx)):
+        if idx is not None and not 0 <= int(idx) < max(traj.n_steps, 1):
+            raise ValueError(f"{name}={idx} is outside the trajectory's steps 0..{traj.n_steps - 1}")
+
+    previous = None
+    if is_current:
+        previous = session.execute(
+            _slot(select(t.LabelRow).where(t.LabelRow.trajectory_id == trajectory_id), step_idx).where(
+                t.LabelRow.is_current
+            )
+        ).scalar_one_or_none()
+        if previous is not None:
+            previous.is_current = False
+            session.flush()  # the partial unique index allows one current row per slot
+    row = t.LabelRow(
+        trajectory_id=trajectory_id,
+        step_idx=step_idx,
+        outcome=outcome,
+        failure_mode=convert.clean(failure_mode) or None,
+        first_wrong_step=first_wrong_step,
+        note=convert.clean(note) or None,
+        annotator=convert.clean(annotator) or None,
+        is_current=is_current,
+        created_at=created_at or t.utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    if previous is not None:
+        previous.superseded_by = row.id
+    if step_idx is None and is_current:
+        traj.label = outcome
+        traj.failure_mode = row.failure_mode
+        traj.labelled_at = row.created_at
+    session.flush()
+    return row
+
+
+def set_label(
+    trajectory_id: int,
+    outcome: "str | Label | None" = None,
+    *,
+    failure_mode: Optional[str] = None,
+    first_wrong_step: Optional[int] = None,
+    note: Optional[str] = None,
+    annotator: Optional[str] = None,
+    step_idx: Optional[int] = None,
+    store: "Store | str | None" = None,
+) -> LabelInfo:
+    """Label a trajectory (or one of its steps); the previous label stays in the history.
+
+    Args:
+        trajectory_id: the trajectory.
+        outcome: "pass", "fail", "unknown" or None (clears the verdict, keeps history).
+        failure_mode: a failure-mode name from the taxonomy, free text allowed.
+        first_wrong_step: index of the first step that went wrong.
+        note: free text.
+        annotator: who labelled.
+        step_idx: label one step instead of the whole trajectory.
+        store: the store (default store when None).
+
+    Returns:
+        The new current label.
+
+    Raises:
+        ValueError: unknown trajectory, bad outcome, or a step index out of range.
+    """
+    with resolve(store).write() as s:
+        row = _set_in_session(
+            s, trajectory_id, outcome=outcome, failure_mode=failure_mode, first_wrong_step=first_wrong_step,
+            note=note, annotator=annotator, step_idx=step_idx,
+        )
+        return _info(row)
+
+
+def label_history(
+    trajectory_id: int, *, step_idx: Any = "all", store: "Store | str | None" = None
+) -> list[LabelInfo]:
+    """Every label row of a trajectory, oldest first (`step_idx`: "all", None or a step index)."""
+    with resolve(store).read() as s:
+        q = select(t.LabelRow).where(t.LabelRow.trajectory_id == trajectory_id)
+        if step_idx != "all":
+            q = _slot(q, step_idx)
+        return [_info(r) for r in s.execute(q.order_by(t.LabelRow.id)).scalars()]
+
+
+def current_labels(trajectory_id: int, *, store: "Store | str | None" = None) -> list[LabelInfo]:
+    """The current labels of a trajectory: the whole-trajectory one first, then per step."""
+    with resolve(store).read() as s:
+        return current_labels_in(s, trajectory_id)
+
+
+def current_labels_in(session: Session, trajectory_id: int) -> list[LabelInfo]:
+    rows = session.execute(
+        select(t.LabelRow)
+        .where(t.LabelRow.trajectory_id == trajectory_id, t.LabelRow.is_current)
+        .order_by(t.LabelRow.step_idx.is_not(None), t.LabelRow.step_idx)
+    ).scalars()
+    return [_info(r) for r in rows]
+
+
+def history_in(session: Session, trajectory_id: int) -> list[LabelInfo]:
+    rows = session.execute(
+        select(t.LabelRow).where(t.LabelRow.trajectory_id == trajectory_id).order_by(t.LabelRow.id)
+    ).scalars()
+    return [_info(r) for r in rows]
+
+
+def restore_labels(session: Session, trajectory_id: int, labels: Iterable[dict]) -> None:
+    """Replay exported label history (oldest first), keeping times and annotators.
+
+    Each row supersedes the previous one of its slot, exactly as the edits did.
+    """
+    for d in labels:
+        created = d.get("created_at")
+        if isinstance(created, str):
+            created = datetime.fromisoformat(created)
+        _set_in_session(
+            session,
+            trajectory_id,
+            outcome=d.get("outcome"),
+            failure_mode=d.get("failure_mode"),
+            first_wrong_step=d.get("first_wrong_step"),
+            note=d.get("note"),
+            annotator=d.get("annotator"),
+            step_idx=d.get("step_idx"),
+            created_at=created,
+        )
+
+
+# ---------------------------------------------------------------- tags
+
+def tag_in_session(session: Session, trajectory_id: int, name: str) -> None:
+    from evalrx.store.runs import insert_ignore
+
+    name = convert.clean(name.strip())[:100]
+    if not name:
+        raise ValueError("a tag needs a name")
+    insert_ignore(session, t.Tag, {"name": name}, ["name"])
+    tag_id = session.execute(select(t.Tag.id).where(t.Tag.name == name)).scalar_one()
+    insert_ignore(
+        session, t.TrajectoryTag, {"trajectory_id": trajectory_id, "tag_id": tag_id}, ["trajectory_id", "tag_id"]
+    )
+
+
+def add_tag(trajectory_id: int, name: str, *, store: "Store | str | None" = None) -> None:
+    """Tag a trajectory (idempotent)."""
+    with resolve(store).write() as s:
+        if s.get(t.Trajectory, trajectory_id) is None:
+            raise ValueError(f"no trajectory with id {trajectory_id}")
+        tag_in_session(s, trajectory_id, name)
+
+
+def remove_tag(trajectory_id: int, name: str, *, store: "Store | str | None" = None) -> bool:
+    """Remove a tag from a trajectory; False when it did not have it."""
+    with resolve(store).write() as s:
+        tag_id = s.execute(select(t.Tag.id).where(t.Tag.name == name)).scalar()
+        if tag_id is None:
+            return False
+        res = s.execute(
+            delete(t.TrajectoryTag).where(
+                t.TrajectoryTag.trajectory_id == trajectory_id, t.TrajectoryTag.tag_id == tag_id
+            )
+        )
+        return bool(res.rowcount)
+
+
+def tags_in(session: Session, trajectory_id: int) -> list[str]:
+    return list(
+        session.execute(
+            select(t.Tag.name)
+            .join(t.TrajectoryTag, t.TrajectoryTag.tag_id == t.Tag.id)
+            .where(t.TrajectoryTag.trajectory_id == trajectory_id)
+            .order_by(t.Tag.name)
+        ).scalars()
+    )
+
+
+def tags_of(trajectory_id: int, *, store: "Store | str | None" = None) -> list[str]:
+    """A trajectory's tags, sorted."""
+    with resolve(store).read() as s:
+        return tags_in(s, trajectory_id)
+
+
+def all_tags(*, store: "Store | str | None" = None) -> list[str]:
+    """Every tag name in the store, sorted."""
+    with resolve(store).read() as s:
+        return list(s.execute(select(t.Tag.name).order_by(t.Tag.name)).scalars())
+
+
+def failure_modes(*, store: "Store | str | None" = None) -> list[str]:
+    """Failure modes used in current labels, most used first (for the label form's choices)."""
+    from sqlalchemy import func
+
+    with resolve(store).read() as s:
+        rows = s.execute(
+            select(t.LabelRow.failure_mode, func.count())
+            .where(t.LabelRow.is_current, t.LabelRow.failure_mode.is_not(None))
+            .group_by(t.LabelRow.failure_mode)
+            .order_by(func.count().desc(), t.LabelRow.failure_mode)
+        ).all()
+        return [r[0] for r in rows]
+
+

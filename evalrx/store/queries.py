@@ -1,0 +1,395 @@
+"""The queries the pages make: runs, filtered trajectory lists, one trajectory, aggregates.
+
+Lists paginate by keyset (`after=` the previous page's `next_cursor`), which stays fast
+deep into a 100k-row table; `offset=` is there for page-number widgets.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import Select, and_, exists, func, or_, select, tuple_
+
+from evalrx.store import convert
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+from evalrx.store.labels import current_labels_in, tags_in
+from evalrx.store.records import Page, RunInfo, RunStats, TrajectoryDetail, TrajectoryRow
+
+SORTS = {
+    "id": t.Trajectory.id,
+    "created_at": t.Trajectory.created_at,
+    "latency_ms": t.Trajectory.latency_ms,
+    "n_steps": t.Trajectory.n_steps,
+    "n_tool_calls": t.Trajectory.n_tool_calls,
+    "completion_tokens": t.Trajectory.completion_tokens,
+    "prompt_tokens": t.Trajectory.prompt_tokens,
+}
+
+_ROW_COLUMNS = (
+    t.Trajectory.id, t.Trajectory.run_id, t.Trajectory.case_id, t.Trajectory.sample_id, t.Trajectory.goal,
+    t.Trajectory.final_answer, t.Trajectory.outcome, t.Trajectory.terminated, t.Trajectory.n_steps,
+    t.Trajectory.n_tool_calls, t.Trajectory.n_parse_errors, t.Trajectory.latency_ms, t.Trajectory.prompt_tokens,
+    t.Trajectory.completion_tokens, t.Trajectory.label, t.Trajectory.failure_mode, t.Trajectory.created_at,
+)
+
+
+def _row(r: Any) -> TrajectoryRow:
+    return TrajectoryRow(*r)
+
+
+def _as_list(v: Any) -> Optional[list]:
+    if v is None:
+        return None
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return list(v)
+    return [v]
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def filter_trajectories(
+    q: Select,
+    *,
+    run_id: "int | Sequence[int] | None" = None,
+    outcome: "str | Sequence[str] | None" = None,
+    label: "str | Sequence[str] | None" = None,
+    failure_mode: Optional[str] = None,
+    terminated: "str | Sequence[str] | None" = None,
+    tool: Optional[str] = None,
+    tag: Optional[str] = None,
+    text: Optional[str] = None,
+    has_parse_error: Optional[bool] = None,
+    sample_id: Optional[str] = None,
+) -> Select:
+    """Apply the Trajectories page's filters to a select over `trajectories`.
+
+    `label` accepts "pass"/"fail"/"unknown", "none" (not labelled yet) or "any" (labelled).
+    `text` is a case-insensitive substring of the goal, answer, model turns, calls and observations.
+    """
+    T = t.Trajectory
+    runs = _as_list(run_id)
+    if runs is not None:
+        q = q.where(T.run_id == runs[0]) if len(runs) == 1 else q.where(T.run_id.in_(runs))
+    outcomes = _as_list(outcome)
+    if outcomes:
+        q = q.where(T.outcome == outcomes[0]) if len(outcomes) == 1 else q.where(T.outcome.in_(outcomes))
+    labels = _as_list(label)
+    if labels:
+        conds = []
+        values = [v for v in labels if v not in ("none", "any")]
+        if "none" in labels:
+            conds.append(T.label.is_(None))
+        if "any" in labels:
+            conds.append(T.label.is_not(None))
+        if values:
+            conds.append(T.label.in_(values))
+        q = q.where(or_(*conds))
+    if failure_mode:
+        q = q.where(T.failure_mode == failure_mode)
+    terms = _as_list(terminated)
+    if terms:
+        q = q.where(T.terminated == terms[0]) if len(terms) == 1 else q.where(T.terminated.in_(terms))
+    if tool:
+        q = q.where(
+            exists().where(t.TrajectoryTool.trajectory_id == T.id, t.TrajectoryTool.tool == tool)
+        )
+    if tag:
+        q = q.where(
+            exists()
+            .where(t.TrajectoryTag.trajectory_id == T.id)
+            .where(t.TrajectoryTag.tag_id == select(t.Tag.id).where(t.Tag.name == tag).scalar_subquery())
+        )
+    if text:
+        q = q.where(T.search_text.like(f"%{_escape_like(text.lower())}%", escape="\\"))
+    if has_parse_error is not None:
+        q = q.where(T.n_parse_errors > 0 if has_parse_error else T.n_parse_errors == 0)
+    if sample_id is not None:
+        q = q.where(T.sample_id == sample_id)
+    return q
+
+
+def _encode_cursor(value: Any, ident: int) -> str:
+    if hasattr(value, "isoformat"):
+        value = {"dt": value.isoformat()}
+    return base64.urlsafe_b64encode(json.dumps([value, ident]).encode()).decode()
+
+
+def _decode_cursor(cursor: str) -> tuple:
+    try:
+        value, ident = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except Exception:
+        raise ValueError(f"bad page cursor {cursor!r}") from None
+    if isinstance(value, dict) and "dt" in value:
+        from datetime import datetime
+
+        value = datetime.fromisoformat(value["dt"])
+    return value, int(ident)
+
+
+def list_trajectories(
+    *,
+    sort: str = "id",
+    descending: bool = True,
+    limit: int = 50,
+    after: Optional[str] = None,
+    offset: Optional[int] = None,
+    with_total: bool = False,
+    store: "Store | str | None" = None,
+    **filters: Any,
+) -> Page:
+    """A filtered, sorted page of trajectory rows.
+
+    Args:
+        sort: one of `SORTS` ("id", "created_at", "latency_ms", "n_steps", ...); ties break by id.
+        descending: newest / largest first.
+        limit: rows per page.
+        after: the `next_cursor` of the previous page (keyset pagination).
+        offset: skip this many rows instead (page numbers; slower deep in a big table).
+        with_total: also count every matching row (one more query).
+        store: the store (default when None).
+        **filters: see `filter_trajectories` (run_id, outcome, label, failure_mode,
+            terminated, tool, tag, text, has_parse_error, sample_id).
+
+    Returns:
+        A `Page` of `TrajectoryRow`s with `next_cursor` set when more rows follow.
+    """
+    if sort not in SORTS:
+        raise ValueError(f"unknown sort {sort!r}; choose one of {sorted(SORTS)}")
+    col, ident = SORTS[sort], t.Trajectory.id
+    q = filter_trajectories(select(*_ROW_COLUMNS), **filters)
+    if after:
+        value, last_id = _decode_cursor(after)
+        if sort == "id":
+            q = q.where(ident < last_id if descending else ident > last_id)
+        else:
+            key = tuple_(col, ident)
+            q = q.where(key < tuple_(value, last_id) if descending else key > tuple_(value, last_id))
+    if sort == "id":
+        order = [ident.desc() if descending else ident.asc()]
+    else:
+        order = [col.desc(), ident.desc()] if descending else [col.asc(), ident.asc()]
+    q = q.order_by(*order).limit(limit + 1)
+    if offset:
+        q = q.offset(offset)
+    with resolve(store).read() as s:
+        found = s.execute(q).all()
+        total = None
+        if with_total:
+            total = s.execute(
+                filter_trajectories(select(func.count()).select_from(t.Trajectory), **filters)
+            ).scalar_one()
+    rows = [_row(r) for r in found[:limit]]
+    cursor = None
+    if len(found) > limit:
+        last = rows[-1]
+        cursor = _encode_cursor(getattr(last, sort) if sort != "id" else last.id, last.id)
+    return Page(rows=rows, next_cursor=cursor, total=total)
+
+
+def count_trajectories(*, store: "Store | str | None" = None, **filters: Any) -> int:
+    """How many trajectories match the filters (see `filter_trajectories`)."""
+    with resolve(store).read() as s:
+        return s.execute(
+            filter_trajectories(select(func.count()).select_from(t.Trajectory), **filters)
+        ).scalar_one()
+
+
+def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) -> Optional[TrajectoryDetail]:
+    """One trajectory with its steps, case, current labels, tags and analyses (None if absent)."""
+    with resolve(store).read() as s:
+        row = s.get(t.Trajectory, trajectory_id)
+        if row is None:
+            return None
+        steps = s.execute(
+            select(t.Step).where(t.Step.trajectory_id == trajectory_id).order_by(t.Step.idx)
+        ).scalars().all()
+        case = s.get(t.Case, row.case_id)
+        analyses = s.execute(
+            select(t.Analysis.analyzer, t.Analysis.step_idx, t.Analysis.id)
+            .where(t.Analysis.trajectory_id == trajectory_id)
+            .order_by(t.Analysis.id)
+        ).all()
+        return TrajectoryDetail(
+            row=_row(tuple(getattr(row, c.key) for c in _ROW_COLUMNS)),
+            trajectory=convert.trajectory_from_rows(row, steps),
+            case=convert.case_dict(case) if case else {},
+            labels=current_labels_in(s, trajectory_id),
+            tags=tags_in(s, trajectory_id),
+            analyses=[tuple(a) for a in analyses],
+            step_ids=[st.id for st in steps],
+        )
+
+
+def find_trajectory(run_id: int, sample_id: str, *, store: "Store | str | None" = None) -> Optional[int]:
+    """The id of a run's trajectory for a case key (the Compare page's link), or None."""
+    with resolve(store).read() as s:
+        return s.execute(
+            select(t.Trajectory.id)
+            .where(t.Trajectory.run_id == run_id, t.Trajectory.sample_id == sample_id)
+            .order_by(t.Trajectory.id)
+            .limit(1)
+        ).scalar()
+
+
+def _run_info(run: t.Run, job: Optional[t.Job]) -> RunInfo:
+    return RunInfo(
+        id=run.id, name=run.name, status=run.status, source=run.source, spec_key=run.spec_key,
+        backend=run.backend, config=run.config or {}, n_cases=run.n_cases, n_done=run.n_done,
+        n_pass=run.n_pass, n_fail=run.n_fail, n_error=run.n_error, created_at=run.created_at,
+        started_at=run.started_at, finished_at=run.finished_at, error=run.error,
+        job_id=job.id if job else None, job_status=job.status if job else None,
+        worker_id=job.worker_id if job else None, heartbeat_at=job.heartbeat_at if job else None,
+        cancel_requested=bool(job.cancel_requested) if job else False, attempts=job.attempts if job else 0,
+    )
+
+
+def list_runs(
+    *, status: "str | Sequence[str] | None" = None, limit: int = 200, store: "Store | str | None" = None
+) -> list[RunInfo]:
+    """Runs, newest first, with their job's status, worker and heartbeat."""
+    latest_job = (
+        select(func.max(t.Job.id).label("job_id"), t.Job.run_id).group_by(t.Job.run_id).subquery()
+    )
+    q = (
+        select(t.Run, t.Job)
+        .outerjoin(latest_job, latest_job.c.run_id == t.Run.id)
+        .outerjoin(t.Job, t.Job.id == latest_job.c.job_id)
+        .order_by(t.Run.id.desc())
+        .limit(limit)
+    )
+    statuses = _as_list(status)
+    if statuses:
+        q = q.where(t.Run.status.in_(statuses))
+    with resolve(store).read() as s:
+        return [_run_info(run, job) for run, job in s.execute(q).all()]
+
+
+def get_run(run_id: int, *, store: "Store | str | None" = None) -> Optional[RunInfo]:
+    """One run with its latest job, or None."""
+    with resolve(store).read() as s:
+        run = s.get(t.Run, run_id)
+        if run is None:
+            return None
+        job = s.execute(
+            select(t.Job).where(t.Job.run_id == run_id).order_by(t.Job.id.desc()).limit(1)
+        ).scalar_one_or_none()
+        return _run_info(run, job)
+
+
+def _percentile(s: Any, run_id: int, n: int, p: float) -> Optional[float]:
+    """Linear-interpolated percentile of a run's latencies, read off the (run_id, latency_ms) index."""
+    if n == 0:
+        return None
+    pos = p * (n - 1)
+    lo = int(pos)
+    vals = s.execute(
+        select(t.Trajectory.latency_ms)
+        .where(t.Trajectory.run_id == run_id)
+        .order_by(t.Trajectory.latency_ms)
+        .limit(2)
+        .offset(lo)
+    ).scalars().all()
+    if len(vals) == 1 or pos == lo:
+        return float(vals[0])
+    return float(vals[0] + (vals[1] - vals[0]) * (pos - lo))
+
+
+def run_stats(run_id: int, *, store: "Store | str | None" = None) -> RunStats:
+    """Aggregates of one run: outcome, termination, label and failure-mode counts, success
+    rate over graded cases, latency p50/p95, token totals, mean steps, tool usage."""
+    T = t.Trajectory
+
+    def counts(s: Any, col: Any) -> dict:
+        rows = s.execute(select(col, func.count()).where(T.run_id == run_id).group_by(col)).all()
+        return {(k if k is not None else "none"): int(v) for k, v in rows}
+
+    with resolve(store).read() as s:
+        outcomes = counts(s, T.outcome)
+        n = sum(outcomes.values())
+        sums = s.execute(
+            select(
+                func.coalesce(func.sum(T.prompt_tokens), 0),
+                func.coalesce(func.sum(T.completion_tokens), 0),
+                func.avg(T.n_steps),
+                func.coalesce(func.sum(T.n_parse_errors), 0),
+            ).where(T.run_id == run_id)
+        ).one()
+        tools = s.execute(
+            select(t.TrajectoryTool.tool, func.count())
+            .join(T, T.id == t.TrajectoryTool.trajectory_id)
+            .where(T.run_id == run_id)
+            .group_by(t.TrajectoryTool.tool)
+        ).all()
+        graded = outcomes.get("pass", 0) + outcomes.get("fail", 0)
+        return RunStats(
+            run_id=run_id,
+            n=n,
+            outcomes=outcomes,
+            terminated=counts(s, T.terminated),
+            labels=counts(s, T.label),
+            failure_modes={k: v for k, v in counts(s, T.failure_mode).items() if k != "none"},
+            success_rate=outcomes.get("pass", 0) / graded if graded else None,
+            latency_p50_ms=_percentile(s, run_id, n, 0.5),
+            latency_p95_ms=_percentile(s, run_id, n, 0.95),
+            prompt_tokens=int(sums[0]),
+            completion_tokens=int(sums[1]),
+            mean_steps=float(sums[2]) if sums[2] is not None else None,
+            tool_calls={k: int(v) for k, v in tools},
+            n_parse_errors=int(sums[3]),
+        )
+
+
+def compare_runs(run_a: int, run_b: int, *, store: "Store | str | None" = None) -> list[dict]:
+    """Pair two runs' trajectories by case key: one dict per case present in either run."""
+    A = t.Trajectory.__table__.alias("a")
+    B = t.Trajectory.__table__.alias("b")
+    cols = lambda X, p: [  # noqa: E731
+        X.c.id.label(f"{p}_id"), X.c.outcome.label(f"{p}_outcome"), X.c.label.label(f"{p}_label"),
+        X.c.terminated.label(f"{p}_terminated"), X.c.latency_ms.label(f"{p}_latency_ms"),
+    ]
+    with resolve(store).read() as s:
+        left = s.execute(
+            select(A.c.sample_id, *cols(A, "a"), *cols(B, "b"))
+            .select_from(A.outerjoin(B, and_(B.c.sample_id == A.c.sample_id, B.c.run_id == run_b)))
+            .where(A.c.run_id == run_a)
+            .order_by(A.c.sample_id)
+        ).mappings().all()
+        only_b = s.execute(
+            select(B.c.sample_id, *cols(B, "b"))
+            .where(B.c.run_id == run_b)
+            .where(~exists().where(A.c.run_id == run_a, A.c.sample_id == B.c.sample_id))
+            .order_by(B.c.sample_id)
+        ).mappings().all()
+    keys = ["sample_id"] + [f"{p}_{c}" for p in ("a", "b") for c in ("id", "outcome", "label", "terminated", "latency_ms")]
+    out = [dict(r) for r in left]
+    for r in only_b:
+        d = dict.fromkeys(keys)
+        d.update(dict(r))
+        out.append(d)
+    return out
+
+
+def run_case_ids(run_id: int, *, store: "Store | str | None" = None) -> list[tuple[int, int]]:
+    """A run's (position, case id) list, in order."""
+    with resolve(store).read() as s:
+        return [tuple(r) for r in s.execute(
+            select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id).order_by(t.RunCase.position)
+        ).all()]
+
+
+def pending_cases(session: Any, run_id: int) -> list[tuple[int, int]]:
+    """(position, case id) of a run's cases that have no trajectory yet, in order."""
+    T = t.Trajectory
+    return [tuple(r) for r in session.execute(
+        select(t.RunCase.position, t.RunCase.case_id)
+        .where(t.RunCase.run_id == run_id)
+        .where(~exists().where(T.run_id == run_id, T.case_id == t.RunCase.case_id))
+        .order_by(t.RunCase.position)
+    ).all()]
+
+

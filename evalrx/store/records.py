@@ -1,0 +1,147 @@
+"""Plain result types the store's functions return (detached from any session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Optional
+
+
+@dataclass
+class RunInfo:
+    """A run with its job's live progress (what the Runs page lists)."""
+
+    id: int
+    name: str
+    status: str
+    source: str
+    spec_key: Optional[str]
+    backend: Optional[str]
+    config: dict
+    n_cases: int
+    n_done: int
+    n_pass: int
+    n_fail: int
+    n_error: int
+    created_at: datetime
+    started_at: Optional[datetime]
+    finished_at: Optional[datetime]
+    error: Optional[str] = None
+    job_id: Optional[int] = None
+    job_status: Optional[str] = None
+    worker_id: Optional[str] = None
+    heartbeat_at: Optional[datetime] = None
+    cancel_requested: bool = False
+    attempts: int = 0
+
+    @property
+    def progress(self) -> float:
+        """Fraction of cases finished, 0..1."""
+        return self.n_done / self.n_cases if self.n_cases else 0.0
+
+
+@dataclass
+class TrajectoryRow:
+    """One row of the Trajectories page (no steps)."""
+
+    id: int
+    run_id: int
+    case_id: int
+    sample_id: str
+    goal: str
+    final_answer: Optional[str]
+    outcome: str
+    terminated: str
+    n_steps: int
+    n_tool_calls: int
+    n_parse_errors: int
+    latency_ms: float
+    prompt_tokens: int
+    completion_tokens: int
+    label: Optional[str]
+    failure_mode: Optional[str]
+    created_at: datetime
+
+
+@dataclass
+class Page:
+    """A page of trajectory rows; pass `next_cursor` as `after=` to get the next page."""
+
+    rows: list
+    next_cursor: Optional[str] = None
+    total: Optional[int] = None
+
+
+@dataclass
+class LabelInfo:
+    id: int
+    trajectory_id: int
+    step_idx: Optional[int]
+    outcome: Optional[str]
+    failure_mode: Optional[str]
+    first_wrong_step: Optional[int]
+    note: Optional[str]
+    annotator: Optional[str]
+    created_at: datetime
+    is_current: bool
+    superseded_by: Optional[int]
+
+    def to_dict(self) -> dict:
+        """The exported form (no database ids)."""
+        return {
+            "step_idx": self.step_idx,
+            "outcome": self.outcome,
+            "failure_mode": self.failure_mode,
+            "first_wrong_step": self.first_wrong_step,
+            "note": self.note,
+            "annotator": self.annotator,
+            "created_at": self.created_at.isoformat(),
+            "is_current": self.is_current,
+        }
+
+
+@dataclass
+class TrajectoryDetail:
+    """One trajectory with everything the Trajectory page shows."""
+
+    row: TrajectoryRow
+    trajectory: Any  # evalrx.core.Trajectory, rebuilt exactly as it was stored
+    case: dict
+    labels: list = field(default_factory=list)  # current LabelInfo rows (trajectory and steps)
+    tags: list = field(default_factory=list)
+    analyses: list = field(default_factory=list)  # (analyzer, step_idx, analysis id)
+    step_ids: list = field(default_factory=list)
+
+
+@dataclass
+class RunStats:
+    """Per-run aggregates for the Runs page and the Dashboard."""
+
+    run_id: int
+    n: int
+    outcomes: dict
+    terminated: dict
+    labels: dict
+    failure_modes: dict
+    success_rate: Optional[float]
+    latency_p50_ms: Optional[float]
+    latency_p95_ms: Optional[float]
+    prompt_tokens: int
+    completion_tokens: int
+    mean_steps: Optional[float]
+    tool_calls: dict
+    n_parse_errors: int
+
+
+@dataclass
+class JobInfo:
+    id: int
+    run_id: int
+    status: str
+    worker_id: Optional[str]
+    attempts: int
+    progress_done: int
+    progress_total: int
+    cancel_requested: bool
+    heartbeat_at: Optional[datetime]
+    error: Optional[str] = None

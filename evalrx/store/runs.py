@@ -1,0 +1,220 @@
+"""Writing runs, cases, trajectories, blobs and analyses.
+
+Functions taking a `session` run inside the caller's transaction (so the worker can write
+a whole case atomically); the ones taking `store=` open their own write transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.orm import Session
+
+from evalrx.core.case import FailureCase, Trajectory
+from evalrx.store import convert
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+
+
+def insert_ignore(session: Session, model: Any, values: dict, key: Sequence[str]) -> None:
+    """INSERT a row unless one with the same `key` columns exists (race-free on PostgreSQL too)."""
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:  # pragma: no cover - other databases are not supported targets
+        if session.execute(select(model).filter_by(**{k: values[k] for k in key})).first() is None:
+            session.execute(insert(model), [values])
+        return
+    session.execute(dialect_insert(model).values(**values).on_conflict_do_nothing(index_elements=list(key)))
+
+
+def put_blob(session: Session, data: bytes, mime: Optional[str] = None) -> str:
+    """Store bytes once (by SHA-256) and return the hash."""
+    digest = convert.sha256(data)
+    values = {
+        "sha256": digest, "mime": mime or convert.sniff_mime(data), "size": len(data), "data": data,
+        "created_at": t.utcnow(),
+    }
+    insert_ignore(session, t.Blob, values, ["sha256"])
+    return digest
+
+
+def get_blob(sha256: str, *, store: "Store | str | None" = None) -> Optional[tuple[bytes, str]]:
+    """The (bytes, mime) of a stored blob, or None."""
+    with resolve(store).read() as s:
+        row = s.get(t.Blob, sha256)
+        return (bytes(row.data), row.mime) if row else None
+
+
+def upsert_case(session: Session, case: FailureCase) -> int:
+    """Return the id of the `cases` row with this case's content, inserting it if new."""
+    data = convert.image_bytes(case.inputs.image)
+    image_sha = put_blob(session, data) if data is not None else None
+    fields = convert.case_fields(case, image_sha)
+    found = session.execute(select(t.Case.id).where(t.Case.digest == fields["digest"])).scalar()
+    if found is not None:
+        return found
+    insert_ignore(session, t.Case, fields, ["digest"])
+    return session.execute(select(t.Case.id).where(t.Case.digest == fields["digest"])).scalar_one()
+
+
+def config_dict(run_config: Any) -> dict:
+    """A RunConfig (or dict) as a JSON dict, with anything that looks like a secret removed."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(run_config):
+        data = dataclasses.asdict(run_config)
+    else:
+        data = dict(run_config or {})
+    return convert.jsonable(_strip_secrets(data))
+
+
+def _strip_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _strip_secrets(v)
+            for k, v in value.items()
+            if not any(s in str(k).lower() for s in ("api_key", "apikey", "secret", "password", "token_value"))
+        }
+    if isinstance(value, list):
+        return [_strip_secrets(v) for v in value]
+    return value
+
+
+def create_run(
+    session: Session,
+    *,
+    name: str = "",
+    config: Any = None,
+    cases: Sequence[FailureCase] = (),
+    source: str = "queue",
+    status: str = "queued",
+    meta: Optional[dict] = None,
+) -> int:
+    """Insert a run and its ordered case list; return the run id."""
+    cfg = config_dict(config)
+    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    run = t.Run(
+        name=name,
+        status=status,
+        source=source,
+        spec_key=model.get("name") or cfg.get("spec"),
+        backend=model.get("backend") or cfg.get("backend"),
+        config=cfg,
+        meta=convert.jsonable(meta or {}),
+        n_cases=len(cases),
+    )
+    session.add(run)
+    session.flush()
+    seen: dict = {}
+    rows = []
+    for pos, case in enumerate(cases):
+        case_id = upsert_case(session, case)
+        if case_id in seen:
+            raise ValueError(f"case {case.id!r} appears twice in the run (positions {seen[case_id]} and {pos})")
+        seen[case_id] = pos
+        rows.append({"run_id": run.id, "case_id": case_id, "position": pos})
+    if rows:
+        session.execute(insert(t.RunCase), rows)
+    return run.id
+
+
+def save_trajectory(
+    session: Session,
+    run_id: int,
+    case_id: int,
+    traj: Trajectory,
+    *,
+    labels: Iterable[dict] = (),
+    tags: Iterable[str] = (),
+) -> int:
+    """Insert one trajectory with its steps and tools used; return its id.
+
+    The (run, case) pair is unique: a second insert raises `IntegrityError`, which
+    rolls the caller's transaction back. `labels` are label dicts (as exported) to
+    restore, oldest first.
+    """
+    fields = convert.trajectory_fields(traj)
+    row = t.Trajectory(run_id=run_id, case_id=case_id, **fields)
+    session.add(row)
+    session.flush()
+    step_rows = [dict(convert.step_fields(s), trajectory_id=row.id) for s in traj.steps]
+    if step_rows:
+        session.execute(insert(t.Step), step_rows)
+    tools = convert.tools_used(traj.steps)
+    if tools:
+        session.execute(insert(t.TrajectoryTool), [{"trajectory_id": row.id, "tool": n} for n in tools])
+    if labels:
+        from evalrx.store.labels import restore_labels
+
+        restore_labels(session, row.id, labels)
+    for tag in tags:
+        from evalrx.store.labels import tag_in_session
+
+        tag_in_session(session, row.id, tag)
+    return row.id
+
+
+def save_analysis(
+    session: Session,
+    trajectory_id: int,
+    analyzer: str,
+    arrays: Optional[dict] = None,
+    *,
+    step_idx: Optional[int] = None,
+    meta: Optional[dict] = None,
+) -> int:
+    """Store one analyzer result: named numpy arrays as compact binary, plus JSON meta."""
+    row = t.Analysis(
+        trajectory_id=trajectory_id, analyzer=analyzer, step_idx=step_idx, meta=convert.jsonable(meta or {})
+    )
+    session.add(row)
+    session.flush()
+    items = []
+    for name, array in (arrays or {}).items():
+        dtype, shape, data = convert.encode_array(array)
+        items.append({"analysis_id": row.id, "name": name, "dtype": dtype, "shape": shape, "data": data})
+    if items:
+        session.execute(insert(t.AnalysisArray), items)
+    return row.id
+
+
+def load_analyses(
+    trajectory_id: int,
+    analyzer: Optional[str] = None,
+    *,
+    step_idx: Optional[int] = None,
+    store: "Store | str | None" = None,
+) -> list[dict]:
+    """A trajectory's analyses: dicts with analyzer, step_idx, meta and `arrays` (numpy)."""
+    with resolve(store).read() as s:
+        q = select(t.Analysis).where(t.Analysis.trajectory_id == trajectory_id)
+        if analyzer is not None:
+            q = q.where(t.Analysis.analyzer == analyzer)
+        if step_idx is not None:
+            q = q.where(t.Analysis.step_idx == step_idx)
+        found = s.execute(q.order_by(t.Analysis.id)).scalars().all()
+        ids = [a.id for a in found]
+        arrays: dict = {i: {} for i in ids}
+        if ids:
+            for arr in s.execute(select(t.AnalysisArray).where(t.AnalysisArray.analysis_id.in_(ids))).scalars():
+                arrays[arr.analysis_id][arr.name] = convert.decode_array(arr.dtype, arr.shape, bytes(arr.data))
+        return [
+            {"id": a.id, "analyzer": a.analyzer, "step_idx": a.step_idx, "meta": a.meta, "arrays": arrays[a.id]}
+            for a in found
+        ]
+
+
+def delete_run(run_id: int, *, store: "Store | str | None" = None) -> bool:
+    """Delete a run with its jobs, trajectories, steps, labels and analyses. False if absent."""
+    with resolve(store).write() as s:
+        res = s.execute(delete(t.Run).where(t.Run.id == run_id))
+        return bool(res.rowcount)
+
+
+def rename_run(run_id: int, name: str, *, store: "Store | str | None" = None) -> None:
+    with resolve(store).write() as s:
+        s.execute(update(t.Run).where(t.Run.id == run_id).values(name=name))

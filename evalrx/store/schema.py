@@ -1,0 +1,361 @@
+"""The store's tables as typed SQLAlchemy 2 models.
+
+One module holds every table so Alembic and the tests compare one metadata. Column
+types work on SQLite 3.40 (JSON1, no JSONB) and PostgreSQL 15 (JSONB there).
+Denormalised columns on `trajectories` (terminated, latency, tokens, current label,
+lower-cased search text) exist so the pages' filters hit an index, not a JSON path.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import BYTEA, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# The Alembic revision this code expects; `db/versions` head must equal it (a test checks).
+SCHEMA_VERSION = "0001"
+
+# Named constraints let Alembic's batch mode on SQLite find and alter them later.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+BlobType = LargeBinary().with_variant(BYTEA(), "postgresql")
+
+RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC (what every timestamp column stores)."""
+    return datetime.now(timezone.utc)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp stored as UTC; always read back timezone-aware (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        # SQLite compares timestamps as text: a fixed naive UTC form keeps the order right.
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Optional[datetime], dialect: Any) -> Optional[datetime]:
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict: JSONType, list: JSONType, datetime: UTCDateTime}
+
+
+class Run(Base):
+    """One run: a model on a set of cases. `config` is the RunConfig as a dict, never an API key."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    source: Mapped[str] = mapped_column(String(16), default="queue")  # queue | import
+    spec_key: Mapped[Optional[str]] = mapped_column(String(200))
+    backend: Mapped[Optional[str]] = mapped_column(String(32))
+    config: Mapped[dict] = mapped_column(default=dict)
+    meta: Mapped[dict] = mapped_column(default=dict)
+    n_cases: Mapped[int] = mapped_column(default=0)
+    n_done: Mapped[int] = mapped_column(default=0)
+    n_pass: Mapped[int] = mapped_column(default=0)
+    n_fail: Mapped[int] = mapped_column(default=0)
+    n_error: Mapped[int] = mapped_column(default=0)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[Optional[datetime]]
+    finished_at: Mapped[Optional[datetime]]
+
+    __table_args__ = (Index(None, "status"),)
+
+
+class Job(Base):
+    """A unit of queued work: run the cases of one run that have no trajectory yet."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    worker_id: Mapped[Optional[str]] = mapped_column(String(120))
+    attempts: Mapped[int] = mapped_column(default=0)
+    progress_done: Mapped[int] = mapped_column(default=0)
+    progress_total: Mapped[int] = mapped_column(default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claimed_at: Mapped[Optional[datetime]]
+    heartbeat_at: Mapped[Optional[datetime]]
+    finished_at: Mapped[Optional[datetime]]
+
+    __table_args__ = (Index(None, "status", "id"), Index(None, "run_id"))
+
+
+class Worker(Base):
+    """A worker process, so the UI can tell whether one is alive (by heartbeat)."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int]
+    status: Mapped[str] = mapped_column(String(16), default="idle")  # idle | busy | stopped
+    job_id: Mapped[Optional[int]]
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index(None, "heartbeat_at"),)
+
+
+class Blob(Base):
+    """Binary content stored once, keyed by its SHA-256 (case and tool images)."""
+
+    __tablename__ = "blobs"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    mime: Mapped[str] = mapped_column(String(100), default="application/octet-stream")
+    size: Mapped[int]
+    data: Mapped[bytes] = mapped_column(BlobType)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Case(Base):
+    """A case's content, shared by every run that uses the same content (`digest`)."""
+
+    __tablename__ = "cases"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    case_key: Mapped[str] = mapped_column(String(300))  # FailureCase.id
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    expected: Mapped[Optional[Any]] = mapped_column(JSONType)
+    grader: Mapped[Optional[dict]]
+    meta: Mapped[dict] = mapped_column(default=dict)
+    image_sha256: Mapped[Optional[str]] = mapped_column(ForeignKey("blobs.sha256"))
+
+    __table_args__ = (Index(None, "case_key"),)
+
+
+class RunCase(Base):
+    """The ordered case list of a run (fixed when the run is enqueued)."""
+
+    __tablename__ = "run_cases"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"), primary_key=True)
+    position: Mapped[int]
+
+    __table_args__ = (UniqueConstraint("run_id", "position"), Index(None, "case_id"))
+
+
+class Trajectory(Base):
+    """One case's run. Unique per (run, case): a case is never stored twice in a run."""
+
+    __tablename__ = "trajectories"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"))
+    sample_id: Mapped[str] = mapped_column(String(300))
+    goal: Mapped[str] = mapped_column(Text, default="")
+    final_answer: Mapped[Optional[str]] = mapped_column(Text)
+    ground_truth: Mapped[Optional[Any]] = mapped_column(JSONType)
+    outcome: Mapped[str] = mapped_column(String(16), default="unknown")  # the grader's verdict
+    terminated: Mapped[str] = mapped_column(String(32), default="")
+    metrics: Mapped[dict] = mapped_column(default=dict)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    n_steps: Mapped[int] = mapped_column(default=0)
+    n_turns: Mapped[int] = mapped_column(default=0)
+    n_tool_calls: Mapped[int] = mapped_column(default=0)
+    n_parse_errors: Mapped[int] = mapped_column(default=0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    tool_latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    # The current human label, copied here from `labels` so list filters use an index.
+    label: Mapped[Optional[str]] = mapped_column(String(16))
+    failure_mode: Mapped[Optional[str]] = mapped_column(String(100))
+    labelled_at: Mapped[Optional[datetime]]
+    search_text: Mapped[str] = mapped_column(Text, default="")  # lower-cased goal, answer, steps
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (
+        UniqueConstraint("run_id", "case_id"),
+        Index(None, "run_id", "id"),
+        Index(None, "run_id", "sample_id"),
+        Index(None, "run_id", "outcome"),
+        Index(None, "run_id", "terminated"),
+        Index(None, "run_id", "label"),
+        Index(None, "run_id", "latency_ms"),
+        Index(None, "case_id"),
+        Index(None, "label"),
+    )
+
+
+class TrajectoryTool(Base):
+    """Which tools a trajectory called (for the "used tool X" filter)."""
+
+    __tablename__ = "trajectory_tools"
+
+    trajectory_id: Mapped[int] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
+    )
+    tool: Mapped[str] = mapped_column(String(100), primary_key=True)
+
+    __table_args__ = (Index(None, "tool", "trajectory_id"),)
+
+
+class Step(Base):
+    """One step. `span` keeps the step's full span so export reproduces it exactly."""
+
+    __tablename__ = "steps"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
+    idx: Mapped[int]
+    role: Mapped[str] = mapped_column(String(8))
+    content: Mapped[str] = mapped_column(Text, default="")
+    tool_calls: Mapped[list] = mapped_column(default=list)
+    tool_name: Mapped[Optional[str]] = mapped_column(String(100))
+    observation: Mapped[Optional[Any]] = mapped_column(JSONType)
+    parse_error: Mapped[Optional[str]] = mapped_column(Text)
+    latency_ms: Mapped[Optional[float]] = mapped_column(Float)
+    prompt_tokens: Mapped[Optional[int]]
+    completion_tokens: Mapped[Optional[int]]
+    flags: Mapped[Optional[str]] = mapped_column(String(200))  # comma-separated loop-policy flags
+    span: Mapped[dict] = mapped_column(default=dict)
+
+    __table_args__ = (UniqueConstraint("trajectory_id", "idx"),)
+
+
+class StepMedia(Base):
+    """Images attached to a step (a tool's output), by blob hash."""
+
+    __tablename__ = "step_media"
+
+    step_id: Mapped[int] = mapped_column(ForeignKey("steps.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True)
+    blob_sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
+
+
+class Analysis(Base):
+    """One analyzer's result for a trajectory (or one of its steps); arrays live in `analysis_arrays`."""
+
+    __tablename__ = "analyses"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
+    step_idx: Mapped[Optional[int]]
+    analyzer: Mapped[str] = mapped_column(String(100))
+    meta: Mapped[dict] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index(None, "trajectory_id", "analyzer"),)
+
+
+class AnalysisArray(Base):
+    """A compact numpy array: raw little-endian bytes plus dtype and shape (never JSON floats)."""
+
+    __tablename__ = "analysis_arrays"
+
+    analysis_id: Mapped[int] = mapped_column(ForeignKey("analyses.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    dtype: Mapped[str] = mapped_column(String(16))
+    shape: Mapped[list] = mapped_column(default=list)
+    data: Mapped[bytes] = mapped_column(BlobType)
+
+
+class LabelRow(Base):
+    """A human label. Append-only: an edit inserts a new row and marks the old one superseded."""
+
+    __tablename__ = "labels"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
+    step_idx: Mapped[Optional[int]]  # None: the label is about the whole trajectory
+    outcome: Mapped[Optional[str]] = mapped_column(String(16))
+    failure_mode: Mapped[Optional[str]] = mapped_column(String(100))
+    first_wrong_step: Mapped[Optional[int]]
+    note: Mapped[Optional[str]] = mapped_column(Text)
+    annotator: Mapped[Optional[str]] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    is_current: Mapped[bool] = mapped_column(Boolean, default=True)
+    superseded_by: Mapped[Optional[int]] = mapped_column(ForeignKey("labels.id"))
+
+    __table_args__ = (
+        Index(None, "trajectory_id", "step_idx"),
+        # At most one current label per trajectory and per step: enforced by the database.
+        Index(
+            "uq_labels_current_trajectory",
+            "trajectory_id",
+            unique=True,
+            sqlite_where=text("is_current AND step_idx IS NULL"),
+            postgresql_where=text("is_current AND step_idx IS NULL"),
+        ),
+        Index(
+            "uq_labels_current_step",
+            "trajectory_id",
+            "step_idx",
+            unique=True,
+            sqlite_where=text("is_current AND step_idx IS NOT NULL"),
+            postgresql_where=text("is_current AND step_idx IS NOT NULL"),
+        ),
+    )
+
+
+class Tag(Base):
+    __tablename__ = "tags"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+
+
+class TrajectoryTag(Base):
+    __tablename__ = "trajectory_tags"
+
+    trajectory_id: Mapped[int] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
+    )
+    tag_id: Mapped[int] = mapped_column(ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True)
+
+    __table_args__ = (Index(None, "tag_id", "trajectory_id"),)
+
+
+metadata = Base.metadata
