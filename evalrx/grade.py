@@ -1,0 +1,151 @@
+"""Automatic graders: turn a final answer into PASS or FAIL against a case's expected answer.
+
+Grader specs are plain dicts stored with each case (`{"kind": "numeric", "rel_tol": 1e-4}`):
+
+- `exact`: the stripped answer equals the expected text (`case_sensitive`, default True).
+- `normalized`: equal after lower-casing and dropping punctuation, articles and extra spaces.
+- `numeric`: the last number in the answer is within `abs_tol` (alias `tol`) or `rel_tol` of
+  the expected number; `"which": "any"` accepts any number in the answer.
+- `contains`: the normalised answer contains the normalised expected text (a list: all of them).
+- `regex`: `re.search(pattern, answer)` succeeds (`pattern` defaults to the expected text).
+
+A grader's `value` key, when present, replaces the case's `expected` for that grader.
+A human label later overrides whatever these return.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from typing import Any, Optional
+
+from evalrx.core.case import FailureCase, Label, Trajectory
+
+GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex")
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCT = str.maketrans({c: " " for c in string.punctuation})
+# Thousands separators (1,234,567) or plain digits, optional sign and decimals, optional exponent.
+_NUMBER = re.compile(r"(?<![\w.])[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|(?<![\w.])[-+]?\.\d+")
+
+
+def normalize_text(text: Any) -> str:
+    """Lower-case, drop punctuation and the articles a/an/the, collapse whitespace."""
+    lowered = str(text).lower().translate(_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", lowered).split())
+
+
+def extract_numbers(text: Any) -> list[float]:
+    """Every number in `text`, in order (`1,234.5` -> 1234.5; a leading minus is kept)."""
+    out = []
+    for match in _NUMBER.findall(str(text)):
+        token = match.replace(",", "").replace("−", "-")
+        try:
+            out.append(float(token))
+        except ValueError:  # pragma: no cover - the pattern only matches numbers
+            continue
+    return out
+
+
+def _as_float(value: Any) -> Optional[float]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    numbers = extract_numbers(value) if value is not None else []
+    return numbers[-1] if len(numbers) == 1 else None
+
+
+def default_grader(expected: Any) -> dict:
+    """The grader used when a case has none: numeric for numbers, normalised text otherwise."""
+    if _as_float(expected) is not None and not isinstance(expected, str):
+        return {"kind": "numeric"}
+    return {"kind": "normalized"}
+
+
+def check_grader(grader: Any) -> Optional[str]:
+    """Return what is wrong with a grader spec, or None when it is usable."""
+    if grader is None:
+        return None
+    if not isinstance(grader, dict):
+        return f"grader must be an object like {{\"kind\": \"exact\"}}, got {type(grader).__name__}"
+    kind = grader.get("kind")
+    if kind not in GRADER_KINDS:
+        return f"unknown grader kind {kind!r}; use one of {', '.join(GRADER_KINDS)}"
+    for key in ("tol", "abs_tol", "rel_tol"):
+        if key in grader and (isinstance(grader[key], bool) or not isinstance(grader[key], (int, float))
+                              or grader[key] < 0):
+            return f"grader {key} must be a non-negative number, got {grader[key]!r}"
+    if kind == "regex" and "pattern" in grader:
+        try:
+            re.compile(grader["pattern"])
+        except (re.error, TypeError) as exc:
+            return f"grader pattern {grader['pattern']!r} is not a valid regex ({exc})"
+    return None
+
+
+def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -> Label:
+    """Grade one final answer.
+
+    Args:
+        answer: the agent's final answer text (None: there was none).
+        expected: the case's expected answer.
+        grader: a grader spec (see the module doc); None picks `default_grader(expected)`.
+
+    Returns:
+        `Label.PASS` or `Label.FAIL`.
+
+    Raises:
+        ValueError: for an unknown grader kind or a malformed spec.
+    """
+    grader = grader or default_grader(expected)
+    problem = check_grader(grader)
+    if problem:
+        raise ValueError(problem)
+    if answer is None:
+        return Label.FAIL
+    answer = str(answer)
+    target = grader.get("value", expected)
+    kind = grader["kind"]
+    if kind == "exact":
+        if grader.get("case_sensitive", True):
+            ok = answer.strip() == str(target).strip()
+        else:
+            ok = answer.strip().lower() == str(target).strip().lower()
+    elif kind == "normalized":
+        ok = normalize_text(answer) == normalize_text(target)
+    elif kind == "numeric":
+        want = _as_float(target)
+        if want is None:
+            raise ValueError(f"numeric grader needs a number to compare with, got {target!r}")
+        numbers = extract_numbers(answer)
+        candidates = numbers if grader.get("which") == "any" else numbers[-1:]
+        abs_tol = float(grader.get("abs_tol", grader.get("tol", 1e-9)))
+        rel_tol = float(grader.get("rel_tol", 1e-9))
+        ok = any(math.isclose(got, want, rel_tol=rel_tol, abs_tol=abs_tol) for got in candidates)
+    elif kind == "contains":
+        needles = target if isinstance(target, (list, tuple)) else [target]
+        hay = f" {normalize_text(answer)} "
+        ok = all(f" {normalize_text(n)} " in hay for n in needles if normalize_text(n))
+    else:  # regex
+        ok = re.search(grader.get("pattern", str(target)), answer) is not None
+    return Label.PASS if ok else Label.FAIL
+
+
+def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
+    """Grade a whole run: no final answer (ran out of turns, error) is a FAIL."""
+    if traj.final_answer is None or traj.terminated == "error":
+        return Label.FAIL
+    return grade(traj.final_answer, case.expected, case.grader)
+
+
+__all__ = [
+    "GRADER_KINDS",
+    "check_grader",
+    "default_grader",
+    "extract_numbers",
+    "grade",
+    "grade_trajectory",
+    "normalize_text",
+]
