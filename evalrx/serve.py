@@ -10,7 +10,8 @@ Endpoints:
     GET  /v1/models            -> the served model
     POST /v1/chat/completions  -> an OpenAI chat completion (no streaming, n=1)
 
-Decoding is greedy: `temperature` and `top_p` are accepted and ignored, so a reply is
+Decoding is greedy unless a request sets `temperature` > 0, which samples (hf_local);
+`top_p`, `seed` and other sampling options are accepted and ignored. A greedy reply is
 deterministic and equal to what `hf_local` gives for the same messages. Tool calls are
 parsed from the generated text with the spec's local codec (Hermes `<tool_call>` blocks for
 Qwen2.5) and returned as native `tool_calls`. `logprobs` returns the chosen token's
@@ -35,6 +36,10 @@ from urllib.parse import urlsplit
 from evalrx.core.capability import Capability
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # generous for base64 images, bounded against abuse
+
+
+class ServeError(RuntimeError):
+    """The server could not start (e.g. the port is taken)."""
 
 
 class RequestError(ValueError):
@@ -118,8 +123,10 @@ class ChatService:
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
             raise RequestError("max_tokens must be a positive integer.", param="max_tokens")
         temperature = body.get("temperature")
-        if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
-            raise RequestError("temperature must be a number.", param="temperature")
+        if temperature is not None and (
+            isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature <= 2
+        ):
+            raise RequestError("temperature must be a number between 0 and 2.", param="temperature")
         logprobs = body.get("logprobs", False)
         if not isinstance(logprobs, bool) and logprobs is not None:
             raise RequestError("logprobs must be a boolean.", param="logprobs")
@@ -132,6 +139,7 @@ class ChatService:
             "tools": tools or None,
             "logprobs": bool(logprobs),
             "max_new_tokens": max_tokens,
+            "temperature": float(temperature) if temperature else None,
             "model": model if isinstance(model, str) and model else self.model_name,
         }
 
@@ -145,6 +153,8 @@ class ChatService:
         kwargs: dict = {"logprobs": req["logprobs"]}
         if req["max_new_tokens"] is not None:
             kwargs["max_new_tokens"] = req["max_new_tokens"]
+        if req["temperature"]:  # 0 or absent keeps the handle's default (greedy)
+            kwargs["temperature"] = req["temperature"]
         with self._lock:  # one forward at a time: local models are not re-entrant
             turn = self.handle.chat(req["messages"], req["tools"], **kwargs)
         return self.build_response(turn, model=req["model"], logprobs=req["logprobs"])
@@ -338,7 +348,12 @@ def serve(
     if max_new_tokens:
         runtime["max_new_tokens"] = int(max_new_tokens)
     handle = evalrx.load(spec_key, backend=backend, checkpoint=checkpoint, want=["generate"], **runtime)
-    server = make_server(handle, host, port, quiet=quiet)
+    try:
+        server = make_server(handle, host, port, quiet=quiet)
+    except OSError as exc:
+        raise ServeError(
+            f"Cannot listen on {host}:{port}: {exc.strerror or exc}. Pick another --port (0 picks a free one)."
+        ) from None
 
     def _stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
@@ -359,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `evalrx serve` argument parser."""
     p = argparse.ArgumentParser(
         prog="evalrx serve",
-        description="Serve a local model over the OpenAI chat-completions protocol (greedy decoding).",
+        description="Serve a local model over the OpenAI chat-completions protocol (greedy unless temperature > 0).",
     )
     p.add_argument("--spec", required=True, help="model spec key, e.g. qwen2.5-0.5b-instruct")
     p.add_argument("--checkpoint", help="local model directory overriding the spec's weights")
@@ -376,17 +391,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of `evalrx serve` (the CLI passes the arguments after `serve`)."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    serve(
-        args.spec,
-        checkpoint=args.checkpoint,
-        host=args.host,
-        port=args.port,
-        backend=args.backend,
-        device=args.device,
-        dtype=args.dtype,
-        max_new_tokens=args.max_new_tokens,
-        quiet=args.quiet,
-    )
+    try:
+        serve(
+            args.spec,
+            checkpoint=args.checkpoint,
+            host=args.host,
+            port=args.port,
+            backend=args.backend,
+            device=args.device,
+            dtype=args.dtype,
+            max_new_tokens=args.max_new_tokens,
+            quiet=args.quiet,
+        )
+    except ServeError as exc:
+        print(f"evalrx serve: error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

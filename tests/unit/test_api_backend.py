@@ -380,13 +380,14 @@ class FakeHandle:
         self.spec = get_spec(QWEN)
         self._guard = threading.Lock()
 
-    def chat(self, messages, tools=None, *, logprobs=False, max_new_tokens=None):
+    def chat(self, messages, tools=None, *, logprobs=False, max_new_tokens=None, temperature=None):
         with self._guard:
             self.active += 1
             self.max_active = max(self.max_active, self.active)
         try:
             time.sleep(self.delay)
-            self.calls.append({"messages": messages, "tools": tools, "logprobs": logprobs, "max_new_tokens": max_new_tokens})
+            self.calls.append({"messages": messages, "tools": tools, "logprobs": logprobs,
+                               "max_new_tokens": max_new_tokens, "temperature": temperature})
             reply = self.replies[min(len(self.calls), len(self.replies)) - 1]
             if isinstance(reply, Exception):
                 raise reply
@@ -513,6 +514,18 @@ def test_serve_routes_health_models_404_and_model_failure(served):
     code, payload = _raw_request(url, "POST", "/v1/chat/completions", body)
     assert code == 200 and payload["choices"][0]["message"]["content"] == "recovered"
     assert payload["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def test_serve_passes_sampling_temperature_but_keeps_greedy_default(served):
+    fake = FakeHandle([ChatTurn(text="ok")])
+    url = served(fake)
+    greedy = APIModel(get_spec(QWEN), RuntimeConfig(base_url=url, max_retries=0))
+    greedy.chat([{"role": "user", "content": "x"}])
+    sampled = APIModel(get_spec(QWEN), RuntimeConfig(base_url=url, max_retries=0, temperature=0.7))
+    sampled.chat([{"role": "user", "content": "x"}])
+    assert [c["temperature"] for c in fake.calls] == [None, 0.7]
+    body = json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": 5}).encode()
+    assert _raw_request(url, "POST", "/v1/chat/completions", body)[0] == 400
 
 
 def test_serve_runs_one_generation_at_a_time(served):
