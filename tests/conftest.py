@@ -22,3 +22,11 @@ def tiny_qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tiny_models import save_tiny_checkpoint
 
     return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-qwen2", arch="qwen2")
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny random LLaVA checkpoint (CLIP vision tower, Qwen2 language tower, processor)."""
+    from tiny_models import save_tiny_vlm_checkpoint
+
+    return save_tiny_vlm_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llava")

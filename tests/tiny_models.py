@@ -9,6 +9,8 @@ Import from any test as ``from tiny_models import ...`` (``tests/conftest.py`` p
   eval-mode ``AutoModelForCausalLM`` for one of ``ARCHS``.
 * ``save_tiny_checkpoint(path, arch="qwen2")``: model + tokenizer saved as a
   safetensors checkpoint directory, loadable with ``from_pretrained(path)``.
+* ``make_tiny_vlm()`` / ``save_tiny_vlm_checkpoint(path)``: a tiny LLaVA (CLIP vision
+  tower + Qwen2 language tower) and its processor (28x28 images, 4 image tokens).
 """
 
 from __future__ import annotations
@@ -118,4 +120,69 @@ def save_tiny_checkpoint(path: "str | Path", arch: str = "qwen2", **overrides: A
     model.generation_config.pad_token_id = tiny_tokenizer().pad_token_id
     model.save_pretrained(path, safe_serialization=True)
     tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+VLM_IMAGE_SIZE = 28  # two 14-pixel patches a side: 4 image tokens per image
+
+
+def make_tiny_vlm() -> tuple[Any, Any]:
+    """Build a seeded tiny LLaVA and its `LlavaProcessor` (slow CLIP image processor: no torchvision needed).
+
+    Returns:
+        `(model, processor)`; the processor's tokenizer is a copy of `tiny_tokenizer()`
+        whose chat template renders an image block as `<|image_pad|>`.
+    """
+    import copy
+
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText, LlavaProcessor
+
+    try:  # the PIL backend by name: the default one wants torchvision
+        from transformers import CLIPImageProcessorPil as CLIPImageProcessor
+    except ImportError:  # older transformers
+        from transformers import CLIPImageProcessor
+
+    tok = copy.deepcopy(tiny_tokenizer())
+    image_id = tok.convert_tokens_to_ids("<|image_pad|>")
+    ids = dict(eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    config = AutoConfig.for_model(
+        "llava",
+        text_config=dict(
+            model_type="qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, bos_token_id=None, **ids,
+        ),
+        vision_config=dict(
+            model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=2, image_size=VLM_IMAGE_SIZE, patch_size=14, projection_dim=32,
+        ),
+        image_token_id=image_id,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        **ids,
+    )
+    torch.manual_seed(SEED)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32).eval()
+    image_processor = CLIPImageProcessor(
+        size={"shortest_edge": VLM_IMAGE_SIZE}, crop_size={"height": VLM_IMAGE_SIZE, "width": VLM_IMAGE_SIZE}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tok,
+        chat_template=tok.chat_template,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        image_token="<|image_pad|>",
+        num_additional_image_tokens=1,  # CLIP's CLS token, dropped by the "default" strategy
+    )
+    return model, processor
+
+
+def save_tiny_vlm_checkpoint(path: "str | Path") -> Path:
+    """Save `make_tiny_vlm()`'s model and processor to `path` and return it."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model, processor = make_tiny_vlm()
+    model.save_pretrained(path, safe_serialization=True)
+    processor.save_pretrained(path)
     return path

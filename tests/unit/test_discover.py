@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from tiny_models import ARCHS, make_tiny_model  # noqa: E402
+from tiny_models import ARCHS, make_tiny_model, make_tiny_vlm  # noqa: E402
 
 from evalrx.models._discover import (  # noqa: E402
     DiscoveryError,
@@ -68,6 +68,18 @@ def test_discover_finds_layers_norm_and_unembed_that_the_model_applies(arch):
         if parts.logit_softcap:
             raw = torch.tanh(raw / parts.logit_softcap) * parts.logit_softcap
         assert torch.allclose(raw, out.logits, atol=1e-4)
+
+
+def test_discover_on_a_vlm_finds_the_language_tower():
+    model, _ = make_tiny_vlm()
+    _randomize_norms(model)
+    parts = discover(model)
+    # The CLIP encoder also has 2 layers with `self_attn`; the language tower must win.
+    assert parts.layers_path == "model.language_model.layers"
+    out, last = _run_with_last_layer_output(model, parts)
+    with torch.no_grad():
+        assert torch.allclose(out.hidden_states[-1], parts.final_norm(last), atol=1e-5)
+        assert torch.allclose(parts.lens_logits(last), out.logits, atol=1e-4)
 
 
 def test_gemma2_softcap_is_reported_and_needed():

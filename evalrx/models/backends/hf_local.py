@@ -268,8 +268,7 @@ class HFLocalModel:
             kwargs["attn_implementation"] = attn
         if device == "auto":
             kwargs["device_map"] = "auto"
-        common = {k: v for k, v in where.items()}
-        common["trust_remote_code"] = runtime.trust_remote_code
+        common = dict(where, trust_remote_code=runtime.trust_remote_code)
         try:
             processor = None
             if spec.vision:
@@ -383,7 +382,11 @@ class HFLocalModel:
         return _text_only(messages) if self.processor is None else list(messages)
 
     def render(self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False) -> str:
-        """The chat-template text for `messages` (and `tools`), exactly what `chat`/`forward` tokenize."""
+        """The chat-template text for `messages` (and `tools`), exactly what `chat`/`forward` tokenize.
+
+        For a VLM each image appears here as one placeholder token, which the processor
+        expands to the image's patch tokens in `encode_messages`.
+        """
         msgs = self._prepare_messages(messages, "render")
         return self._template_owner().apply_chat_template(
             msgs, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
