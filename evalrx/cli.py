@@ -11,6 +11,7 @@ import sys
 from typing import Optional, Sequence
 
 from evalrx.core.capability import CapabilityError
+from evalrx.models.backends.api import APIBackendError
 
 
 class UserError(Exception):
@@ -18,7 +19,7 @@ class UserError(Exception):
 
 
 # Exceptions our own code raises with messages written for the user.
-_USER_ERRORS: tuple = (UserError, CapabilityError, ValueError, FileNotFoundError, ImportError)
+_USER_ERRORS: tuple = (UserError, CapabilityError, APIBackendError, ValueError, FileNotFoundError, ImportError)
 
 
 def _cmd_specs(args: argparse.Namespace) -> int:

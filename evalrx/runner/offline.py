@@ -26,6 +26,9 @@ def run_to_jsonl(args: Any) -> int:
     get_tools(tool_names)  # fail on an unknown tool before loading weights
     runtime = {"base_url": args.base_url} if args.base_url else {}
     handle = evalrx.load(args.spec, backend=args.backend, checkpoint=args.checkpoint, **runtime)
+    if handle.backend == "api":
+        # One tiny request first, so an unreachable server is one clear error, not N error rows.
+        handle.chat([{"role": "user", "content": "ping"}], max_new_tokens=1)
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

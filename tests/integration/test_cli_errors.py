@@ -1,0 +1,77 @@
+"""Bad input on the command line gives one clear line on stderr and exit status 2, never a traceback."""
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "evalrx", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "sk-SECRET-123"},
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again when the socket is
+
+
+def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
+    err = proc.stderr.strip()
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("evalrx: error:")]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_unknown_spec_lists_known_specs(tmp_path):
+    out = run_cli("run", "--spec", "qwen9-mega", "--suite", "demo", "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    assert_one_clear_line(out, "qwen9-mega", "Known specs", "qwen2.5-7b-instruct")
+
+
+def test_unknown_tool_lists_known_tools(tmp_path):
+    out = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--suite", "demo", "--tools", "calculator,teleport",
+                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    assert_one_clear_line(out, "teleport", "calculator", "lookup")
+
+
+def test_missing_checkpoint_path_says_which_path(tmp_path):
+    missing = tmp_path / "no-such-model"
+    out = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--checkpoint", str(missing), "--suite", "demo",
+                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    assert_one_clear_line(out, str(missing))
+
+
+def test_unreachable_api_url_names_the_url_and_hides_the_key(tmp_path):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    out = run_cli("run", "--spec", "gpt-4o-mini", "--backend", "api", "--base-url", url, "--suite", "demo",
+                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    line = assert_one_clear_line(out, "127.0.0.1")
+    assert "sk-SECRET-123" not in out.stderr + out.stdout
+    assert not (tmp_path / "o.jsonl").exists() or (tmp_path / "o.jsonl").read_text() == ""
+    assert "OPENAI_BASE_URL" in line or "server" in line
+
+
+def test_malformed_case_file_names_file_and_line(tmp_path):
+    bad = tmp_path / "cases.jsonl"
+    bad.write_text('{"id": "a", "prompt": "What is 2+2?", "expected": "4"}\n{"id": "b", "prompt": \n')
+    out = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--cases", str(bad), "--out", str(tmp_path / "o.jsonl"),
+                  tmp_path=tmp_path)
+    assert_one_clear_line(out, "cases.jsonl:2", "bad JSON")
+
+
+@pytest.mark.parametrize("cmd", [["run"], ["frobnicate"]])
+def test_usage_errors_are_argparse_messages(cmd, tmp_path):
+    out = run_cli(*cmd, tmp_path=tmp_path)
+    assert out.returncode == 2 and "usage:" in out.stderr and "Traceback" not in out.stderr
