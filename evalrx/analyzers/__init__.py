@@ -1,1 +1,80 @@
-"""(being written)"""
+"""Analyzers: what a model's layers did at the steps where an agent went wrong, and failure signs.
+
+Every analyzer declares the capabilities it needs (checked before it runs, with a
+`CapabilityError` naming the analyzer, the model and what is missing), runs on one
+prompt (`run(model, text)`) or on a stored trajectory (`run_trajectory(model,
+trajectory, tools=..., system=...)`), and returns a result that a store keeps
+compactly (`to_arrays()` + `meta`, rebuilt with `result_from_arrays`).
+
+    from evalrx.analyzers import LogitLensAnalyzer
+    lens = LogitLensAnalyzer(top_k=10).run(handle, "The capital of France is")
+    lens.topk_ids.shape        # [layers, positions, k]; layer 0 = embeddings, L = final
+
+Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`,
+`heuristics`. Importing this package does not import torch.
+"""
+
+from evalrx.analyzers._base import (
+    ANALYZERS,
+    RESULT_TYPES,
+    AnalysisResult,
+    Analyzer,
+    get_analyzer,
+    model_id,
+    register_analyzer,
+    register_result,
+    result_from_arrays,
+)
+from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, AttentionResult
+from evalrx.analyzers.heuristics import FAILURE_MODES, Finding, HeuristicsAnalyzer, HeuristicsResult, trajectory_heuristics
+from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
+from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
+from evalrx.analyzers.replay import (
+    Conversation,
+    ReplayAnalyzer,
+    ReplayResult,
+    TeacherForcedPass,
+    conversation_from_trajectory,
+    messages_from_trajectory,
+    plan_passes,
+)
+from evalrx.analyzers.tool_decision import ToolDecisionAnalyzer, ToolDecisionResult
+from evalrx.analyzers.uncertainty import TokenUncertaintyAnalyzer, TokenUncertaintyResult, uncertainty_from_logprobs
+
+__all__ = [
+    "ANALYZERS",
+    "FAILURE_MODES",
+    "KINDS",
+    "RESULT_TYPES",
+    "SEGMENT_KINDS",
+    "AnalysisResult",
+    "Analyzer",
+    "AttentionAnalyzer",
+    "AttentionResult",
+    "Conversation",
+    "DecisionPoint",
+    "Finding",
+    "HeuristicsAnalyzer",
+    "HeuristicsResult",
+    "LensResult",
+    "LogitLensAnalyzer",
+    "ReplayAnalyzer",
+    "ReplayResult",
+    "TeacherForcedPass",
+    "TokenUncertaintyAnalyzer",
+    "TokenUncertaintyResult",
+    "ToolDecisionAnalyzer",
+    "ToolDecisionResult",
+    "conversation_from_trajectory",
+    "find_decision_points",
+    "get_analyzer",
+    "messages_from_trajectory",
+    "model_id",
+    "plan_passes",
+    "register_analyzer",
+    "register_result",
+    "result_from_arrays",
+    "settle_layer",
+    "trajectory_heuristics",
+    "uncertainty_from_logprobs",
+]

@@ -1,0 +1,177 @@
+"""The analyzer contract, its registry, and the storable result base class.
+
+An analyzer declares the capabilities it needs; they are checked before it runs, so
+asking a black-box handle for a logit lens fails at once with a `CapabilityError`
+naming the analyzer, the model and what is missing. Results are storable: every
+result turns into a dict of compact numpy arrays plus a small JSON-safe `meta` dict,
+and back (`result_from_arrays`). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar, Optional, Type
+
+import numpy as np
+
+from evalrx.core.capability import Capability, CapabilityError
+
+__all__ = [
+    "ANALYZERS",
+    "RESULT_TYPES",
+    "AnalysisResult",
+    "Analyzer",
+    "get_analyzer",
+    "model_id",
+    "register_analyzer",
+    "register_result",
+    "result_from_arrays",
+]
+
+
+def model_id(model: Any) -> str:
+    """A short human-readable name for a handle: its spec key and backend when it has them."""
+    if model is None:
+        return "no model"
+    spec = getattr(model, "spec", None)
+    key = getattr(spec, "key", None)
+    backend = getattr(model, "backend", None)
+    if key and backend:
+        return f"{key} on {backend}"
+    return key or type(model).__name__
+
+
+class AnalysisResult:
+    """Base class of analyzer results: compact arrays plus small JSON metadata.
+
+    Subclasses set `result_type`, implement `to_arrays`, `meta` and `from_arrays`, and
+    register themselves with `register_result` so stored results can be rebuilt.
+    """
+
+    result_type: ClassVar[str] = "base"
+
+    def to_arrays(self) -> "dict[str, np.ndarray]":
+        """The numeric content as named numpy arrays (never full-vocabulary tensors)."""
+        raise NotImplementedError
+
+    @property
+    def meta(self) -> dict:
+        """Small JSON-safe metadata; always carries `result_type`."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_arrays(cls, arrays: "dict[str, np.ndarray]", meta: dict) -> "AnalysisResult":
+        """Rebuild a result from what `to_arrays` and `meta` returned."""
+        raise NotImplementedError
+
+    def stored_nbytes(self) -> int:
+        """Bytes a store keeps for this result: array payloads plus the JSON metadata."""
+        arrays = self.to_arrays()
+        meta_bytes = len(json.dumps(self.meta, ensure_ascii=False).encode("utf-8"))
+        return int(sum(a.nbytes for a in arrays.values())) + meta_bytes
+
+
+RESULT_TYPES: "dict[str, Type[AnalysisResult]]" = {}
+
+
+def register_result(cls: "Type[AnalysisResult]") -> "Type[AnalysisResult]":
+    """Class decorator: make `result_from_arrays` able to rebuild `cls` by its `result_type`."""
+    RESULT_TYPES[cls.result_type] = cls
+    return cls
+
+
+def result_from_arrays(arrays: "dict[str, np.ndarray]", meta: dict) -> AnalysisResult:
+    """Rebuild any stored result from its arrays and meta (dispatch on `meta["result_type"]`).
+
+    Raises:
+        ValueError: the meta names no known result type.
+    """
+    kind = meta.get("result_type")
+    cls = RESULT_TYPES.get(kind)
+    if cls is None:
+        raise ValueError(f"Unknown result_type {kind!r}; known: {', '.join(sorted(RESULT_TYPES))}.")
+    return cls.from_arrays(arrays, meta)
+
+
+class Analyzer:
+    """Base class of analyzers.
+
+    Subclasses set `name` and `requires` and implement `run` (one prompt) and
+    `run_trajectory` (a stored trajectory). Both start with `self.check(model)`.
+    """
+
+    name: ClassVar[str] = "analyzer"
+    requires: ClassVar[frozenset] = frozenset()
+
+    def check(self, model: Any) -> None:
+        """Raise `CapabilityError` when `model` lacks any capability this analyzer needs."""
+        have = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
+        missing = frozenset(self.requires) - have
+        if missing:
+            hint = ""
+            if getattr(model, "backend", None) == "api":
+                hint = (
+                    "API models expose no internals; replay the trajectory on a local model "
+                    "(ReplayAnalyzer) to get white-box evidence."
+                )
+            raise CapabilityError(analyzer=type(self).__name__, model=model_id(model), missing=missing, hint=hint)
+
+    def run(self, model: Any, text: str) -> AnalysisResult:
+        """Analyse one prompt."""
+        raise NotImplementedError(f"{type(self).__name__} does not analyse single prompts.")
+
+    def run_trajectory(
+        self,
+        model: Any,
+        trajectory: Any,
+        *,
+        tools: Optional[list] = None,
+        system: Optional[str] = None,
+    ) -> AnalysisResult:
+        """Analyse a stored trajectory (tools and system prompt as the agent used them)."""
+        raise NotImplementedError(f"{type(self).__name__} does not analyse trajectories.")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+ANALYZERS: "dict[str, Type[Analyzer]]" = {}
+
+
+def register_analyzer(cls: "Type[Analyzer]" = None, *, replace: bool = False) -> Any:
+    """Register an analyzer class under its `name` (usable as a plain call or a decorator).
+
+    Args:
+        cls: the analyzer class.
+        replace: allow overriding a registered name.
+
+    Raises:
+        ValueError: the name is taken and `replace` is False.
+    """
+
+    def add(klass: "Type[Analyzer]") -> "Type[Analyzer]":
+        key = klass.name.strip().lower()
+        if key in ANALYZERS and ANALYZERS[key] is not klass and not replace:
+            raise ValueError(f"Analyzer {key!r} is already registered; pass replace=True to override it.")
+        ANALYZERS[key] = klass
+        return klass
+
+    return add if cls is None else add(cls)
+
+
+def get_analyzer(name: str, **kwargs: Any) -> Analyzer:
+    """Instantiate a registered analyzer by name, forwarding `kwargs` to its constructor.
+
+    Raises:
+        ValueError: the name is unknown; the message lists the known ones.
+    """
+    key = name.strip().lower()
+    cls = ANALYZERS.get(key)
+    if cls is None:
+        raise ValueError(f"Unknown analyzer {name!r}. Known analyzers: {', '.join(sorted(ANALYZERS))}.")
+    return cls(**kwargs)
+
+
+def capability_set(values: Any) -> frozenset:
+    """Parse an iterable of capability names or members."""
+    return Capability.parse_all(values)

@@ -1,0 +1,259 @@
+"""The torch side of the analyzers: reach a local model, run teacher-forced passes, apply the lens.
+
+Only imported inside analyzer methods, so `import evalrx.analyzers` never imports torch.
+
+transformers 5 facts this relies on (checked on Qwen2, Llama, Gemma, Gemma2, Phi-3,
+Mistral and GPT-2): `hidden_states[0]` is the embedding output, `hidden_states[i]`
+the output of decoder layer i-1, and `hidden_states[-1]` is already after the
+final norm, so the last layer's lens is the model's own logits and is never normed
+again. `logits_to_keep` accepts a tensor of positions, so a pass computes the
+vocabulary projection only where it is analysed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from evalrx.analyzers._base import model_id
+
+# Bound on floats in one [layers, positions, vocab] block of the lens (~128 MB of fp32).
+MAX_BLOCK_ELEMS = 1 << 25
+
+
+@dataclass
+class LocalModel:
+    """The pieces of a local handle an analyzer uses."""
+
+    handle: Any
+    hf: Any
+    tokenizer: Any
+    _parts: Any = None
+
+    @property
+    def parts(self) -> Any:
+        """Decoder layers, final norm and unembedding, discovered once from the live model."""
+        if self._parts is None:
+            parts = getattr(self.handle, "parts", None)  # hf_local caches its discovery
+            if parts is None or not hasattr(parts, "lens_logits"):
+                from evalrx.models._discover import discover
+
+                parts = discover(self.hf)
+            self._parts = parts
+        return self._parts
+
+    @property
+    def renderer(self) -> Any:
+        """What renders the chat template: the handle (its `render` is what `chat` used) or the tokenizer."""
+        return self.handle if callable(getattr(self.handle, "render", None)) else self.tokenizer
+
+    @property
+    def device(self) -> Any:
+        try:
+            return next(self.hf.parameters()).device
+        except StopIteration:  # pragma: no cover - a model without parameters
+            import torch
+
+            return torch.device("cpu")
+
+    @property
+    def text_tokenizer(self) -> Any:
+        return getattr(self.tokenizer, "tokenizer", self.tokenizer)
+
+
+def local_model(handle: Any, analyzer: str) -> LocalModel:
+    """The transformers model and tokenizer behind a local handle.
+
+    Raises:
+        TypeError: the handle exposes no `.model` and `.tokenizer` (not a local backend).
+    """
+    hf = getattr(handle, "model", None)
+    tok = getattr(handle, "tokenizer", None) or getattr(handle, "processor", None)
+    if hf is None or tok is None or not callable(hf):
+        raise TypeError(
+            f"{analyzer} needs a local model handle with `.model` and `.tokenizer` "
+            f"(evalrx.load(..., backend='hf_local') or evalrx.wrap(model, tokenizer)); got {model_id(handle)}."
+        )
+    return LocalModel(handle, hf, tok)
+
+
+def _accepts(hf: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(hf.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return False
+
+
+def forward(
+    local: LocalModel,
+    ids: Sequence[int],
+    keep: Optional[Sequence[int]] = None,
+    *,
+    hidden: bool = True,
+) -> "tuple[Any, Any]":
+    """One teacher-forced pass over `ids`.
+
+    Args:
+        local: the model.
+        ids: token ids of the whole sequence.
+        keep: positions whose logits are needed (all when None); passed as
+            `logits_to_keep` when the model takes it, so the vocabulary projection
+            runs only there.
+        hidden: also return every layer's hidden states.
+
+    Returns:
+        `(logits, hidden_states)`: logits `[len(keep) or T, V]` in the model's dtype,
+        hidden states a tuple of `[1, T, D]` tensors (None when `hidden` is False).
+    """
+    import torch
+
+    hf = local.hf
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
+    kwargs: dict = {"input_ids": input_ids, "use_cache": False, "return_dict": True}
+    if hidden:
+        kwargs["output_hidden_states"] = True
+    sliced = False
+    if keep is not None and _accepts(hf, "logits_to_keep"):
+        kwargs["logits_to_keep"] = torch.tensor(list(keep), dtype=torch.long, device=local.device)
+        sliced = True
+    with torch.inference_mode():
+        out = hf(**kwargs)
+    logits = out.logits[0]
+    if keep is not None and not sliced:
+        logits = logits[torch.tensor(list(keep), dtype=torch.long, device=logits.device)]
+    return logits, (out.hidden_states if hidden else None)
+
+
+@dataclass
+class LensStats:
+    """Per layer (0 = embeddings ... L = final) and position: top-k, entropy, target statistics.
+
+    `gathered` holds the log-probs of extra token ids per position (`[layers, P, C]`,
+    NaN where the id was padding).
+    """
+
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    entropy: np.ndarray
+    target_logprob: np.ndarray
+    target_rank: np.ndarray
+    hidden_norm: np.ndarray
+    gathered: Optional[np.ndarray] = None
+
+
+def lens_stats(
+    local: LocalModel,
+    hidden_states: Any,
+    final_logits: Any,
+    positions: Sequence[int],
+    targets: Sequence[int],
+    top_k: int,
+    gather_ids: Optional[Sequence[Sequence[int]]] = None,
+) -> LensStats:
+    """Apply the logit lens at `positions` over every layer, in stacked matrix products.
+
+    Layers 0..L-1 go through the model's own final norm and unembedding (and the
+    model's logit softcap, when it has one); layer L is `final_logits`, the model's
+    own output at those positions. Softmax, entropy and ranks are computed in fp32.
+
+    Args:
+        local: the model.
+        hidden_states: the pass's hidden states (`L + 1` tensors `[1, T, D]`).
+        final_logits: the model's logits at `positions` (`[P, V]`).
+        positions: predicting positions.
+        targets: per position the token id whose log-prob and rank are reported (-1: none).
+        top_k: how many top tokens to keep.
+        gather_ids: optional extra token ids per position whose log-probs are wanted
+            (ragged; padded internally).
+
+    Returns:
+        `LensStats` with arrays shaped `[L + 1, P, ...]`.
+    """
+    import torch
+
+    parts = local.parts
+    n_layers = parts.num_layers
+    if len(hidden_states) != n_layers + 1:
+        raise RuntimeError(
+            f"expected {n_layers + 1} hidden states (embeddings + {n_layers} layers), got {len(hidden_states)}"
+        )
+    n_pos = len(positions)
+    vocab = int(final_logits.shape[-1])
+    k = max(1, min(int(top_k), vocab))
+    dev = hidden_states[0].device
+    pos = torch.tensor(list(positions), dtype=torch.long, device=dev)
+    tgt_all = torch.tensor(list(targets), dtype=torch.long, device=dev)
+    n_gather = max((len(g) for g in gather_ids), default=0) if gather_ids is not None else 0
+    if n_gather:
+        padded = [list(g) + [-1] * (n_gather - len(g)) for g in gather_ids]
+        gat_all = torch.tensor(padded, dtype=torch.long, device=dev)
+
+    n_out = n_layers + 1
+    topk_ids = np.zeros((n_out, n_pos, k), dtype=np.int32)
+    topk_lp = np.zeros((n_out, n_pos, k), dtype=np.float32)
+    entropy = np.zeros((n_out, n_pos), dtype=np.float32)
+    t_lp = np.full((n_out, n_pos), np.nan, dtype=np.float32)
+    t_rank = np.full((n_out, n_pos), -1, dtype=np.int32)
+    norms = np.zeros((n_out, n_pos), dtype=np.float32)
+    gathered = np.full((n_out, n_pos, n_gather), np.nan, dtype=np.float32) if n_gather else None
+    if n_pos == 0:
+        return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
+
+    with torch.inference_mode():
+        # [L, P, D]: the residual stream of every layer but the last at the chosen positions.
+        stacked = torch.stack([hidden_states[i][0].index_select(0, pos) for i in range(n_layers)])
+        norms[:n_layers] = stacked.float().norm(dim=-1).cpu().numpy()
+        norms[n_layers] = hidden_states[n_layers][0].index_select(0, pos).float().norm(dim=-1).cpu().numpy()
+        chunk = max(1, MAX_BLOCK_ELEMS // (n_out * vocab))
+        for c0 in range(0, n_pos, chunk):
+            c1 = min(n_pos, c0 + chunk)
+            lens = parts.lens_logits(stacked[:, c0:c1])
+            block = torch.cat([lens.float(), final_logits[c0:c1].float().unsqueeze(0).to(lens.device)], dim=0)
+            logp = torch.log_softmax(block, dim=-1)
+            del block, lens
+            entropy[:, c0:c1] = torch.special.entr(logp.exp()).sum(-1).cpu().numpy()
+            vals, idx = logp.topk(k, dim=-1)
+            topk_ids[:, c0:c1] = idx.to(torch.int32).cpu().numpy()
+            topk_lp[:, c0:c1] = vals.cpu().numpy()
+            tgt = tgt_all[c0:c1].to(logp.device)
+            valid = (tgt >= 0).cpu().numpy()
+            chosen = logp.gather(-1, tgt.clamp(min=0).view(1, -1, 1).expand(n_out, -1, 1)).squeeze(-1)
+            rank = (logp > chosen.unsqueeze(-1)).sum(-1)
+            t_lp[:, c0:c1] = np.where(valid[None], chosen.cpu().numpy(), np.nan)
+            t_rank[:, c0:c1] = np.where(valid[None], rank.to(torch.int32).cpu().numpy(), -1)
+            if n_gather:
+                g = gat_all[c0:c1].to(logp.device)
+                got = logp.gather(-1, g.clamp(min=0).unsqueeze(0).expand(n_out, -1, -1)).cpu().numpy()
+                gathered[:, c0:c1] = np.where((g >= 0).cpu().numpy()[None], got, np.nan)
+            del logp
+    return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
+
+
+def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+    """Log-prob, rank and entropy of `targets` under the model's own logits (fp32), per row."""
+    import torch
+
+    with torch.inference_mode():
+        logp = torch.log_softmax(final_logits.float(), dim=-1)
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=logp.device)
+        chosen = logp.gather(-1, tgt.view(-1, 1)).squeeze(-1)
+        rank = (logp > chosen.unsqueeze(-1)).sum(-1)
+        ent = torch.special.entr(logp.exp()).sum(-1)
+    return (
+        chosen.cpu().numpy().astype(np.float32),
+        rank.cpu().numpy().astype(np.int32),
+        ent.cpu().numpy().astype(np.float32),
+    )
+
+
+def decode_pieces(tokenizer: Any, ids: Sequence[int]) -> dict:
+    """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer)."""
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    uniq = sorted({int(i) for i in ids if int(i) >= 0})
+    if not uniq:
+        return {}
+    texts = tok.batch_decode([[i] for i in uniq], skip_special_tokens=False)
+    return {str(i): t for i, t in zip(uniq, texts)}

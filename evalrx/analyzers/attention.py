@@ -1,0 +1,391 @@
+"""Attention by segment: where the model looked, per layer, when it made each decision.
+
+The conversation is cut into segments (the system turn with its tool schemas, the
+user prompt, each tool observation, each earlier model turn, the current turn,
+image tokens) by character offsets of the rendered conversation. For every
+decision position, each layer's attention row (averaged over heads) is summed per
+segment, so a row sums to 1 over the segments.
+
+Attention weights exist only with eager attention: the model is switched to eager
+for this analyzer's passes and switched back afterwards. Rows are reduced to
+segment masses inside a hook on each attention module, so the `[heads, T, T]`
+tensors of all layers are never held at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers.positions import KINDS, first_token_at, tokenize_with_offsets
+from evalrx.core.capability import Capability
+
+__all__ = ["AttentionAnalyzer", "AttentionResult", "SEGMENT_KINDS"]
+
+SEGMENT_KINDS = ("system", "prompt", "user", "observation", "turn", "current", "image", "text")
+
+_ATTN_ATTRS = ("self_attn", "attn", "attention", "self_attention")
+_IMAGE_TOKENS = ("<|image_pad|>", "<image>", "<|image|>", "<image_soft_token>", "<|vision_pad|>")
+_ROLE_MARKERS = re.compile(r"<\|im_start\|>(\w+)|<\|start_header_id\|>(\w+)<\|end_header_id\|>")
+
+
+@register_result
+class AttentionResult(AnalysisResult):
+    """Attention mass per decision position, decoder layer and segment.
+
+    Attributes:
+        positions: query positions `[P]`; `token_ids` the token at each.
+        mass: `[P, L, S]` float32, the head-averaged attention of each layer's row summed per segment.
+        segments: `[{"kind", "step", "label"}]` per segment (kinds from `SEGMENT_KINDS`;
+            "turn" segments whose step equals the position's step are its current turn).
+        labels: per position, as in `LensResult` (`label_step`, `label_kind`, ...).
+    """
+
+    result_type = "attention"
+
+    def __init__(self, positions, token_ids, mass, segments, labels=None, info=None) -> None:
+        self.positions = np.asarray(positions, dtype=np.int32)
+        self.token_ids = np.asarray(token_ids, dtype=np.int32)
+        self.mass = np.asarray(mass, dtype=np.float32)
+        self.segments = list(segments)
+        self.labels = {k: (np.asarray(v) if k != "label_arg" else list(v)) for k, v in (labels or {}).items()}
+        self.info = dict(info or {})
+
+    def by_kind(self) -> "tuple[list, np.ndarray]":
+        """Mass summed per segment kind: `(kinds, [P, L, len(kinds)])`; a position's own turn counts as "current"."""
+        kinds = list(SEGMENT_KINDS)
+        out = np.zeros(self.mass.shape[:2] + (len(kinds),), dtype=np.float32)
+        steps = self.labels.get("label_step")
+        for s, seg in enumerate(self.segments):
+            for p in range(self.mass.shape[0]):
+                kind = seg["kind"]
+                if kind == "turn" and steps is not None and seg.get("step") == int(steps[p]):
+                    kind = "current"
+                out[p, :, kinds.index(kind)] += self.mass[p, :, s]
+        return kinds, out
+
+    def to_arrays(self) -> dict:
+        arrays = {"positions": self.positions, "token_ids": self.token_ids, "mass": self.mass}
+        for k, v in self.labels.items():
+            if k != "label_arg":
+                arrays[k] = v
+        return arrays
+
+    @property
+    def meta(self) -> dict:
+        meta = {
+            "result_type": self.result_type,
+            "analyzer": AttentionAnalyzer.name,
+            "segments": self.segments,
+            "kinds": list(KINDS),
+            "info": self.info,
+        }
+        if "label_arg" in self.labels:
+            meta["label_arg"] = self.labels["label_arg"]
+        return meta
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, meta: dict) -> "AttentionResult":
+        labels = {k: v for k, v in arrays.items() if k.startswith("label_")}
+        if "label_arg" in meta:
+            labels["label_arg"] = meta["label_arg"]
+        return cls(arrays["positions"], arrays["token_ids"], arrays["mass"], meta.get("segments") or [], labels, meta.get("info"))
+
+
+@contextlib.contextmanager
+def eager_attention(hf: Any) -> Iterator[None]:
+    """Run the block with eager attention (the only kind that yields weights), then restore."""
+    config = getattr(hf, "config", None)
+    before = getattr(config, "_attn_implementation", None)
+    switched = False
+    if before != "eager":
+        if not hasattr(hf, "set_attn_implementation"):
+            raise RuntimeError(
+                f"{type(hf).__name__} uses {before!r} attention and cannot switch to eager; "
+                "load it with attn_implementation='eager' to capture attention."
+            )
+        hf.set_attn_implementation("eager")
+        switched = True
+    try:
+        yield
+    finally:
+        if switched and before is not None:
+            try:
+                hf.set_attn_implementation(before)
+            except (ValueError, ImportError) as exc:  # the kernel it had cannot be re-selected here
+                import warnings
+
+                warnings.warn(f"could not restore {before!r} attention after the attention analysis: {exc}", stacklevel=3)
+
+
+def _attention_modules(layers: Any) -> list:
+    mods = []
+    for i, layer in enumerate(layers):
+        mod = next((getattr(layer, a) for a in _ATTN_ATTRS if hasattr(layer, a)), None)
+        if mod is None:
+            raise RuntimeError(f"decoder layer {i} ({type(layer).__name__}) has no attention module to hook")
+        mods.append(mod)
+    return mods
+
+
+def segment_mass(local: Any, ids: Sequence[int], positions: Sequence[int], seg_of_token: np.ndarray, n_segments: int) -> np.ndarray:
+    """One eager pass; returns `[P, L, S]` attention mass of each query position per segment."""
+    import torch
+
+    from evalrx.analyzers._compute import forward
+
+    parts = local.parts
+    mods = _attention_modules(parts.layers)
+    dev = local.device
+    pos = torch.tensor(list(positions), dtype=torch.long, device=dev)
+    onehot = torch.zeros(len(ids), n_segments, dtype=torch.float32, device=dev)
+    onehot[torch.arange(len(ids), device=dev), torch.tensor(seg_of_token, dtype=torch.long, device=dev)] = 1.0
+    out = np.zeros((len(positions), len(mods), n_segments), dtype=np.float32)
+    seen = [False] * len(mods)
+
+    def hook(layer: int):
+        def fn(module: Any, args: Any, output: Any) -> None:
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if weights is None:
+                return
+            rows = weights[0].index_select(1, pos.to(weights.device)).float().mean(0)  # [P, T]
+            out[:, layer] = (rows @ onehot.to(rows.device)).cpu().numpy()
+            seen[layer] = True
+
+        return fn
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
+    try:
+        with eager_attention(local.hf):
+            forward(local, ids, [len(ids) - 1], hidden=False)
+    finally:
+        for h in handles:
+            h.remove()
+    if not all(seen):
+        raise RuntimeError(
+            f"attention weights were not returned by {sum(not s for s in seen)} of {len(mods)} layers "
+            "even with eager attention"
+        )
+    return out
+
+
+def _image_token_ids(local: Any) -> set:
+    tok = local.text_tokenizer
+    ids = set()
+    for t in _IMAGE_TOKENS:
+        i = tok.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i >= 0 and i != tok.unk_token_id:
+            ids.add(i)
+    cfg = getattr(local.hf, "config", None)
+    for attr in ("image_token_id", "image_token_index"):
+        v = getattr(cfg, attr, None)
+        if isinstance(v, int):
+            ids.add(v)
+    return ids
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def _segment_kind(info: dict) -> str:
+    return {
+        "system": "system",
+        "prompt": "prompt",
+        "user": "user",
+        "nudge": "user",
+        "image": "user",
+        "tool": "observation",
+        "parse_error": "observation",
+        "assistant": "turn",
+    }.get(info["kind"], "text")
+
+
+def _pass_segments(local: Any, conv: Any, tf_pass: Any) -> "tuple[np.ndarray, list]":
+    """Segment id per token of a pass, and the segment descriptions."""
+    from evalrx.analyzers.replay import render_conversation
+
+    text = tf_pass.text
+    n_msgs = tf_pass.turns[-1].turn.message_index + 1
+    tools = tf_pass.tools
+    starts: list = [0]
+    segs: list = [{"kind": "system", "step": None, "label": "system"}]
+    cursor = 0
+    for k in range(n_msgs):
+        info = conv.message_info[k]
+        if k == 0 and info["kind"] == "system":
+            continue  # the system turn is segment 0, from the first character
+        boundary = None
+        try:
+            rendered = render_conversation(local.renderer, conv.messages[:k], tools, False) if k else ""
+        except Exception:  # some templates refuse partial conversations: place by content instead
+            rendered = ""
+        if rendered and text.startswith(rendered) and len(rendered) >= cursor:
+            boundary = len(rendered)
+        else:
+            body = _content_text(conv.messages[k].get("content"))
+            at = text.find(body, cursor) if body else -1
+            if at >= 0:
+                boundary = at
+        if boundary is None or boundary < cursor:
+            continue  # cannot place it: it stays in the previous segment
+        cursor = boundary
+        starts.append(boundary)
+        kind = _segment_kind(info)
+        label = kind if info["step"] is None else f"{kind}@{info['step']}"
+        segs.append({"kind": kind, "step": info["step"], "label": label})
+    seg_chars = np.array(starts)
+    tok_starts = np.array([s for s, _ in tf_pass.offsets]) if tf_pass.offsets else np.zeros(0, dtype=int)
+    seg_of = np.clip(np.searchsorted(seg_chars, tok_starts, side="right") - 1, 0, len(segs) - 1)
+    # Generated tokens belong to their turn even where the template's boundary falls elsewhere.
+    for pt in tf_pass.turns:
+        s = next((i for i, g in enumerate(segs) if g["kind"] == "turn" and g["step"] == pt.step_idx), None)
+        if s is not None:
+            seg_of[pt.gen_tokens[0] : pt.gen_tokens[1]] = s
+    image_ids = _image_token_ids(local)
+    if image_ids:
+        is_image = np.isin(np.asarray(tf_pass.ids), list(image_ids))
+        if is_image.any():
+            segs.append({"kind": "image", "step": None, "label": "image"})
+            seg_of[is_image] = len(segs) - 1
+    return seg_of.astype(np.int64), segs
+
+
+def _text_segments(local: Any, text: str, ids: Sequence[int], offsets: Sequence[tuple]) -> "tuple[np.ndarray, list]":
+    """Segments of a raw prompt: one per chat role marker, or the whole text."""
+    starts, segs = [0], [{"kind": "text", "step": None, "label": "text"}]
+    roles = {"system": "system", "user": "user", "assistant": "turn", "tool": "observation", "ipython": "observation"}
+    for m in _ROLE_MARKERS.finditer(text):
+        role = m.group(1) or m.group(2)
+        kind = roles.get(role, "text")
+        if m.start() == 0:
+            segs[0] = {"kind": kind, "step": None, "label": role}
+            continue
+        starts.append(m.start())
+        segs.append({"kind": kind, "step": None, "label": role})
+    tok_starts = np.array([s for s, _ in offsets])
+    seg_of = np.clip(np.searchsorted(np.array(starts), tok_starts, side="right") - 1, 0, len(segs) - 1)
+    image_ids = _image_token_ids(local)
+    if image_ids:
+        is_image = np.isin(np.asarray(ids), list(image_ids))
+        if is_image.any():
+            segs.append({"kind": "image", "step": None, "label": "image"})
+            seg_of[is_image] = len(segs) - 1
+    return seg_of.astype(np.int64), segs
+
+
+def _merge(results: Sequence[tuple], info: dict) -> AttentionResult:
+    """Join per-pass results onto one segment list keyed by (kind, step)."""
+    keys: list = []
+    segments: list = []
+    for _, _, _, segs, _ in results:
+        for seg in segs:
+            key = (seg["kind"], seg["step"])
+            if key not in keys:
+                keys.append(key)
+                segments.append(seg)
+    n_p = sum(len(r[0]) for r in results)
+    n_l = results[0][2].shape[1]
+    mass = np.zeros((n_p, n_l, len(segments)), dtype=np.float32)
+    positions, token_ids, labels = [], [], {}
+    row = 0
+    for pos, toks, m, segs, lab in results:
+        for s, seg in enumerate(segs):
+            mass[row : row + len(pos), :, keys.index((seg["kind"], seg["step"]))] += m[:, :, s]
+        row += len(pos)
+        positions.extend(pos)
+        token_ids.extend(toks)
+        for k, v in lab.items():
+            labels.setdefault(k, []).extend(list(v))
+    return AttentionResult(positions, token_ids, mass, segments, labels, info)
+
+
+@register_analyzer
+class AttentionAnalyzer(Analyzer):
+    """Attention mass per layer over conversation segments at each decision position.
+
+    Needs ATTENTION: a local handle already running eager attention, or one whose
+    model can switch to eager (it is switched for this analyzer's passes only, so
+    generation and the other analyzers keep the fast kernel).
+
+    Args:
+        mode: "auto" or "per_step" (see `LogitLensAnalyzer`).
+        kinds: decision kinds analysed (default: tool names, argument values, turn starts;
+            answers are many tokens and add little).
+    """
+
+    name = "attention"
+    requires = frozenset({Capability.ATTENTION})
+
+    def __init__(self, *, mode: str = "auto", kinds: Sequence[str] = ("tool_name", "arg_value", "turn_start")) -> None:
+        self.mode = mode
+        self.kinds = tuple(kinds)
+
+    def check(self, model: Any) -> None:
+        """A local model without eager attention still qualifies: it runs eager only for these passes."""
+        caps = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
+        hf = getattr(model, "model", None)
+        if Capability.ATTENTION not in caps and callable(getattr(hf, "set_attn_implementation", None)):
+            return
+        super().check(model)
+
+    def run(self, model: Any, text: str, *, positions: "Sequence[int] | None" = None) -> AttentionResult:
+        """Attention of `positions` (default: the last) over the role turns of a rendered prompt."""
+        from evalrx.analyzers._compute import local_model
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        ids, offsets = tokenize_with_offsets(local.tokenizer, text)
+        if not ids:
+            raise ValueError("text tokenizes to nothing")
+        n = len(ids)
+        pos = [n - 1] if positions is None else [p + n if p < 0 else p for p in positions]
+        seg_of, segs = _text_segments(local, text, ids, offsets)
+        mass = segment_mass(local, ids, pos, seg_of, len(segs))
+        return AttentionResult(pos, [ids[p] for p in pos], mass, segs, None, {"model": model_id(model), "source": "text"})
+
+    def run_trajectory(
+        self,
+        model: Any,
+        trajectory: Any,
+        *,
+        tools: Optional[list] = None,
+        system: Optional[str] = None,
+    ) -> AttentionResult:
+        """Attention by segment at the decision positions of every model turn of `trajectory`."""
+        from evalrx.analyzers._compute import local_model
+        from evalrx.analyzers.logit_lens import _labels_for
+        from evalrx.analyzers.replay import describe_passes, pass_decisions, plan_trajectory
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        conv, passes = plan_trajectory(
+            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
+        )
+        results = []
+        for i, tf_pass in enumerate(passes):
+            points = [p for p in pass_decisions(local.tokenizer, tf_pass) if p.kind in self.kinds]
+            if not points:
+                continue
+            seg_of, segs = _pass_segments(local, conv, tf_pass)
+            pos = [p.position for p in points]
+            mass = segment_mass(local, tf_pass.ids, pos, seg_of, len(segs))
+            results.append((pos, [tf_pass.ids[p] for p in pos], mass, segs, _labels_for(points, i)))
+        info = {
+            "model": model_id(model),
+            "source": "trajectory",
+            "sample_id": getattr(trajectory, "sample_id", None),
+            "plan": describe_passes(passes),
+        }
+        if not results:
+            n_l = local.parts.num_layers
+            return AttentionResult([], [], np.zeros((0, n_l, 0), dtype=np.float32), [], {}, info)
+        return _merge(results, info)

@@ -1,0 +1,415 @@
+"""The logit lens: what each layer would predict, at the positions where the model decided.
+
+Layer 0 is the embedding output, layer L the final layer. Layers 0..L-1 are read
+through the model's own final norm module and unembedding (so Gemma's `1 + weight`
+norm and Gemma-2's logit softcap are honoured); layer L is the model's own logits,
+never normed twice. All layers at all analysed positions are stacked into one
+matrix product per block; softmax, entropy and ranks are fp32.
+
+On a trajectory, one teacher-forced pass over the final conversation gives the
+hidden states of every turn's prefix (causal attention, prefix-stable template);
+turns whose template rewrites history get a pass of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers.positions import KINDS
+from evalrx.core.capability import Capability
+
+__all__ = ["LensResult", "LogitLensAnalyzer", "settle_layer"]
+
+
+def settle_layer(top1: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Per position, the first layer from which `target` is top-1 at every later layer (-1: never).
+
+    Args:
+        top1: `[layers, positions]` top-1 token ids.
+        target: `[positions]` token ids (-1 for none).
+    """
+    hit = top1 == target[None, :]
+    n_layers = hit.shape[0]
+    out = np.full(hit.shape[1], -1, dtype=np.int32)
+    for p in range(hit.shape[1]):
+        if target[p] < 0 or not hit[-1, p]:
+            continue
+        layer = n_layers - 1
+        while layer > 0 and hit[layer - 1, p]:
+            layer -= 1
+        out[p] = layer
+    return out
+
+
+_ARRAY_FIELDS = (
+    ("positions", np.int32),
+    ("token_ids", np.int32),
+    ("target_ids", np.int32),
+    ("target_is_actual", np.bool_),
+    ("topk_ids", np.int32),
+    ("topk_logprobs", np.float32),
+    ("entropy", np.float32),
+    ("target_logprob", np.float32),
+    ("target_rank", np.int32),
+    ("hidden_norm", np.float32),
+)
+# Arrays shaped [layers, positions, ...]; the others are [positions].
+_PER_LAYER = frozenset({"topk_ids", "topk_logprobs", "entropy", "target_logprob", "target_rank", "hidden_norm"})
+_LABEL_FIELDS = (
+    ("label_step", np.int32),
+    ("label_kind", np.int8),
+    ("label_call", np.int16),
+    ("label_piece", np.int16),
+    ("label_pass", np.int16),
+    ("label_token_index", np.int32),
+)
+
+
+@register_result
+class LensResult(AnalysisResult):
+    """Logit-lens statistics, `[layers, positions, ...]`, layer 0 = embeddings, layer L = final.
+
+    Attributes:
+        positions: predicting positions `[P]` (in their pass).
+        token_ids: the input token at each position.
+        target_ids: the token each position chose: the next actual token, or the final
+            layer's top-1 where there is none (`target_is_actual` tells which).
+        topk_ids, topk_logprobs: `[layers, P, k]`, natural-log, fp32.
+        entropy: `[layers, P]` in nats.
+        target_logprob, target_rank: the chosen token's log-prob and rank (0 = top-1) per layer.
+        hidden_norm: L2 norm of the residual stream per layer (layer L: after the final norm).
+        labels: per position (trajectories), arrays `label_step`, `label_kind` (index into
+            `KINDS`), `label_call`, `label_piece`, `label_pass`, `label_token_index`, and
+            `label_arg` (argument names).
+        info: JSON-safe details (model, passes, top_k, ...).
+        vocab: `{str(id): text}` for every id in `token_ids`, `target_ids`, `topk_ids`.
+    """
+
+    result_type = "logit_lens"
+
+    def __init__(self, *, labels: Optional[dict] = None, info: Optional[dict] = None, vocab: Optional[dict] = None, **arrays: Any) -> None:
+        for name, dtype in _ARRAY_FIELDS:
+            setattr(self, name, np.asarray(arrays[name], dtype=dtype))
+        self.labels = {}
+        if labels:
+            for name, dtype in _LABEL_FIELDS:
+                self.labels[name] = np.asarray(labels[name], dtype=dtype)
+            self.labels["label_arg"] = list(labels.get("label_arg") or [""] * len(self.positions))
+        self.info = dict(info or {})
+        self.vocab = dict(vocab or {})
+
+    # -- views -------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers L (the arrays have L + 1 rows)."""
+        return int(self.topk_ids.shape[0]) - 1
+
+    @property
+    def layers(self) -> np.ndarray:
+        """Layer indices 0 (embedding output) .. L (final layer)."""
+        return np.arange(self.topk_ids.shape[0])
+
+    @property
+    def top_k(self) -> int:
+        return int(self.topk_ids.shape[-1])
+
+    @property
+    def chosen_logprob(self) -> np.ndarray:
+        """Alias of `target_logprob`."""
+        return self.target_logprob
+
+    @property
+    def chosen_rank(self) -> np.ndarray:
+        """Alias of `target_rank`."""
+        return self.target_rank
+
+    @property
+    def settles_at(self) -> np.ndarray:
+        """Per position, the layer at which the finally chosen token becomes and stays top-1 (-1: never)."""
+        return settle_layer(self.topk_ids[:, :, 0], self.target_ids)
+
+    @property
+    def kinds(self) -> list:
+        """Decision kind per position ("" for single-prompt results)."""
+        if not self.labels:
+            return [""] * len(self.positions)
+        return [KINDS[int(i)] for i in self.labels["label_kind"]]
+
+    def token_text(self, token_id: int) -> str:
+        """The decoded text of a token id seen in this result."""
+        return self.vocab.get(str(int(token_id)), f"<{int(token_id)}>")
+
+    def select(self, mask: np.ndarray) -> "LensResult":
+        """A result holding only the positions where `mask` is true."""
+        mask = np.asarray(mask, dtype=bool)
+        arrays = {}
+        for name, _ in _ARRAY_FIELDS:
+            value = getattr(self, name)
+            arrays[name] = value[:, mask] if name in _PER_LAYER else value[mask]
+        labels = None
+        if self.labels:
+            labels = {n: self.labels[n][mask] for n, _ in _LABEL_FIELDS}
+            labels["label_arg"] = [a for a, m in zip(self.labels["label_arg"], mask) if m]
+        return LensResult(labels=labels, info=self.info, vocab=self.vocab, **arrays)
+
+    def for_step(self, step: int) -> "LensResult":
+        """The positions of one trajectory step."""
+        if not self.labels:
+            raise ValueError("this result has no trajectory labels")
+        return self.select(self.labels["label_step"] == int(step))
+
+    def steps(self) -> list:
+        """Trajectory steps present, in order."""
+        if not self.labels:
+            return []
+        return sorted({int(s) for s in self.labels["label_step"]})
+
+    # -- storage -----------------------------------------------------------------------
+    def to_arrays(self) -> dict:
+        arrays = {name: getattr(self, name) for name, _ in _ARRAY_FIELDS}
+        for name, _ in _LABEL_FIELDS:
+            if self.labels:
+                arrays[name] = self.labels[name]
+        return arrays
+
+    @property
+    def meta(self) -> dict:
+        meta = {
+            "result_type": self.result_type,
+            "analyzer": LogitLensAnalyzer.name,
+            "kinds": list(KINDS),
+            "info": self.info,
+            "vocab": self.vocab,
+        }
+        if self.labels:
+            meta["label_arg"] = list(self.labels["label_arg"])
+        return meta
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, meta: dict) -> "LensResult":
+        labels = None
+        if "label_step" in arrays:
+            labels = {name: arrays[name] for name, _ in _LABEL_FIELDS}
+            labels["label_arg"] = meta.get("label_arg")
+        fields = {name: arrays[name] for name, _ in _ARRAY_FIELDS}
+        return cls(labels=labels, info=meta.get("info"), vocab=meta.get("vocab"), **fields)
+
+    @staticmethod
+    def concat(results: Sequence["LensResult"], info: Optional[dict] = None) -> "LensResult":
+        """Join results along positions (e.g. the passes of one trajectory)."""
+        if len(results) == 1 and info is None:
+            return results[0]
+        arrays = {}
+        for name, _ in _ARRAY_FIELDS:
+            axis = 1 if name in _PER_LAYER else 0
+            arrays[name] = np.concatenate([getattr(r, name) for r in results], axis=axis)
+        labels = None
+        if all(r.labels for r in results) and results:
+            labels = {n: np.concatenate([r.labels[n] for r in results]) for n, _ in _LABEL_FIELDS}
+            labels["label_arg"] = [a for r in results for a in r.labels["label_arg"]]
+        vocab: dict = {}
+        for r in results:
+            vocab.update(r.vocab)
+        return LensResult(labels=labels, info=info if info is not None else results[0].info, vocab=vocab, **arrays)
+
+
+def _build_result(local: Any, stats: Any, positions, token_ids, targets, actual, labels, info) -> LensResult:
+    from evalrx.analyzers._compute import decode_pieces
+
+    ids = np.concatenate([np.asarray(token_ids).ravel(), np.asarray(targets).ravel(), stats.topk_ids.ravel()])
+    return LensResult(
+        positions=positions,
+        token_ids=token_ids,
+        target_ids=targets,
+        target_is_actual=actual,
+        topk_ids=stats.topk_ids,
+        topk_logprobs=stats.topk_logprobs,
+        entropy=stats.entropy,
+        target_logprob=stats.target_logprob,
+        target_rank=stats.target_rank,
+        hidden_norm=stats.hidden_norm,
+        labels=labels,
+        info=info,
+        vocab=decode_pieces(local.tokenizer, ids),
+    )
+
+
+def lens_on_ids(
+    local: Any,
+    ids: Sequence[int],
+    positions: Sequence[int],
+    top_k: int,
+    *,
+    labels: Optional[dict] = None,
+    info: Optional[dict] = None,
+    gather_ids: Optional[Sequence[Sequence[int]]] = None,
+) -> "tuple[LensResult, Any]":
+    """One pass over `ids` and the lens at `positions`; returns the result and the raw stats."""
+    from evalrx.analyzers._compute import forward, lens_stats
+
+    positions = [int(p) for p in positions]
+    logits, hidden = forward(local, ids, positions)
+    n = len(ids)
+    actual = np.array([p + 1 < n for p in positions], dtype=bool)
+    top1 = logits.float().argmax(-1).tolist() if positions else []
+    targets = [int(ids[p + 1]) if p + 1 < n else int(top1[i]) for i, p in enumerate(positions)]
+    stats = lens_stats(local, hidden, logits, positions, targets, top_k, gather_ids)
+    token_ids = [int(ids[p]) for p in positions]
+    result = _build_result(local, stats, positions, token_ids, targets, actual, labels, info)
+    return result, stats
+
+
+def _labels_for(points: Sequence[Any], pass_index: int) -> dict:
+    return {
+        "label_step": [p.step for p in points],
+        "label_kind": [KINDS.index(p.kind) for p in points],
+        "label_call": [p.call for p in points],
+        "label_piece": [p.piece for p in points],
+        "label_pass": [pass_index] * len(points),
+        "label_token_index": [p.token_index for p in points],
+        "label_arg": [p.arg for p in points],
+    }
+
+
+@register_analyzer
+class LogitLensAnalyzer(Analyzer):
+    """Logit lens over all layers, on a prompt or at a trajectory's decision positions.
+
+    Args:
+        top_k: top tokens kept per layer and position.
+        mode: "auto" (one pass for prefix-stable turns) or "per_step" (one pass per turn).
+        kinds: which decision kinds to analyse on trajectories (default: all of `KINDS`).
+        max_value_tokens: tokens kept per argument value.
+        max_answer_tokens: tokens kept of a final answer.
+    """
+
+    name = "logit_lens"
+    requires = frozenset({Capability.HIDDEN_STATES, Capability.LOGITS})
+
+    def __init__(
+        self,
+        top_k: int = 10,
+        *,
+        mode: str = "auto",
+        kinds: Sequence[str] = KINDS,
+        max_value_tokens: int = 16,
+        max_answer_tokens: int = 64,
+    ) -> None:
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown decision kinds {sorted(unknown)}; known: {list(KINDS)}")
+        self.top_k = int(top_k)
+        self.mode = mode
+        self.kinds = tuple(kinds)
+        self.max_value_tokens = max_value_tokens
+        self.max_answer_tokens = max_answer_tokens
+
+    def run(self, model: Any, text: str, *, positions: "Sequence[int] | str | None" = None) -> LensResult:
+        """Lens over one prompt.
+
+        Args:
+            model: a local handle (`evalrx.load` / `evalrx.wrap`).
+            text: raw text, tokenized with the tokenizer's usual special tokens (no chat template).
+            positions: positions to analyse: all (None), "last", or explicit indices
+                (negative ones count from the end).
+
+        Returns:
+            A `LensResult`; at the last position the chosen token is the final layer's top-1.
+        """
+        from evalrx.analyzers._compute import local_model
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        ids = list(local.text_tokenizer(text)["input_ids"])
+        if not ids:
+            raise ValueError("text tokenizes to nothing")
+        n = len(ids)
+        if positions is None:
+            pos = list(range(n))
+        elif positions == "last":
+            pos = [n - 1]
+        else:
+            pos = [p + n if p < 0 else p for p in positions]
+            bad = [p for p in pos if not 0 <= p < n]
+            if bad:
+                raise IndexError(f"positions {bad} out of range for {n} tokens")
+        info = {"model": model_id(model), "top_k": self.top_k, "n_tokens": n, "source": "text"}
+        result, _ = lens_on_ids(local, ids, pos, self.top_k, info=info)
+        return result
+
+    def run_trajectory(
+        self,
+        model: Any,
+        trajectory: Any,
+        *,
+        tools: Optional[list] = None,
+        system: Optional[str] = None,
+    ) -> LensResult:
+        """Lens at the decision positions of every model turn of `trajectory`.
+
+        Args:
+            model: a local handle.
+            trajectory: the stored trajectory.
+            tools: the tools the run offered (they are part of the prompt).
+            system: the run's system prompt.
+
+        Returns:
+            A `LensResult` with per-position labels (step, kind, call, argument) and
+            `info["plan"]` telling whether one pass sufficed.
+        """
+        from evalrx.analyzers._compute import local_model
+        from evalrx.analyzers.replay import describe_passes, pass_decisions, plan_trajectory
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        _, passes = plan_trajectory(
+            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
+        )
+        results = []
+        for i, tf_pass in enumerate(passes):
+            points = [
+                p
+                for p in pass_decisions(
+                    local.tokenizer, tf_pass,
+                    max_value_tokens=self.max_value_tokens, max_answer_tokens=self.max_answer_tokens,
+                )
+                if p.kind in self.kinds
+            ]
+            if not points:
+                continue
+            res, _ = lens_on_ids(
+                local, tf_pass.ids, [p.position for p in points], self.top_k, labels=_labels_for(points, i)
+            )
+            results.append(res)
+        info = {
+            "model": model_id(model),
+            "top_k": self.top_k,
+            "source": "trajectory",
+            "sample_id": getattr(trajectory, "sample_id", None),
+            "plan": describe_passes(passes),
+        }
+        if not results:
+            return _empty_result(local, self.top_k, info)
+        return LensResult.concat(results, info=info)
+
+
+def _empty_result(local: Any, top_k: int, info: dict) -> LensResult:
+    n_out = local.parts.num_layers + 1
+    empty_i = np.zeros(0, dtype=np.int32)
+    return LensResult(
+        positions=empty_i,
+        token_ids=empty_i,
+        target_ids=empty_i,
+        target_is_actual=np.zeros(0, dtype=bool),
+        topk_ids=np.zeros((n_out, 0, top_k), dtype=np.int32),
+        topk_logprobs=np.zeros((n_out, 0, top_k), dtype=np.float32),
+        entropy=np.zeros((n_out, 0), dtype=np.float32),
+        target_logprob=np.zeros((n_out, 0), dtype=np.float32),
+        target_rank=np.zeros((n_out, 0), dtype=np.int32),
+        hidden_norm=np.zeros((n_out, 0), dtype=np.float32),
+        labels={name: np.zeros(0) for name, _ in _LABEL_FIELDS} | {"label_arg": []},
+        info=info,
+    )

@@ -1,0 +1,388 @@
+"""Tool-decision alternatives: how close the model came to calling another tool, by layer.
+
+At each tool call, every available tool name is written into the model's turn in
+place of the chosen one and tokenized; the first token where a name's tokens differ
+from the chosen name's is where that alternative would have split off. The
+alternative's log-probability is the teacher-forced probability of the shared
+tokens up to there plus the probability of its own token at the split (an upper
+bound on the whole name, exact for the event "the model leaves the chosen name
+here for this one"); the chosen tool's is the probability of all its tokens through
+the last split point. The margin is chosen minus the best alternative, in nats, per
+layer of the logit lens (the final layer is the model itself).
+
+For each argument value the decision is its first token: the chosen token's
+log-prob against the best other token, per layer; string arguments whose schema
+lists an `enum` also get the enum values as alternatives, like tool names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers.positions import find_call_spans, token_at_char, tokenize_with_offsets, tokens_overlapping
+from evalrx.core.capability import Capability
+
+__all__ = ["ToolDecisionAnalyzer", "ToolDecisionResult"]
+
+RUNNER_UP = "(best other token)"
+
+
+@dataclass
+class _Decision:
+    """One decision being assembled: where it is, its candidates and the positions it reads."""
+
+    step: int
+    call: int
+    kind: str  # "tool_name" | "arg_value"
+    arg: str
+    chosen: str
+    candidates: list  # chosen first
+    decision_index: int  # token index of the decided token
+    chosen_path: list = field(default_factory=list)  # token indices summed for the chosen candidate
+    alt_paths: list = field(default_factory=list)  # per alternative: (shared token indices, split index, token id)
+    pass_index: int = 0
+
+
+def _escape(value: str) -> str:
+    """A string as it appears between JSON quotes."""
+    return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
+def _splits(
+    tokenizer: Any,
+    text: str,
+    region: "tuple[int, int]",
+    span: "tuple[int, int]",
+    ids: Sequence[int],
+    offsets: Sequence[tuple],
+    alternatives: Sequence[str],
+) -> list:
+    """For each alternative string written over `text[span]`, `(split_index, token_id)` or None.
+
+    `split_index` is the token index (in `ids`) of the first token where the
+    alternative's tokenization differs from the text's; None when it cannot be
+    mapped onto the pass's tokens.
+    """
+    r0, r1 = region
+    base_ids, base_off = tokenize_with_offsets(tokenizer, text[r0:r1])
+    out = []
+    for alt in alternatives:
+        alt_text = text[r0 : span[0]] + _escape(alt) + text[span[1] : r1]
+        alt_ids, _ = tokenize_with_offsets(tokenizer, alt_text)
+        d = 0
+        while d < len(base_ids) and d < len(alt_ids) and base_ids[d] == alt_ids[d]:
+            d += 1
+        if d >= len(base_ids) or d >= len(alt_ids):
+            out.append(None)
+            continue
+        ctx = token_at_char(offsets, base_off[d][0] + r0)
+        if ctx < 1 or ids[ctx] != base_ids[d]:  # standalone tokens do not line up with the pass
+            out.append(None)
+            continue
+        out.append((ctx, int(alt_ids[d])))
+    return out
+
+
+def _name_decision(tokenizer, text, region, cs, ids, offsets, names, step, pass_index) -> Optional[_Decision]:
+    alts = [n for n in names if n != cs.name]
+    name_tokens = tokens_overlapping(offsets, *cs.name_span)
+    if not name_tokens:
+        return None
+    splits = _splits(tokenizer, text, region, cs.name_span, ids, offsets, alts)
+    kept = [(a, s) for a, s in zip(alts, splits) if s is not None]
+    # Past the last split no candidate is left to compete, so the chosen path stops there.
+    first = min(s[0] for _, s in kept) if kept else name_tokens[0]
+    last = max(s[0] for _, s in kept) if kept else name_tokens[0]
+    dec = _Decision(step, cs.call, "tool_name", "", cs.name, [cs.name] + [a for a, _ in kept], first)
+    dec.chosen_path = list(range(first, last + 1))
+    dec.alt_paths = [(list(range(first, s[0])), s[0], s[1]) for _, s in kept]
+    dec.pass_index = pass_index
+    return dec
+
+
+def _arg_decisions(tokenizer, text, region, cs, ids, offsets, schemas, step, pass_index) -> list:
+    props = ((schemas.get(cs.name) or {}).get("properties") or {}) if schemas else {}
+    out = []
+    for key, vspan, value in cs.args:
+        toks = tokens_overlapping(offsets, *vspan)
+        if not toks or toks[0] < 1:
+            continue
+        first = toks[0]
+        enum = (props.get(key) or {}).get("enum") if isinstance(props.get(key), dict) else None
+        if isinstance(value, str) and isinstance(enum, list) and value in enum:
+            alts = [str(e) for e in enum if isinstance(e, str) and e != value]
+            splits = _splits(tokenizer, text, region, vspan, ids, offsets, alts)
+            kept = [(a, s) for a, s in zip(alts, splits) if s is not None]
+            lo = min(s[0] for _, s in kept) if kept else first
+            hi = max(s[0] for _, s in kept) if kept else first
+            dec = _Decision(step, cs.call, "arg_value", str(key), value, [value] + [a for a, _ in kept], lo)
+            dec.chosen_path = list(range(lo, hi + 1))
+            dec.alt_paths = [(list(range(lo, s[0])), s[0], s[1]) for _, s in kept]
+        else:
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            dec = _Decision(step, cs.call, "arg_value", str(key), shown, [shown, RUNNER_UP], first)
+            dec.chosen_path = [first]
+        dec.pass_index = pass_index
+        out.append(dec)
+    return out
+
+
+@register_result
+class ToolDecisionResult(AnalysisResult):
+    """Alternatives and margins at each tool-name and argument-value decision, per lens layer.
+
+    Arrays (D decisions, `layers` = L + 1, C = most candidates):
+        cand_logprob `[D, layers, C]`: log-prob of each candidate (index 0 = chosen; NaN padding).
+        decision_logprob `[D, layers, C]`: log-prob of each candidate's token at the decision token.
+        margin `[D, layers]`: chosen minus best alternative, nats (positive: the chosen one led).
+        chosen_rank, entropy `[D, layers]`: at the decision token.
+        runner_up_id `[D, layers]`: the best token other than the chosen one there.
+    `decisions` (meta) describes each row: step, call, kind, arg, chosen, candidates, token index.
+    """
+
+    result_type = "tool_decision"
+
+    def __init__(self, decisions, cand_logprob, decision_logprob, margin, chosen_rank, entropy, runner_up_id, info=None, vocab=None):
+        self.decisions = list(decisions)
+        self.cand_logprob = np.asarray(cand_logprob, dtype=np.float32)
+        self.decision_logprob = np.asarray(decision_logprob, dtype=np.float32)
+        self.margin = np.asarray(margin, dtype=np.float32)
+        self.chosen_rank = np.asarray(chosen_rank, dtype=np.int32)
+        self.entropy = np.asarray(entropy, dtype=np.float32)
+        self.runner_up_id = np.asarray(runner_up_id, dtype=np.int32)
+        self.info = dict(info or {})
+        self.vocab = dict(vocab or {})
+
+    @property
+    def final_margin(self) -> np.ndarray:
+        """Margin under the model's own output (last layer), per decision."""
+        return self.margin[:, -1] if len(self.decisions) else np.zeros(0, dtype=np.float32)
+
+    def probabilities(self, index: int, layer: int = -1) -> dict:
+        """`{candidate: probability}` of decision `index` at `layer` (default: the model's output)."""
+        d = self.decisions[index]
+        row = self.cand_logprob[index, layer]
+        return {c: float(np.exp(row[i])) for i, c in enumerate(d["candidates"]) if not np.isnan(row[i])}
+
+    def for_step(self, step: int) -> list:
+        """Indices of the decisions of one trajectory step."""
+        return [i for i, d in enumerate(self.decisions) if d["step"] == step]
+
+    def to_arrays(self) -> dict:
+        return {
+            "cand_logprob": self.cand_logprob,
+            "decision_logprob": self.decision_logprob,
+            "margin": self.margin,
+            "chosen_rank": self.chosen_rank,
+            "entropy": self.entropy,
+            "runner_up_id": self.runner_up_id,
+        }
+
+    @property
+    def meta(self) -> dict:
+        return {
+            "result_type": self.result_type,
+            "analyzer": ToolDecisionAnalyzer.name,
+            "decisions": self.decisions,
+            "info": self.info,
+            "vocab": self.vocab,
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict, meta: dict) -> "ToolDecisionResult":
+        return cls(
+            meta.get("decisions") or [],
+            arrays["cand_logprob"], arrays["decision_logprob"], arrays["margin"],
+            arrays["chosen_rank"], arrays["entropy"], arrays["runner_up_id"],
+            info=meta.get("info"), vocab=meta.get("vocab"),
+        )
+
+
+def _score(local: Any, ids: Sequence[int], decisions: Sequence[_Decision], top_k: int) -> list:
+    """Run one pass for `decisions` (all from the same token sequence) and fill their arrays."""
+    from evalrx.analyzers._compute import forward, lens_stats
+
+    # Every token index a decision reads, with the extra ids wanted there.
+    wanted: "dict[int, set]" = {}
+    for d in decisions:
+        for idx in d.chosen_path:
+            wanted.setdefault(idx, set()).add(int(ids[idx]))
+        for shared, split, tok in d.alt_paths:
+            for idx in shared:
+                wanted.setdefault(idx, set()).add(int(ids[idx]))
+            wanted.setdefault(split, set()).add(int(tok))
+        wanted.setdefault(d.decision_index, set()).add(int(ids[d.decision_index]))
+    order = sorted(wanted)
+    gather = [sorted(wanted[i]) for i in order]
+    positions = [i - 1 for i in order]
+    logits, hidden = forward(local, ids, positions)
+    stats = lens_stats(local, hidden, logits, positions, [int(ids[i]) for i in order], max(2, top_k), gather)
+    row = {idx: r for r, idx in enumerate(order)}
+
+    def lp(idx: int, tok: int) -> np.ndarray:
+        r = row[idx]
+        return stats.gathered[:, r, gather[r].index(int(tok))]
+
+    out = []
+    n_out = stats.topk_ids.shape[0]
+    for d in decisions:
+        n_c = len(d.candidates)
+        cand = np.full((n_out, n_c), np.nan, dtype=np.float32)
+        at_dec = np.full((n_out, n_c), np.nan, dtype=np.float32)
+        r = row[d.decision_index]
+        top = stats.topk_ids[:, r, :]
+        chosen_tok = int(ids[d.decision_index])
+        runner = np.where(top[:, 0] == chosen_tok, top[:, 1], top[:, 0]).astype(np.int32)
+        runner_lp = np.where(top[:, 0] == chosen_tok, stats.topk_logprobs[:, r, 1], stats.topk_logprobs[:, r, 0])
+        cand[:, 0] = sum(lp(i, ids[i]) for i in d.chosen_path)
+        at_dec[:, 0] = lp(d.decision_index, chosen_tok)
+        if d.alt_paths:
+            for c, (shared, split, tok) in enumerate(d.alt_paths, start=1):
+                cand[:, c] = sum((lp(i, ids[i]) for i in shared), np.zeros(n_out, np.float32)) + lp(split, tok)
+                at_dec[:, c] = lp(split, tok) if split == d.decision_index else lp(d.decision_index, chosen_tok)
+        elif n_c == 2:  # argument without an enum: the best other token is the alternative
+            cand[:, 1] = runner_lp
+            at_dec[:, 1] = runner_lp
+        if n_c > 1:
+            margin = cand[:, 0] - np.nanmax(cand[:, 1:], axis=1)
+        else:
+            margin = np.full(n_out, np.inf, dtype=np.float32)
+        out.append((d, cand, at_dec, margin, stats.target_rank[:, r], stats.entropy[:, r], runner))
+    return out
+
+
+@register_analyzer
+class ToolDecisionAnalyzer(Analyzer):
+    """Probability of every available tool where the tool name is decided, and argument margins, by layer.
+
+    Args:
+        top_k: top tokens read at each decision position (at least 2, for the runner-up).
+        mode: "auto" or "per_step" (see `LogitLensAnalyzer`).
+        arguments: also analyse the first token of each argument value.
+    """
+
+    name = "tool_decision"
+    requires = frozenset({Capability.HIDDEN_STATES, Capability.LOGITS})
+
+    def __init__(self, top_k: int = 5, *, mode: str = "auto", arguments: bool = True) -> None:
+        self.top_k = max(2, int(top_k))
+        self.mode = mode
+        self.arguments = arguments
+
+    def _collect(self, local, text, ids, offsets, turns, names, schemas, pass_index) -> list:
+        decisions = []
+        for step, chars, calls in turns:
+            for cs in find_call_spans(text, chars[0], chars[1], calls):
+                dec = _name_decision(local.tokenizer, text, chars, cs, ids, offsets, names, step, pass_index)
+                if dec is not None:
+                    decisions.append(dec)
+                if self.arguments:
+                    decisions.extend(
+                        _arg_decisions(local.tokenizer, text, chars, cs, ids, offsets, schemas, step, pass_index)
+                    )
+        return decisions
+
+    def _result(self, local, scored, info) -> ToolDecisionResult:
+        from evalrx.analyzers._compute import decode_pieces
+
+        n_out = local.parts.num_layers + 1
+        n_c = max((len(d.candidates) for d, *_ in scored), default=1)
+        n = len(scored)
+        cand = np.full((n, n_out, n_c), np.nan, dtype=np.float32)
+        at_dec = np.full((n, n_out, n_c), np.nan, dtype=np.float32)
+        margin = np.zeros((n, n_out), dtype=np.float32)
+        rank = np.zeros((n, n_out), dtype=np.int32)
+        ent = np.zeros((n, n_out), dtype=np.float32)
+        runner = np.zeros((n, n_out), dtype=np.int32)
+        records = []
+        for i, (d, c, a, m, r, e, ru) in enumerate(scored):
+            cand[i, :, : c.shape[1]] = c
+            at_dec[i, :, : a.shape[1]] = a
+            margin[i], rank[i], ent[i], runner[i] = m, r, e, ru
+            records.append(
+                {
+                    "step": d.step, "call": d.call, "kind": d.kind, "arg": d.arg, "chosen": d.chosen,
+                    "candidates": d.candidates, "token_index": d.decision_index, "pass": d.pass_index,
+                }
+            )
+        vocab = decode_pieces(local.tokenizer, runner.ravel())
+        return ToolDecisionResult(records, cand, at_dec, margin, rank, ent, runner, info=info, vocab=vocab)
+
+    def run(self, model: Any, text: str, *, tools: Optional[list] = None) -> ToolDecisionResult:
+        """Analyse the Hermes `<tool_call>` blocks inside a rendered conversation `text`.
+
+        Args:
+            model: a local handle.
+            text: rendered text holding one or more `<tool_call>{...}</tool_call>` blocks.
+            tools: the available tools (names are the candidates); the called names otherwise.
+        """
+        from evalrx.analyzers._compute import local_model
+        from evalrx.analyzers.replay import normalize_call, normalize_tools, tool_names
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        ids, offsets = tokenize_with_offsets(local.tokenizer, text)
+        calls = []
+        for m in re.finditer(r"<tool_call>(.*?)</tool_call>", text, re.DOTALL):
+            try:
+                calls.append(normalize_call(json.loads(m.group(1), strict=False)))
+            except (json.JSONDecodeError, AttributeError):
+                continue
+        names = tool_names(tools) or list(dict.fromkeys(c["name"] for c in calls))
+        schemas = _schemas(normalize_tools(tools))
+        decisions = self._collect(local, text, ids, offsets, [(0, (0, len(text)), calls)], names, schemas, 0)
+        scored = _score(local, ids, decisions, self.top_k) if decisions else []
+        return self._result(local, scored, {"model": model_id(model), "source": "text", "tools": names})
+
+    def run_trajectory(
+        self,
+        model: Any,
+        trajectory: Any,
+        *,
+        tools: Optional[list] = None,
+        system: Optional[str] = None,
+    ) -> ToolDecisionResult:
+        """Every tool call of `trajectory`: tool alternatives and argument margins, by layer.
+
+        Without `tools`, the candidates are the tool names the trajectory called.
+        """
+        from evalrx.analyzers._compute import local_model
+        from evalrx.analyzers.replay import describe_passes, plan_trajectory, tool_names
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        conv, passes = plan_trajectory(
+            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
+        )
+        names = tool_names(tools) or list(dict.fromkeys(c["name"] for t in conv.turns for c in t.calls))
+        schemas = _schemas(conv.tools)
+        scored = []
+        for i, p in enumerate(passes):
+            turns = [(t.step_idx, t.gen_chars, t.turn.calls) for t in p.turns if t.turn.calls]
+            decisions = self._collect(local, p.text, p.ids, p.offsets, turns, names, schemas, i)
+            if decisions:
+                scored.extend(_score(local, p.ids, decisions, self.top_k))
+        info = {
+            "model": model_id(model),
+            "source": "trajectory",
+            "sample_id": getattr(trajectory, "sample_id", None),
+            "tools": names,
+            "plan": describe_passes(passes),
+        }
+        return self._result(local, scored, info)
+
+
+def _schemas(tools: Optional[list]) -> dict:
+    """`{tool name: parameters schema}` from OpenAI tool dicts."""
+    out = {}
+    for t in tools or []:
+        fn = t.get("function", t)
+        if fn.get("name"):
+            out[fn["name"]] = fn.get("parameters") or {}
+    return out
