@@ -326,8 +326,12 @@ def export_run(
     Returns:
         The number of trajectories written.
     """
+    from evalrx.store.queries import get_run
+
     path = Path(path)
     fmt = fmt or ("parquet" if path.suffix.lower() == ".parquet" else "jsonl")
+    if get_run(run_id, store=store) is None:
+        raise ValueError(f"no run with id {run_id}")
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = iter_export_rows(run_id, store=store)
     if fmt == "parquet":

@@ -1,0 +1,220 @@
+"""Export and import: the round trip, foreign formats, and malformed files that write nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from sqlalchemy import text
+
+import evalrx.store as S
+from evalrx.core import Label
+from evalrx.store import runs
+from evalrx.store.queries import pending_cases
+from storehelpers import fill_run, make_case, make_trajectory
+
+
+def _labelled_run(store):
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    cases = [make_case(i, image=png if i == 2 else None) for i in range(12)]
+    rng = random.Random(7)
+    trajs = [make_trajectory(c, rng) for c in cases]
+    trajs[3].steps[1].content = "unicode ✓ and \"quotes\"\nnew line"
+    with store.write() as s:
+        run_id = runs.create_run(s, name="labelled", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"},
+                                                             "tools": ["calculator"], "max_turns": 4}, cases=cases)
+        for pos, cid in pending_cases(s, run_id):
+            runs.save_trajectory(s, run_id, cid, trajs[pos])
+    rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
+    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", note="n1", annotator="ana", store=store)
+    S.set_label(rows[0].id, "pass", annotator="ben", store=store)
+    S.set_label(rows[1].id, "fail", step_idx=1, first_wrong_step=1, store=store)
+    S.add_tag(rows[1].id, "regression", store=store)
+    return run_id, trajs
+
+
+def _counts(store):
+    with store.read() as s:
+        return {t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+                for t in ("runs", "trajectories", "steps", "labels", "cases", "trajectory_tags")}
+
+
+def test_round_trip_is_identical(store_url, tmp_path, sqlite_url):
+    """Export a run, import it into an empty store (the other backend too), export again: same bytes."""
+    src = S.connect(sqlite_url)
+    run_id, trajs = _labelled_run(src)
+    first = tmp_path / "first.jsonl"
+    assert S.export_run(run_id, first, store=src) == 12
+    result = S.import_file(first, store=store_url)
+    assert result.n_trajectories == 12 and result.format == "evalrx" and len(result.run_ids) == 1
+    second = tmp_path / "second.jsonl"
+    S.export_run(result.run_ids[0], second, store=store_url)
+    assert second.read_bytes() == first.read_bytes()
+    rows = [json.loads(line) for line in first.read_text().splitlines()]
+    assert [r["sample_id"] for r in rows] == [t.sample_id for t in trajs]  # the run's case order
+    assert rows[0]["labels"][0]["outcome"] == "fail" and rows[0]["labels"][1]["is_current"]
+    assert rows[1]["tags"] == ["regression"] and rows[2]["case"]["image"]["mime"] == "image/png"
+    assert rows[0]["run"] == {"name": "labelled", "config": {"model": {"name": "evalrx-tiny", "backend": "hf_local"},
+                                                             "tools": ["calculator"], "max_turns": 4}}
+    # grades and label history survive in the store itself, not only in the file
+    imported = S.connect(store_url)
+    info = S.get_run(result.run_ids[0], store=imported)
+    assert info.source == "import" and info.status == "done" and info.n_done == 12
+    assert info.n_pass == sum(t.outcome is Label.PASS for t in trajs)
+    tid = S.find_trajectory(info.id, trajs[0].sample_id, store=imported)
+    assert [h.outcome for h in S.label_history(tid, store=imported)] == ["fail", "pass"]
+
+
+def test_import_of_evalrx_run_out_rows(sqlite_url, tmp_path):
+    """The rows `evalrx run --out` writes (case_id, meta and the trajectory) import as a run."""
+    rng = random.Random(0)
+    f = tmp_path / "run.jsonl"
+    with f.open("w") as fh:
+        for i in range(3):
+            c = make_case(i)
+            fh.write(json.dumps({"case_id": c.id, "meta": c.meta, **make_trajectory(c, rng).to_dict()}) + "\n")
+    res = S.import_file(f, store=sqlite_url)
+    info = S.get_run(res.run_ids[0], store=sqlite_url)
+    assert info.name == "run" and info.n_cases == 3
+    detail = S.get_trajectory(S.list_trajectories(store=sqlite_url).rows[0].id, store=sqlite_url)
+    assert detail.case["meta"]["suite"] == "test"
+
+
+def test_import_openai_chat_messages(sqlite_url, tmp_path):
+    f = tmp_path / "chats.jsonl"
+    rows = [
+        {"id": "c1", "expected": "12", "outcome": "pass", "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 3*4?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "calculator",
+                                                                  "arguments": "{\"expression\": \"3*4\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "12"},
+            {"role": "assistant", "content": "It is 12."}]},
+        {"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "x", "type": "function", "function": {"name": "lookup", "arguments": "{not json"}}]}]},
+    ]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    res = S.import_file(f, store=sqlite_url)
+    assert res.format == "openai" and res.n_trajectories == 2
+    page = S.list_trajectories(store=sqlite_url, descending=False).rows
+    first = S.get_trajectory(page[0].id, store=sqlite_url)
+    t = first.trajectory
+    assert [s.role.value for s in t.steps] == ["user", "actor", "tool", "actor"]
+    assert t.steps[1].tool_calls == [{"name": "calculator", "args": {"expression": "3*4"}, "id": "call_1"}]
+    assert t.steps[2].content == "calculator" and t.steps[2].observation == "12"
+    assert t.final_answer == "It is 12." and t.outcome is Label.PASS and t.terminated == "final"
+    assert first.case["meta"]["system"] == "Be brief." and first.case["expected"] == "12"
+    second = S.get_trajectory(page[1].id, store=sqlite_url).trajectory
+    assert second.sample_id == "line-2" and "not valid JSON" in second.steps[1].parse_error
+    assert second.terminated == "incomplete" and page[1].n_parse_errors == 1
+    assert S.list_trajectories(store=sqlite_url, tool="calculator").rows[0].id == page[0].id
+
+
+def _inspect_log():
+    sample = lambda sid, epoch, value: {  # noqa: E731
+        "id": sid, "epoch": epoch, "input": "How many r in strawberry?", "target": "3",
+        "messages": [
+            {"role": "system", "content": "You are helpful.", "source": "generate"},
+            {"role": "user", "content": "How many r in strawberry?", "source": "input"},
+            {"role": "assistant", "content": [{"type": "reasoning", "reasoning": "count"},
+                                              {"type": "text", "text": "Let me check."}],
+             "tool_calls": [{"id": "t1", "function": "python", "arguments": {"code": "'strawberry'.count('r')"},
+                             "type": "function", "parse_error": None}], "model": "gpt-4o-mini"},
+            {"role": "tool", "content": "3", "tool_call_id": "t1", "function": "python", "error": None},
+            {"role": "assistant", "content": "attachment://abc", "model": "gpt-4o-mini"}],
+        "output": {"model": "gpt-4o-mini", "choices": [], "completion": "There are 3."},
+        "scores": {"match": {"value": value, "answer": "3", "explanation": "ok"}},
+        "metadata": {"difficulty": "easy"},
+        "model_usage": {"openai/gpt-4o-mini": {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}},
+        "total_time": 2.5, "working_time": 1.25,
+        "attachments": {"abc": "There are 3."},
+    }
+    return {"version": 2, "status": "success",
+            "eval": {"task": "count_letters", "task_id": "T1", "run_id": "R1", "model": "openai/gpt-4o-mini",
+                     "created": "2025-01-01T00:00:00+00:00", "dataset": {"name": "letters"}},
+            "plan": {}, "results": {}, "stats": {},
+            "samples": [sample(1, 1, "C"), sample(1, 2, "I"), sample("b", 1, "C")]}
+
+
+def test_import_inspect_eval_log(store_url, tmp_path):
+    f = tmp_path / "2025-01-01_count-letters.json"
+    f.write_text(json.dumps(_inspect_log(), indent=2))
+    res = S.import_file(f, store=store_url)
+    assert res.format == "inspect" and res.n_trajectories == 3
+    info = S.get_run(res.run_ids[0], store=store_url)
+    assert info.name == "count_letters (openai/gpt-4o-mini)" and info.backend == "inspect"
+    assert info.n_pass == 2 and info.n_fail == 1
+    rows = S.list_trajectories(store=store_url, descending=False).rows
+    assert [r.sample_id for r in rows] == ["1#1", "1#2", "b#1"]  # epochs kept apart
+    t = S.get_trajectory(rows[0].id, store=store_url).trajectory
+    assert t.final_answer == "There are 3." and t.goal == "How many r in strawberry?"
+    assert t.steps[1].content == "<think>count</think>\nLet me check."
+    assert t.steps[1].tool_calls == [{"name": "python", "args": {"code": "'strawberry'.count('r')"}, "id": "t1"}]
+    assert rows[0].prompt_tokens == 120 and rows[0].completion_tokens == 30 and rows[0].latency_ms == 1250.0
+    assert rows[0].outcome == "pass" and rows[1].outcome == "fail"
+
+
+@pytest.mark.parametrize("content, where, problem", [
+    ('{"sample_id": "a", "goal": "g", "steps": []}\n{"sample_id": "b", "steps": [\n', "line 2", "not valid JSON"),
+    ('{"sample_id": "a", "steps": []}\n\n[1, 2]\n', "line 3", "expected a JSON object"),
+    ('{"sample_id": "a", "steps": [{"role": "actor"}]}\n', "line 1", "step 0 has no 'idx'"),
+    ('{"sample_id": "a", "steps": [{"idx": 0, "role": "robot"}]}\n', "line 1", "step 0"),
+    ('{"sample_id": "a", "steps": [], "outcome": "meh"}\n', "line 1", "outcome 'meh'"),
+    ('{"hello": 1}\n', "line 1", "neither an evalrx trajectory"),
+    ('{"sample_id": "a", "steps": []}\n{"sample_id": "a", "steps": []}\n', "line 2", "appears twice"),
+    ('{"messages": [{"role": "wizard", "content": "x"}]}\n', "line 1", "role 'wizard'"),
+    ('{"messages": [{"role": "assistant", "content": "x"}]}\n', "line 1", "no user message"),
+    ('{"sample_id": "a", "steps": [{"idx": 0, "role": "user"}], "labels": [{"first_wrong_step": 5}]}\n',
+     "line 1", "first_wrong_step=5"),
+    ("", "line 1", "no trajectories"),
+])
+def test_malformed_files_name_file_line_and_problem_and_write_nothing(store_url, tmp_path, content, where, problem):
+    store = S.connect(store_url)
+    fill_run(store, 1, seed=9)  # something already there must stay as it is
+    before = _counts(store)
+    f = tmp_path / "bad.jsonl"
+    f.write_text(content)
+    with pytest.raises(S.ImportFormatError) as err:
+        S.import_file(f, store=store)
+    msg = str(err.value)
+    assert str(f) in msg and where in msg and problem in msg, msg
+    assert _counts(store) == before
+
+
+def test_malformed_inspect_log_names_the_sample(sqlite_url, tmp_path):
+    log = _inspect_log()
+    log["samples"][1]["messages"][2]["tool_calls"][0]["function"] = None
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(log))
+    with pytest.raises(S.ImportFormatError, match=r"bad.json: sample 1 \(id 1\): message 2: tool call 0 has no"):
+        S.import_file(f, store=sqlite_url)
+    f.write_text('{"eval": {},\n "samples": [}')
+    with pytest.raises(S.ImportFormatError, match="line 2: not valid JSON"):
+        S.import_file(f, store=sqlite_url)
+    assert S.list_runs(store=sqlite_url) == []
+
+
+def test_missing_file(sqlite_url, tmp_path):
+    with pytest.raises(FileNotFoundError):
+        S.import_file(tmp_path / "nope.jsonl", store=sqlite_url)
+
+
+def test_parquet_export(sqlite_url, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    store = S.connect(sqlite_url)
+    run_id, trajs = _labelled_run(store)
+    assert S.export_run(run_id, tmp_path / "out.parquet", store=store) == 12
+    table = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert [r["sample_id"] for r in table] == [t.sample_id for t in trajs]
+    assert table[0]["label"] == "pass" and table[1]["tags"] == ["regression"]
+    assert json.loads(table[5]["steps_json"]) == [s.to_dict() for s in trajs[5].steps]
+
+
+def test_export_of_a_missing_run(sqlite_url, tmp_path):
+    with pytest.raises(ValueError, match="no run with id 7"):
+        S.export_run(7, tmp_path / "x.jsonl", store=sqlite_url)
+    assert list(tmp_path.glob("x.jsonl*")) == []
