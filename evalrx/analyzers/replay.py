@@ -366,6 +366,7 @@ class TeacherForcedPass:
     offsets: list
     turns: list
     tools: Optional[list] = None  # the tool schemas the text was rendered with
+    shared: bool = False  # the full conversation's pass (as opposed to one turn's own)
 
     @property
     def steps(self) -> list:
@@ -440,12 +441,13 @@ def plan_passes(
         upto = render_conversation(renderer, msgs[: mi + 1], turn.tools, False)
         completion = upto[len(prompt):] if upto.startswith(prompt) else (turn.content + (eos or ""))
         stable = False
-        if mode == "auto" and full_text.startswith(prompt):
+        # Stable when the full rendering starts with this turn as the model saw and wrote it:
+        # the prompt (compared as tokens) and the turn itself (a template may rewrite past turns).
+        if mode == "auto" and upto.startswith(prompt) and full_text.startswith(upto):
             p_ids, _ = tokenize_with_offsets(tokenizer, prompt)
             stable = full_ids[: len(p_ids)] == p_ids
         if stable:
-            end_hint = len(upto) if full_text.startswith(upto) else len(full_text)
-            gen_end = _generated_chars(full_text, len(prompt), end_hint, turn.content, eos)
+            gen_end = _generated_chars(full_text, len(prompt), len(upto), turn.content, eos)
             g0 = len(p_ids)
             g1 = first_token_at(full_off, gen_end)
             shared.append(PassTurn(turn.step_idx, (len(prompt), gen_end), (g0, g1), turn))
@@ -454,21 +456,21 @@ def plan_passes(
     passes: list = []
     if shared:
         n = max(t.gen_tokens[1] for t in shared)
-        passes.append(TeacherForcedPass(full_text, full_ids[:n], full_off[:n], shared, conversation.tools))
+        passes.append(TeacherForcedPass(full_text, full_ids[:n], full_off[:n], shared, conversation.tools, True))
     return passes + own
 
 
 def describe_passes(passes: Sequence[TeacherForcedPass]) -> dict:
     """JSON-safe summary of a plan: mode and per-pass steps and lengths."""
-    if len(passes) <= 1:
+    if all(p.shared for p in passes):
         mode = "one_pass"
-    elif all(len(p.turns) == 1 for p in passes):
+    elif not any(p.shared for p in passes):
         mode = "per_step"
     else:
         mode = "mixed"
     return {
         "mode": mode,
-        "passes": [{"steps": p.steps, "n_tokens": len(p.ids)} for p in passes],
+        "passes": [{"steps": p.steps, "n_tokens": len(p.ids), "shared": p.shared} for p in passes],
     }
 
 
