@@ -86,18 +86,26 @@ def stop_worker(store: Store, worker_id: str) -> None:
         s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(status="stopped", job_id=None))
 
 
-def alive_workers(*, within_s: float = 30.0, store: "Store | str | None" = None) -> list[dict]:
-    """Workers that heartbeated in the last `within_s` seconds and have not stopped."""
+def alive_in(session: Session, within_s: float) -> list[dict]:
+    """Workers that heartbeated in the last `within_s` seconds, have not stopped and,
+    when they run on this machine, still have a process."""
     since = t.utcnow() - timedelta(seconds=within_s)
+    here = host_key()
+    rows = session.execute(
+        select(t.Worker).where(t.Worker.heartbeat_at >= since, t.Worker.status != "stopped")
+    ).scalars()
+    return [
+        {"id": w.id, "pid": w.pid, "host": w.hostname, "status": w.status, "job_id": w.job_id,
+         "heartbeat_at": w.heartbeat_at}
+        for w in rows
+        if w.hostname != here or _pid_alive(w.pid)
+    ]
+
+
+def alive_workers(*, within_s: float = 30.0, store: "Store | str | None" = None) -> list[dict]:
+    """Live workers (see `alive_in`): the UI shows them and starts one when there is none."""
     with resolve(store).read() as s:
-        rows = s.execute(
-            select(t.Worker).where(t.Worker.heartbeat_at >= since, t.Worker.status != "stopped")
-        ).scalars()
-        return [
-            {"id": w.id, "pid": w.pid, "host": w.hostname, "status": w.status, "job_id": w.job_id,
-             "heartbeat_at": w.heartbeat_at}
-            for w in rows
-        ]
+        return alive_in(s, within_s)
 
 
 def claim_next(

@@ -1,0 +1,110 @@
+"""The extension point for analyses that run after each case of a run.
+
+A run config's `analyzers` lists names (or `{"name": ..., **kwargs}` dicts). Each name
+resolves first to a hook registered here, then to an analyzer of `evalrx.analyzers`
+(its `run_trajectory(handle, trajectory, tools=..., system=...)` result is stored as
+compact arrays plus meta). A hook is any callable `hook(ctx) -> iterable of
+AnalysisRecord` (or None), for analyses that are not `Analyzer` classes:
+
+    from evalrx.runner.analysis import AnalysisRecord, register_hook
+
+    def answer_length(ctx):
+        yield AnalysisRecord("answer_length", meta={"chars": len(ctx.trajectory.final_answer or "")})
+
+    register_hook("answer_length", answer_length)
+
+Hooks and analyzers run in the worker after the case finishes and before it is
+written, outside the write transaction; their records are written with the case.
+A failing analysis is recorded (meta `error`) and never fails the case.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional
+
+
+
+@dataclass
+class CaseContext:
+    """What an analysis gets: the live handle, the case, its trajectory and the run's setup."""
+
+    handle: Any
+    case: Any
+    trajectory: Any
+    tools: list
+    tool_schemas: list
+    system: Optional[str]
+    run_config: dict
+
+
+@dataclass
+class AnalysisRecord:
+    """One stored analysis result: compact numpy arrays plus JSON meta, optionally for one step."""
+
+    analyzer: str
+    arrays: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    step_idx: Optional[int] = None
+
+
+Hook = Callable[[CaseContext], Optional[Iterable[AnalysisRecord]]]
+HOOKS: dict = {}
+
+
+def register_hook(name: str, hook: Hook, *, replace: bool = False) -> None:
+    """Register a per-case analysis hook under `name` (usable in a run config's `analyzers`)."""
+    key = name.strip().lower()
+    if key in HOOKS and not replace:
+        raise ValueError(f"Analysis hook {key!r} is already registered; pass replace=True to override it.")
+    HOOKS[key] = hook
+
+
+def _spec(entry: Any) -> tuple[str, dict]:
+    if isinstance(entry, str):
+        return entry.strip().lower(), {}
+    if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+        kwargs = {k: v for k, v in entry.items() if k != "name"}
+        return entry["name"].strip().lower(), kwargs
+    raise ValueError(f"an analyzer entry must be a name or {{'name': ..., ...}}, got {entry!r}")
+
+
+def _analyzer_hook(name: str, kwargs: dict) -> Hook:
+    from evalrx.analyzers import get_analyzer
+
+    analyzer = get_analyzer(name, **kwargs)  # raises ValueError listing the known analyzers
+
+    def hook(ctx: CaseContext) -> list:
+        result = analyzer.run_trajectory(ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system)
+        meta = dict(result.meta)
+        return [AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"))]
+
+    return hook
+
+
+def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
+    """Turn a run config's `analyzers` into (name, hook) pairs; unknown names raise ValueError."""
+    out = []
+    for entry in entries or []:
+        name, kwargs = _spec(entry)
+        if name in HOOKS and not kwargs:
+            out.append((name, HOOKS[name]))
+        else:
+            out.append((name, _analyzer_hook(name, kwargs)))
+    return out
+
+
+def run_all(hooks: list, ctx: CaseContext) -> list[AnalysisRecord]:
+    """Run every hook on one case; a failure becomes a record with meta `error`."""
+    records: list = []
+    for name, hook in hooks:
+        try:
+            produced = hook(ctx)
+            records.extend(list(produced or []))
+        except Exception as exc:  # an analysis never fails the case
+            records.append(AnalysisRecord(name, meta={
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=3)[-2000:],
+            }))
+    return records

@@ -1,0 +1,116 @@
+"""Queue a run: fix its case list in the store and add a job for a worker to claim."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from evalrx.core.case import FailureCase
+from evalrx.store import jobs as store_jobs
+from evalrx.store import runs as store_runs
+from evalrx.store.engine import Store, resolve
+
+
+def _check(cfg: dict) -> None:
+    """Fail at enqueue, not minutes later in the worker, on unknown spec, backend, tool or analyzer."""
+    from evalrx.models import resolve_spec_key
+    from evalrx.models.backends import get_backend
+    from evalrx.runner.analysis import HOOKS
+    from evalrx.tools import TOOLS
+
+    model = cfg.get("model") or {}
+    if not model.get("name"):
+        raise ValueError("the run config names no model (model.name)")
+    resolve_spec_key(model["name"])
+    get_backend(model.get("backend") or "hf_local")
+    unknown = [t for t in cfg.get("tools") or [] if t not in TOOLS]
+    if unknown:
+        raise ValueError(f"Unknown tool(s) {unknown}. Known tools: {sorted(TOOLS)}.")
+    from evalrx.analyzers import ANALYZERS
+
+    for entry in cfg.get("analyzers") or []:
+        name = entry if isinstance(entry, str) else (entry or {}).get("name")
+        if not isinstance(name, str) or (name.lower() not in HOOKS and name.lower() not in ANALYZERS):
+            known = sorted(set(HOOKS) | set(ANALYZERS))
+            raise ValueError(f"Unknown analyzer {name!r}. Known analyzers: {', '.join(known)}.")
+
+
+def enqueue_run(
+    run_config: Any,
+    cases: Optional[Sequence[FailureCase]] = None,
+    *,
+    name: Optional[str] = None,
+    runtime: Optional[dict] = None,
+    store: "Store | str | None" = None,
+) -> int:
+    """Queue a run for the workers and return its id.
+
+    The case list is fixed now (stored with the run), so a worker needs neither the
+    suite file nor the caller. The API key is never stored: workers read it from their
+    environment (`OPENAI_API_KEY`).
+
+    Args:
+        run_config: an `evalrx.config.RunConfig` (or the same as a dict).
+        cases: the cases; None loads `run_config.suite` or `run_config.case_file`.
+        name: a display name (default: spec and suite).
+        runtime: extra `RuntimeConfig` settings for the model (max_new_tokens, temperature, ...).
+        store: the store (default when None).
+
+    Raises:
+        ValueError: unknown spec, backend, tool or analyzer; no cases.
+    """
+    cfg = store_runs.config_dict(run_config)
+    if runtime:
+        cfg["runtime"] = store_runs.config_dict(dict(runtime))
+    _check(cfg)
+    if cases is None:
+        source = cfg.get("case_file") or cfg.get("suite")
+        if not source:
+            raise ValueError("no cases: pass `cases`, or set the run config's suite or case_file")
+        from evalrx.suites import load_cases
+
+        cases = load_cases(source)
+    cases = list(cases)
+    if not cases:
+        raise ValueError("the run has no cases")
+    if name is None:
+        source = cfg.get("suite") or cfg.get("case_file") or "cases"
+        name = f"{cfg['model']['name']} on {source}"
+    st = resolve(store)
+    with st.write() as s:
+        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases)
+        store_jobs.enqueue_job(s, run_id)
+    return run_id
+
+
+def cancel_run(run_id: int, *, store: "Store | str | None" = None) -> str:
+    """Stop a run: a queued one at once, a running one after its current case.
+
+    Returns:
+        The job's status after the request ("cancelled", or "running" until the worker stops).
+    """
+    return store_jobs.request_cancel(run_id, store=store)
+
+
+def retry_run(run_id: int, *, store: "Store | str | None" = None) -> int:
+    """Queue a new job for a failed or cancelled run; it runs only the cases without a trajectory.
+
+    Returns:
+        The new job id.
+    """
+    from sqlalchemy import select
+
+    from evalrx.store import schema as t
+
+    with resolve(store).write() as s:
+        run = s.get(t.Run, run_id)
+        if run is None:
+            raise ValueError(f"no run with id {run_id}")
+        active = s.execute(
+            select(t.Job.id).where(t.Job.run_id == run_id, t.Job.status.in_(["queued", "running"]))
+        ).first()
+        if active is not None:
+            raise ValueError(f"run {run_id} already has a queued or running job")
+        run.status, run.finished_at, run.error = "queued", None, None
+        return store_jobs.enqueue_job(s, run_id)
+
+

@@ -1,0 +1,51 @@
+"""Start one detached local worker for the UI, never two (by heartbeat in the store)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from typing import Optional
+
+from sqlalchemy import text
+
+from evalrx.store import jobs
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+
+ENV_NO_WORKER = "EVALRX_NO_LOCAL_WORKER"
+
+
+def ensure_worker(
+    *, store: "Store | str | None" = None, within_s: float = 30.0, log_path: Optional[str] = None
+) -> Optional[int]:
+    """Start a detached `evalrx worker` unless a live one heartbeats on this store.
+
+    Safe on every Streamlit rerun, refresh and tab: the check and the new worker's row
+    are written in one serialised transaction, so concurrent callers start one worker.
+    Set `EVALRX_NO_LOCAL_WORKER=1` when workers run elsewhere.
+
+    Returns:
+        The new worker's pid, or None when one was alive (or local workers are turned off).
+    """
+    if os.environ.get(ENV_NO_WORKER, "").strip() not in ("", "0"):
+        return None
+    st = resolve(store)
+    with st.write() as s:
+        if st.dialect == "postgresql":  # serialise callers the way BEGIN IMMEDIATE does on SQLite
+            s.execute(text("SELECT pg_advisory_xact_lock(7264001)"))
+        if jobs.alive_in(s, within_s):
+            return None
+        worker_id = f"{socket.gethostname()}:spawned:{uuid.uuid4().hex[:8]}"
+        env = dict(os.environ, EVALRX_DATABASE_URL=st.url)
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evalrx.runner", "--worker-id", worker_id],
+            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+        )
+        now = t.utcnow()
+        s.add(t.Worker(id=worker_id, hostname=jobs.host_key(), pid=proc.pid, status="idle",
+                       started_at=now, heartbeat_at=now))
+    return proc.pid

@@ -1,0 +1,407 @@
+"""The worker process (`evalrx worker`): claims jobs from the store and runs them.
+
+Each finished case is written in one transaction (trajectory, steps, grade, analyses,
+run counters, job progress) after checking that this worker still owns the job, so a
+case is stored at most once even if a worker thought dead comes back; the unique
+(run, case) constraint backs that up. A killed worker's job is requeued by the next
+worker to start (or by any idle worker's periodic check) and resumes with the cases
+that have no trajectory yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Iterator, Optional, Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from evalrx.core.case import FailureCase, Label, Step, StepRole, Trajectory
+from evalrx.runner import analysis
+from evalrx.store import convert, jobs
+from evalrx.store import schema as t
+from evalrx.store.engine import SchemaError, Store, connect
+from evalrx.store.queries import pending_cases
+from evalrx.store.runs import save_analysis, save_trajectory
+
+log = logging.getLogger("evalrx.worker")
+
+
+class JobCancelled(Exception):
+    pass
+
+
+def _runtime_kwargs(cfg: dict) -> dict:
+    """RuntimeConfig settings from a stored run config (never an API key)."""
+    from evalrx.models.backends import RuntimeConfig
+
+    allowed = {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
+    runtime = {k: v for k, v in (cfg.get("runtime") or {}).items() if k in allowed}
+    model = cfg.get("model") or {}
+    for key in ("device", "dtype"):
+        if model.get(key) is not None:
+            runtime.setdefault(key, model[key])
+    if cfg.get("base_url"):
+        runtime.setdefault("base_url", cfg["base_url"])
+    return runtime
+
+
+def load_handle(cfg: dict) -> Any:
+    """Load the run's model once for the whole job."""
+    import evalrx
+
+    model = cfg.get("model") or {}
+    return evalrx.load(
+        model["name"], backend=model.get("backend") or "hf_local", want=model.get("want") or (),
+        checkpoint=model.get("checkpoint"), **_runtime_kwargs(cfg),
+    )
+
+
+def _error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
+    return Trajectory(
+        sample_id=case.id, goal=case.inputs.prompt,
+        steps=[Step(idx=0, role=StepRole.USER, content=case.inputs.prompt)],
+        ground_truth=case.expected,
+        metrics={"terminated": "error", "error": f"{type(exc).__name__}: {exc}"},
+    )
+
+
+def _case_image(data: Optional[bytes]) -> Any:
+    if data is None:
+        return None
+    try:
+        import io
+
+        from PIL import Image
+
+        return Image.open(io.BytesIO(data))
+    except Exception:  # no Pillow, or not an image Pillow reads: hand over the bytes
+        return data
+
+
+class Worker:
+    """Claims and runs jobs until stopped.
+
+    Args:
+        store: the store.
+        worker_id: a unique id (default: host, pid and a random suffix).
+        poll_s: seconds between claims when the queue is empty.
+        heartbeat_s: seconds between heartbeats.
+        stale_after_s: a running job whose heartbeat is older than this is requeued.
+        backends: claim only runs on these backends (None: all).
+        exit_when_idle: return when the queue is empty instead of waiting.
+        max_jobs: return after this many jobs.
+        max_attempts: fail a job after this many claims (each claim follows a crash).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        worker_id: Optional[str] = None,
+        poll_s: float = 1.0,
+        heartbeat_s: float = 5.0,
+        stale_after_s: float = 60.0,
+        backends: Optional[Sequence[str]] = None,
+        exit_when_idle: bool = False,
+        max_jobs: Optional[int] = None,
+        max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.poll_s, self.heartbeat_s, self.stale_after_s = poll_s, heartbeat_s, stale_after_s
+        self.backends = list(backends) if backends else None
+        self.exit_when_idle, self.max_jobs, self.max_attempts = exit_when_idle, max_jobs, max_attempts
+        self.stop_event = threading.Event()
+        self.current_job: Optional[int] = None
+        self.lease_lost = threading.Event()
+        self._hb_thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stop(self) -> None:
+        """Stop after the current case; the job goes back to the queue for another worker."""
+        self.stop_event.set()
+
+    def _heartbeats(self) -> None:
+        while not self.stop_event.wait(self.heartbeat_s):
+            job = self.current_job
+            try:
+                if not jobs.heartbeat(self.store, self.worker_id, job) and job is not None:
+                    log.warning("worker %s lost job %s", self.worker_id, job)
+                    self.lease_lost.set()
+            except Exception as exc:  # a database hiccup must not kill the heartbeat thread
+                log.warning("heartbeat failed: %s", exc)
+
+    def run(self) -> int:
+        """Serve the queue until stopped (or idle, with `exit_when_idle`); returns jobs run."""
+        jobs.register_worker(self.store, self.worker_id)
+        requeued = jobs.requeue_stale(self.store, stale_after_s=self.stale_after_s, max_attempts=self.max_attempts)
+        if requeued:
+            log.info("requeued jobs %s of dead workers", requeued)
+        self._hb_thread = threading.Thread(target=self._heartbeats, name="evalrx-heartbeat", daemon=True)
+        self._hb_thread.start()
+        done = 0
+        last_sweep = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                job = jobs.claim_next(self.store, self.worker_id, backends=self.backends)
+                if job is None:
+                    if self.exit_when_idle:
+                        break
+                    if time.monotonic() - last_sweep > max(self.stale_after_s / 2, self.poll_s):
+                        jobs.requeue_stale(self.store, stale_after_s=self.stale_after_s,
+                                           max_attempts=self.max_attempts)
+                        last_sweep = time.monotonic()
+                    self.stop_event.wait(self.poll_s)
+                    continue
+                self.run_job(job)
+                done += 1
+                if self.max_jobs is not None and done >= self.max_jobs:
+                    break
+        finally:
+            self.stop_event.set()
+            jobs.stop_worker(self.store, self.worker_id)
+        return done
+
+    # ------------------------------------------------------------ one job
+
+    def run_job(self, job: Any) -> str:
+        """Run one claimed job to its end; returns its final status (or "lost"/"released")."""
+        self.current_job = job.id
+        self.lease_lost.clear()
+        log.info("worker %s: job %s (run %s), %s/%s cases done", self.worker_id, job.id, job.run_id,
+                 job.progress_done, job.progress_total)
+        try:
+            status = self._run_job(job)
+        except jobs.LeaseLost as exc:
+            log.warning("%s; leaving it to its new owner", exc)
+            status = "lost"
+        except JobCancelled:
+            jobs.finish_job(self.store, job.id, self.worker_id, "cancelled")
+            status = "cancelled"
+        except Exception as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+            log.error("job %s failed: %s\n%s", job.id, msg, traceback.format_exc())
+            jobs.finish_job(self.store, job.id, self.worker_id, "failed", error=msg)
+            status = "failed"
+        finally:
+            self.current_job = None
+        log.info("worker %s: job %s %s", self.worker_id, job.id, status)
+        return status
+
+    def _load_job(self, job: Any) -> tuple[dict, list]:
+        with self.store.read() as s:
+            run = s.get(t.Run, job.run_id)
+            cfg = dict(run.config or {})
+            todo = pending_cases(s, job.run_id)
+            rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_([cid for _, cid in todo]))).scalars()}
+            blobs: dict = {}
+            shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
+            if shas:
+                blobs = {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()}
+            cases = [(cid, convert.case_from_row(rows[cid], _case_image(blobs.get(rows[cid].image_sha256))))
+                     for _, cid in todo]
+        return cfg, cases
+
+    def _run_job(self, job: Any) -> str:
+        cfg, cases = self._load_job(job)
+        if not cases:
+            jobs.finish_job(self.store, job.id, self.worker_id, "done")
+            return "done"
+        from evalrx.tools import get_tools
+
+        tool_names = list(cfg.get("tools") or [])
+        get_tools(tool_names)  # an unknown tool fails the job before the model loads
+        hooks = analysis.resolve(cfg.get("analyzers") or [])
+        handle = load_handle(cfg)
+        if jobs.cancel_requested(self.store, job.id):
+            raise JobCancelled()
+        parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
+        results = self._results_parallel(handle, cfg, cases, int(cfg["concurrency"])) if parallel \
+            else self._results_serial(handle, cfg, cases)
+        for case_id, case, traj, tools in results:
+            cancel = self._record(job, handle, cfg, hooks, case_id, case, traj, tools)
+            if cancel:
+                raise JobCancelled()
+            if self.stop_event.is_set():
+                return self._release(job)
+        jobs.finish_job(self.store, job.id, self.worker_id, "done")
+        return "done"
+
+    def _release(self, job: Any) -> str:
+        """Hand an unfinished job back to the queue (this worker is stopping)."""
+        with self.store.write() as s:
+            owned = jobs.lock_owned_job(s, job.id, self.worker_id)
+            owned.status, owned.worker_id, owned.heartbeat_at = "queued", None, None
+            s.execute(update(t.Run).where(t.Run.id == job.run_id).values(status="queued"))
+        return "released"
+
+    # ------------------------------------------------------------ cases
+
+    def _run_case(self, handle: Any, cfg: dict, case: FailureCase) -> tuple:
+        from evalrx.models.agent import Agent
+        from evalrx.tools import get_tools
+
+        tools: list = []
+        try:
+            tools = get_tools(list(cfg.get("tools") or []), case=case)
+            agent = Agent(
+                handle, tools, max_turns=int(cfg.get("max_turns") or 6), system=cfg.get("system"),
+                block_repeat_calls=bool(cfg.get("block_repeat_calls")),
+                force_final_answer=bool(cfg.get("force_final_answer")),
+                chat_kwargs=cfg.get("chat_kwargs") or None,
+            )
+            traj = agent.run(case)
+        except Exception as exc:  # the case fails, the job goes on
+            log.warning("case %s raised %s: %s", case.id, type(exc).__name__, exc)
+            traj = _error_trajectory(case, exc)
+        try:
+            from evalrx.grade import grade_trajectory
+
+            traj.outcome = grade_trajectory(traj, case)
+        except Exception as exc:
+            traj.metrics["grade_error"] = f"{type(exc).__name__}: {exc}"
+            traj.outcome = Label.UNKNOWN
+        return traj, tools
+
+    def _results_serial(self, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
+        for case_id, case in cases:
+            if self.lease_lost.is_set():
+                raise jobs.LeaseLost(f"job lease lost before case {case.id}")
+            traj, tools = self._run_case(handle, cfg, case)
+            yield case_id, case, traj, tools
+
+    def _results_parallel(self, handle: Any, cfg: dict, cases: list, width: int) -> Iterator[tuple]:
+        """A bounded pool: at most `width` cases in flight; results in completion order."""
+        pending = iter(cases)
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evalrx-case") as pool:
+            running: dict = {}
+
+            def submit() -> bool:
+                nxt = next(pending, None)
+                if nxt is None:
+                    return False
+                case_id, case = nxt
+                running[pool.submit(self._run_case, handle, cfg, case)] = (case_id, case)
+                return True
+
+            for _ in range(width):
+                if not submit():
+                    break
+            try:
+                while running:
+                    finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        case_id, case = running.pop(fut)
+                        traj, tools = fut.result()
+                        yield case_id, case, traj, tools
+                        if not (self.stop_event.is_set() or self.lease_lost.is_set()):
+                            submit()
+            finally:  # cancelled or stopping: do not start more, let in-flight calls end
+                pending = iter(())
+                for fut in running:
+                    fut.cancel()
+
+    def _record(self, job: Any, handle: Any, cfg: dict, hooks: list, case_id: int, case: FailureCase,
+                traj: Trajectory, tools: list) -> bool:
+        """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
+        records: list = []
+        if hooks:
+            schemas = [tool.to_openai() for tool in tools]
+            ctx = analysis.CaseContext(handle=handle, case=case, trajectory=traj, tools=tools,
+                                       tool_schemas=schemas, system=cfg.get("system"), run_config=cfg)
+            records = analysis.run_all(hooks, ctx)
+        now = t.utcnow()
+        outcome = traj.outcome.value
+        error = traj.terminated == "error"
+        try:
+            with self.store.write() as s:
+                owned = jobs.lock_owned_job(s, job.id, self.worker_id)
+                tid = save_trajectory(s, job.run_id, case_id, traj)
+                for rec in records:
+                    save_analysis(s, tid, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
+                s.execute(
+                    update(t.Run).where(t.Run.id == job.run_id).values(
+                        n_done=t.Run.n_done + 1,
+                        n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
+                        n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
+                        n_error=t.Run.n_error + (1 if error else 0),
+                    )
+                )
+                owned.progress_done = owned.progress_done + 1
+                owned.heartbeat_at = now
+                cancel = bool(owned.cancel_requested)
+        except IntegrityError:  # already stored (cannot happen while we own the job): never twice
+            log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)
+            return jobs.cancel_requested(self.store, job.id)
+        return cancel
+
+
+# ---------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evalrx worker", description="Run queued evalrx jobs from the store.")
+    p.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
+    p.add_argument("--once", action="store_true", help="exit when the queue is empty")
+    p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls of an empty queue")
+    p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
+    p.add_argument("--stale-after", type=float, default=60.0,
+                   help="requeue running jobs whose heartbeat is older than this (seconds)")
+    p.add_argument("--backend", action="append", dest="backends",
+                   help="claim only runs on this backend (repeatable), e.g. api on a machine without a GPU")
+    p.add_argument("--plugin", action="append", default=[],
+                   help="import this module first (to register specs, backends, tools or analyzers); "
+                        "also read from $EVALRX_PLUGINS (comma-separated)")
+    p.add_argument("--worker-id", help="a unique worker id (default: host:pid:random)")
+    p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
+    return p
+
+
+def worker_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx worker`: serve the job queue until interrupted (SIGTERM/SIGINT stop after the current case).
+
+    Returns:
+        0 on a clean stop; 2 when the store's schema is not current (the message names `evalrx db upgrade`).
+    """
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    plugins = list(args.plugin) + [m for m in os.environ.get("EVALRX_PLUGINS", "").split(",") if m.strip()]
+    for mod in plugins:
+        importlib.import_module(mod.strip())
+    try:
+        store = connect(args.url)
+    except SchemaError as exc:
+        print(f"evalrx worker: {exc}", file=sys.stderr)
+        return 2
+    worker = Worker(store, worker_id=args.worker_id, poll_s=args.poll, heartbeat_s=args.heartbeat,
+                    stale_after_s=args.stale_after, backends=args.backends, exit_when_idle=args.once,
+                    max_jobs=args.max_jobs)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("signal %s: stopping after the current case", signum)
+        worker.stop()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+    n = worker.run()
+    log.info("worker %s stopped after %s job(s)", worker.worker_id, n)
+    return 0
+
+
