@@ -36,13 +36,18 @@ def host_key() -> str:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether a local process runs (a zombie, killed but not yet reaped, counts as dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _info(job: t.Job) -> JobInfo:

@@ -1,0 +1,301 @@
+"""The job queue and the worker, in process, on SQLite and PostgreSQL (scripted, torch-free model)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, text, update
+
+import evalrx.store as S
+import scripted_backend  # noqa: F401  (registers the `scripted` backend and specs)
+from evalrx.runner import AnalysisRecord, Worker, cancel_run, enqueue_run, register_hook, retry_run, worker_main
+from evalrx.runner import analysis as runner_analysis
+from evalrx.runner import worker as worker_mod
+from evalrx.store import jobs
+from evalrx.store import schema as t
+from workerhelpers import cases, integrity_report, scripted_config
+
+
+def _worker(store, **kw):
+    kw.setdefault("exit_when_idle", True)
+    kw.setdefault("heartbeat_s", 0.2)
+    return Worker(store, **kw)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Handles the worker loads, to look at what the model was asked."""
+    loaded = []
+    real = worker_mod.load_handle
+
+    def spy(cfg):
+        h = real(cfg)
+        loaded.append(h)
+        return h
+
+    monkeypatch.setattr(worker_mod, "load_handle", spy)
+    return loaded
+
+
+def test_a_run_goes_from_queue_to_graded_trajectories(store_url, calls):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(analyzers=["heuristics"]), cases(6), name="six", store=store)
+    info = S.get_run(run_id, store=store)
+    assert info.status == "queued" and info.job_status == "queued" and info.n_cases == 6
+    assert _worker(store).run() == 1
+    info = S.get_run(run_id, store=store)
+    assert (info.status, info.job_status, info.n_done, info.n_pass, info.n_fail) == ("done", "done", 6, 6, 0)
+    assert info.finished_at >= info.started_at
+    job = S.jobs_of_run(run_id, store=store)[0]
+    assert job.progress_done == job.progress_total == 6 and job.attempts == 1
+    assert len(calls) == 1  # the model is loaded once per job
+    rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
+    detail = S.get_trajectory(rows[2].id, store=store)
+    assert [s.role.value for s in detail.trajectory.steps] == ["user", "actor", "tool", "actor"]
+    assert detail.trajectory.final_answer == "The answer is 14." and rows[2].outcome == "pass"
+    assert detail.analyses and detail.analyses[0][0] == "heuristics"
+    assert integrity_report(store) == dict.fromkeys(integrity_report(store), 0)
+    assert S.alive_workers(store=store) == []  # a stopped worker is not alive
+
+
+def test_claims_are_in_order_and_exclusive(store_url):
+    store = S.connect(store_url)
+    a = enqueue_run(scripted_config(), cases(1), store=store)
+    b = enqueue_run(scripted_config(), cases(1), store=store)
+    for w in ("w1", "w2"):
+        jobs.register_worker(store, w)
+    first = jobs.claim_next(store, "w1")
+    second = jobs.claim_next(store, "w2")
+    assert (first.run_id, second.run_id) == (a, b)
+    assert jobs.claim_next(store, "w1") is None
+    assert first.status == "running" and first.worker_id == "w1" and first.attempts == 1
+    assert S.get_run(a, store=store).status == "running"
+    assert jobs.heartbeat(store, "w1", first.id) is True
+    assert jobs.heartbeat(store, "w2", first.id) is False  # not its job
+
+
+def test_claim_filters_by_backend(store_url):
+    store = S.connect(store_url)
+    enqueue_run(scripted_config(), cases(1), store=store)
+    assert jobs.claim_next(store, "w", backends=["api"]) is None
+    assert jobs.claim_next(store, "w", backends=["scripted"]) is not None
+
+
+def test_resume_runs_only_the_missing_cases(store_url, calls):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(), cases(5), store=store)
+    job = jobs.claim_next(store, "first")
+    w = _worker(store, worker_id="first")
+    w.current_job = job.id
+    cfg, todo = w._load_job(job)
+    for case_id, case in todo[:2]:  # two cases finished before a crash
+        traj, tools = w._run_case(worker_mod.load_handle(cfg), cfg, case)
+        w._record(job, None, cfg, [], case_id, case, traj, tools)
+    with store.write() as s:  # the worker dies: its job goes stale
+        s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
+    assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
+    calls.clear()
+    _worker(store, worker_id="second").run()
+    (handle,) = calls
+    assert handle._n == 3  # the scripted model started only the three missing cases
+    info = S.get_run(run_id, store=store)
+    assert info.status == "done" and info.n_done == 5 and info.attempts == 2
+    assert integrity_report(store)["duplicate_cases"] == 0
+
+
+def test_cancel_a_queued_run(store_url):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(), cases(3), store=store)
+    assert cancel_run(run_id, store=store) == "cancelled"
+    assert _worker(store).run() == 0
+    info = S.get_run(run_id, store=store)
+    assert info.status == "cancelled" and info.n_done == 0
+
+
+def test_cancel_stops_a_running_job_between_cases(store_url):
+    store = S.connect(store_url)
+    seen = []
+
+    def cancel_after_two(ctx):
+        seen.append(ctx.case.id)
+        if len(seen) == 2:
+            cancel_run(ctx.run_config["_run_id"], store=store)
+        return []
+
+    register_hook("cancel_after_two", cancel_after_two, replace=True)
+    cfg = scripted_config(analyzers=["cancel_after_two"])
+    run_id = enqueue_run(cfg, cases(8), store=store)
+    with store.write() as s:  # let the hook know its run
+        run = s.get(t.Run, run_id)
+        run.config = {**run.config, "_run_id": run_id}
+    _worker(store).run()
+    info = S.get_run(run_id, store=store)
+    assert info.status == "cancelled" and info.job_status == "cancelled" and info.n_done == 2
+    # a cancelled run can be retried: only the six missing cases run
+    retry_run(run_id, store=store)
+    with store.write() as s:
+        run = s.get(t.Run, run_id)
+        run.config = {k: v for k, v in run.config.items() if k != "analyzers"}
+    _worker(store).run()
+    info = S.get_run(run_id, store=store)
+    assert info.status == "done" and info.n_done == 8
+    with pytest.raises(ValueError, match="no run"):
+        retry_run(999, store=store)
+
+
+def test_stale_and_dead_workers_jobs_are_requeued(store_url):
+    store = S.connect(store_url)
+    a = enqueue_run(scripted_config(), cases(1), store=store)
+    b = enqueue_run(scripted_config(), cases(1), store=store)
+    c = enqueue_run(scripted_config(), cases(1), store=store)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a process id that no longer runs
+    jobs.register_worker(store, "alive")
+    jobs.register_worker(store, "dead", pid=dead.pid)
+    jobs.register_worker(store, "stale")
+    ja, jb, jc = (jobs.claim_next(store, w) for w in ("alive", "dead", "stale"))
+    with store.write() as s:
+        s.execute(update(t.Job).where(t.Job.id == jc.id).values(heartbeat_at=t.utcnow() - timedelta(minutes=5)))
+    assert sorted(jobs.requeue_stale(store, stale_after_s=60)) == sorted([jb.id, jc.id])
+    assert S.get_run(a, store=store).job_status == "running"
+    for run in (b, c):
+        info = S.get_run(run, store=store)
+        assert info.job_status == "queued" and info.status == "queued" and "requeued" in S.jobs_of_run(
+            run, store=store)[0].error
+    # a job that keeps killing its workers is given up after max_attempts
+    with store.write() as s:
+        s.execute(update(t.Job).where(t.Job.id == jb.id).values(status="running", worker_id="dead", attempts=3,
+                                                               heartbeat_at=t.utcnow() - timedelta(hours=1)))
+    jobs.requeue_stale(store, stale_after_s=60, max_attempts=3)
+    info = S.get_run(b, store=store)
+    assert info.status == "failed" and "giving up" in info.error
+
+
+def test_a_worker_that_lost_its_job_writes_nothing(store_url):
+    store = S.connect(store_url)
+    enqueue_run(scripted_config(), cases(2), store=store)
+    job = jobs.claim_next(store, "old")
+    w = _worker(store, worker_id="old")
+    cfg, todo = w._load_job(job)
+    with store.write() as s:  # requeued and taken by another worker meanwhile
+        s.execute(update(t.Job).values(status="running", worker_id="new"))
+    case_id, case = todo[0]
+    traj, tools = w._run_case(worker_mod.load_handle(cfg), cfg, case)
+    with pytest.raises(jobs.LeaseLost):
+        w._record(job, None, cfg, [], case_id, case, traj, tools)
+    assert S.count_trajectories(store=store) == 0
+
+
+def test_api_runs_use_a_bounded_pool(store_url, calls):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(api=True, concurrency=3), cases(9), store=store,
+                         runtime={"extra": {"delay": 0.1}})
+    _worker(store).run()
+    (handle,) = calls
+    assert handle.max_in_flight == 3
+    info = S.get_run(run_id, store=store)
+    assert info.n_done == 9 and info.n_pass == 9
+    tid = S.list_trajectories(run_id=run_id, store=store).rows[0].id
+    steps = S.get_trajectory(tid, store=store).trajectory.steps
+    assert steps[1].tool_calls[0]["name"] == "calculator" and steps[1].tool_calls[0]["id"].startswith("call_")
+
+
+def test_local_runs_run_one_case_at_a_time(store_url, calls):
+    store = S.connect(store_url)
+    enqueue_run(scripted_config(concurrency=4), cases(4), store=store, runtime={"extra": {"delay": 0.02}})
+    _worker(store).run()
+    assert calls[0].max_in_flight == 1
+
+
+def test_a_failing_case_is_recorded_and_the_job_goes_on(store_url):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(), cases(6), store=store, runtime={"extra": {"fail_every": 3}})
+    _worker(store).run()
+    info = S.get_run(run_id, store=store)
+    assert info.status == "done" and info.n_done == 6 and info.n_error == 2 and info.n_fail == 2
+    (row,) = S.list_trajectories(run_id=run_id, terminated="error", store=store, limit=1).rows
+    detail = S.get_trajectory(row.id, store=store)
+    assert "scripted failure" in detail.trajectory.metrics["error"]
+
+
+def test_analysis_hooks_store_arrays_and_failures_do_not_fail_the_case(store_url):
+    import numpy as np
+
+    store = S.connect(store_url)
+
+    def lengths(ctx):
+        yield AnalysisRecord("lengths", arrays={"n": np.array([len(s.content) for s in ctx.trajectory.steps],
+                                                                dtype=np.int16)}, step_idx=0)
+
+    def broken(ctx):
+        raise RuntimeError("analysis exploded")
+
+    register_hook("lengths", lengths, replace=True)
+    register_hook("broken", broken, replace=True)
+    run_id = enqueue_run(scripted_config(analyzers=["lengths", "broken"]), cases(2), store=store)
+    _worker(store).run()
+    assert S.get_run(run_id, store=store).n_done == 2
+    tid = S.list_trajectories(run_id=run_id, store=store).rows[0].id
+    got = {a["analyzer"]: a for a in S.load_analyses(tid, store=store)}
+    assert got["lengths"]["arrays"]["n"].dtype == np.int16 and got["lengths"]["step_idx"] == 0
+    assert "analysis exploded" in got["broken"]["meta"]["error"]
+
+
+def test_enqueue_refuses_bad_configs(store_url):
+    store = S.connect(store_url)
+    with pytest.raises(ValueError, match="Unknown tool"):
+        enqueue_run(scripted_config().__class__(model=scripted_config().model, tools=["teleport"]), cases(1),
+                    store=store)
+    with pytest.raises(ValueError, match="Unknown model"):
+        enqueue_run({"model": {"name": "no-such-model"}}, cases(1), store=store)
+    with pytest.raises(ValueError, match="Unknown analyzer 'nope'"):
+        enqueue_run(scripted_config(analyzers=["nope"]), cases(1), store=store)
+    with pytest.raises(ValueError, match="no cases"):
+        enqueue_run(scripted_config(), None, store=store)
+    assert S.list_runs(store=store) == []
+
+
+def test_a_job_whose_setup_fails_is_marked_failed(store_url):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(), cases(2), store=store)
+    with store.write() as s:  # the tool disappeared between enqueue and run
+        run = s.get(t.Run, run_id)
+        run.config = {**run.config, "tools": ["teleport"]}
+    _worker(store).run()
+    info = S.get_run(run_id, store=store)
+    assert info.status == "failed" and "teleport" in info.error
+
+
+def test_enqueue_loads_a_suite(store_url):
+    from evalrx.config import ModelConfig, RunConfig
+
+    store = S.connect(store_url)
+    run_id = enqueue_run(RunConfig(model=ModelConfig("scripted", backend="scripted"),
+                                   suite="demo/arithmetic_easy", tools=["calculator"]), store=store)
+    info = S.get_run(run_id, store=store)
+    assert info.n_cases > 5 and info.name == "scripted on demo/arithmetic_easy"
+
+
+def test_worker_refuses_an_old_schema(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'empty.sqlite'}"
+    assert worker_main(["--url", url, "--once"]) == 2
+    assert "evalrx db upgrade" in capsys.readouterr().err
+
+
+def test_ensure_worker_starts_one_worker(sqlite_url, monkeypatch):
+    from evalrx.runner import ensure_worker
+
+    monkeypatch.setenv("EVALRX_NO_LOCAL_WORKER", "1")
+    assert ensure_worker(store=sqlite_url) is None
+    monkeypatch.delenv("EVALRX_NO_LOCAL_WORKER")
+    pid = ensure_worker(store=sqlite_url)
+    try:
+        assert pid and ensure_worker(store=sqlite_url) is None  # a rerun does not start a second
+        assert [w["pid"] for w in S.alive_workers(store=sqlite_url)] == [pid]
+    finally:
+        os.kill(pid, 15)
+        os.waitpid(pid, 0)

@@ -1,0 +1,75 @@
+"""SIGKILL the worker at random points of a 60-case run on a real local model; restart; check the store."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+import evalrx.store as S
+from evalrx.config import ModelConfig, RunConfig
+from evalrx.runner import enqueue_run
+from workerhelpers import integrity_report, start_worker
+
+N_CASES, N_KILLS = 60, 5
+DEMO_WEIGHTS = Path(__file__).resolve().parents[2] / "evalrx" / "demo" / "model" / "config.json"
+
+
+@pytest.fixture(scope="module")
+def model_config(tmp_path_factory):
+    """The bundled demo model when its weights are there, else a tiny random Qwen2 checkpoint."""
+    if DEMO_WEIGHTS.exists():
+        return ModelConfig("evalrx-tiny"), {"max_new_tokens": 64}
+    from tiny_models import save_tiny_checkpoint
+
+    path = save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "ckpt")
+    return ModelConfig("evalrx-tiny", checkpoint=str(path)), {"max_new_tokens": 24}
+
+
+def _progress(store, run_id) -> int:
+    return S.get_run(run_id, store=store).n_done
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_points_loses_and_duplicates_nothing(sqlite_url, model_config, tmp_path):
+    from evalrx.suites import load_cases
+
+    store = S.connect(sqlite_url)
+    model, runtime = model_config
+    cases = load_cases("demo")[:N_CASES]
+    assert len(cases) == N_CASES
+    run_id = enqueue_run(RunConfig(model=model, tools=["calculator", "lookup"], max_turns=3), cases,
+                         runtime=runtime, store=store)
+    rng = random.Random(20240601)
+    log = tmp_path / "worker.log"
+    kills = []
+    for _ in range(N_KILLS):
+        proc = start_worker(sqlite_url, "--poll", "0.05", "--heartbeat", "0.3", log=log, plugin=None)
+        before = _progress(store, run_id)
+        target = before + rng.randint(1, 6)
+        deadline = time.monotonic() + 90
+        while _progress(store, run_id) < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.2))  # land anywhere: mid-generation, mid-write, between cases
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.kill()  # SIGKILL: no cleanup, no release of the job
+        proc.wait()
+        kills.append(_progress(store, run_id))
+    assert kills[-1] < N_CASES  # every kill hit a run in progress
+    final = start_worker(sqlite_url, "--once", "--poll", "0.05", "--heartbeat", "0.3", log=log, plugin=None)
+    assert final.wait(timeout=180) == 0, log.read_text()[-3000:]
+
+    info = S.get_run(run_id, store=store)
+    assert info.status == "done" and info.n_done == N_CASES
+    assert info.attempts == N_KILLS + 1  # each restart resumed the same job
+    assert "database is locked" not in log.read_text()
+    rows = S.list_trajectories(run_id=run_id, store=store, limit=1000).rows
+    assert sorted(r.sample_id for r in rows) == sorted(c.id for c in cases)  # every case exactly once
+    report = integrity_report(store)
+    assert report == dict.fromkeys(report, 0), report
+    for row in rows[:10]:  # stored steps rebuild the trajectory they were written from
+        traj = S.get_trajectory(row.id, store=store).trajectory
+        assert [s.idx for s in traj.steps] == list(range(row.n_steps)) and traj.steps[0].role.value == "user"
+    print(f"kills after {kills} cases done; model {model.name} {model.checkpoint or '(bundled weights)'}")
