@@ -22,12 +22,17 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Debian's Chromium drives the browser tests (Playwright cannot download its own here).
+# Debian's Chromium drives the browser tests (Playwright cannot download its own here);
+# the store tests start their own throwaway PostgreSQL server.
+SYSTEM_PKGS := chromium postgresql
 system-deps:
-	@if ! command -v chromium >/dev/null; then \
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	  else echo "Install Chromium first: sudo apt-get install -y chromium"; exit 1; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "Install first: sudo apt-get install -y$$missing"; exit 1; fi; \
 	fi
 
 run: install
