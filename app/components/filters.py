@@ -1,0 +1,102 @@
+"""The trajectory filter as URL query parameters, shared by the list, the Trajectory page
+(previous/next) and the Label queue. Pure Python: testable without Streamlit.
+
+Parameters: run, outcome, label, mode, term, tool, q (free text), sort, asc ("1" for
+ascending; newest/largest first otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "sort", "asc")
+OUTCOMES = ("pass", "fail", "unknown")
+LABEL_CHOICES = {
+    "": "any",
+    "none": "not labelled",
+    "any": "labelled",
+    "pass": "labelled pass",
+    "fail": "labelled fail",
+    "unknown": "labelled unknown",
+}
+SORT_CHOICES = {
+    "id": "newest",
+    "latency_ms": "latency",
+    "n_steps": "steps",
+    "n_tool_calls": "tool calls",
+    "completion_tokens": "completion tokens",
+    "prompt_tokens": "prompt tokens",
+}
+
+
+def _get(params: Mapping, key: str) -> str:
+    v = params.get(key)
+    if isinstance(v, (list, tuple)):
+        v = v[0] if v else ""
+    return str(v).strip() if v is not None else ""
+
+
+def carry(params: Mapping) -> dict:
+    """The filter parameters present in `params` (to put on links that keep the filter)."""
+    return {k: _get(params, k) for k in FILTER_KEYS if _get(params, k)}
+
+
+def store_filters(params: Mapping) -> dict:
+    """`list_trajectories` filter keyword arguments for the URL's filter."""
+    out: dict[str, Any] = {}
+    run = _get(params, "run")
+    if run.isdigit():
+        out["run_id"] = int(run)
+    if _get(params, "outcome") in OUTCOMES:
+        out["outcome"] = _get(params, "outcome")
+    if _get(params, "label") in LABEL_CHOICES and _get(params, "label"):
+        out["label"] = _get(params, "label")
+    for key, arg in (("mode", "failure_mode"), ("term", "terminated"), ("tool", "tool"), ("q", "text")):
+        if _get(params, key):
+            out[arg] = _get(params, key)
+    return out
+
+
+def sort_args(params: Mapping) -> tuple[str, bool]:
+    """(sort column, descending) for the URL's filter."""
+    sort = _get(params, "sort")
+    if sort not in SORT_CHOICES:
+        sort = "id"
+    return sort, _get(params, "asc") != "1"
+
+
+def neighbours(row: Any, params: Mapping, *, store: Any) -> tuple[Optional[int], Optional[int]]:
+    """The ids before and after `row` (a `TrajectoryRow`) in the filtered, sorted list.
+
+    Uses the store's keyset pagination from the row's own position, so it costs two
+    one-row index lookups however deep the row is.
+    """
+    from evalrx.store import list_trajectories
+    from evalrx.store.queries import _encode_cursor  # the cursor format of list_trajectories
+
+    sort, desc = sort_args(params)
+    filters = store_filters(params)
+    value = row.id if sort == "id" else getattr(row, sort)
+    cursor = _encode_cursor(value, row.id)
+    nxt = list_trajectories(sort=sort, descending=desc, limit=1, after=cursor, store=store, **filters)
+    prev = list_trajectories(sort=sort, descending=not desc, limit=1, after=cursor, store=store, **filters)
+    return (prev.rows[0].id if prev.rows else None, nxt.rows[0].id if nxt.rows else None)
+
+
+def describe(params: Mapping) -> str:
+    """A short human description of the active filter (plain text)."""
+    parts = []
+    f = store_filters(params)
+    if "run_id" in f:
+        parts.append(f"run {f['run_id']}")
+    if "outcome" in f:
+        parts.append(f"graded {f['outcome']}")
+    if "label" in f:
+        parts.append(LABEL_CHOICES[f["label"]])
+    for key, name in (("failure_mode", "mode"), ("terminated", "ended"), ("tool", "tool"), ("text", "text")):
+        if key in f:
+            parts.append(f"{name} “{f[key]}”")
+    sort, desc = sort_args(params)
+    if sort != "id" or not desc:
+        parts.append(f"sorted by {SORT_CHOICES[sort]} {'↓' if desc else '↑'}")
+    return ", ".join(parts) or "all trajectories"

@@ -1,0 +1,64 @@
+"""What the New run page needs besides widgets: case loading from an upload, the run
+config, and handing an API key to a worker without writing it to the store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from evalrx.config import ModelConfig, RunConfig
+
+DEMO_SPEC = "evalrx-tiny"
+DEFAULT_SUITE = "demo/arithmetic_easy"
+
+
+def cases_from_upload(name: str, data: bytes) -> list:
+    """Validate an uploaded JSONL case file and return its cases.
+
+    Raises:
+        CaseFileError: naming the line and the fix (shown inline by the page).
+    """
+    from evalrx.suites import load_case_file
+
+    stem = Path(name).stem or "uploaded"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{stem}.jsonl"
+        path.write_bytes(data)
+        cases = load_case_file(path)
+    for c in cases:
+        if isinstance(c.inputs.image, str) and c.inputs.image.startswith(tmp):
+            raise ValueError(f"case {c.id!r} refers to an image file; upload image cases from the command line "
+                             "(`evalrx run --cases file.jsonl`) so the image path resolves")
+    return cases
+
+
+def build_config(
+    *, spec: str, backend: str, tools: list, suite: Optional[str], case_file: Optional[str], max_turns: int,
+    block_repeat_calls: bool, force_final_answer: bool, analyzers: list, concurrency: int,
+    base_url: Optional[str], system: Optional[str],
+) -> RunConfig:
+    """The RunConfig the page's choices describe (never holds an API key)."""
+    return RunConfig(
+        model=ModelConfig(name=spec, backend=backend), tools=list(tools), suite=suite, case_file=case_file,
+        max_turns=int(max_turns), system=system or None, block_repeat_calls=block_repeat_calls,
+        force_final_answer=force_final_answer, concurrency=int(concurrency), analyzers=list(analyzers),
+        base_url=base_url or None,
+    )
+
+
+def start_api_worker(store: Any, api_key: str, log_path: str) -> int:
+    """Start a worker for API jobs with the key in its environment only; it exits when idle.
+
+    The key never reaches the store or a file: it lives in that process's environment.
+    """
+    env = dict(os.environ, EVALRX_DATABASE_URL=store.url, OPENAI_API_KEY=api_key)
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evalrx.runner", "--backend", "api", "--once", "--max-jobs", "1"],
+            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    return proc.pid

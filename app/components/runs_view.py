@@ -1,0 +1,55 @@
+"""Rows and figures for the Runs page (pure Python over RunInfo / RunStats)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+ACTIVE = ("queued", "running")
+
+
+def is_active(run: Any) -> bool:
+    return run.status in ACTIVE
+
+
+def success_rate(run: Any) -> Optional[float]:
+    graded = run.n_pass + run.n_fail
+    return run.n_pass / graded if graded else None
+
+
+def run_row(run: Any, stats: Any = None) -> dict:
+    """One row of the runs table; `stats` (a RunStats) adds latency and tokens."""
+    sr = success_rate(run)
+    row = {
+        "id": run.id,
+        "name": run.name or f"run {run.id}",
+        "status": run.status + (" (cancelling)" if run.cancel_requested and is_active(run) else ""),
+        "model": run.spec_key or "",
+        "backend": run.backend or "",
+        "progress": run.progress,
+        "done": f"{run.n_done}/{run.n_cases}",
+        "pass": run.n_pass,
+        "fail": run.n_fail,
+        "error": run.n_error,
+        "success": None if sr is None else round(100 * sr, 1),
+        "p50 ms": None,
+        "p95 ms": None,
+        "tokens": None,
+        "created": run.created_at.strftime("%Y-%m-%d %H:%M"),
+    }
+    if stats is not None:
+        row["p50 ms"] = None if stats.latency_p50_ms is None else round(stats.latency_p50_ms, 1)
+        row["p95 ms"] = None if stats.latency_p95_ms is None else round(stats.latency_p95_ms, 1)
+        row["tokens"] = stats.prompt_tokens + stats.completion_tokens
+    return row
+
+
+def progress_text(run: Any) -> str:
+    """Plain text under a live progress bar."""
+    bits = [f"{run.n_done}/{run.n_cases} cases", f"{run.n_pass} pass", f"{run.n_fail} fail"]
+    if run.n_error:
+        bits.append(f"{run.n_error} error")
+    if run.status == "queued":
+        bits.append("waiting for a worker")
+    if run.cancel_requested:
+        bits.append("cancel requested: stops after the current case")
+    return " · ".join(bits)

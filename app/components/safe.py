@@ -1,0 +1,86 @@
+"""Rendering untrusted text (model output, tool observations, case content) safely.
+
+Model and tool output is data, never markup: it goes through `st.code`/`st.text`
+(rendered as text by the browser), and the few places that take Markdown (labels,
+captions) get `md_escape`d text. Nothing here uses `unsafe_allow_html`.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from typing import Any, Optional
+
+import streamlit as st
+
+# Shown inline up to this many characters / lines; longer content is collapsed.
+INLINE_CHARS = 1500
+INLINE_LINES = 25
+# Beyond this the browser gets a truncated copy (the export has the full text).
+MAX_CHARS = 200_000
+
+_PUNCT = set(string.punctuation)
+
+
+def md_escape(text: Any) -> str:
+    """Escape every ASCII punctuation character so Markdown shows `text` literally.
+
+    CommonMark allows a backslash before any ASCII punctuation; this also neutralises
+    HTML tags, links, emphasis, Streamlit's `:color[...]`/`:icon:` directives and `$` math.
+    Newlines become spaces (labels and captions are one line).
+    """
+    s = str(text)
+    out = []
+    for ch in s:
+        if ch in _PUNCT:
+            out.append("\\" + ch)
+        elif ch in "\r\n\t":
+            out.append(" ")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def short(text: Any, n: int = 80) -> str:
+    """One line of at most `n` characters (for table cells and titles; not escaped)."""
+    s = " ".join(str(text if text is not None else "").split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def collapse(text: str, *, chars: int = INLINE_CHARS, lines: int = INLINE_LINES) -> tuple[str, bool]:
+    """The inline part of `text` and whether the rest was cut off."""
+    cut = text
+    parts = text.split("\n")
+    if len(parts) > lines:
+        cut = "\n".join(parts[:lines])
+    if len(cut) > chars:
+        cut = cut[:chars]
+    return cut, cut != text
+
+
+def show_text(text: Optional[str], *, language: Optional[str] = None, empty: str = "(empty)") -> None:
+    """Show untrusted text as a code block; long text shows its head and collapses the rest."""
+    if text is None or text == "":
+        st.caption(empty)
+        return
+    text = str(text)
+    head, cut = collapse(text)
+    if not cut:
+        st.code(text, language=language, wrap_lines=True)
+        return
+    st.code(head + "\n…", language=language, wrap_lines=True)
+    total = len(text)
+    with st.expander(f"Show all {total:,} characters"):
+        if total > MAX_CHARS:
+            st.caption(f"First {MAX_CHARS:,} characters shown; export the run for the full text.")
+            text = text[:MAX_CHARS]
+        st.code(text, language=language, wrap_lines=True)
+
+
+def show_json(value: Any) -> None:
+    """Show a JSON-able value (tool arguments, expected answers) as escaped, indented JSON."""
+    try:
+        body = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        body = repr(value)
+    show_text(body, language="json")

@@ -1,0 +1,131 @@
+"""Rendering one trajectory: its case, the step timeline, and the timing charts."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import streamlit as st
+
+from components.safe import md_escape, show_json, show_text
+from components.viewmodel import step_views, token_rows, waterfall_rows
+
+_ROLE_ICON = {"user": ":material/person:", "actor": ":material/smart_toy:", "tool": ":material/build:"}
+_BADGE_COLOR = {
+    "parse error": "red", "tool error": "red", "repeat blocked": "orange", "forced final answer": "violet",
+    "calls ignored": "orange",
+}
+
+
+def _image(store: Any, sha: str, caption: str) -> None:
+    from evalrx.store import get_blob
+
+    blob = get_blob(sha, store=store)
+    if blob is None:
+        st.caption(f"image {sha[:12]} is missing from the store")
+        return
+    data, mime = blob
+    if mime.startswith("image/"):
+        st.image(data, caption=caption, width=320)
+    else:
+        st.caption(f"attachment {sha[:12]} ({mime}, {len(data):,} bytes) is not an image")
+
+
+def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
+    """The goal, the expected and the final answer, and the case image if any."""
+    row, case = detail.row, detail.case or {}
+    st.markdown("**Goal**")
+    show_text(row.goal or case.get("prompt"))
+    if case.get("image_sha256"):
+        _image(store, case["image_sha256"], "case image")
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Expected**")
+        exp = case.get("expected", detail.trajectory.ground_truth)
+        if isinstance(exp, (dict, list)):
+            show_json(exp)
+        else:
+            show_text(None if exp is None else str(exp), empty="(no expected answer)")
+        if case.get("grader") and not blind:
+            st.caption("grader: " + md_escape(case["grader"]))
+    with right:
+        st.markdown("**Final answer**")
+        show_text(row.final_answer, empty="(no final answer)")
+
+
+def _header(v: Any, first_wrong: Optional[int]) -> str:
+    parts = [f"{_ROLE_ICON.get(v.role, '')} **{v.idx} · {md_escape(v.title)}**"]
+    if v.latency_ms is not None:
+        parts.append(f"{v.latency_ms:,.1f} ms")
+    if v.prompt_tokens is not None or v.completion_tokens is not None:
+        parts.append(f"{v.prompt_tokens or 0:,} → {v.completion_tokens or 0:,} tokens")
+    badges = [f":{_BADGE_COLOR.get(b, 'gray')}-badge[{b}]" for b in v.badges]
+    if first_wrong is not None and v.idx == first_wrong:
+        badges.insert(0, ":red-badge[:material/flag: first wrong step]")
+    return " · ".join(parts) + ("  " + " ".join(badges) if badges else "")
+
+
+def render_timeline(
+    detail: Any, *, store: Any, media: Optional[dict] = None, first_wrong: Optional[int] = None,
+    show_user: bool = True,
+) -> None:
+    """Every step as a card: who, timing, tokens, text, tool calls and arguments,
+    observations (with images), parse errors and loop-policy badges."""
+    media = media or {}
+    for v in step_views(detail.trajectory):
+        if v.role == "user" and not show_user:
+            continue
+        with st.container(border=True, key=f"step-{v.idx}"):
+            st.markdown(_header(v, first_wrong))
+            if v.role == "tool":
+                show_text(v.observation, empty="(no output)")
+            elif v.role == "actor" or v.text:
+                show_text(v.text, empty="(empty turn)")
+            for name, args in v.calls:
+                st.markdown(f"↳ calls **{md_escape(name)}** with")
+                show_json(args if args is not None else {})
+            if v.parse_error:
+                st.markdown(":red[**Parse error**]")
+                show_text(v.parse_error)
+            shas = media.get(v.idx, [])
+            for i, sha in enumerate(shas):
+                _image(store, sha, f"image {i + 1} returned at step {v.idx}")
+            if v.n_images and not shas:
+                st.caption(f"the tool returned {v.n_images} image(s); none were stored")
+
+
+def render_charts(detail: Any) -> None:
+    """The latency waterfall and the tokens-per-turn chart, side by side."""
+    from components.charts import latency_waterfall, tokens_chart
+
+    rows = waterfall_rows(detail.trajectory)
+    if not rows:
+        st.caption("No step timings recorded for this trajectory.")
+        return
+    left, right = st.columns([3, 2])
+    with left:
+        st.altair_chart(latency_waterfall(rows), width="stretch", key="waterfall")
+    toks = token_rows(detail.trajectory)
+    if toks:
+        with right:
+            st.altair_chart(tokens_chart(toks), width="stretch", key="tokens")
+
+
+_GRADE_COLOR = {"pass": "green", "fail": "red"}
+
+
+def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
+    """One Markdown line of badges: grade, label, how it ended, size, time, tokens (escaped)."""
+    bits = []
+    if not blind:
+        bits.append(f":{_GRADE_COLOR.get(row.outcome, 'gray')}-badge[graded {md_escape(row.outcome)}]")
+    if label is not None:
+        text = md_escape(label.outcome or "cleared") + (f" · {md_escape(label.failure_mode)}" if label.failure_mode else "")
+        bits.append(f":{_GRADE_COLOR.get(label.outcome, 'gray')}-badge[:material/label: {text}]")
+    else:
+        bits.append(":gray-badge[not labelled]")
+    bits.append(f":blue-badge[ended by {md_escape(row.terminated or '?')}]")
+    bits.append(f"{row.n_steps} steps · {row.n_tool_calls} tool calls"
+                + (f" · **{row.n_parse_errors} parse error{'s' * (row.n_parse_errors != 1)}**" if row.n_parse_errors else ""))
+    bits.append(f"{row.latency_ms:,.0f} ms")
+    bits.append(f"{row.prompt_tokens:,} + {row.completion_tokens:,} tokens")
+    return " · ".join(bits)

@@ -1,0 +1,107 @@
+"""Dashboard: outcomes and failure modes per run and overall, latency by step kind and
+tool, the slowest and longest trajectories."""
+
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from components.charts import counts_chart, latency_boxplot
+from components.data import store
+from components.extra_queries import label_counts_by_annotator, step_latency_sample
+from components.safe import short
+from evalrx.store import count_trajectories, list_runs, list_trajectories, run_stats
+
+S = store()
+st.title("Dashboard")
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _runs(_url: str) -> dict:
+    return {r.id: r for r in list_runs(limit=500, store=S)}
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _effective(run_id: int, _url: str) -> dict:
+    """Outcome counts from human labels where present, the grader's otherwise."""
+    out = {}
+    for o in ("pass", "fail", "unknown"):
+        n = count_trajectories(run_id=run_id, label=o, store=S) + count_trajectories(
+            run_id=run_id, label="none", outcome=o, store=S)
+        if n:
+            out[o] = n
+    return out
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _stats(run_id: int, _url: str):
+    return run_stats(run_id, store=S)
+
+
+runs = _runs(S.url)
+if not runs:
+    st.info("No runs yet.")
+    st.stop()
+wanted = st.query_params.get("run")
+default = [int(wanted)] if wanted and wanted.isdigit() and int(wanted) in runs else list(runs)[:10]
+chosen = st.multiselect("Runs", list(runs), default=default, key="dash-runs",
+                        format_func=lambda i: f"{i} · {runs[i].name or runs[i].spec_key or ''}")
+if not chosen:
+    st.caption("Pick at least one run.")
+    st.stop()
+
+outcome_rows, mode_rows = [], []
+for rid in chosen:
+    label = f"{rid} · {short(runs[rid].name, 30)}"
+    for o, n in _effective(rid, S.url).items():
+        outcome_rows.append({"run": label, "outcome": o, "n": n})
+    for m, n in _stats(rid, S.url).failure_modes.items():
+        mode_rows.append({"run": label, "failure mode": m, "n": n})
+
+total = {}
+for r in outcome_rows:
+    total[r["outcome"]] = total.get(r["outcome"], 0) + r["n"]
+n_all = sum(total.values())
+c = st.columns(4)
+c[0].metric("trajectories", f"{n_all:,}")
+for i, o in enumerate(("pass", "fail", "unknown"), start=1):
+    share = f" ({100 * total.get(o, 0) / n_all:.0f}%)" if n_all else ""
+    c[i].metric(o, f"{total.get(o, 0):,}{share}", help="labels where present, grades otherwise")
+
+left, right = st.columns(2)
+with left:
+    if outcome_rows:
+        st.altair_chart(counts_chart(outcome_rows, x="run", color="outcome", title="Outcomes (labels, else grades)"),
+                        width="stretch")
+with right:
+    if mode_rows:
+        st.altair_chart(counts_chart(mode_rows, x="failure mode", color="run", title="Failure modes (labels)"),
+                        width="stretch")
+    else:
+        st.caption("No failure modes labelled yet: the Label queue assigns them.")
+
+sample = step_latency_sample(store=S, run_ids=chosen)
+if sample:
+    l2, r2 = st.columns(2)
+    with l2:
+        st.altair_chart(latency_boxplot(sample, "role", "Latency per step kind"), width="stretch")
+    with r2:
+        st.altair_chart(latency_boxplot(sample, "tool", "Latency per tool / model decision"), width="stretch")
+    st.caption(f"From {len(sample):,} timed steps of the most recent trajectories.")
+
+filters = {"run_id": chosen}
+t1, t2 = st.columns(2)
+for col, sort, title in ((t1, "latency_ms", "Slowest"), (t2, "n_steps", "Longest")):
+    with col:
+        st.markdown(f"**{title}**")
+        page = list_trajectories(sort=sort, limit=10, store=S, **filters)
+        st.dataframe(
+            [{"open": "trajectory?" + urlencode({"id": r.id}), "run": r.run_id, "goal": short(r.goal, 50),
+              "grade": r.outcome, "steps": r.n_steps, "latency ms": round(r.latency_ms, 1)} for r in page.rows],
+            hide_index=True, width="stretch",
+            column_config={"open": st.column_config.LinkColumn("id", display_text=r"id=(\d+)")},
+        )
+
+ann = label_counts_by_annotator(store=S, run_ids=chosen)
+if ann:
+    st.markdown("**Labels by annotator**")
+    st.dataframe(ann, hide_index=True)

@@ -1,0 +1,126 @@
+"""Label queue: unlabelled trajectories one at a time, labelled from the keyboard."""
+
+import streamlit as st
+
+from components.data import store
+from components.labelling import current_label, history_table, label_panel
+from components.safe import md_escape
+from components.taxonomy import DEFAULT_TAXONOMY, MAX_MODES, load_taxonomy, save_taxonomy
+from components.timeline import facts_line, render_case, render_charts, render_timeline
+from components.extra_queries import step_media
+from evalrx.store import count_trajectories, get_trajectory, list_runs, list_trajectories
+from evalrx.store.queries import _encode_cursor  # keyset cursor of list_trajectories
+
+S = store()
+ss = st.session_state
+ss.setdefault("q_after", None)  # id of the last skipped trajectory: the queue continues after it
+ss.setdefault("q_seen", [])  # ids labelled or skipped in this session, for Back
+ss.setdefault("q_pin", None)  # an id brought back with Back (shown even if labelled)
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def _runs(_url: str) -> dict:
+    return {str(r.id): f"{r.id} · {r.name or r.spec_key or ''}" for r in list_runs(limit=500, store=S)}
+
+
+def _reset_queue() -> None:
+    ss.q_after, ss.q_pin = None, None
+
+
+runs = _runs(S.url)
+st.title("Label queue")
+top = st.columns([2, 1, 1, 2], vertical_alignment="bottom")
+run_key = top[0].selectbox("Run", [""] + list(runs), key="run", bind="query-params", accept_new_options=True,
+                           format_func=lambda k: runs.get(k, k) if k else "all runs", on_change=_reset_queue)
+only_fail = top[1].toggle("Only failures", key="fails", bind="query-params", on_change=_reset_queue,
+                          help="only trajectories the automatic grader failed")
+blind = top[2].toggle("Blind", key="blind", bind="query-params",
+                      help="hide the automatic grade while you label")
+annotator = top[3].text_input("Annotator", key="annotator", bind="query-params", persist_state="session",
+                              placeholder="your name (saved with each label)")
+
+filters = {"label": "none"}
+if run_key and run_key.isdigit():
+    filters["run_id"] = int(run_key)
+if only_fail:
+    filters["outcome"] = "fail"
+remaining = count_trajectories(store=S, **filters)
+
+tid = ss.q_pin
+if tid is None:
+    after = _encode_cursor(ss.q_after, ss.q_after) if ss.q_after else None
+    page = list_trajectories(sort="id", descending=False, limit=1, after=after, store=S, **filters)
+    tid = page.rows[0].id if page.rows else None
+
+st.caption(f"{remaining:,} unlabelled" + (" failures" if only_fail else "") + " in this queue"
+           + (f" · {len(ss.q_seen)} done this session" if ss.q_seen else ""))
+if tid is None:
+    if ss.q_after:
+        st.info("No unlabelled trajectory after the ones you skipped.")
+        st.button("Start again from the first skipped one", on_click=_reset_queue)
+    else:
+        st.success("Nothing left to label here.")
+    st.stop()
+
+detail = get_trajectory(tid, store=S)
+
+
+def _done(t: int) -> None:
+    ss.q_seen.append(t)
+    if ss.q_pin == t:
+        ss.q_pin = None
+
+
+def _skip() -> None:
+    _done(tid)
+    if ss.q_pin is None:
+        ss.q_after = max(tid, ss.q_after or 0)
+
+
+def _back() -> None:
+    if ss.q_seen:
+        ss.q_pin = ss.q_seen.pop()
+
+
+left, right = st.columns([3, 2], gap="large")
+with right:
+    with st.container(border=True):
+        st.markdown(f"#### Trajectory {tid}")
+        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator=annotator or "", key="lq",
+                    on_saved=_done)
+        n1, n2 = st.columns(2)
+        n1.button("Back", icon=":material/undo:", shortcut="B", on_click=_back, disabled=not ss.q_seen,
+                  width="stretch")
+        n2.button("Skip", icon=":material/skip_next:", shortcut="N", on_click=_skip, width="stretch")
+    st.caption("Keys: P pass · F fail · U unknown · 1–9 fail with that failure mode · "
+               "W first wrong step → next model turn · N skip · B back")
+    st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",
+                 query_params={"id": str(tid)})
+    with st.expander("Label history"):
+        history_table(tid, store=S)
+    with st.expander("Failure taxonomy"):
+        modes = load_taxonomy(S.url)
+        edited = st.data_editor(
+            [{"name": n, "description": d} for n, d in modes], num_rows="dynamic", key="taxonomy-editor",
+            hide_index=True, width="stretch",
+        )
+        b1, b2 = st.columns(2)
+        if b1.button("Save taxonomy"):
+            try:
+                save_taxonomy(S.url, edited)
+                st.rerun()
+            except ValueError as exc:
+                st.error(md_escape(exc))
+        if b2.button("Restore defaults"):
+            save_taxonomy(S.url, [{"name": n, "description": d} for n, d in DEFAULT_TAXONOMY])
+            st.rerun()
+        st.caption(f"At most {MAX_MODES} modes, one number key each. Existing labels keep their mode names.")
+with left:
+    row = detail.row
+    cur = current_label(detail)
+    st.markdown(f"run {row.run_id} · case {md_escape(row.sample_id)} · " + facts_line(row, cur, blind=blind))
+    render_case(detail, store=S, blind=blind)
+    render_timeline(detail, store=S, media=step_media(tid, store=S), show_user=False,
+                    first_wrong=ss.get(f"lq-fws-{tid}"))
+    with st.expander("Latency and tokens"):
+        render_charts(detail)

@@ -1,0 +1,136 @@
+"""New run: pick a model, a backend, tools and cases; launch it on the worker."""
+
+import streamlit as st
+
+from components.data import store
+from components.launch import DEFAULT_SUITE, DEMO_SPEC, build_config, cases_from_upload, start_api_worker
+from components.safe import md_escape
+from evalrx.core.capability import Capability
+from evalrx.models.backends import backends_for
+from evalrx.specs import REGISTRY
+from evalrx.suites import CaseFileError, list_suites, load_cases
+from evalrx.tools import TOOLS
+
+S = store()
+st.title("New run")
+
+
+@st.cache_data(show_spinner=False)
+def _tool_descriptions() -> dict:
+    out = {}
+    for name, factory in TOOLS.items():
+        try:
+            out[name] = factory(None).description
+        except Exception:  # a tool that needs a case to describe itself
+            out[name] = ""
+    return out
+
+
+@st.cache_data(show_spinner=False)
+def _suite_size(name: str) -> int:
+    return len(load_cases(name))
+
+
+@st.cache_data(show_spinner=False)
+def _analyzer_names() -> list:
+    from evalrx.analyzers import ANALYZERS
+    from evalrx.runner.analysis import HOOKS
+
+    return sorted(set(ANALYZERS) | set(HOOKS))
+
+
+specs = sorted(REGISTRY)
+left, right = st.columns([3, 2], gap="large")
+with left:
+    spec_key = st.selectbox("Model", specs, index=specs.index(DEMO_SPEC) if DEMO_SPEC in specs else 0, key="spec",
+                            help="The spec registry (see the Models page).")
+    spec = REGISTRY[spec_key]
+    if spec.notes:
+        st.caption(md_escape(spec.notes))
+    preference = {"hf_local": 0, "vllm_offline": 1, "api": 2}  # local first: full access to internals
+    backends = sorted(backends_for(spec), key=lambda b: preference.get(b.name, 9))
+    names = [b.name for b in backends]
+
+    def _provides(name: str) -> str:
+        caps = next(b for b in backends if b.name == name).provides(spec)
+        return ", ".join(c.value for c in Capability if c in caps)
+
+    backend = st.radio("Backend", names, key="backend", horizontal=True,
+                       captions=[_provides(n) for n in names]) if names else None
+    if backend is None:
+        st.error("No backend can serve this model.")
+
+    descriptions = _tool_descriptions()
+    default_tools = [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
+    tools = st.multiselect("Tools the agent may call", sorted(TOOLS), default=default_tools, key="tools")
+    st.caption("  \n".join(f"**{md_escape(n)}**: {md_escape(descriptions.get(n, ''))}" for n in sorted(TOOLS)))
+
+    source = st.segmented_control("Cases", ["Bundled suite", "Upload a case file"], default="Bundled suite",
+                                  key="source", required=True)
+    cases, suite, problem = None, None, None
+    if source == "Upload a case file":
+        up = st.file_uploader("JSONL case file, one case per line", type=["jsonl", "json"], key="upload")
+        if up is not None:
+            try:
+                cases = cases_from_upload(up.name, up.getvalue())
+                st.success(f"{len(cases)} cases, all valid.")
+            except CaseFileError as exc:  # name the uploaded file, not our temporary copy
+                where = f"{up.name}:{exc.line}" if exc.line else up.name
+                problem = f"{where}: {exc.problem}. {exc.fix}"
+                st.error(md_escape(problem))
+            except ValueError as exc:
+                problem = str(exc)
+                st.error(md_escape(problem))
+        else:
+            problem = "upload a case file"
+    else:
+        suites = list_suites()
+        suite = st.selectbox("Suite", suites, index=suites.index(DEFAULT_SUITE) if DEFAULT_SUITE in suites else 0,
+                             key="suite")
+        st.caption(f"{_suite_size(suite)} cases")
+    limit = st.number_input("Run only the first N cases (0 = all)", min_value=0, value=0, step=1, key="limit")
+    name = st.text_input("Run name", key="name", placeholder="default: model on suite")
+
+with right:
+    st.markdown("**Loop**")
+    max_turns = st.number_input("Max model turns per case", min_value=1, max_value=50, value=4, key="max_turns")
+    block = st.toggle("Block repeated identical calls", key="block", help="the model gets a nudge instead")
+    force = st.toggle("Force a final answer after the last turn", key="force")
+    system = st.text_area("System prompt", key="system", placeholder="optional", height=80)
+    local = backend == "hf_local"
+    analyzers = st.multiselect("Analyzers", _analyzer_names(), key="analyzers", disabled=not local,
+                               help="White-box analyzers run on the worker after each case (hf_local only).")
+    base_url, api_key, concurrency = None, None, 1
+    if backend == "api":
+        st.markdown("**API**")
+        base_url = st.text_input("Base URL", key="base_url", placeholder="default: $OPENAI_BASE_URL or OpenAI")
+        api_key = st.text_input("API key", key="api_key", type="password",
+                                help="Never stored: handed only to a worker started for this run. "
+                                     "Leave empty to use the workers' OPENAI_API_KEY.")
+        concurrency = st.number_input("Concurrent cases", min_value=1, max_value=64, value=4, key="concurrency")
+
+    if st.button("Launch run", type="primary", icon=":material/rocket_launch:", disabled=backend is None,
+                 width="stretch", key="launch"):
+        from evalrx.runner import enqueue_run
+
+        try:
+            if problem:
+                raise ValueError(problem)
+            chosen = cases if cases is not None else load_cases(suite)
+            if limit:
+                chosen = chosen[: int(limit)]
+            config = build_config(
+                spec=spec_key, backend=backend, tools=tools, suite=suite,
+                case_file=(up.name if source == "Upload a case file" and up is not None else None),
+                max_turns=max_turns, block_repeat_calls=block, force_final_answer=force,
+                analyzers=analyzers if local else [], concurrency=concurrency, base_url=base_url, system=system,
+            )
+            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S)
+        except (CaseFileError, ValueError) as exc:
+            st.error(md_escape(exc))
+        else:
+            if api_key:
+                from components.worker import runtime_dir
+
+                start_api_worker(S, api_key, str(runtime_dir(S.url) / "api-worker.log"))
+            st.switch_page("views/runs.py", query_params={"run": str(run_id)})

@@ -1,0 +1,114 @@
+"""Runs: every run with status, live progress, cancel, and its figures."""
+
+import streamlit as st
+
+from components.data import store
+from components.labelling import flash
+from components.runs_view import ACTIVE, is_active, progress_text, run_row
+from components.safe import md_escape
+from evalrx.store import list_runs, request_cancel, run_stats
+
+S = store()
+POLL_S = 1.5
+TABLE_RUNS = 100  # the table's run count; stats are computed for these only
+
+
+@st.cache_data(show_spinner=False, max_entries=2000, ttl=600)
+def _stats(run_id: int, n_done: int, status: str, _store_url: str):
+    """RunStats, cached until the run's progress or status changes."""
+    return run_stats(run_id, store=S)
+
+
+def _cancel(run_id: int) -> None:
+    status = request_cancel(run_id, store=S)
+    flash(f"Run {run_id}: " + ("cancelled" if status == "cancelled" else "cancel requested, stops after the current case"))
+
+
+st.title("Runs")
+first = list_runs(limit=TABLE_RUNS, store=S)
+if not first:
+    st.info("No runs yet. Start one on the New run page; it runs in the background worker.")
+    st.page_link("views/new_run.py", label="New run", icon=":material/add_circle:")
+    st.stop()
+active_at_load = {r.id for r in first if is_active(r)}
+
+
+@st.fragment(run_every=POLL_S if active_at_load else None)
+def live() -> None:
+    runs = list_runs(limit=TABLE_RUNS, store=S)
+    active = [r for r in runs if is_active(r)]
+    if {r.id for r in active} != active_at_load:
+        st.rerun()  # a run started or finished: rerun the page so polling turns on or off
+    if active:
+        st.subheader("In progress")
+    for r in active:
+        with st.container(border=True, key=f"live-{r.id}"):
+            head, btn = st.columns([5, 1], vertical_alignment="center")
+            head.markdown(f"**Run {r.id} · {md_escape(r.name or '')}** · {md_escape(r.spec_key or '')} on "
+                          f"{md_escape(r.backend or '')} · `{r.status}`")
+            btn.button("Cancel", key=f"cancel-{r.id}", icon=":material/stop_circle:", disabled=r.cancel_requested,
+                       on_click=_cancel, args=(r.id,), width="stretch")
+            st.progress(r.progress, text=progress_text(r))
+
+    rows = [run_row(r, _stats(r.id, r.n_done, r.status, S.url)) for r in runs]
+    st.subheader(f"All runs ({len(runs)})")
+    event = st.dataframe(
+        rows, hide_index=True, width="stretch", key="runs-table", on_select="rerun", selection_mode="single-row",
+        column_config={
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+            "success": st.column_config.NumberColumn("success %", format="%.1f"),
+        },
+    )
+    picked = event.selection.rows if event and event.selection else []
+    wanted = st.query_params.get("run")
+    if picked:
+        selected = runs[picked[0]]
+    else:
+        selected = next((r for r in runs if str(r.id) == wanted), runs[0])
+    details(selected)
+
+
+def details(r) -> None:
+    st.subheader(f"Run {r.id}: {md_escape(r.name or '')}")
+    stats = _stats(r.id, r.n_done, r.status, S.url)
+    c = st.columns(6)
+    c[0].metric("status", r.status)
+    c[1].metric("cases", f"{r.n_done}/{r.n_cases}")
+    c[2].metric("success", "—" if stats.success_rate is None else f"{100 * stats.success_rate:.1f}%")
+    c[3].metric("latency p50", "—" if stats.latency_p50_ms is None else f"{stats.latency_p50_ms:,.0f} ms")
+    c[4].metric("latency p95", "—" if stats.latency_p95_ms is None else f"{stats.latency_p95_ms:,.0f} ms")
+    c[5].metric("tokens", f"{stats.prompt_tokens + stats.completion_tokens:,}",
+                help=f"prompt {stats.prompt_tokens:,}, completion {stats.completion_tokens:,}")
+    links = st.columns(4)
+    links[0].page_link("views/trajectories.py", label="All trajectories", icon=":material/list:",
+                       query_params={"run": str(r.id)})
+    links[1].page_link("views/trajectories.py", label="Failures", icon=":material/error:",
+                       query_params={"run": str(r.id), "outcome": "fail"})
+    links[2].page_link("views/label.py", label="Label this run", icon=":material/label:",
+                       query_params={"run": str(r.id)})
+    links[3].page_link("views/dashboard.py", label="Dashboard", icon=":material/monitoring:",
+                       query_params={"run": str(r.id)})
+    left, mid, right = st.columns(3)
+    with left:
+        st.markdown("**Ended by**")
+        st.dataframe([{"terminated": k or "(unknown)", "n": v} for k, v in sorted(stats.terminated.items())],
+                     hide_index=True, width="stretch")
+    with mid:
+        st.markdown("**Grades and labels**")
+        rows = [{"kind": "grade", "value": k, "n": v} for k, v in sorted(stats.outcomes.items())]
+        rows += [{"kind": "label", "value": k, "n": v} for k, v in sorted(stats.labels.items()) if k != "none"]
+        rows += [{"kind": "failure mode", "value": k, "n": v} for k, v in sorted(stats.failure_modes.items())]
+        st.dataframe(rows, hide_index=True, width="stretch")
+    with right:
+        st.markdown("**Tool calls**")
+        st.dataframe([{"tool": k, "trajectories": v} for k, v in sorted(stats.tool_calls.items())],
+                     hide_index=True, width="stretch")
+        st.caption(f"{stats.n_parse_errors} parse errors · mean {stats.mean_steps or 0:.1f} steps")
+    if r.error:
+        st.markdown(":red[**Error**]")
+        st.code(r.error, language=None, wrap_lines=True)
+    with st.expander("Configuration"):
+        st.json(r.config, expanded=False)
+
+
+live()

@@ -1,0 +1,96 @@
+"""Trajectories: filter, search, sort and page through every trajectory; open one."""
+
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from components.data import store
+from components.filters import FILTER_KEYS, LABEL_CHOICES, OUTCOMES, SORT_CHOICES, carry, describe, sort_args, store_filters
+from components.safe import md_escape, short
+from components.taxonomy import mode_names
+from evalrx.store import failure_modes, list_runs, list_trajectories
+
+S = store()
+PAGE_SIZE = 50
+TERMINATIONS = ["final", "max_turns", "forced_final", "error"]
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def _choices(_url: str):
+    from evalrx.tools import TOOLS
+
+    runs = {str(r.id): f"{r.id} · {r.name or r.spec_key or ''}" for r in list_runs(limit=500, store=S)}
+    return runs, mode_names(S.url, failure_modes(store=S)), sorted(TOOLS)
+
+
+def _first_page() -> None:
+    st.session_state["page"] = 1  # a new filter starts at its first page
+
+
+runs, modes, tools = _choices(S.url)
+BOUND = dict(bind="query-params", on_change=_first_page)  # the filter lives in the URL: shareable, survives reload
+
+st.title("Trajectories")
+with st.container(border=True):
+    a, b, c, d = st.columns(4)
+    a.selectbox("Run", [""] + list(runs), key="run", format_func=lambda k: runs.get(k, k) if k else "all runs",
+                accept_new_options=True, **BOUND)
+    b.selectbox("Grade", [""] + list(OUTCOMES), key="outcome", format_func=lambda k: k or "any", **BOUND)
+    c.selectbox("Label", list(LABEL_CHOICES), key="label", format_func=LABEL_CHOICES.get, **BOUND)
+    d.selectbox("Failure mode", [""] + modes, key="mode", accept_new_options=True,
+                format_func=lambda k: k or "any", **BOUND)
+    e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1])
+    e.selectbox("Ended by", [""] + TERMINATIONS, key="term", accept_new_options=True,
+                format_func=lambda k: k or "any", **BOUND)
+    f.selectbox("Used tool", [""] + tools, key="tool", accept_new_options=True,
+                format_func=lambda k: k or "any", **BOUND)
+    g.text_input("Search", key="q", type="search",
+                 placeholder="text in prompts, answers, model turns, calls, observations", **BOUND)
+    h.selectbox("Sort by", list(SORT_CHOICES), key="sort", format_func=SORT_CHOICES.get, **BOUND)
+    i.selectbox("Order", ["", "1"], key="asc", format_func=lambda k: "ascending" if k else "descending", **BOUND)
+    page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
+
+params = {k: st.session_state.get(k) or "" for k in FILTER_KEYS}
+filters = store_filters(params)
+sort, desc = sort_args(params)
+result = list_trajectories(sort=sort, descending=desc, limit=PAGE_SIZE, offset=(page_no - 1) * PAGE_SIZE,
+                           with_total=True, store=S, **filters)
+total = result.total or 0
+n_pages = max(1, -(-total // PAGE_SIZE))
+st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
+
+keep = carry(params)
+rows = [
+    {
+        "open": "trajectory?" + urlencode({"id": r.id, **keep}),
+        "run": r.run_id,
+        "case": r.sample_id,
+        "goal": short(r.goal, 90),
+        "answer": short(r.final_answer, 40) if r.final_answer is not None else None,
+        "grade": r.outcome,
+        "label": r.label,
+        "failure mode": r.failure_mode,
+        "ended by": r.terminated,
+        "steps": r.n_steps,
+        "calls": r.n_tool_calls,
+        "parse errors": r.n_parse_errors,
+        "latency ms": round(r.latency_ms, 1),
+        "tokens": r.prompt_tokens + r.completion_tokens,
+    }
+    for r in result.rows
+]
+if not rows:
+    st.info("No trajectory matches this filter." if total == 0 else "This page is past the end of the list.")
+    st.stop()
+event = st.dataframe(
+    rows, hide_index=True, width="stretch", key="traj-table", on_select="rerun", selection_mode="single-row",
+    height=min(35 * (len(rows) + 1) + 3, 720),
+    column_config={
+        "open": st.column_config.LinkColumn("id", display_text=r"id=(\d+)", help="opens in a new tab", width="small"),
+        "goal": st.column_config.TextColumn("goal", width="large"),
+    },
+)
+st.caption("Click a row to open it; the id link opens it in a new tab (a shareable URL).")
+picked = event.selection.rows if event and event.selection else []
+if picked:
+    st.switch_page("views/trajectory.py", query_params={"id": str(result.rows[picked[0]].id), **keep})

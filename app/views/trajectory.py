@@ -1,0 +1,79 @@
+"""Trajectory: one trajectory at its own URL (`?id=`), with previous/next in the filter."""
+
+import streamlit as st
+
+from components.data import store
+from components.extra_queries import step_media
+from components.filters import carry, describe, neighbours
+from components.labelling import current_label, history_table, label_panel
+from components.safe import md_escape
+from components.taxonomy import load_taxonomy
+from components.timeline import facts_line, render_case, render_charts, render_timeline
+from evalrx.store import get_trajectory
+
+S = store()
+qp = st.query_params
+raw_id = (qp.get("id") or "").strip()
+
+if not raw_id.isdigit():
+    st.title("Trajectory")
+    st.caption("Open one from the Trajectories page, or enter its id.")
+    tid = st.number_input("Trajectory id", min_value=1, step=1, value=None)
+    if tid:
+        st.switch_page("views/trajectory.py", query_params={"id": str(int(tid))})
+    st.stop()
+
+detail = get_trajectory(int(raw_id), store=S)
+if detail is None:
+    st.title("Trajectory")
+    st.error(f"There is no trajectory {raw_id} in this store.")
+    st.page_link("views/trajectories.py", label="All trajectories", icon=":material/list:")
+    st.stop()
+
+row = detail.row
+keep = carry(qp.to_dict())
+prev_id, next_id = neighbours(row, keep, store=S)
+
+
+def go(target: int) -> None:
+    st.switch_page("views/trajectory.py", query_params={"id": str(target), **keep})
+
+
+st.title(f"Trajectory {row.id}")
+nav = st.columns([1, 1, 4], vertical_alignment="center")
+if nav[0].button("Previous", icon=":material/arrow_back:", shortcut="K", disabled=prev_id is None, width="stretch"):
+    go(prev_id)
+if nav[1].button("Next", icon=":material/arrow_forward:", shortcut="J", disabled=next_id is None, width="stretch"):
+    go(next_id)
+nav[2].caption(f"Within: {md_escape(describe(keep))}")
+
+st.caption(
+    f"run {row.run_id} · case {md_escape(row.sample_id)} · {row.created_at:%Y-%m-%d %H:%M} UTC"
+    + (f" · tags: {md_escape(', '.join(detail.tags))}" if detail.tags else "")
+)
+cur = current_label(detail)
+st.markdown(facts_line(row, cur))
+err = detail.trajectory.metrics.get("error")
+if err:
+    st.markdown(":red[**The run of this case raised an error**]")
+    st.code(str(err), language=None, wrap_lines=True)
+
+main, side = st.columns([3, 2], gap="large")
+with side:
+    with st.container(border=True):
+        st.markdown("#### Label")
+        annotator = st.text_input("Annotator", key="annotator", persist_state="session",
+                                  placeholder="your name (saved with each label)")
+        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator=annotator or "", key="tl")
+    with st.expander(f"Label history", expanded=False):
+        history_table(row.id, store=S)
+    if detail.analyses:
+        with st.expander(f"Analyses ({len(detail.analyses)})"):
+            st.dataframe([{"analyzer": a, "step": s} for a, s, _ in detail.analyses], hide_index=True)
+with main:
+    with st.container(border=True):
+        render_case(detail, store=S)
+    render_charts(detail)
+    st.markdown("#### Steps")
+    render_timeline(detail, store=S, media=step_media(row.id, store=S),
+                    first_wrong=cur.first_wrong_step if cur else None)
