@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="OpenAI-compatible server over a local model (see `evalrx serve --help`)",
                    add_help=False)
 
+    from evalrx.runner.commands import COMMANDS  # store and queue commands parse their own flags
+
+    for name, (_, text) in COMMANDS.items():
+        sub.add_parser(name, help=text, add_help=False)
+
     run = sub.add_parser("run", help="run the agent over a suite of cases")
     run.add_argument("--spec", required=True, help="model spec key, e.g. evalrx-tiny")
     run.add_argument("--backend", default="hf_local", help="hf_local | api | vllm_offline")
@@ -84,6 +89,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if argv and argv[0] == "serve":  # serve parses its own flags
             return _cmd_serve(argv[1:])
+        from evalrx.runner.commands import COMMANDS
+
+        if argv and argv[0] in COMMANDS:  # so do db, worker, runs, import and export
+            return COMMANDS[argv[0]][0](argv[1:])
         args = build_parser().parse_args(argv)
         if args.command == "specs":
             return _cmd_specs(args)

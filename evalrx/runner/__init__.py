@@ -11,20 +11,29 @@
 Importing this package imports no model code.
 """
 
-from evalrx.runner.analysis import AnalysisRecord, CaseContext, register_hook
-from evalrx.runner.enqueue import cancel_run, enqueue_run, retry_run
-from evalrx.runner.spawn import ensure_worker
-from evalrx.runner.worker import Worker, worker_main
+from typing import Any
+
+# Loaded on first use, so `evalrx.runner.offline` and the CLI's command table stay light.
+_EXPORTS = {
+    "AnalysisRecord": "evalrx.runner.analysis",
+    "CaseContext": "evalrx.runner.analysis",
+    "register_hook": "evalrx.runner.analysis",
+    "cancel_run": "evalrx.runner.enqueue",
+    "enqueue_run": "evalrx.runner.enqueue",
+    "retry_run": "evalrx.runner.enqueue",
+    "ensure_worker": "evalrx.runner.spawn",
+    "Worker": "evalrx.runner.worker",
+    "worker_main": "evalrx.runner.worker",
+}
 
 
-__all__ = [
-    "AnalysisRecord",
-    "CaseContext",
-    "Worker",
-    "cancel_run",
-    "enqueue_run",
-    "ensure_worker",
-    "register_hook",
-    "retry_run",
-    "worker_main",
-]
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evalrx.runner' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = sorted(_EXPORTS)

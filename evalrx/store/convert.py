@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -26,12 +27,29 @@ def clean(value: Any) -> Any:
 
 
 def jsonable(value: Any) -> Any:
-    """Make a value storable as JSON (unknown objects become their str), NULs replaced."""
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        value = json.loads(json.dumps(value, default=str))
-    return clean(value)
+    """Make a value storable as JSON on both backends, in one walk.
+
+    Unknown objects become their str, tuples lists, keys strings; NUL characters are
+    replaced and non-finite floats (which PostgreSQL's JSONB rejects) become strings.
+    """
+    if value is None or value is True or value is False:
+        return value
+    kind = type(value)
+    if kind is str:
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if kind is int:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else str(value)
+    if kind is dict or isinstance(value, dict):
+        return {(k if type(k) is str else str(k)): jsonable(v) for k, v in value.items()}
+    if kind is list or isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (int, float)):  # bool handled above; numpy scalars and friends
+        return jsonable(value.item() if hasattr(value, "item") else float(value))
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        return jsonable(value.item())
+    return clean(str(value))
 
 
 def canonical_json(value: Any) -> str:

@@ -99,6 +99,7 @@ class Store:
         self.url = _normalise(url)
         self.engine = engine or make_engine(self.url)
         self.dialect = self.engine.dialect.name
+        self._schema_ok = False
         self._read = sessionmaker(bind=self.engine, expire_on_commit=False)
         self._write = sessionmaker(
             bind=self.engine.execution_options(evalrx_write=True), expire_on_commit=False
@@ -135,8 +136,11 @@ class Store:
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this code's schema version."""
+        if self._schema_ok:  # checked once per process; a schema does not go back
+            return
         rev = self.schema_revision()
         if rev == SCHEMA_VERSION:
+            self._schema_ok = True
             return
         if rev is None:
             raise SchemaError(

@@ -138,24 +138,27 @@ def save_trajectory(
     restore, oldest first.
     """
     fields = convert.trajectory_fields(traj)
-    row = t.Trajectory(run_id=run_id, case_id=case_id, **fields)
-    session.add(row)
-    session.flush()
-    step_rows = [dict(convert.step_fields(s), trajectory_id=row.id) for s in traj.steps]
+    # Core inserts: one executemany for the steps (the ORM's bulk insert would split rows
+    # whose NULL columns differ into separate statements).
+    table = t.Trajectory.__table__
+    tid = session.execute(
+        insert(table).returning(table.c.id), [dict(fields, run_id=run_id, case_id=case_id)]
+    ).scalar_one()
+    step_rows = [dict(convert.step_fields(s), trajectory_id=tid) for s in traj.steps]
     if step_rows:
-        session.execute(insert(t.Step), step_rows)
+        session.execute(insert(t.Step.__table__), step_rows)
     tools = convert.tools_used(traj.steps)
     if tools:
-        session.execute(insert(t.TrajectoryTool), [{"trajectory_id": row.id, "tool": n} for n in tools])
+        session.execute(insert(t.TrajectoryTool.__table__), [{"trajectory_id": tid, "tool": n} for n in tools])
     if labels:
         from evalrx.store.labels import restore_labels
 
-        restore_labels(session, row.id, labels)
+        restore_labels(session, tid, labels)
     for tag in tags:
         from evalrx.store.labels import tag_in_session
 
-        tag_in_session(session, row.id, tag)
-    return row.id
+        tag_in_session(session, tid, tag)
+    return tid
 
 
 def save_analysis(

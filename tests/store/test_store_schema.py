@@ -47,6 +47,7 @@ def test_older_schema_refuses_with_the_upgrade_command(sqlite_url):
     store = S.connect(sqlite_url)
     with store.write() as s:
         s.execute(text("UPDATE alembic_version SET version_num = '0000'"))
+    S.forget(sqlite_url)  # a new process: the schema is checked afresh
     with pytest.raises(S.SchemaError, match=r"older .*evalrx db upgrade"):
         S.connect(sqlite_url)
 
@@ -55,6 +56,7 @@ def test_newer_schema_asks_to_upgrade_evalrx(sqlite_url):
     store = S.connect(sqlite_url)
     with store.write() as s:
         s.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    S.forget(sqlite_url)
     with pytest.raises(S.SchemaError, match="newer"):
         S.connect(sqlite_url)
 

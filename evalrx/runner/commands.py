@@ -1,0 +1,152 @@
+"""The store and queue commands of `evalrx`: db, worker, runs, import, export.
+
+Each `*_main(argv)` parses its own flags and returns an exit status; `evalrx.cli`
+dispatches to them. A store on an old schema is a one-line error naming `evalrx db upgrade`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Optional, Sequence
+
+
+def _url_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
+
+
+def _guard(fn: Callable[[], int], prog: str) -> int:
+    from evalrx.store import SchemaError
+
+    try:
+        return fn()
+    except SchemaError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+
+
+def db_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx db upgrade|current`: migrate the store to this evalrx's schema, or show where it is."""
+    p = argparse.ArgumentParser(prog="evalrx db", description="Manage the store's schema.")
+    p.add_argument("action", choices=["upgrade", "current"], help="upgrade: migrate to the latest schema")
+    _url_arg(p)
+    args = p.parse_args(argv)
+    import evalrx.store as S
+
+    store = S.connect(args.url, check=False)
+    if args.action == "upgrade":
+        before = store.schema_revision()
+        after = S.upgrade(args.url)
+        verb = "already at" if before == after else f"upgraded from {before or 'empty'} to"
+        print(f"{store.display_url}: {verb} schema {after}")
+        return 0
+    rev = store.schema_revision()
+    state = "current" if rev == S.SCHEMA_VERSION else f"needs `evalrx db upgrade` (code is at {S.SCHEMA_VERSION})"
+    print(f"{store.display_url}: schema {rev or 'none'} ({state})")
+    return 0 if rev == S.SCHEMA_VERSION else 1
+
+
+def runs_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx runs [show ID | cancel ID | retry ID]`: list runs, show one's stats, cancel or retry one."""
+    p = argparse.ArgumentParser(prog="evalrx runs", description="List and manage runs.")
+    p.add_argument("action", nargs="?", choices=["list", "show", "cancel", "retry"], default="list")
+    p.add_argument("run_id", nargs="?", type=int)
+    p.add_argument("--status", action="append", help="only runs with this status (repeatable)")
+    p.add_argument("--limit", type=int, default=50)
+    _url_arg(p)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        import evalrx.store as S
+
+        store = S.connect(args.url)
+        if args.action != "list" and args.run_id is None:
+            p.error(f"`evalrx runs {args.action}` needs a run id")
+        if args.action == "list":
+            runs = S.list_runs(status=args.status, limit=args.limit, store=store)
+            print(f"{'id':>5}  {'status':10} {'done':>9}  {'pass':>5} {'fail':>5} {'err':>4}  {'model':24} name")
+            for r in runs:
+                flag = " (cancelling)" if r.cancel_requested and r.status == "running" else ""
+                print(f"{r.id:>5}  {r.status + flag:10} {f'{r.n_done}/{r.n_cases}':>9}  {r.n_pass:>5} {r.n_fail:>5} "
+                      f"{r.n_error:>4}  {(r.spec_key or '-')[:24]:24} {r.name}")
+            if not runs:
+                print("(no runs)")
+            return 0
+        if args.action == "show":
+            info = S.get_run(args.run_id, store=store)
+            if info is None:
+                raise ValueError(f"no run with id {args.run_id}")
+            st = S.run_stats(args.run_id, store=store)
+            rate = f"{st.success_rate:.1%}" if st.success_rate is not None else "-"
+            lat = (f"{st.latency_p50_ms:.0f} / {st.latency_p95_ms:.0f} ms" if st.latency_p50_ms is not None else "-")
+            print(f"run {info.id}: {info.name}\n  status {info.status}, {info.n_done}/{info.n_cases} cases, "
+                  f"worker {info.worker_id or '-'}\n  success {rate}  outcomes {st.outcomes}\n"
+                  f"  terminated {st.terminated}\n  latency p50/p95 {lat}\n"
+                  f"  tokens {st.prompt_tokens} prompt, {st.completion_tokens} completion\n"
+                  f"  tool calls {st.tool_calls}  labels {st.labels}")
+            if info.error:
+                print(f"  error: {info.error}")
+            return 0
+        from evalrx.runner import cancel_run, retry_run
+
+        if args.action == "cancel":
+            print(f"run {args.run_id}: {cancel_run(args.run_id, store=store)}")
+        else:
+            print(f"run {args.run_id}: queued again as job {retry_run(args.run_id, store=store)}")
+        return 0
+
+    return _guard(go, "evalrx runs")
+
+
+def import_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx import FILE`: trajectories from JSONL (evalrx or OpenAI chat format) or an Inspect `.json` log."""
+    p = argparse.ArgumentParser(prog="evalrx import", description="Import trajectories into the store as new run(s).")
+    p.add_argument("path", help=".jsonl (evalrx export, `evalrx run --out`, OpenAI chat messages) or Inspect .json")
+    p.add_argument("--name", help="name of the new run (default: the exported run's name or the file name)")
+    _url_arg(p)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        import evalrx.store as S
+
+        res = S.import_file(args.path, run_name=args.name, store=S.connect(args.url))
+        print(f"imported {res.n_trajectories} trajectories ({res.format}) as run(s) "
+              f"{', '.join(map(str, res.run_ids))}")
+        return 0
+
+    return _guard(go, "evalrx import")
+
+
+def export_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx export RUN_ID OUT`: a run's trajectories with grades, labels and tags as JSONL or Parquet."""
+    p = argparse.ArgumentParser(prog="evalrx export", description="Export a run's trajectories.")
+    p.add_argument("run_id", type=int)
+    p.add_argument("out", help="output file: .jsonl, or .parquet (needs pyarrow)")
+    p.add_argument("--format", choices=["jsonl", "parquet"], help="override the format the suffix implies")
+    _url_arg(p)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        import evalrx.store as S
+
+        n = S.export_run(args.run_id, args.out, fmt=args.format, store=S.connect(args.url))
+        print(f"wrote {n} trajectories of run {args.run_id} to {args.out}")
+        return 0
+
+    return _guard(go, "evalrx export")
+
+
+def worker_command(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx worker`: see `evalrx.runner.worker.worker_main`."""
+    from evalrx.runner.worker import worker_main
+
+    return worker_main(argv)
+
+
+COMMANDS: dict = {
+    "db": (db_main, "manage the store's schema (`evalrx db upgrade`)"),
+    "worker": (worker_command, "run queued jobs from the store"),
+    "runs": (runs_main, "list runs; show, cancel or retry one"),
+    "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .json)"),
+    "export": (export_main, "export a run as JSONL or Parquet"),
+}
