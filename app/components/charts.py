@@ -12,7 +12,7 @@ def latency_waterfall(rows: list[dict]) -> alt.Chart:
     """Each timed step as a bar from where the previous one ended (see `waterfall_rows`)."""
     data = alt.Data(values=rows)
     order = [r["label"] for r in rows]
-    base = alt.Chart(data, title="Latency waterfall (ms)")
+    base = alt.Chart(data)
     bars = (
         base.mark_bar(cornerRadius=2)
         .encode(
@@ -30,7 +30,7 @@ def latency_waterfall(rows: list[dict]) -> alt.Chart:
     text = base.mark_text(align="left", dx=4, fontSize=11).encode(
         x="end_ms:Q", y=alt.Y("label:N", sort=order), text=alt.Text("latency_ms:Q", format=",.1f"),
     )
-    return (bars + text).properties(height=alt.Step(24))
+    return (bars + text).properties(title="Latency waterfall (ms)", height=alt.Step(24))
 
 
 def tokens_chart(rows: list[dict]) -> alt.Chart:

@@ -1,8 +1,10 @@
 """The trajectory filter as URL query parameters, shared by the list, the Trajectory page
 (previous/next) and the Label queue. Pure Python: testable without Streamlit.
 
-Parameters: run, outcome, label, mode, term, tool, q (free text), sort, asc ("1" for
-ascending; newest/largest first otherwise).
+Parameters: run, outcome, label, mode, term, tool, q (free text), sort, asc ("true" for
+ascending; newest/largest first otherwise). The values are the words the widgets show
+(Streamlit writes a bound widget's displayed option into the URL), so links built here
+and the filter widgets read the same URL.
 """
 
 from __future__ import annotations
@@ -11,28 +13,26 @@ from typing import Any, Mapping, Optional
 
 FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "sort", "asc")
 OUTCOMES = ("pass", "fail", "unknown")
-LABEL_CHOICES = {
-    "": "any",
-    "none": "not labelled",
-    "any": "labelled",
-    "pass": "labelled pass",
-    "fail": "labelled fail",
-    "unknown": "labelled unknown",
-}
+# URL word -> `list_trajectories(label=...)`.
+LABEL_CHOICES = {"unlabelled": "none", "labelled": "any", "pass": "pass", "fail": "fail", "unknown": "unknown"}
+# URL word -> sort column.
 SORT_CHOICES = {
-    "id": "newest",
-    "latency_ms": "latency",
-    "n_steps": "steps",
-    "n_tool_calls": "tool calls",
-    "completion_tokens": "completion tokens",
-    "prompt_tokens": "prompt tokens",
+    "newest": "id",
+    "latency": "latency_ms",
+    "steps": "n_steps",
+    "calls": "n_tool_calls",
+    "completion": "completion_tokens",
+    "prompt": "prompt_tokens",
 }
+_TRUE = ("1", "true", "yes", "on")
 
 
 def _get(params: Mapping, key: str) -> str:
     v = params.get(key)
     if isinstance(v, (list, tuple)):
         v = v[0] if v else ""
+    if isinstance(v, bool):
+        return "true" if v else ""
     return str(v).strip() if v is not None else ""
 
 
@@ -49,8 +49,8 @@ def store_filters(params: Mapping) -> dict:
         out["run_id"] = int(run)
     if _get(params, "outcome") in OUTCOMES:
         out["outcome"] = _get(params, "outcome")
-    if _get(params, "label") in LABEL_CHOICES and _get(params, "label"):
-        out["label"] = _get(params, "label")
+    if _get(params, "label") in LABEL_CHOICES:
+        out["label"] = LABEL_CHOICES[_get(params, "label")]
     for key, arg in (("mode", "failure_mode"), ("term", "terminated"), ("tool", "tool"), ("q", "text")):
         if _get(params, key):
             out[arg] = _get(params, key)
@@ -59,10 +59,8 @@ def store_filters(params: Mapping) -> dict:
 
 def sort_args(params: Mapping) -> tuple[str, bool]:
     """(sort column, descending) for the URL's filter."""
-    sort = _get(params, "sort")
-    if sort not in SORT_CHOICES:
-        sort = "id"
-    return sort, _get(params, "asc") != "1"
+    sort = SORT_CHOICES.get(_get(params, "sort"), "id")
+    return sort, _get(params, "asc").lower() not in _TRUE
 
 
 def neighbours(row: Any, params: Mapping, *, store: Any) -> tuple[Optional[int], Optional[int]]:
@@ -92,11 +90,11 @@ def describe(params: Mapping) -> str:
     if "outcome" in f:
         parts.append(f"graded {f['outcome']}")
     if "label" in f:
-        parts.append(LABEL_CHOICES[f["label"]])
+        parts.append({"none": "not labelled", "any": "labelled"}.get(f["label"], f"labelled {f['label']}"))
     for key, name in (("failure_mode", "mode"), ("terminated", "ended"), ("tool", "tool"), ("text", "text")):
         if key in f:
             parts.append(f"{name} “{f[key]}”")
     sort, desc = sort_args(params)
     if sort != "id" or not desc:
-        parts.append(f"sorted by {SORT_CHOICES[sort]} {'↓' if desc else '↑'}")
+        parts.append(f"sorted by {_get(params, 'sort') or 'newest'} {'↓' if desc else '↑'}")
     return ", ".join(parts) or "all trajectories"

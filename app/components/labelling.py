@@ -52,7 +52,7 @@ def label_panel(
     *,
     store: Any,
     taxonomy: list,
-    annotator: str,
+    annotator_key: str,
     key: str,
     on_saved: Optional[Callable[[int], None]] = None,
 ) -> None:
@@ -62,7 +62,7 @@ def label_panel(
         detail: the `TrajectoryDetail`.
         store: the store.
         taxonomy: [(failure mode, description)], at most 9 (keys 1-9).
-        annotator: who labels (saved with each label).
+        annotator_key: the session-state key of the annotator name input (read when saving).
         key: widget-key prefix, unique on the page.
         on_saved: called with the trajectory id after a save (the queue moves on).
     """
@@ -81,7 +81,7 @@ def label_panel(
         fws = st.session_state.get(fws_key) if outcome == "fail" else None
         note = (st.session_state.get(note_key) or "").strip() or None
         set_label(tid, outcome, failure_mode=mode, first_wrong_step=fws, note=note,
-                  annotator=annotator or None, store=store)
+                  annotator=(st.session_state.get(annotator_key) or "").strip() or None, store=store)
         flash(f"#{tid} labelled {outcome}" + (f" · {mode}" if mode else "") +
               (f" · first wrong step {fws}" if fws is not None else ""))
         if on_saved:

@@ -39,11 +39,11 @@ def cases_from_upload(name: str, data: bytes) -> list:
 def build_config(
     *, spec: str, backend: str, tools: list, suite: Optional[str], case_file: Optional[str], max_turns: int,
     block_repeat_calls: bool, force_final_answer: bool, analyzers: list, concurrency: int,
-    base_url: Optional[str], system: Optional[str],
+    base_url: Optional[str], system: Optional[str], checkpoint: Optional[str] = None,
 ) -> RunConfig:
     """The RunConfig the page's choices describe (never holds an API key)."""
     return RunConfig(
-        model=ModelConfig(name=spec, backend=backend), tools=list(tools), suite=suite, case_file=case_file,
+        model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None), tools=list(tools), suite=suite, case_file=case_file,
         max_turns=int(max_turns), system=system or None, block_repeat_calls=block_repeat_calls,
         force_final_answer=force_final_answer, concurrency=int(concurrency), analyzers=list(analyzers),
         base_url=base_url or None,

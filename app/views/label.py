@@ -20,7 +20,7 @@ ss.setdefault("q_pin", None)  # an id brought back with Back (shown even if labe
 
 @st.cache_data(ttl=5, show_spinner=False)
 def _runs(_url: str) -> dict:
-    return {str(r.id): f"{r.id} · {r.name or r.spec_key or ''}" for r in list_runs(limit=500, store=S)}
+    return {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
 
 
 def _reset_queue() -> None:
@@ -30,8 +30,8 @@ def _reset_queue() -> None:
 runs = _runs(S.url)
 st.title("Label queue")
 top = st.columns([2, 1, 1, 2], vertical_alignment="bottom")
-run_key = top[0].selectbox("Run", [""] + list(runs), key="run", bind="query-params", accept_new_options=True,
-                           format_func=lambda k: runs.get(k, k) if k else "all runs", on_change=_reset_queue)
+run_key = top[0].selectbox("Run", list(runs), index=None, key="run", bind="query-params", accept_new_options=True,
+                           placeholder="all runs", on_change=_reset_queue)
 only_fail = top[1].toggle("Only failures", key="fails", bind="query-params", on_change=_reset_queue,
                           help="only trajectories the automatic grader failed")
 blind = top[2].toggle("Blind", key="blind", bind="query-params",
@@ -39,6 +39,8 @@ blind = top[2].toggle("Blind", key="blind", bind="query-params",
 annotator = top[3].text_input("Annotator", key="annotator", bind="query-params", persist_state="session",
                               placeholder="your name (saved with each label)")
 
+if run_key in runs:
+    top[0].caption(md_escape(runs[run_key]))
 filters = {"label": "none"}
 if run_key and run_key.isdigit():
     filters["run_id"] = int(run_key)
@@ -86,12 +88,12 @@ left, right = st.columns([3, 2], gap="large")
 with right:
     with st.container(border=True):
         st.markdown(f"#### Trajectory {tid}")
-        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator=annotator or "", key="lq",
+        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator_key="annotator", key="lq",
                     on_saved=_done)
         n1, n2 = st.columns(2)
-        n1.button("Back", icon=":material/undo:", shortcut="B", on_click=_back, disabled=not ss.q_seen,
+        n1.button("Back", key="lq-back", icon=":material/undo:", shortcut="B", on_click=_back, disabled=not ss.q_seen,
                   width="stretch")
-        n2.button("Skip", icon=":material/skip_next:", shortcut="N", on_click=_skip, width="stretch")
+        n2.button("Skip", key="lq-skip", icon=":material/skip_next:", shortcut="N", on_click=_skip, width="stretch")
     st.caption("Keys: P pass · F fail · U unknown · 1–9 fail with that failure mode · "
                "W first wrong step → next model turn · N skip · B back")
     st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",

@@ -100,6 +100,12 @@ with right:
     local = backend == "hf_local"
     analyzers = st.multiselect("Analyzers", _analyzer_names(), key="analyzers", disabled=not local,
                                help="White-box analyzers run on the worker after each case (hf_local only).")
+    with st.expander("Advanced"):
+        checkpoint = st.text_input("Local weights directory", key="checkpoint",
+                                   placeholder="default: the spec's weights",
+                                   help="A directory with config and weights that overrides the spec's (local backends).")
+        max_new_tokens = st.number_input("Max new tokens per model turn", min_value=1, max_value=32768, value=256,
+                                         key="max_new_tokens")
     base_url, api_key, concurrency = None, None, 1
     if backend == "api":
         st.markdown("**API**")
@@ -124,8 +130,10 @@ with right:
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),
                 max_turns=max_turns, block_repeat_calls=block, force_final_answer=force,
                 analyzers=analyzers if local else [], concurrency=concurrency, base_url=base_url, system=system,
+                checkpoint=checkpoint.strip() or None,
             )
-            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S)
+            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S,
+                                 runtime={"max_new_tokens": int(max_new_tokens)})
         except (CaseFileError, ValueError) as exc:
             st.error(md_escape(exc))
         else:

@@ -19,7 +19,7 @@ TERMINATIONS = ["final", "max_turns", "forced_final", "error"]
 def _choices(_url: str):
     from evalrx.tools import TOOLS
 
-    runs = {str(r.id): f"{r.id} · {r.name or r.spec_key or ''}" for r in list_runs(limit=500, store=S)}
+    runs = {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
     return runs, mode_names(S.url, failure_modes(store=S)), sorted(TOOLS)
 
 
@@ -33,24 +33,22 @@ BOUND = dict(bind="query-params", on_change=_first_page)  # the filter lives in 
 st.title("Trajectories")
 with st.container(border=True):
     a, b, c, d = st.columns(4)
-    a.selectbox("Run", [""] + list(runs), key="run", format_func=lambda k: runs.get(k, k) if k else "all runs",
-                accept_new_options=True, **BOUND)
-    b.selectbox("Grade", [""] + list(OUTCOMES), key="outcome", format_func=lambda k: k or "any", **BOUND)
-    c.selectbox("Label", list(LABEL_CHOICES), key="label", format_func=LABEL_CHOICES.get, **BOUND)
-    d.selectbox("Failure mode", [""] + modes, key="mode", accept_new_options=True,
-                format_func=lambda k: k or "any", **BOUND)
-    e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1])
-    e.selectbox("Ended by", [""] + TERMINATIONS, key="term", accept_new_options=True,
-                format_func=lambda k: k or "any", **BOUND)
-    f.selectbox("Used tool", [""] + tools, key="tool", accept_new_options=True,
-                format_func=lambda k: k or "any", **BOUND)
+    a.selectbox("Run", list(runs), index=None, key="run", placeholder="all runs", accept_new_options=True, **BOUND)
+    if st.session_state.get("run") in runs:
+        a.caption(md_escape(runs[st.session_state["run"]]))
+    b.selectbox("Grade", list(OUTCOMES), index=None, key="outcome", placeholder="any", **BOUND)
+    c.selectbox("Label", list(LABEL_CHOICES), index=None, key="label", placeholder="any", **BOUND)
+    d.selectbox("Failure mode", modes, index=None, key="mode", placeholder="any", accept_new_options=True, **BOUND)
+    e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1], vertical_alignment="bottom")
+    e.selectbox("Ended by", TERMINATIONS, index=None, key="term", placeholder="any", accept_new_options=True, **BOUND)
+    f.selectbox("Used tool", tools, index=None, key="tool", placeholder="any", accept_new_options=True, **BOUND)
     g.text_input("Search", key="q", type="search",
                  placeholder="text in prompts, answers, model turns, calls, observations", **BOUND)
-    h.selectbox("Sort by", list(SORT_CHOICES), key="sort", format_func=SORT_CHOICES.get, **BOUND)
-    i.selectbox("Order", ["", "1"], key="asc", format_func=lambda k: "ascending" if k else "descending", **BOUND)
+    h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
+    i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
 
-params = {k: st.session_state.get(k) or "" for k in FILTER_KEYS}
+params = {k: st.session_state.get(k) for k in FILTER_KEYS}
 filters = store_filters(params)
 sort, desc = sort_args(params)
 result = list_trajectories(sort=sort, descending=desc, limit=PAGE_SIZE, offset=(page_no - 1) * PAGE_SIZE,

@@ -41,9 +41,9 @@ def go(target: int) -> None:
 
 st.title(f"Trajectory {row.id}")
 nav = st.columns([1, 1, 4], vertical_alignment="center")
-if nav[0].button("Previous", icon=":material/arrow_back:", shortcut="K", disabled=prev_id is None, width="stretch"):
+if nav[0].button("Previous", key="prev", icon=":material/arrow_back:", shortcut="K", disabled=prev_id is None, width="stretch"):
     go(prev_id)
-if nav[1].button("Next", icon=":material/arrow_forward:", shortcut="J", disabled=next_id is None, width="stretch"):
+if nav[1].button("Next", key="next", icon=":material/arrow_forward:", shortcut="J", disabled=next_id is None, width="stretch"):
     go(next_id)
 nav[2].caption(f"Within: {md_escape(describe(keep))}")
 
@@ -64,7 +64,7 @@ with side:
         st.markdown("#### Label")
         annotator = st.text_input("Annotator", key="annotator", persist_state="session",
                                   placeholder="your name (saved with each label)")
-        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator=annotator or "", key="tl")
+        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator_key="annotator", key="tl")
     with st.expander(f"Label history", expanded=False):
         history_table(row.id, store=S)
     if detail.analyses:
