@@ -45,9 +45,50 @@ def _cmd_serve(argv: Sequence[str]) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from evalrx.runner.offline import run_to_jsonl
+    if args.out:  # straight to a file, no store or worker involved
+        from evalrx.runner.offline import run_to_jsonl
 
-    return run_to_jsonl(args)
+        return run_to_jsonl(args)
+    return _enqueue(args)
+
+
+def _enqueue(args: argparse.Namespace) -> int:
+    """Queue the run for a worker; with --wait, follow its progress until it ends."""
+    import time
+
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner import enqueue_run
+    from evalrx.store import connect, get_run
+
+    store = connect(args.url)
+    cfg = RunConfig(
+        model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
+        tools=[t.strip() for t in args.tools.split(",") if t.strip()],
+        suite=args.suite, case_file=args.cases, max_turns=args.max_turns, system=args.system,
+        block_repeat_calls=args.block_repeat_calls, force_final_answer=args.force_final_answer,
+        concurrency=args.concurrency, base_url=args.base_url,
+    )
+    cases = None
+    if args.limit:
+        from evalrx.suites import load_cases
+
+        cases = load_cases(args.cases or args.suite)[: args.limit]
+    run_id = enqueue_run(cfg, cases, store=store)
+    print(f"queued run {run_id}; a worker (`evalrx worker`, or the app's) will pick it up")
+    if not args.wait:
+        return 0
+    from tqdm import tqdm
+
+    run = get_run(run_id, store=store)
+    bar = tqdm(total=run.n_cases, unit="case", disable=args.no_progress, file=sys.stderr)
+    while run.status not in ("done", "failed", "cancelled"):
+        time.sleep(0.5)
+        run = get_run(run_id, store=store)
+        bar.update(run.n_done - bar.n)
+        bar.set_postfix(passed=run.n_pass, failed=run.n_fail, status=run.status)
+    bar.close()
+    print(f"run {run_id} {run.status}: {run.n_pass} passed, {run.n_fail} failed, {run.n_error} errors")
+    return 0 if run.status == "done" else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--suite", help="suite name (e.g. demo, demo/arithmetic) ")
     src.add_argument("--cases", help="path to a JSONL case file")
     run.add_argument("--tools", default="calculator,lookup", help="comma-separated tool names")
-    run.add_argument("--out", required=True, help="JSONL file to write trajectories to")
+    run.add_argument("--out", help="write trajectories to this JSONL file instead of queueing the run")
+    run.add_argument("--wait", action="store_true", help="follow a queued run's progress until it ends")
+    run.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
     run.add_argument("--max-turns", type=int, default=4)
     run.add_argument("--limit", type=int, help="run only the first N cases")
     run.add_argument("--block-repeat-calls", action="store_true")
