@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 from evalrx.store.engine import make_engine
-from evalrx.store.schema import metadata
+from evalrx.store.schema import include_object, metadata
 
 config = context.config
 
@@ -17,6 +17,7 @@ def _run(connection) -> None:
         target_metadata=metadata,
         render_as_batch=True,
         compare_type=True,
+        include_object=include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -215,7 +215,8 @@ def search_text(traj: Trajectory) -> str:
 
 
 def trajectory_fields(traj: Trajectory) -> dict:
-    """The denormalised `trajectories` columns for a core Trajectory (ids not included)."""
+    """The denormalised `trajectories` columns for a core Trajectory (ids not included; the
+    search text is `search_text(traj)`, stored in `trajectory_texts`)."""
     m = traj.metrics or {}
     steps = traj.steps or []
     actor = [s for s in steps if s.role is StepRole.ACTOR]
@@ -253,7 +254,6 @@ def trajectory_fields(traj: Trajectory) -> dict:
             sum(_num(s.span.get("completion_tokens"), int) or 0 for s in actor),
             int,
         ),
-        "search_text": search_text(traj),
     }
 
 

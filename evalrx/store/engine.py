@@ -222,8 +222,23 @@ def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
     cfg = Config()
     cfg.set_main_option("script_location", str(DB_DIR))
     cfg.set_main_option("sqlalchemy.url", target.replace("%", "%%"))
-    # One write transaction (BEGIN IMMEDIATE on SQLite) around the whole migration.
-    with store.engine.execution_options(evalrx_write=True).begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with store.engine.connect() as conn:
+        sqlite = store.dialect == "sqlite"
+        if sqlite:
+            # SQLite's way to change a table (batch mode copies and drops it): foreign keys off
+            # outside the transaction, else dropping a parent table cascades into its children;
+            # checked with foreign_key_check before commit.
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            # One write transaction (BEGIN IMMEDIATE on SQLite) around the whole migration.
+            with conn.execution_options(evalrx_write=True).begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise SchemaError(f"migration left rows with broken foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
     return store.schema_revision() or ""

@@ -11,6 +11,7 @@ import json
 from typing import Any, Optional, Sequence
 
 from sqlalchemy import Select, and_, exists, func, or_, select, tuple_
+from sqlalchemy import text as sql_text
 
 from evalrx.store import convert
 from evalrx.store import schema as t
@@ -52,9 +53,43 @@ def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+FTS_PROBE = 1000  # above this many matches a term is common: LIKE finds a page sooner than the index
+_FTS: dict = {}
+
+
+def _has_fts(session: Any) -> bool:
+    bind = session.get_bind()
+    key = str(bind.engine.url)
+    if key not in _FTS:
+        _FTS[key] = bind.dialect.name == "sqlite" and session.execute(
+            sql_text("SELECT 1 FROM sqlite_master WHERE name = 'trajectory_fts'")
+        ).first() is not None
+    return _FTS[key]
+
+
+def _text_condition(session: Any, needle: str) -> Any:
+    """The search condition: the FTS5 trigram index for rare terms on SQLite, else LIKE.
+
+    The trigram index answers a rare term at once but must list every match of a common
+    one; LIKE over the rows in page order stops as soon as a page is full. A capped probe
+    of the index tells which case this is.
+    """
+    T, X = t.Trajectory, t.TrajectoryText
+    like = exists().where(X.trajectory_id == T.id, X.search_text.like(f"%{_escape_like(needle)}%", escape="\\"))
+    if session is None or len(needle) < 3 or not _has_fts(session):
+        return like
+    phrase = '"' + needle.replace('"', '""') + '"'
+    ids = session.execute(
+        sql_text("SELECT rowid FROM trajectory_fts WHERE trajectory_fts MATCH :p LIMIT :n"),
+        {"p": phrase, "n": FTS_PROBE},
+    ).scalars().all()
+    return T.id.in_(ids) if len(ids) < FTS_PROBE else like
+
+
 def filter_trajectories(
     q: Select,
     *,
+    session: Any = None,
     run_id: "int | Sequence[int] | None" = None,
     outcome: "str | Sequence[str] | None" = None,
     label: "str | Sequence[str] | None" = None,
@@ -70,6 +105,7 @@ def filter_trajectories(
 
     `label` accepts "pass"/"fail"/"unknown", "none" (not labelled yet) or "any" (labelled).
     `text` is a case-insensitive substring of the goal, answer, model turns, calls and observations.
+    `session` lets the SQLite text search use its index.
     """
     T = t.Trajectory
     runs = _as_list(run_id)
@@ -105,7 +141,7 @@ def filter_trajectories(
             .where(t.TrajectoryTag.tag_id == select(t.Tag.id).where(t.Tag.name == tag).scalar_subquery())
         )
     if text:
-        q = q.where(T.search_text.like(f"%{_escape_like(text.lower())}%", escape="\\"))
+        q = q.where(_text_condition(session, text.lower()))
     if has_parse_error is not None:
         q = q.where(T.n_parse_errors > 0 if has_parse_error else T.n_parse_errors == 0)
     if sample_id is not None:
@@ -161,7 +197,13 @@ def list_trajectories(
     if sort not in SORTS:
         raise ValueError(f"unknown sort {sort!r}; choose one of {sorted(SORTS)}")
     col, ident = SORTS[sort], t.Trajectory.id
-    q = filter_trajectories(select(*_ROW_COLUMNS), **filters)
+    with resolve(store).read() as s:
+        return _list(s, col, ident, sort, descending, limit, after, offset, with_total, filters)
+
+
+def _list(s: Any, col: Any, ident: Any, sort: str, descending: bool, limit: int, after: Optional[str],
+          offset: Optional[int], with_total: bool, filters: dict) -> Page:
+    q = filter_trajectories(select(*_ROW_COLUMNS), session=s, **filters)
     if after:
         value, last_id = _decode_cursor(after)
         if sort == "id":
@@ -176,13 +218,12 @@ def list_trajectories(
     q = q.order_by(*order).limit(limit + 1)
     if offset:
         q = q.offset(offset)
-    with resolve(store).read() as s:
-        found = s.execute(q).all()
-        total = None
-        if with_total:
-            total = s.execute(
-                filter_trajectories(select(func.count()).select_from(t.Trajectory), **filters)
-            ).scalar_one()
+    found = s.execute(q).all()
+    total = None
+    if with_total:
+        total = s.execute(
+            filter_trajectories(select(func.count()).select_from(t.Trajectory), session=s, **filters)
+        ).scalar_one()
     rows = [_row(r) for r in found[:limit]]
     cursor = None
     if len(found) > limit:
@@ -195,7 +236,7 @@ def count_trajectories(*, store: "Store | str | None" = None, **filters: Any) ->
     """How many trajectories match the filters (see `filter_trajectories`)."""
     with resolve(store).read() as s:
         return s.execute(
-            filter_trajectories(select(func.count()).select_from(t.Trajectory), **filters)
+            filter_trajectories(select(func.count()).select_from(t.Trajectory), session=s, **filters)
         ).scalar_one()
 
 

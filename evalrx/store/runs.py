@@ -144,6 +144,8 @@ def save_trajectory(
     tid = session.execute(
         insert(table).returning(table.c.id), [dict(fields, run_id=run_id, case_id=case_id)]
     ).scalar_one()
+    session.execute(insert(t.TrajectoryText.__table__),
+                    [{"trajectory_id": tid, "search_text": convert.search_text(traj)}])
     step_rows = [dict(convert.step_fields(s), trajectory_id=tid) for s in traj.steps]
     if step_rows:
         session.execute(insert(t.Step.__table__), step_rows)

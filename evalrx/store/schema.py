@@ -31,7 +31,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `db/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0001"
+SCHEMA_VERSION = "0002"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -213,7 +213,6 @@ class Trajectory(Base):
     label: Mapped[Optional[str]] = mapped_column(String(16))
     failure_mode: Mapped[Optional[str]] = mapped_column(String(100))
     labelled_at: Mapped[Optional[datetime]]
-    search_text: Mapped[str] = mapped_column(Text, default="")  # lower-cased goal, answer, steps
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
@@ -227,6 +226,21 @@ class Trajectory(Base):
         Index(None, "case_id"),
         Index(None, "label"),
     )
+
+
+class TrajectoryText(Base):
+    """A trajectory's lower-cased searchable text (goal, answer, turns, calls, observations).
+
+    Kept out of `trajectories` so scans for aggregates read small rows; indexed for
+    substring search by migration 0002 (FTS5 trigram on SQLite, pg_trgm on PostgreSQL).
+    """
+
+    __tablename__ = "trajectory_texts"
+
+    trajectory_id: Mapped[int] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
+    )
+    search_text: Mapped[str] = mapped_column(Text, default="")
 
 
 class TrajectoryTool(Base):
@@ -359,3 +373,11 @@ class TrajectoryTag(Base):
 
 
 metadata = Base.metadata
+
+# Objects the migrations create outside the models (text search indexes, see db/versions/0002).
+UNMODELLED = ("trajectory_fts", "ix_trajectory_texts_search_trgm")
+
+
+def include_object(obj: Any, name: Optional[str], type_: str, reflected: bool, compare_to: Any) -> bool:
+    """Alembic filter: leave the text search index (and FTS5's shadow tables) out of autogenerate."""
+    return not (name or "").startswith(UNMODELLED)

@@ -256,3 +256,36 @@ def test_list_runs_shows_job_progress(store_url):
     assert info.name == "queued one" and info.status == "queued" and info.job_id == job_id
     assert info.job_status == "queued" and info.n_cases == 4 and info.progress == 0.0
     assert S.list_runs(status="done", store=store) == []
+
+
+@pytest.mark.parametrize("probe", [1000, 3])
+def test_text_search_index_agrees_with_a_substring_scan(filled, probe, monkeypatch):
+    """Rare and common terms, through the SQLite trigram index or LIKE, find exactly the substring matches."""
+    from evalrx.store import convert, queries
+
+    monkeypatch.setattr(queries, "FTS_PROBE", probe)  # 3: common terms take the LIKE branch
+    store, run_id, cases, trajs, other = filled
+    texts = {r.id: None for r in S.list_trajectories(store=store, limit=1000).rows}
+    with store.read() as s:
+        for tid, st in s.execute(text("SELECT trajectory_id, search_text FROM trajectory_texts")).all():
+            texts[tid] = st
+    for needle in ("question 10007:", "Result 2 OF", "image_zoom", "answer is 7", "the answer",
+                   '"x": 2', "no such text at all", "q1", "%"):
+        want = {tid for tid, st in texts.items() if needle.lower() in st}
+        got = {r.id for r in S.list_trajectories(store=store, text=needle, limit=1000).rows}
+        assert got == want, needle
+        assert S.count_trajectories(store=store, text=needle) == len(want)
+    assert convert.search_text(trajs[0]) == texts[S.find_trajectory(run_id, trajs[0].sample_id, store=store)]
+
+
+def test_text_index_follows_deletes(sqlite_url):
+    store = S.connect(sqlite_url)
+    a, ca, _ = fill_run(store, 5, seed=5)
+    fill_run(store, 5, seed=6)
+    assert S.count_trajectories(store=store, text=ca[0].inputs.prompt) == 1
+    S.delete_run(a, store=store)
+    with store.write() as s:
+        s.execute(text("INSERT INTO trajectory_fts(trajectory_fts) VALUES ('integrity-check')"))
+        assert s.execute(text("SELECT count(*) FROM trajectory_fts WHERE trajectory_fts MATCH :p"),
+                         {"p": '"question"'}).scalar() == 5
+    assert S.count_trajectories(store=store, text=ca[0].inputs.prompt) == 0

@@ -30,7 +30,8 @@ def test_migrated_schema_matches_the_models(store_url):
 
     store = S.connect(store_url)
     with store.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), schema.metadata)
+        ctx = MigrationContext.configure(conn, opts={"compare_type": True, "include_object": schema.include_object})
+        diff = compare_metadata(ctx, schema.metadata)
     assert diff == []
 
 
@@ -126,3 +127,39 @@ def test_foreign_keys_cascade_on_run_delete(store_url):
         for table in ("trajectories", "steps", "labels", "trajectory_tools", "run_cases"):
             assert s.execute(text(f"SELECT count(*) FROM {table}")).scalar() == 0, table
         assert s.execute(text("SELECT count(*) FROM cases")).scalar() == 3  # cases outlive runs
+
+
+def test_upgrade_from_0001_keeps_the_data(store_url):
+    """0002 moves search text out of `trajectories` (a table copy on SQLite): no row is lost or cascaded."""
+    S.forget(store_url)
+    store = S.connect(store_url, check=False)
+    with store.write() as s:  # back to an empty 0001 store (the fixture upgraded to head)
+        for table in ("trajectory_fts", "trajectory_texts"):
+            s.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        s.execute(text("ALTER TABLE trajectories ADD COLUMN search_text TEXT NOT NULL DEFAULT ''"))
+        s.execute(text("UPDATE alembic_version SET version_num = '0001'"))
+    with store.write() as s:
+        s.execute(text("INSERT INTO runs (id, name, status, source, config, meta, n_cases, n_done, n_pass, n_fail, "
+                       "n_error, created_at) VALUES (1, 'r', 'done', 'import', '{}', '{}', 1, 1, 0, 0, 0, "
+                       "'2024-01-01 00:00:00')"))
+        s.execute(text("INSERT INTO cases (id, digest, case_key, prompt, meta) VALUES (1, 'd', 'c1', 'p', '{}')"))
+        s.execute(text("INSERT INTO run_cases (run_id, case_id, position) VALUES (1, 1, 0)"))
+        s.execute(text("INSERT INTO trajectories (id, run_id, case_id, sample_id, goal, outcome, terminated, metrics, "
+                       "n_steps, n_turns, n_tool_calls, n_parse_errors, latency_ms, tool_latency_ms, prompt_tokens, "
+                       "completion_tokens, search_text, created_at) VALUES (1, 1, 1, 'c1', 'Find the river', "
+                       "'pass', 'final', '{}', 2, 1, 0, 0, 1.0, 0.0, 1, 1, 'find the river\nthe nile', "
+                       "'2024-01-01 00:00:00')"))
+        for i in range(2):
+            s.execute(text("INSERT INTO steps (trajectory_id, idx, role, content, tool_calls, span) "
+                           "VALUES (1, :i, 'user', 'x', '[]', '{}')"), {"i": i})
+        s.execute(text("INSERT INTO labels (trajectory_id, outcome, created_at, is_current) "
+                       "VALUES (1, 'fail', '2024-01-01 00:00:00', :c)"), {"c": True})
+    assert S.upgrade(store_url) == schema.SCHEMA_VERSION
+    S.forget(store_url)
+    store = S.connect(store_url)
+    with store.read() as s:
+        assert s.execute(text("SELECT count(*) FROM steps")).scalar() == 2
+        assert s.execute(text("SELECT count(*) FROM labels")).scalar() == 1
+        assert s.execute(text("SELECT search_text FROM trajectory_texts")).scalar() == "find the river\nthe nile"
+    assert [r.id for r in S.list_trajectories(store=store, text="THE NILE").rows] == [1]
+    assert S.get_trajectory(1, store=store).trajectory.goal == "Find the river"

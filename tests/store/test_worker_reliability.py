@@ -73,3 +73,35 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(sqlite_url, model
         traj = S.get_trajectory(row.id, store=store).trajectory
         assert [s.idx for s in traj.steps] == list(range(row.n_steps)) and traj.steps[0].role.value == "user"
     print(f"kills after {kills} cases done; model {model.name} {model.checkpoint or '(bundled weights)'}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_sigkill_with_a_scripted_model(backend, request, tmp_path):
+    """The same kill-and-restart check without torch, on both databases (PostgreSQL rolls back a dead
+    connection's open transaction and releases its row locks)."""
+    import scripted_backend  # noqa: F401
+    from workerhelpers import cases, scripted_config
+
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    store = S.connect(url)
+    run_id = enqueue_run(scripted_config(), cases(40), store=store, runtime={"extra": {"delay": 0.03}})
+    rng = random.Random(7)
+    log = tmp_path / "worker.log"
+    for _ in range(N_KILLS):
+        proc = start_worker(url, "--poll", "0.05", "--heartbeat", "0.2", log=log)
+        target = _progress(store, run_id) + rng.randint(1, 5)
+        deadline = time.monotonic() + 60
+        while _progress(store, run_id) < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.1))
+        assert proc.poll() is None, log.read_text()[-3000:]
+        proc.kill()
+        proc.wait()
+    final = start_worker(url, "--once", "--poll", "0.05", log=log)
+    assert final.wait(timeout=120) == 0, log.read_text()[-3000:]
+    info = S.get_run(run_id, store=store)
+    assert (info.status, info.n_done, info.n_pass, info.attempts) == ("done", 40, 40, N_KILLS + 1)
+    report = integrity_report(store)
+    assert report == dict.fromkeys(report, 0), report
+    assert S.count_trajectories(run_id=run_id, store=store) == 40
