@@ -94,17 +94,16 @@ def fill(store, n: int, steps: int, runs: int, per_txn_sample: int, batch: int, 
                                   status="done")
             case_ids = dict(s.execute(select(t.RunCase.position, t.RunCase.case_id)
                                       .where(t.RunCase.run_id == run_id)).all())
-        i = 0
-        if r == 0 and per_case_txn_sample_enabled(per_case_txn_sample := per_txn_sample):
+        first = min(per_txn_sample, per_run) if r == 0 else 0
+        if first:
             t0 = time.perf_counter()
-            for i in range(min(per_case_txn_sample, per_run)):
+            for i in range(first):
                 with store.write() as s:  # the worker's path: one transaction per finished case
                     R.save_trajectory(s, run_id, case_ids[i], data[i][1])
-            i += 1
-            timings["per_case_txn"] = {"n": i, "s": time.perf_counter() - t0}
+            timings["per_case_txn"] = {"n": first, "s": time.perf_counter() - t0}
         t0 = time.perf_counter()
         done_here = 0
-        for start in range(i, per_run, batch):
+        for start in range(first, per_run, batch):
             with store.write() as s:
                 for j in range(start, min(start + batch, per_run)):
                     R.save_trajectory(s, run_id, case_ids[j], data[j][1])
@@ -123,10 +122,6 @@ def fill(store, n: int, steps: int, runs: int, per_txn_sample: int, batch: int, 
         out[f"{k}_steps_per_s"] = round(v["n"] * steps / v["s"], 1) if v["s"] else None
         out[f"{k}_n"] = v["n"]
     return out
-
-
-def per_case_txn_sample_enabled(n: int) -> bool:
-    return n > 0
 
 
 def timeit(fn, reps: int) -> dict:

@@ -126,7 +126,7 @@ class Worker:
         self.exit_when_idle, self.max_jobs, self.max_attempts = exit_when_idle, max_jobs, max_attempts
         self.stop_event = threading.Event()
         self.current_job: Optional[int] = None
-        self.lease_lost = threading.Event()
+        self.lost_job: Optional[int] = None  # the id of a job the heartbeat found taken from us
         self._hb_thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------ lifecycle
@@ -137,13 +137,17 @@ class Worker:
 
     def _heartbeats(self) -> None:
         while not self.stop_event.wait(self.heartbeat_s):
-            job = self.current_job
             try:
-                if not jobs.heartbeat(self.store, self.worker_id, job) and job is not None:
-                    log.warning("worker %s lost job %s", self.worker_id, job)
-                    self.lease_lost.set()
+                self._beat(self.current_job)
             except Exception as exc:  # a database hiccup must not kill the heartbeat thread
                 log.warning("heartbeat failed: %s", exc)
+
+    def _beat(self, job: Optional[int]) -> None:
+        """One heartbeat for `job` (read from `current_job` a moment ago)."""
+        # The job may have finished since it was read: only a job still current is lost.
+        if not jobs.heartbeat(self.store, self.worker_id, job) and job is not None and job == self.current_job:
+            log.warning("worker %s lost job %s", self.worker_id, job)
+            self.lost_job = job
 
     def run(self) -> int:
         """Serve the queue until stopped (or idle, with `exit_when_idle`); returns jobs run."""
@@ -181,7 +185,6 @@ class Worker:
     def run_job(self, job: Any) -> str:
         """Run one claimed job to its end; returns its final status (or "lost"/"released")."""
         self.current_job = job.id
-        self.lease_lost.clear()
         log.info("worker %s: job %s (run %s), %s/%s cases done", self.worker_id, job.id, job.run_id,
                  job.progress_done, job.progress_total)
         try:
@@ -249,6 +252,9 @@ class Worker:
             s.execute(update(t.Run).where(t.Run.id == job.run_id).values(status="queued"))
         return "released"
 
+    def _lost(self) -> bool:
+        return self.current_job is not None and self.lost_job == self.current_job
+
     # ------------------------------------------------------------ cases
 
     def _run_case(self, handle: Any, cfg: dict, case: FailureCase) -> tuple:
@@ -279,7 +285,7 @@ class Worker:
 
     def _results_serial(self, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
         for case_id, case in cases:
-            if self.lease_lost.is_set():
+            if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
             traj, tools = self._run_case(handle, cfg, case)
             yield case_id, case, traj, tools
@@ -308,7 +314,7 @@ class Worker:
                         case_id, case = running.pop(fut)
                         traj, tools = fut.result()
                         yield case_id, case, traj, tools
-                        if not (self.stop_event.is_set() or self.lease_lost.is_set()):
+                        if not (self.stop_event.is_set() or self._lost()):
                             submit()
             finally:  # cancelled or stopping: do not start more, let in-flight calls end
                 pending = iter(())

@@ -299,3 +299,24 @@ def test_ensure_worker_starts_one_worker(sqlite_url, monkeypatch):
     finally:
         os.kill(pid, 15)
         os.waitpid(pid, 0)
+
+
+def test_a_heartbeat_for_a_job_that_just_finished_does_not_lose_the_next(store_url):
+    """The heartbeat thread reads the current job, the job ends and the next one starts: no false alarm."""
+    store = S.connect(store_url)
+    enqueue_run(scripted_config(), cases(1), store=store)
+    enqueue_run(scripted_config(), cases(1), store=store)
+    w = _worker(store, worker_id="w")
+    jobs.register_worker(store, "w")
+    first = jobs.claim_next(store, "w")
+    jobs.finish_job(store, first.id, "w", "done")
+    second = jobs.claim_next(store, "w")
+    w.current_job = second.id
+    w._beat(first.id)  # read before the first job finished
+    assert not w._lost()
+    w._beat(second.id)
+    assert not w._lost()
+    with store.write() as s:  # now the second job really is taken away
+        s.execute(update(t.Job).where(t.Job.id == second.id).values(worker_id="other"))
+    w._beat(second.id)
+    assert w._lost()
