@@ -27,8 +27,10 @@ def store_or_explain() -> "Store | None":
         return store()
     except SchemaError as exc:
         st.error(str(exc))
-        st.caption("The schema is created with `evalrx db upgrade` (make run does it for you).")
-        if "no evalrx schema yet" in str(exc) and st.button("Create the schema now", type="primary"):
+        st.caption("`evalrx db upgrade` creates or upgrades the schema (`make run` does it for you).")
+        newer = "newer than this evalrx" in str(exc)
+        label = "Create the schema now" if "no evalrx schema yet" in str(exc) else "Upgrade the schema now"
+        if not newer and st.button(label, type="primary", key="upgrade-schema"):
             from evalrx.store import upgrade
 
             upgrade(default_url())

@@ -36,9 +36,29 @@ def _get(params: Mapping, key: str) -> str:
     return str(v).strip() if v is not None else ""
 
 
+_DEFAULTS = {"sort": "newest"}
+
+
 def carry(params: Mapping) -> dict:
-    """The filter parameters present in `params` (to put on links that keep the filter)."""
-    return {k: _get(params, k) for k in FILTER_KEYS if _get(params, k)}
+    """The filter parameters set in `params` (to put on links that keep the filter); defaults left out."""
+    return {k: _get(params, k) for k in FILTER_KEYS if _get(params, k) and _get(params, k) != _DEFAULTS.get(k)}
+
+
+CONTEXT = "in_"  # prefix of the filter a Trajectory page URL carries (?id=5&in_run=3&in_outcome=fail)
+
+
+def as_context(params: Mapping) -> dict:
+    """The filter as the Trajectory page's URL parameters.
+
+    Prefixed because Streamlit refuses to switch pages with query parameters that are
+    bound to widgets on the current page (the list's filter widgets own `run`, `outcome`...).
+    """
+    return {CONTEXT + k: v for k, v in carry(params).items()}
+
+
+def from_context(params: Mapping) -> dict:
+    """The filter carried in a Trajectory page's URL (see `as_context`)."""
+    return carry({k[len(CONTEXT):]: v for k, v in params.items() if k.startswith(CONTEXT)})
 
 
 def store_filters(params: Mapping) -> dict:

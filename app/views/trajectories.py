@@ -5,7 +5,9 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from components.data import store
-from components.filters import FILTER_KEYS, LABEL_CHOICES, OUTCOMES, SORT_CHOICES, carry, describe, sort_args, store_filters
+from components.filters import (
+    FILTER_KEYS, LABEL_CHOICES, OUTCOMES, SORT_CHOICES, as_context, describe, sort_args, store_filters,
+)
 from components.safe import md_escape, short
 from components.taxonomy import mode_names
 from evalrx.store import failure_modes, list_runs, list_trajectories
@@ -57,7 +59,7 @@ total = result.total or 0
 n_pages = max(1, -(-total // PAGE_SIZE))
 st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
 
-keep = carry(params)
+keep = as_context(params)  # prev/next on the Trajectory page walk this filter
 rows = [
     {
         "open": "trajectory?" + urlencode({"id": r.id, **keep}),

@@ -4,7 +4,7 @@ import streamlit as st
 
 from components.data import store
 from components.extra_queries import step_media
-from components.filters import carry, describe, neighbours
+from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape
 from components.taxonomy import load_taxonomy
@@ -31,21 +31,22 @@ if detail is None:
     st.stop()
 
 row = detail.row
-keep = carry(qp.to_dict())
+keep = from_context(qp.to_dict())
 prev_id, next_id = neighbours(row, keep, store=S)
 
 
 def go(target: int) -> None:
-    st.switch_page("views/trajectory.py", query_params={"id": str(target), **keep})
+    st.switch_page("views/trajectory.py", query_params={"id": str(target), **as_context(keep)})
 
 
 st.title(f"Trajectory {row.id}")
-nav = st.columns([1, 1, 4], vertical_alignment="center")
+nav = st.columns([1, 1, 1, 3], vertical_alignment="center")
 if nav[0].button("Previous", key="prev", icon=":material/arrow_back:", shortcut="K", disabled=prev_id is None, width="stretch"):
     go(prev_id)
 if nav[1].button("Next", key="next", icon=":material/arrow_forward:", shortcut="J", disabled=next_id is None, width="stretch"):
     go(next_id)
-nav[2].caption(f"Within: {md_escape(describe(keep))}")
+nav[2].page_link("views/trajectories.py", label="List", icon=":material/list:", query_params=keep)
+nav[3].caption(f"Within: {md_escape(describe(keep))}")
 
 st.caption(
     f"run {row.run_id} · case {md_escape(row.sample_id)} · {row.created_at:%Y-%m-%d %H:%M} UTC"

@@ -75,3 +75,58 @@ class AppServer:
 def wait_idle(page, timeout: float = 30_000) -> None:
     """Wait until Streamlit has finished running the script after an interaction."""
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=timeout)
+
+
+def settle(page, quiet_ms: int = 400, timeout: float = 30_000) -> None:
+    """Wait until the script has stayed idle for `quiet_ms` (a follow-up rerun would show as running)."""
+    page.wait_for_function(
+        """(quiet) => {
+            const app = document.querySelector("[data-testid='stApp']");
+            const idle = app && app.getAttribute("data-test-script-state") === "notRunning";
+            const now = performance.now();
+            if (!idle) { window.__evalrxIdleSince = null; return false; }
+            if (!window.__evalrxIdleSince) window.__evalrxIdleSince = now;
+            return now - window.__evalrxIdleSince >= quiet;
+        }""",
+        arg=quiet_ms, polling=50, timeout=timeout,
+    )
+
+
+def goto(page, url: str, timeout: float = 30_000) -> None:
+    """Open a URL and wait until the app has rendered it and gone quiet."""
+    page.goto(url)
+    page.wait_for_selector("[data-testid='stMain'] h1", timeout=timeout)
+    settle(page, timeout=timeout)
+
+
+def poll(check, timeout: float = 30.0, every: float = 0.2, what: str = "condition"):
+    """Call `check()` until it returns something truthy; return that (TimeoutError otherwise)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not met within {timeout} s")
+        time.sleep(every)
+
+
+def click_dataframe_row(page, row: int, frame: int = 0) -> None:
+    """Select row `row` (0-based) of a canvas-drawn st.dataframe by clicking its row marker."""
+    grid = page.locator("[data-testid='stDataFrame']").nth(frame)
+    grid.scroll_into_view_if_needed()
+    box = grid.bounding_box()
+    header, height = 35, 35  # Streamlit's default header and row heights
+    page.mouse.click(box["x"] + 18, box["y"] + header + height * row + height / 2)
+
+
+def main_text(page) -> str:
+    return page.locator("[data-testid='stMain']").inner_text()
+
+
+def press(page, key: str) -> None:
+    """Press a shortcut key the way a user does after reading the page: nothing focused, page quiet."""
+    settle(page)
+    page.bring_to_front()  # with several pages in one browser, keys go to the active one
+    page.locator("[data-testid='stMain'] h1").first.click()  # focus the document, not a widget
+    page.keyboard.press(key)

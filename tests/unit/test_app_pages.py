@@ -77,7 +77,7 @@ def test_trajectories_filter_comes_from_the_url(seeded):
     assert len(df) == want == 6
     assert set(df["grade"]) == {"fail"} and set(df["run"]) == {seeded["run"]}
     # Each row links to its trajectory with the filter kept for previous/next.
-    assert all("outcome=fail" in link and f"run={seeded['run']}" in link for link in df["open"])
+    assert all("in_outcome=fail" in link and f"in_run={seeded['run']}" in link for link in df["open"])
     at.selectbox(key="outcome").set_value("pass").run()
     assert set(at.dataframe[0].value["grade"]) == {"pass"}
 
@@ -123,14 +123,15 @@ def test_trajectory_page_shows_case_steps_calls_and_charts(seeded):
 def test_trajectory_prev_next_follow_the_filter(seeded):
     fails = S.list_trajectories(run_id=seeded["run"], outcome="fail", store=seeded["url"]).rows
     mid = fails[2]
-    at = open_page("trajectory", id=mid.id, run=seeded["run"], outcome="fail")
+    at = open_page("trajectory", id=mid.id, in_run=seeded["run"], in_outcome="fail")
     assert "graded fail" in texts(at)
     from components.filters import neighbours  # the page's own helper, checked against the list order
 
     prev_id, next_id = neighbours(mid, {"run": str(seeded["run"]), "outcome": "fail"}, store=S.connect(seeded["url"]))
     assert (prev_id, next_id) == (fails[1].id, fails[3].id)
-    first = open_page("trajectory", id=fails[0].id, run=seeded["run"], outcome="fail")
+    first = open_page("trajectory", id=fails[0].id, in_run=seeded["run"], in_outcome="fail")
     assert first.button(key="prev").disabled and not first.button(key="next").disabled
+    assert "run " + str(seeded["run"]) in texts(first) and "graded fail" in texts(first)  # "Within: ..." caption
 
 
 def test_untrusted_output_is_escaped_everywhere(seeded):

@@ -1,0 +1,111 @@
+"""The pages in a real Chromium over a store with known data: URLs, row clicks, keyboard
+labelling, reloads, and hostile model output staying inert."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import evalrx.store as S
+from apphelpers import click_dataframe_row, goto, main_text, poll, press, settle
+
+pytestmark = pytest.mark.browser
+
+
+def current(url: str, tid: int):
+    return next((l for l in S.current_labels(tid, store=url) if l.step_idx is None), None)
+
+
+def test_trajectory_opens_by_url_with_steps_and_charts(app_server, seeded, page):
+    tid = seeded["ids"][1]
+    detail = S.get_trajectory(tid, store=seeded["url"])
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    page.get_by_role("heading", name=f"Trajectory {tid}").wait_for()
+    steps = page.locator("[class*='st-key-step-']")
+    assert steps.count() == len(detail.trajectory.steps)
+    # Both Altair charts are drawn (Vega renders into a canvas or an svg).
+    charts = page.locator("[data-testid='stVegaLiteChart']")
+    charts.nth(1).wait_for()
+    assert charts.count() == 2
+    charts.first.locator("canvas, svg").first.wait_for()
+    text = main_text(page)
+    assert detail.row.goal in text and "Latency waterfall" in text
+
+
+def test_row_click_opens_the_trajectory_and_keys_walk_the_filter(app_server, seeded, page):
+    url = seeded["url"]
+    fails = S.list_trajectories(run_id=seeded["run"], outcome="fail", store=url).rows
+    goto(page, f"{app_server.url}/trajectories?run={seeded['run']}&outcome=fail")
+    assert f"{len(fails)} trajectories" in main_text(page).replace("**", "")
+    click_dataframe_row(page, 1)
+    page.wait_for_url(re.compile(rf"/trajectory\?id={fails[1].id}\b"))
+    page.get_by_role("heading", name=f"Trajectory {fails[1].id}").wait_for()
+    press(page, "j")  # next within "run R, graded fail"
+    page.get_by_role("heading", name=f"Trajectory {fails[2].id}").wait_for()
+    assert "in_outcome=fail" in page.url
+    press(page, "k")
+    page.get_by_role("heading", name=f"Trajectory {fails[1].id}").wait_for()
+
+
+def test_filter_lives_in_the_url_and_survives_reload(app_server, seeded, page):
+    goto(page, f"{app_server.url}/trajectories?run={seeded['run']}")
+    page.get_by_text("24 trajectories").wait_for()
+    page.get_by_label("Grade").click()
+    page.get_by_role("option", name="pass", exact=True).click()
+    page.wait_for_url(re.compile(r"outcome=pass"))
+    page.get_by_text("8 trajectories").wait_for()
+    page.reload()
+    settle(page)
+    page.get_by_text("8 trajectories").wait_for()
+
+
+def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server, seeded, page):
+    url, ids = seeded["url"], seeded["label_ids"]
+    goto(page, f"{app_server.url}/label?run={seeded['label_run']}&annotator=ana")
+    page.get_by_role("heading", name=f"Trajectory {ids[0]}").wait_for()
+    # One key: fail with failure mode 3.
+    press(page, "3")
+    page.get_by_role("heading", name=f"Trajectory {ids[1]}").wait_for()
+    lab = poll(lambda: current(url, ids[0]), what="label saved")
+    assert (lab.outcome, lab.failure_mode, lab.annotator) == ("fail", "malformed_call", "ana")
+    # One key: pass.
+    press(page, "p")
+    page.get_by_role("heading", name=f"Trajectory {ids[2]}").wait_for()
+    assert poll(lambda: current(url, ids[1])).outcome == "pass"
+    # Two keys: mark the first wrong step (W), then fail with failure mode 1.
+    first_actor = next(s.idx for s in S.get_trajectory(ids[2], store=url).trajectory.steps if s.role.value == "actor")
+    press(page, "w")
+    page.locator(f".st-key-step-{first_actor}", has_text="first wrong step").wait_for()  # the timeline marks it
+    press(page, "1")
+    page.get_by_role("heading", name=f"Trajectory {ids[3]}").wait_for()
+    lab = poll(lambda: current(url, ids[2]))
+    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", "wrong_tool", first_actor)
+    # Reload: the session is gone, the labels are in the store and the queue moves past them.
+    page.reload()
+    settle(page)
+    page.get_by_role("heading", name=f"Trajectory {ids[3]}").wait_for()
+    goto(page, f"{app_server.url}/trajectory?id={ids[0]}")
+    page.get_by_text("fail · malformed_call").first.wait_for()
+    assert "by ana" in main_text(page)
+
+
+def test_hostile_model_output_is_inert(app_server, seeded, page):
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    for path in (f"/trajectory?id={seeded['xss']}", f"/trajectories?run={seeded['xss_run']}",
+                 f"/runs?run={seeded['xss_run']}", f"/label?run={seeded['xss_run']}"):
+        goto(page, app_server.url + path)
+        page.wait_for_timeout(500)  # time for any injected handler to fire
+        assert dialogs == [], (path, dialogs)
+        assert page.evaluate("typeof window.__evalrx_xss") == "undefined", path
+        # No element came from the model's markup: no injected <img src=x>, no script with our marker.
+        assert page.locator("img[src='x']").count() == 0, path
+        assert page.evaluate(
+            "[...document.scripts].some(s => s.textContent.includes('__evalrx_xss'))") is False, path
+        assert page.locator("a[href^='javascript']").count() == 0, path
+    # The text is shown literally on the trajectory page.
+    goto(page, f"{app_server.url}/trajectory?id={seeded['xss']}")
+    text = main_text(page)
+    assert "<script>window.__evalrx_xss = 1; alert('xss')</script>" in text
+    assert "<img src=x onerror=" in text and ":red[red]" in text
