@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import logging
 import os
@@ -34,13 +35,48 @@ from evalrx.store import convert, jobs
 from evalrx.store import schema as t
 from evalrx.store.engine import SchemaError, Store, connect
 from evalrx.store.queries import pending_cases
-from evalrx.store.runs import save_analysis, save_trajectory
+from evalrx.store.runs import save_analysis, save_step_media, save_trajectory
 
 log = logging.getLogger("evalrx.worker")
 
 
 class JobCancelled(Exception):
     pass
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """A finished case: its trajectory, the tools it had, and the images its tools returned,
+    by step index (the agent keeps only their count on the step)."""
+
+    trajectory: Trajectory
+    tools: list
+    images: dict = dataclasses.field(default_factory=dict)
+
+
+def _capturing(tool: Any, sink: list) -> Any:
+    """The same tool, recording the images of every result (in call order) into `sink`."""
+    from evalrx.core.tool import ToolResult
+
+    fn = tool.fn
+    if fn is None:
+        return tool
+
+    @functools.wraps(fn)  # keeps the signature the agent checks arguments against
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        if isinstance(result, ToolResult) and result.images:
+            sink.append(list(result.images))
+        return result
+
+    return dataclasses.replace(tool, fn=call)
+
+
+def _images_by_step(traj: Trajectory, captured: list) -> dict:
+    """Pair captured image lists with the tool steps that reported images, both in call order."""
+    steps = [s.idx for s in traj.steps if s.role is StepRole.TOOL and isinstance(s.observation, dict)
+             and (s.observation.get("n_images") or 0) > 0]
+    return dict(zip(steps, captured))
 
 
 def _runtime_kwargs(cfg: dict) -> dict:
@@ -235,8 +271,8 @@ class Worker:
         parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
         results = self._results_parallel(handle, cfg, cases, int(cfg["concurrency"])) if parallel \
             else self._results_serial(handle, cfg, cases)
-        for case_id, case, traj, tools in results:
-            cancel = self._record(job, handle, cfg, hooks, case_id, case, traj, tools)
+        for case_id, case, result in results:
+            cancel = self._record(job, handle, cfg, hooks, case_id, case, result)
             if cancel:
                 raise JobCancelled()
             if self.stop_event.is_set():
@@ -257,13 +293,14 @@ class Worker:
 
     # ------------------------------------------------------------ cases
 
-    def _run_case(self, handle: Any, cfg: dict, case: FailureCase) -> tuple:
+    def _run_case(self, handle: Any, cfg: dict, case: FailureCase) -> CaseResult:
         from evalrx.models.agent import Agent
         from evalrx.tools import get_tools
 
         tools: list = []
+        captured: list = []
         try:
-            tools = get_tools(list(cfg.get("tools") or []), case=case)
+            tools = [_capturing(tool, captured) for tool in get_tools(list(cfg.get("tools") or []), case=case)]
             agent = Agent(
                 handle, tools, max_turns=int(cfg.get("max_turns") or 6), system=cfg.get("system"),
                 block_repeat_calls=bool(cfg.get("block_repeat_calls")),
@@ -281,14 +318,13 @@ class Worker:
         except Exception as exc:
             traj.metrics["grade_error"] = f"{type(exc).__name__}: {exc}"
             traj.outcome = Label.UNKNOWN
-        return traj, tools
+        return CaseResult(traj, tools, _images_by_step(traj, captured))
 
     def _results_serial(self, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
         for case_id, case in cases:
             if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
-            traj, tools = self._run_case(handle, cfg, case)
-            yield case_id, case, traj, tools
+            yield case_id, case, self._run_case(handle, cfg, case)
 
     def _results_parallel(self, handle: Any, cfg: dict, cases: list, width: int) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
@@ -312,8 +348,7 @@ class Worker:
                     finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
                     for fut in finished:
                         case_id, case = running.pop(fut)
-                        traj, tools = fut.result()
-                        yield case_id, case, traj, tools
+                        yield case_id, case, fut.result()
                         if not (self.stop_event.is_set() or self._lost()):
                             submit()
             finally:  # cancelled or stopping: do not start more, let in-flight calls end
@@ -322,8 +357,10 @@ class Worker:
                     fut.cancel()
 
     def _record(self, job: Any, handle: Any, cfg: dict, hooks: list, case_id: int, case: FailureCase,
-                traj: Trajectory, tools: list) -> bool:
+                result: CaseResult) -> bool:
         """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
+        traj, tools = result.trajectory, result.tools
+        media = {idx: [convert.image_bytes(im) for im in ims] for idx, ims in result.images.items()}
         records: list = []
         if hooks:
             schemas = [tool.to_openai() for tool in tools]
@@ -337,6 +374,8 @@ class Worker:
             with self.store.write() as s:
                 owned = jobs.lock_owned_job(s, job.id, self.worker_id)
                 tid = save_trajectory(s, job.run_id, case_id, traj)
+                if media:
+                    save_step_media(s, tid, media)
                 for rec in records:
                     save_analysis(s, tid, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
                 s.execute(

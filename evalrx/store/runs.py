@@ -163,6 +163,19 @@ def save_trajectory(
     return tid
 
 
+def save_step_media(session: Session, trajectory_id: int, images: dict) -> None:
+    """Attach images (bytes, by step index) to a trajectory's steps, each stored once by hash."""
+    ids = dict(session.execute(
+        select(t.Step.idx, t.Step.id).where(t.Step.trajectory_id == trajectory_id, t.Step.idx.in_(list(images)))
+    ).all())
+    rows = []
+    for idx, blobs in images.items():
+        for pos, data in enumerate(blobs):
+            rows.append({"step_id": ids[idx], "position": pos, "blob_sha256": put_blob(session, data)})
+    if rows:
+        session.execute(insert(t.StepMedia.__table__), rows)
+
+
 def save_analysis(
     session: Session,
     trajectory_id: int,

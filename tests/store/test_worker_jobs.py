@@ -93,8 +93,7 @@ def test_resume_runs_only_the_missing_cases(store_url, calls):
     w.current_job = job.id
     cfg, todo = w._load_job(job)
     for case_id, case in todo[:2]:  # two cases finished before a crash
-        traj, tools = w._run_case(worker_mod.load_handle(cfg), cfg, case)
-        w._record(job, None, cfg, [], case_id, case, traj, tools)
+        w._record(job, None, cfg, [], case_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case))
     with store.write() as s:  # the worker dies: its job goes stale
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
     assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
@@ -184,9 +183,9 @@ def test_a_worker_that_lost_its_job_writes_nothing(store_url):
     with store.write() as s:  # requeued and taken by another worker meanwhile
         s.execute(update(t.Job).values(status="running", worker_id="new"))
     case_id, case = todo[0]
-    traj, tools = w._run_case(worker_mod.load_handle(cfg), cfg, case)
+    result = w._run_case(worker_mod.load_handle(cfg), cfg, case)
     with pytest.raises(jobs.LeaseLost):
-        w._record(job, None, cfg, [], case_id, case, traj, tools)
+        w._record(job, None, cfg, [], case_id, case, result)
     assert S.count_trajectories(store=store) == 0
 
 
@@ -320,3 +319,33 @@ def test_a_heartbeat_for_a_job_that_just_finished_does_not_lose_the_next(store_u
         s.execute(update(t.Job).where(t.Job.id == second.id).values(worker_id="other"))
     w._beat(second.id)
     assert w._lost()
+
+
+def test_tool_images_are_stored_once_per_content_with_their_step(store_url):
+    """Images a tool returns (the agent keeps only their count) are stored by hash and linked to the step."""
+    from evalrx.core import Tool, ToolResult
+    from evalrx.tools import TOOLS, register_tool
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
+
+    def factory(case):
+        def calculator(expression: str) -> ToolResult:
+            return ToolResult(text="21", images=[png, png[:-1]])
+        return Tool("calculator", "returns images", {"type": "object", "properties": {
+            "expression": {"type": "string"}}}, fn=calculator)
+
+    original = TOOLS["calculator"]
+    register_tool("calculator", factory, replace=True)
+    try:
+        store = S.connect(store_url)
+        run_id = enqueue_run(scripted_config(), cases(2), store=store)
+        _worker(store).run()
+    finally:
+        register_tool("calculator", original, replace=True)
+    with store.read() as s:
+        media = s.execute(text("SELECT st.idx, m.position, m.blob_sha256 FROM step_media m JOIN steps st "
+                               "ON st.id = m.step_id ORDER BY st.trajectory_id, m.position")).all()
+        assert s.execute(text("SELECT count(*) FROM blobs")).scalar() == 2
+    assert [(idx, pos) for idx, pos, _ in media] == [(2, 0), (2, 1)] * 2
+    assert S.get_blob(media[0][2], store=store) == (png, "image/png")
+    assert S.get_run(run_id, store=store).n_done == 2
