@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from evalrx.store.engine import make_engine
+from evalrx.store.engine import make_engine, migration_connection
 from evalrx.store.schema import include_object, metadata
 
 config = context.config
@@ -40,7 +40,7 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url"))
-    with engine.execution_options(evalrx_write=True).begin() as conn:
+    with migration_connection(engine) as conn:  # what `evalrx db upgrade` does too
         _run(conn)
     engine.dispose()
 

@@ -202,6 +202,31 @@ def resolve(store: "Store | str | None") -> Store:
     return connect(store)
 
 
+@contextmanager
+def migration_connection(engine: Engine) -> Iterator[Any]:
+    """A connection in one write transaction for migrations (`BEGIN IMMEDIATE` on SQLite).
+
+    On SQLite, foreign keys are switched off outside the transaction (SQLite's procedure
+    for changing a table: batch mode copies and drops it, and dropping a parent table
+    with foreign keys on would cascade into its children) and checked with
+    `foreign_key_check` before the commit.
+    """
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        if sqlite:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.execution_options(evalrx_write=True).begin():
+                yield conn
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise SchemaError(f"migration left rows with broken foreign keys: {broken[:5]}")
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+
+
 def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
     """Bring the store's schema up to `revision` with Alembic (`evalrx db upgrade`).
 
@@ -222,23 +247,7 @@ def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
     cfg = Config()
     cfg.set_main_option("script_location", str(DB_DIR))
     cfg.set_main_option("sqlalchemy.url", target.replace("%", "%%"))
-    with store.engine.connect() as conn:
-        sqlite = store.dialect == "sqlite"
-        if sqlite:
-            # SQLite's way to change a table (batch mode copies and drops it): foreign keys off
-            # outside the transaction, else dropping a parent table cascades into its children;
-            # checked with foreign_key_check before commit.
-            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
-        try:
-            # One write transaction (BEGIN IMMEDIATE on SQLite) around the whole migration.
-            with conn.execution_options(evalrx_write=True).begin():
-                cfg.attributes["connection"] = conn
-                command.upgrade(cfg, revision)
-                if sqlite:
-                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-                    if broken:
-                        raise SchemaError(f"migration left rows with broken foreign keys: {broken[:5]}")
-        finally:
-            if sqlite:
-                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+    with migration_connection(store.engine) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
     return store.schema_revision() or ""
