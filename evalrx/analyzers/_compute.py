@@ -210,26 +210,61 @@ def lens_stats(
         chunk = max(1, MAX_BLOCK_ELEMS // (n_out * vocab))
         for c0 in range(0, n_pos, chunk):
             c1 = min(n_pos, c0 + chunk)
-            lens = parts.lens_logits(stacked[:, c0:c1])
-            block = torch.cat([lens.float(), final_logits[c0:c1].float().unsqueeze(0).to(lens.device)], dim=0)
-            logp = torch.log_softmax(block, dim=-1)
-            del block, lens
-            entropy[:, c0:c1] = torch.special.entr(logp.exp()).sum(-1).cpu().numpy()
-            vals, idx = logp.topk(k, dim=-1)
-            topk_ids[:, c0:c1] = idx.to(torch.int32).cpu().numpy()
-            topk_lp[:, c0:c1] = vals.cpu().numpy()
-            tgt = tgt_all[c0:c1].to(logp.device)
-            valid = (tgt >= 0).cpu().numpy()
-            chosen = logp.gather(-1, tgt.clamp(min=0).view(1, -1, 1).expand(n_out, -1, 1)).squeeze(-1)
-            rank = (logp > chosen.unsqueeze(-1)).sum(-1)
-            t_lp[:, c0:c1] = np.where(valid[None], chosen.cpu().numpy(), np.nan)
-            t_rank[:, c0:c1] = np.where(valid[None], rank.to(torch.int32).cpu().numpy(), -1)
-            if n_gather:
-                g = gat_all[c0:c1].to(logp.device)
-                got = logp.gather(-1, g.clamp(min=0).unsqueeze(0).expand(n_out, -1, -1)).cpu().numpy()
-                gathered[:, c0:c1] = np.where((g >= 0).cpu().numpy()[None], got, np.nan)
-            del logp
+            tgt = tgt_all[c0:c1]
+            gat = gat_all[c0:c1] if n_gather else None
+
+            def reduce(rows: slice, logits: Any) -> None:
+                st = _block_stats(logits.float(), tgt.to(logits.device), k, None if gat is None else gat.to(logits.device))
+                entropy[rows, c0:c1], topk_lp[rows, c0:c1], topk_ids[rows, c0:c1] = st[0], st[1], st[2]
+                t_lp[rows, c0:c1], t_rank[rows, c0:c1] = st[3], st[4]
+                if n_gather:
+                    gathered[rows, c0:c1] = st[5]
+
+            # The lens layers and the model's own last layer are reduced apart (no [L+1, P, V] copy).
+            # A 2-D contiguous input keeps the unembedding one matrix product (a strided 3-D slice
+            # makes torch batch it and copy the weight per layer).
+            flat = stacked[:, c0:c1].reshape(n_layers * (c1 - c0), stacked.shape[-1])
+            reduce(slice(0, n_layers), parts.lens_logits(flat).view(n_layers, c1 - c0, -1))
+            reduce(slice(n_layers, n_out), final_logits[c0:c1].unsqueeze(0))
     return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
+
+
+def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
+    """fp32 statistics of a `[n, P, V]` logit block, in few passes over it.
+
+    One fused softmax gives p; logsumexp = max - log p(argmax); entropy = logsumexp - sum(p * x)
+    (a batched dot product, no temporary); top-k and ranks are read on the logits (same order
+    as the log-probs). Returns numpy arrays `(entropy, topk_logprobs, topk_ids,
+    target_logprob, target_rank[, gathered])`; targets < 0 give NaN / -1, gather ids < 0 NaN.
+    """
+    import torch
+
+    n, p, v = x.shape
+    vals, idx = x.topk(k, dim=-1)
+    prob = torch.softmax(x, dim=-1)
+    lse = vals[..., 0] - prob.gather(-1, idx[..., :1]).squeeze(-1).log()
+    dot = torch.bmm(prob.view(n * p, 1, v), x.reshape(n * p, v, 1)).view(n, p)
+    ent = lse - dot
+    if not torch.isfinite(ent).all():  # -inf logits (masked tokens) make 0 * -inf: take the safe way
+        ent = torch.special.entr(prob).sum(-1)
+    del prob
+    valid = targets >= 0
+    chosen = x.gather(-1, targets.clamp(min=0).view(1, -1, 1).expand(n, -1, 1)).squeeze(-1)
+    rank = (x > chosen.unsqueeze(-1)).sum(-1, dtype=torch.int32)
+    lp_chosen = torch.where(valid.unsqueeze(0), chosen - lse, torch.full_like(chosen, float("nan")))
+    rank = torch.where(valid.unsqueeze(0), rank, torch.full_like(rank, -1))
+    out = [
+        ent.cpu().numpy(),
+        (vals - lse.unsqueeze(-1)).cpu().numpy(),
+        idx.to(torch.int32).cpu().numpy(),
+        lp_chosen.cpu().numpy(),
+        rank.cpu().numpy(),
+    ]
+    if gather is not None:
+        got = x.gather(-1, gather.clamp(min=0).unsqueeze(0).expand(n, -1, -1)) - lse.unsqueeze(-1)
+        got = torch.where((gather >= 0).unsqueeze(0), got, torch.full_like(got, float("nan")))
+        out.append(got.cpu().numpy())
+    return tuple(out)
 
 
 def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
@@ -237,23 +272,20 @@ def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray,
     import torch
 
     with torch.inference_mode():
-        logp = torch.log_softmax(final_logits.float(), dim=-1)
-        tgt = torch.tensor(list(targets), dtype=torch.long, device=logp.device)
-        chosen = logp.gather(-1, tgt.view(-1, 1)).squeeze(-1)
-        rank = (logp > chosen.unsqueeze(-1)).sum(-1)
-        ent = torch.special.entr(logp.exp()).sum(-1)
-    return (
-        chosen.cpu().numpy().astype(np.float32),
-        rank.cpu().numpy().astype(np.int32),
-        ent.cpu().numpy().astype(np.float32),
-    )
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=final_logits.device)
+        ent, _, _, lp, rank = _block_stats(final_logits.float().unsqueeze(0), tgt, 1)
+    return lp[0].astype(np.float32), rank[0].astype(np.int32), ent[0].astype(np.float32)
 
 
 def decode_pieces(tokenizer: Any, ids: Sequence[int]) -> dict:
     """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer)."""
     tok = getattr(tokenizer, "tokenizer", tokenizer)
-    uniq = sorted({int(i) for i in ids if int(i) >= 0})
+    uniq = sorted({int(i) for i in np.asarray(ids).ravel().tolist() if int(i) >= 0})
     if not uniq:
         return {}
-    texts = tok.batch_decode([[i] for i in uniq], skip_special_tokens=False)
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:  # one call into the Rust tokenizer instead of a Python loop per id
+        texts = backend.decode_batch([[i] for i in uniq], skip_special_tokens=False)
+    else:
+        texts = tok.batch_decode([[i] for i in uniq], skip_special_tokens=False)
     return {str(i): t for i, t in zip(uniq, texts)}

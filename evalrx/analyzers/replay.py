@@ -395,6 +395,12 @@ def _generated_chars(text: str, start: int, end_hint: int, content: str, eos: Op
     return end
 
 
+def _batch_ids(tokenizer: Any, texts: list) -> list:
+    """Token ids of several texts without added special tokens."""
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    return [list(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+
+
 def _own_pass(tokenizer: Any, prompt: str, completion: str, turn: ActorTurn, eos: Optional[str]) -> TeacherForcedPass:
     """A pass holding one turn: the prompt the model saw, then what it generated."""
     p_ids, p_off = tokenize_with_offsets(tokenizer, prompt)
@@ -433,25 +439,29 @@ def plan_passes(
     renderer = renderer if renderer is not None else tokenizer
     full_text = render_conversation(renderer, msgs, conversation.tools, False)
     full_ids, full_off = tokenize_with_offsets(tokenizer, full_text) if mode == "auto" else ([], [])
-    shared: list = []
-    own: list = []
+    rendered = []
     for turn in conversation.turns:
         mi = turn.message_index
         prompt = render_conversation(renderer, msgs[:mi], turn.tools, True)
         upto = render_conversation(renderer, msgs[: mi + 1], turn.tools, False)
-        completion = upto[len(prompt):] if upto.startswith(prompt) else (turn.content + (eos or ""))
-        stable = False
         # Stable when the full rendering starts with this turn as the model saw and wrote it:
         # the prompt (compared as tokens) and the turn itself (a template may rewrite past turns).
-        if mode == "auto" and upto.startswith(prompt) and full_text.startswith(upto):
-            p_ids, _ = tokenize_with_offsets(tokenizer, prompt)
-            stable = full_ids[: len(p_ids)] == p_ids
-        if stable:
+        candidate = mode == "auto" and upto.startswith(prompt) and full_text.startswith(upto)
+        rendered.append((turn, prompt, upto, candidate))
+    # One batched call tokenizes every candidate prompt (the fast tokenizer runs it in parallel).
+    texts = [prompt for _, prompt, _, candidate in rendered if candidate]
+    prompt_ids = iter(_batch_ids(tokenizer, texts) if texts else [])
+    shared: list = []
+    own: list = []
+    for turn, prompt, upto, candidate in rendered:
+        p_ids = next(prompt_ids) if candidate else None
+        if p_ids is not None and full_ids[: len(p_ids)] == p_ids:
             gen_end = _generated_chars(full_text, len(prompt), len(upto), turn.content, eos)
             g0 = len(p_ids)
             g1 = first_token_at(full_off, gen_end)
             shared.append(PassTurn(turn.step_idx, (len(prompt), gen_end), (g0, g1), turn))
         else:
+            completion = upto[len(prompt):] if upto.startswith(prompt) else (turn.content + (eos or ""))
             own.append(_own_pass(tokenizer, prompt, completion, turn, eos))
     passes: list = []
     if shared:

@@ -210,3 +210,19 @@ def test_importing_analyzers_does_not_import_torch():
     code = "import sys, evalrx.analyzers; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_block_statistics_handle_masked_vocabulary_entries():
+    from evalrx.analyzers._compute import _block_stats
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 50) * 4
+    x[:, :, 7] = -float("inf")  # a model that masks a token out
+    ent, top_lp, top_ids, lp, rank = _block_stats(x, torch.tensor([1, 7, -1]), 3)
+    logp = torch.log_softmax(x.double(), -1)
+    want_ent = torch.special.entr(logp.exp()).sum(-1)
+    np.testing.assert_allclose(ent, want_ent.numpy(), atol=1e-5)
+    np.testing.assert_allclose(top_lp, logp.topk(3, -1).values.numpy(), atol=1e-5)
+    np.testing.assert_allclose(lp[:, 0], logp[:, 0, 1].numpy(), atol=1e-5)
+    assert np.all(np.isneginf(lp[:, 1])) and np.all(np.isnan(lp[:, 2])) and np.all(rank[:, 2] == -1)
+    assert np.all(rank[:, 1] == 49)  # everything else outranks the masked token

@@ -285,7 +285,8 @@ def test_token_uncertainty_is_teacher_forced_on_the_generated_tokens():
     pos = torch.tensor(res.position.tolist())
     want = lp[pos - 1, torch.tensor(ids)[pos]]
     np.testing.assert_allclose(res.logprob, want.numpy(), atol=1e-5)
-    ranks = (lp[pos - 1] > want[:, None]).sum(-1).numpy()
+    logits = handle.model(input_ids=torch.tensor([ids])).logits[0].detach()[pos - 1]
+    ranks = (logits > logits.gather(-1, torch.tensor(ids)[pos][:, None])).sum(-1).numpy()  # ties: by logit
     np.testing.assert_array_equal(res.rank, ranks)
     ent = -(lp[pos - 1].exp() * lp[pos - 1]).sum(-1).numpy()
     np.testing.assert_allclose(res.entropy, ent, atol=1e-4)
