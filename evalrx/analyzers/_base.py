@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Optional, Type
 
 import numpy as np
 
-from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.capability import CapabilityError
 
 __all__ = [
     "ANALYZERS",
@@ -102,18 +102,18 @@ class Analyzer:
 
     name: ClassVar[str] = "analyzer"
     requires: ClassVar[frozenset] = frozenset()
+    # What the CapabilityError suggests when the handle is an API model.
+    api_hint: ClassVar[str] = (
+        "API models expose no internals; replay the trajectory on a local model "
+        "(ReplayAnalyzer) to get white-box evidence."
+    )
 
     def check(self, model: Any) -> None:
         """Raise `CapabilityError` when `model` lacks any capability this analyzer needs."""
         have = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
         missing = frozenset(self.requires) - have
         if missing:
-            hint = ""
-            if getattr(model, "backend", None) == "api":
-                hint = (
-                    "API models expose no internals; replay the trajectory on a local model "
-                    "(ReplayAnalyzer) to get white-box evidence."
-                )
+            hint = self.api_hint if getattr(model, "backend", None) == "api" else ""
             raise CapabilityError(analyzer=type(self).__name__, model=model_id(model), missing=missing, hint=hint)
 
     def run(self, model: Any, text: str) -> AnalysisResult:
@@ -170,8 +170,3 @@ def get_analyzer(name: str, **kwargs: Any) -> Analyzer:
     if cls is None:
         raise ValueError(f"Unknown analyzer {name!r}. Known analyzers: {', '.join(sorted(ANALYZERS))}.")
     return cls(**kwargs)
-
-
-def capability_set(values: Any) -> frozenset:
-    """Parse an iterable of capability names or members."""
-    return Capability.parse_all(values)

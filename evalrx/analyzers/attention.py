@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
-from evalrx.analyzers.positions import KINDS, first_token_at, tokenize_with_offsets
+from evalrx.analyzers.positions import KINDS, tokenize_with_offsets
 from evalrx.core.capability import Capability
 
 __all__ = ["AttentionAnalyzer", "AttentionResult", "SEGMENT_KINDS"]

@@ -580,6 +580,10 @@ class ReplayAnalyzer(Analyzer):
 
     name = "replay"
     requires = frozenset({Capability.LOGITS})
+    api_hint = (
+        "Pass the local model to score on (evalrx.load(..., backend='hf_local') or evalrx.wrap(model, tokenizer)); "
+        "the trajectory itself may come from any backend."
+    )
 
     def __init__(
         self,

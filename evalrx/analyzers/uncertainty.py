@@ -12,7 +12,7 @@ one outcome).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 
