@@ -94,7 +94,7 @@ def test_hostile_model_output_is_inert(app_server, seeded, page):
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     for path in (f"/trajectory?id={seeded['xss']}", f"/trajectories?run={seeded['xss_run']}",
-                 f"/runs?run={seeded['xss_run']}", f"/label?run={seeded['xss_run']}"):
+                 f"/?run={seeded['xss_run']}", f"/label?run={seeded['xss_run']}"):
         goto(page, app_server.url + path)
         page.wait_for_timeout(500)  # time for any injected handler to fire
         assert dialogs == [], (path, dialogs)
