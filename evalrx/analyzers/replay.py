@@ -29,6 +29,7 @@ from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_
 from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
 from evalrx.core.capability import Capability
 from evalrx.core.case import Step, StepRole, Trajectory
+from evalrx.models.agent import FINAL_NUDGE  # the loop's own text: the rebuilt prompt is byte-identical
 
 __all__ = [
     "ActorTurn",
@@ -44,14 +45,6 @@ __all__ = [
     "plan_passes",
     "render_conversation",
 ]
-
-try:  # the loop's own nudge text, so the rebuilt prompt is byte-identical
-    from evalrx.models.agent import _FINAL_NUDGE as FINAL_NUDGE
-except ImportError:  # pragma: no cover - the agent module always defines it today
-    FINAL_NUDGE = (
-        "You have used your entire tool budget. Based on everything you have already seen, "
-        "give your final answer NOW as plain text."
-    )
 
 
 def normalize_call(call: Any) -> dict:

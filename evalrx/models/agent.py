@@ -23,11 +23,11 @@ from evalrx.models.toolcodec import ToolCallCodec, codec_for
 __all__ = ["Agent", "ToolError", "ToolExecutor", "run_batch"]
 
 # Loop-policy nudges: scaffold messages the model sees, not task prompts.
-_REPEAT_NUDGE = (
+REPEAT_NUDGE = (
     "[repeat blocked] You already made this exact tool call; the result would be identical "
     "to what you already received. Choose DIFFERENT arguments or give your final answer now."
 )
-_FINAL_NUDGE = (
+FINAL_NUDGE = (
     "You have used your entire tool budget. Based on everything you have already seen, "
     "give your final answer NOW as plain text."
 )
@@ -285,7 +285,7 @@ class Agent:
                 tool_span: dict = {"turn": turn, "call": i}
                 t0 = time.perf_counter()
                 if blocked:
-                    observation: Any = _REPEAT_NUDGE
+                    observation: Any = REPEAT_NUDGE
                     tool_span["repeat_blocked"] = True
                     n_blocked += 1
                 else:
@@ -324,7 +324,7 @@ class Agent:
             messages.extend(image_messages)
 
         if self.force_final_answer and final_answer is None:
-            messages.append({"role": "user", "content": _FINAL_NUDGE})
+            messages.append({"role": "user", "content": FINAL_NUDGE})
             chat, span = self._chat(messages, None)  # no tools: the reply is the answer
             span["forced_final"] = True
             parsed = codec.parse(chat)
