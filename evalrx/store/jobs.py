@@ -151,16 +151,19 @@ def claim_next(
 def heartbeat(store: Store, worker_id: str, job_id: Optional[int] = None) -> bool:
     """Refresh the worker's (and its job's) heartbeat. False when the job is no longer its own."""
     now = t.utcnow()
+    owned = True
     with store.write() as s:
+        # Rows are always locked in the order job, run, worker (here as in claim_next and
+        # finish_job), or two transactions of one worker can deadlock on PostgreSQL.
+        if job_id is not None:
+            res = s.execute(
+                update(t.Job)
+                .where(t.Job.id == job_id, t.Job.worker_id == worker_id, t.Job.status == "running")
+                .values(heartbeat_at=now)
+            )
+            owned = bool(res.rowcount)
         s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(heartbeat_at=now))
-        if job_id is None:
-            return True
-        res = s.execute(
-            update(t.Job)
-            .where(t.Job.id == job_id, t.Job.worker_id == worker_id, t.Job.status == "running")
-            .values(heartbeat_at=now)
-        )
-        return bool(res.rowcount)
+    return owned
 
 
 def lock_owned_job(session: Session, job_id: int, worker_id: str) -> t.Job:
