@@ -35,7 +35,9 @@ system-deps:
 	  else echo "Install first: sudo apt-get install -y$$missing"; exit 1; fi; \
 	fi
 
+# Migrate once before the app and its worker start (never from inside a Streamlit script).
 run: install
+	$(PY) -m evalrx db upgrade
 	$(PY) -m streamlit run app/main.py --server.port $(PORT)
 
 test: install system-deps
