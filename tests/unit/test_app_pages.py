@@ -310,3 +310,28 @@ def test_dashboard_counts_labels_over_grades(seeded):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["fail"].startswith("7 ") and metrics["pass"].startswith("5 ")
     assert len(at.get("vega_lite_chart")) >= 3
+
+
+def test_long_output_is_collapsed_and_errors_shown(store_url):
+    from evalrx.core import FailureCase, Inputs, Step, StepRole, Trajectory
+    from evalrx.store import runs
+    from evalrx.store.queries import pending_cases
+
+    long_text = "\n".join(f"line {i} " + "x" * 80 for i in range(400))
+    case = FailureCase(inputs=Inputs(prompt="long"), id="long-1")
+    traj = Trajectory(sample_id="long-1", goal="long", steps=[
+        Step(0, StepRole.USER, "long"),
+        Step(1, StepRole.ACTOR, long_text, span={"latency_ms": 5.0, "turn": 1}),
+    ], metrics={"terminated": "error", "error": "RuntimeError: CUDA out of memory"})
+    store = S.connect(store_url)
+    with store.write() as s:
+        rid = runs.create_run(s, name="long", cases=[case], status="done")
+        (_, cid), = pending_cases(s, rid)
+        tid = runs.save_trajectory(s, rid, cid, traj)
+    at = open_page("trajectory", id=tid)
+    codes = [c.value for c in at.code]
+    assert long_text not in codes[:3]  # not inline ...
+    assert any(c.endswith("\n…") and len(c) < 2000 for c in codes)
+    assert long_text in codes  # ... but one click away
+    assert any(e.label == f"Show all {len(long_text):,} characters" for e in at.expander)
+    assert "RuntimeError: CUDA out of memory" in codes
