@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 
@@ -56,7 +57,15 @@ def get_spec(key: str) -> ModelSpec:
         raise ValueError(f"Unknown model {key!r}. Known specs: {', '.join(sorted(REGISTRY))}.") from None
 
 
+# The bundled demo model ships inside the package; its path is computed, not imported (no torch).
+DEMO_MODEL_DIR = str(Path(__file__).resolve().parent / "demo" / "model")
+
 _BUILTIN = [
+    ModelSpec(
+        "evalrx-tiny", "qwen2", DEMO_MODEL_DIR, tool_call_style="hermes", context_length=768,
+        notes="bundled demo: tiny Qwen2 trained by `python -m evalrx.demo.train` to call calculator and lookup",
+        tags=("demo", "local"),
+    ),
     ModelSpec("qwen2.5-0.5b-instruct", "qwen2", "Qwen/Qwen2.5-0.5B-Instruct", notes="24 layers, tied embeddings"),
     ModelSpec("qwen2.5-1.5b-instruct", "qwen2", "Qwen/Qwen2.5-1.5B-Instruct", notes="28 layers"),
     ModelSpec("qwen2.5-3b-instruct", "qwen2", "Qwen/Qwen2.5-3B-Instruct", notes="36 layers"),

@@ -45,6 +45,8 @@ __all__ = [
 _SPEC_ALIASES: dict[str, str] = {
     "qwen": "qwen2.5-7b-instruct",
     "qwen2.5-7b": "qwen2.5-7b-instruct",
+    "tiny": "evalrx-tiny",
+    "demo": "evalrx-tiny",
 }
 
 
