@@ -19,15 +19,25 @@ def chat_template() -> str:
     return CHAT_TEMPLATE_PATH.read_text(encoding="utf-8")
 
 
-def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> Any:
-    """Train a byte-level BPE on `texts` and return a `PreTrainedTokenizerFast` with the chat template."""
+def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, digits: str = "individual") -> Any:
+    """Train a byte-level BPE on `texts` and return a `PreTrainedTokenizerFast` with the chat template.
+
+    Args:
+        texts: the training corpus.
+        vocab_size: BPE vocabulary size (before the added markup tokens).
+        digits: "individual" (one token per digit) or "runs" (each run of digits is pre-tokenized
+            on its own, with no leading space, so a number gets the same tokens wherever it appears).
+    """
+    if digits not in ("individual", "runs"):
+        raise ValueError(f"digits must be 'individual' or 'runs', got {digits!r}")
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    # One token per digit: a tiny model copies numbers digit by digit far more reliably.
+    # Digits are split from their surroundings, so " 1423" and "(1423" tokenize the same way.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [pre_tokenizers.Digits(individual_digits=digits == "individual"),
+         pre_tokenizers.ByteLevel(add_prefix_space=False)]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

@@ -26,22 +26,26 @@ DEFAULTS: dict[str, Any] = {
     "episodes": 60000,
     "tokenizer_episodes": 6000,
     "vocab_size": 1024,
+    "digits": "runs",
     "hidden_size": 160,
     "intermediate_size": 480,
     "num_hidden_layers": 4,
     "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_key_value_heads": 4,
     "max_position_embeddings": 768,
     "rope_theta": 10000.0,
     "batch_size": 32,
     "steps": 3000,
-    "lr": 3e-3,
+    "lr": 2e-3,
     "min_lr_ratio": 0.05,
-    "warmup_steps": 100,
+    "warmup_steps": 200,
     "weight_decay": 0.05,
     "grad_clip": 1.0,
     "threads": 2,
+    "device": "cpu",
     "max_minutes": 55.0,
+    "save_every": 0,
+    "checkpoint_dir": "",
 }
 
 
@@ -171,6 +175,8 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
 
     t_start = time.time()
     torch.set_num_threads(int(cfg["threads"]))
+    if cfg.get("device", "cpu") != "cpu":  # e.g. "cuda": every tensor below is created there
+        torch.set_default_device(cfg["device"])
     random.seed(cfg["seed"])
     torch.manual_seed(cfg["seed"])
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -185,7 +191,7 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
 
     template = chat_template()
     tok_texts = [render_plain(template, ep.messages(), tools) for ep in episodes[: cfg["tokenizer_episodes"]]]
-    tokenizer = build_tokenizer(tok_texts, vocab_size=cfg["vocab_size"])
+    tokenizer = build_tokenizer(tok_texts, vocab_size=cfg["vocab_size"], digits=cfg["digits"])
     data = [encode_episode(tokenizer, ep.messages(), tools) for ep in episodes]
     lengths = [len(ids) for ids, _ in data]
     log(f"tokenizer: {len(tokenizer)} tokens; episode length mean {sum(lengths) / len(lengths):.0f}, "
@@ -253,6 +259,10 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
         if step % 50 == 0 or step < 3 or step == 20:
             log(f"step {step:5d} loss {value:.4f} ema {ema:.4f} lr {_lr_at(step, cfg):.2e} "
                 f"{time.time() - t_start:.0f}s")
+        if cfg["save_every"] and steps_done % cfg["save_every"] == 0:
+            snap = Path(cfg["checkpoint_dir"] or "/tmp/evalrx_demo_ckpt") / f"step_{steps_done}"
+            model.save_pretrained(snap, safe_serialization=True)
+            tokenizer.save_pretrained(snap)
         if time.time() > deadline:
             log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")
             break
