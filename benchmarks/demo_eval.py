@@ -1,0 +1,248 @@
+"""Solve rate and failure kinds of the bundled demo model on the held-out demo suites.
+
+Runs the real stack (`evalrx.load("evalrx-tiny")` on hf_local, `run_batch` with the Agent and
+the Qwen codec, tools `calculator` and `lookup`), grades every trajectory, classifies each
+failure by comparing the run with the case's reference calls, and records solve rates per task
+type, suite and failure kind, plus cases per second, to `benchmarks/results/demo_eval.json`.
+
+Usage:
+    .venv/bin/python benchmarks/demo_eval.py [--suite demo] [--max-turns 4] [--limit N]
+        [--checkpoint DIR] [--key committed] [--trajectories runs.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as _dt
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from evalrx.core.case import FailureCase, Label, StepRole, Trajectory
+from evalrx.grade import extract_numbers, grade_trajectory
+from evalrx.suites import load_cases
+from evalrx.tools import get_tools
+
+RESULTS = Path(__file__).with_name("results") / "demo_eval.json"
+
+FAILURE_KINDS = (
+    "error",
+    "malformed_call",
+    "no_tool_call",
+    "wrong_tool",
+    "wrong_arguments",
+    "repeated_calls",
+    "missing_call",
+    "ran_out_of_turns",
+    "misread_observation",
+    "wrong_final_answer",
+)
+
+
+def _observe(name: str, args: dict, tools: dict) -> str:
+    tool = tools.get(name)
+    if tool is None:
+        return f"unknown tool {name}"
+    try:
+        return str(tool.fn(**(args or {})))
+    except TypeError as exc:
+        return f"bad arguments: {exc}"
+
+
+def _same_observation(a: str, b: str) -> bool:
+    # Two lookups that both find nothing are equally right, whatever words they used.
+    if a.startswith("no results") and b.startswith("no results"):
+        return True
+    return a == b
+
+
+def classify_failure(traj: Trajectory, case: FailureCase, tools: dict) -> str:
+    """Name the first thing that went wrong in a failed run (see FAILURE_KINDS).
+
+    Calls are judged by what they return: a call is right when its observation equals the one the
+    reference call gets (so `582 + 347` is as good as `347 + 582`).
+    """
+    if traj.terminated == "error":
+        return "error"
+    actor = [s for s in traj.steps if s.role is StepRole.ACTOR]
+    if any(s.parse_error for s in actor):
+        return "malformed_call"
+    calls = [c for s in actor for c in s.tool_calls]
+    reference = case.meta.get("reference_calls") or []
+    ref_obs = [(r["name"], _observe(r["name"], r["arguments"], tools)) for r in reference]
+    if reference and not calls:
+        return "no_tool_call"
+    if not reference and calls:
+        return "wrong_tool"  # a tool where none was needed
+    sigs = [json.dumps([c["name"], c.get("args")], sort_keys=True) for c in calls]
+    if any(a == b for a, b in zip(sigs, sigs[1:])):
+        return "repeated_calls"
+    for i, call in enumerate(calls[: len(reference)]):
+        obs = _observe(call["name"], call.get("args") or {}, tools)
+        if call["name"] != reference[i]["name"] and not any(n == call["name"] for n, _ in ref_obs):
+            return "wrong_tool"
+        if not any(n == call["name"] and _same_observation(obs, o) for n, o in ref_obs):
+            if call["name"] != reference[i]["name"]:
+                return "wrong_tool"
+            return "wrong_arguments"
+    if traj.final_answer is None:
+        return "ran_out_of_turns"
+    if len(calls) < len(reference):
+        return "missing_call"
+    if len(calls) > len(reference):
+        return "repeated_calls" if len(set(sigs)) < len(sigs) else "wrong_tool"
+    if reference:
+        last = ref_obs[-1][1]
+        numbers = extract_numbers(last)
+        answer = traj.final_answer or ""
+        if numbers and not any(abs(x - numbers[-1]) < 1e-6 for x in extract_numbers(answer)):
+            return "misread_observation"
+        if not numbers and last.split()[-1].strip(".'").lower() not in answer.lower():
+            return "misread_observation"
+    return "wrong_final_answer"
+
+
+def _rate(solved: int, n: int) -> float:
+    return round(solved / n, 4) if n else 0.0
+
+
+def evaluate(handle: Any, cases: list, max_turns: int, progress: bool = True) -> tuple[list, dict]:
+    """Run, grade and classify every case; returns (per-case rows, summary)."""
+    from evalrx.models.agent import run_batch
+
+    tool_names = ["calculator", "lookup"]
+    reference_tools = {t.name: t for t in get_tools(tool_names)}
+    rows: list[dict] = []
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(cases), desc="demo eval", unit="case")
+        except ImportError:  # progress is cosmetic
+            bar = None
+
+    def on_result(case: FailureCase, traj: Trajectory) -> None:
+        label = grade_trajectory(traj, case)
+        kind = None if label is Label.PASS else classify_failure(traj, case, reference_tools)
+        rows.append({
+            "id": case.id,
+            "suite": case.meta.get("suite"),
+            "task_type": case.meta.get("task_type"),
+            "difficulty": case.meta.get("difficulty"),
+            "label": label.value,
+            "failure_kind": kind,
+            "final_answer": traj.final_answer,
+            "expected": case.expected,
+            "n_tool_calls": traj.metrics.get("n_tool_calls"),
+            "terminated": traj.terminated,
+            "trajectory": traj.to_dict(),
+        })
+        if bar is not None:
+            bar.update(1)
+
+    t0 = time.perf_counter()
+    run_batch(handle, cases, tools_factory=lambda case: get_tools(tool_names, case), max_turns=max_turns,
+              concurrency=1, on_result=on_result)
+    seconds = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    return rows, summarize(rows, seconds)
+
+
+def summarize(rows: list, seconds: float) -> dict:
+    """Solve rates overall and per task type / suite / difficulty, and failure-kind counts."""
+
+    def group(key: str) -> dict:
+        out: dict = {}
+        for value in sorted({r[key] for r in rows}, key=str):
+            sub = [r for r in rows if r[key] == value]
+            solved = sum(r["label"] == "pass" for r in sub)
+            kinds = collections.Counter(r["failure_kind"] for r in sub if r["failure_kind"])
+            out[str(value)] = {"n": len(sub), "solved": solved, "solve_rate": _rate(solved, len(sub)),
+                               "failure_kinds": dict(kinds.most_common())}
+        return out
+
+    solved = sum(r["label"] == "pass" for r in rows)
+    kinds = collections.Counter(r["failure_kind"] for r in rows if r["failure_kind"])
+    examples: dict = collections.defaultdict(list)
+    for r in rows:
+        if r["failure_kind"] and len(examples[r["failure_kind"]]) < 3:
+            examples[r["failure_kind"]].append({"id": r["id"], "final_answer": r["final_answer"],
+                                                "expected": r["expected"]})
+    return {
+        "n_cases": len(rows),
+        "solved": solved,
+        "solve_rate": _rate(solved, len(rows)),
+        "failure_kinds": dict(kinds.most_common()),
+        "n_failure_kinds": len(kinds),
+        "per_task_type": group("task_type"),
+        "per_suite": group("suite"),
+        "per_difficulty": group("difficulty"),
+        "seconds": round(seconds, 1),
+        "cases_per_second": round(len(rows) / seconds, 3) if seconds else None,
+        "mean_tool_calls": round(sum(r["n_tool_calls"] or 0 for r in rows) / max(1, len(rows)), 3),
+        "failure_examples": dict(examples),
+    }
+
+
+def main(argv: list | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="demo")
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--limit", type=int, default=0, help="only the first N cases (0: all)")
+    parser.add_argument("--checkpoint", default=None, help="model directory (default: the committed model)")
+    parser.add_argument("--key", default="committed", help="name of this result inside the JSON file")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--trajectories", default=None, help="also write every trajectory as JSONL here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import evalrx
+
+    torch.set_num_threads(args.threads)
+    cases = load_cases(args.suite)
+    if args.limit:
+        cases = cases[: args.limit]
+    t_load = time.perf_counter()
+    handle = evalrx.load("evalrx-tiny", checkpoint=args.checkpoint, max_new_tokens=args.max_new_tokens)
+    load_s = time.perf_counter() - t_load
+    rows, summary = evaluate(handle, cases, args.max_turns, progress=not args.no_progress)
+    model_dir = Path(args.checkpoint or evalrx.get_spec("evalrx-tiny").hf_repo)
+    summary.update({
+        "suite": args.suite,
+        "max_turns": args.max_turns,
+        "max_new_tokens": args.max_new_tokens,
+        "checkpoint": str(model_dir.relative_to(Path.cwd())) if model_dir.is_relative_to(Path.cwd()) else str(model_dir),
+        "model_dir_bytes": sum(p.stat().st_size for p in model_dir.glob("*") if p.is_file()),
+        "load_seconds": round(load_s, 2),
+        "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
+                    "cpus": os.cpu_count()},
+    })
+    out = Path(args.out)
+    results = json.loads(out.read_text()) if out.is_file() else {}
+    results[args.key] = summary
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    if args.trajectories:
+        with open(args.trajectories, "w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps(r, default=str) + "\n")
+    brief = {k: summary[k] for k in ("n_cases", "solved", "solve_rate", "failure_kinds", "cases_per_second")}
+    brief["per_task_type"] = {k: v["solve_rate"] for k, v in summary["per_task_type"].items()}
+    brief["per_suite"] = {k: v["solve_rate"] for k, v in summary["per_suite"].items()}
+    print(json.dumps(brief, indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    main()
