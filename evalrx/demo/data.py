@@ -248,13 +248,14 @@ class Episode:
     difficulty: str = "easy"
     expected: Any = None
     grader: dict = field(default_factory=dict)
+    kb: Optional[dict] = field(default=None, repr=False, compare=False)  # the world lookups run against
 
     def messages(self) -> list[dict]:
         """OpenAI-style messages as the Agent builds them with QwenToolCodec (raw call text as content)."""
         msgs: list[dict] = [{"role": "user", "content": self.prompt}]
         for name, args in self.calls:
             msgs.append({"role": "assistant", "content": call_text(name, args)})
-            msgs.append({"role": "tool", "tool_call_id": f"call_{len(msgs)}", "content": run_tool(name, args)})
+            msgs.append({"role": "tool", "tool_call_id": f"call_{len(msgs)}", "content": run_tool(name, args, self.kb)})
         msgs.append({"role": "assistant", "content": self.answer})
         return msgs
 
@@ -267,11 +268,12 @@ def call_text(name: str, args: dict) -> str:
 _KB_CACHE: dict = {}
 
 
-def run_tool(name: str, args: dict) -> str:
-    """Run a demo tool against the bundled world (what the agent will observe)."""
+def run_tool(name: str, args: dict, kb: Optional[dict] = None) -> str:
+    """Run a demo tool against `kb` (default: the bundled world): what the agent will observe."""
     if name == "calculator":
         return calculator(**args)
-    kb = _KB_CACHE.setdefault("kb", make_world())
+    if kb is None:
+        kb = _KB_CACHE.setdefault("kb", make_world())
     return search(args["query"], kb)
 
 
@@ -282,13 +284,15 @@ def _num_grader(value: Any) -> dict:
 class Generator:
     """Draws episodes of every task type; `held_out=True` draws from the held-out side."""
 
-    def __init__(self, world: dict, seed: int, held_out: bool) -> None:
+    def __init__(self, world: dict, seed: int, held_out: bool, all_pairs: bool = False) -> None:
         self.world = world
         self.rng = random.Random(seed)
         self.held_out = held_out
         self.by_name = {e["name"]: e for e in world["entities"]}
         train_pairs, test_pairs = split_pairs(world)
         self.pairs = test_pairs if held_out else train_pairs
+        if all_pairs:  # a throw-away training world: nothing in it is held out
+            self.pairs = sorted(train_pairs + test_pairs)
         self.numeric_pairs = [p for p in self.pairs if p[1] in NUMERIC_ATTRS]
         # Fresh names for unknown entities and people in no-tool prompts, disjoint between sides.
         pool_rng = random.Random(seed * 7 + (1 if held_out else 2))
@@ -433,18 +437,33 @@ TRAIN_MIX = [
 
 
 def training_episodes(n: int, seed: int = 0, exclude: Optional[set] = None,
-                      world: Optional[dict] = None) -> Iterator[Episode]:
-    """Yield `n` training episodes drawn from the training side, skipping excluded prompts."""
+                      world: Optional[dict] = None, world_pool: int = 0) -> Iterator[Episode]:
+    """Yield `n` training episodes drawn from the training side, skipping excluded prompts.
+
+    Args:
+        n: how many episodes.
+        seed: training seed.
+        exclude: prompts never to yield (the held-out suites).
+        world: the bundled world (default: `make_world()`).
+        world_pool: 0 draws every episode from the bundled world's training pairs. N > 0 draws
+            each episode from one of N freshly generated worlds (new names and values), so
+            facts cannot be memorised and the model must copy them from the observation.
+    """
     world = world or make_world()
     gen = Generator(world, seed=10_000 + seed, held_out=False)
+    pool = [Generator(make_world(seed=50_000 + 1_000 * seed + i), seed=20_000 + 1_000 * seed + i,
+                      held_out=False, all_pairs=True) for i in range(world_pool)]
+    picker = random.Random(30_000 + seed)
     exclude = exclude or set()
     weights = [w for w, _, _ in TRAIN_MIX]
     made = 0
     while made < n:
-        _, method, kwargs = gen.rng.choices(TRAIN_MIX, weights=weights)[0]
-        ep = getattr(gen, method)(**kwargs)
+        source = picker.choice(pool) if pool else gen
+        _, method, kwargs = source.rng.choices(TRAIN_MIX, weights=weights)[0]
+        ep = getattr(source, method)(**kwargs)
         if ep.prompt in exclude:
             continue
+        ep.kb = source.world
         made += 1
         yield ep
 

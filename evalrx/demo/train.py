@@ -24,6 +24,7 @@ MODEL_DIR = DEMO_DIR / "model"
 DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "episodes": 60000,
+    "world_pool": 0,
     "tokenizer_episodes": 6000,
     "vocab_size": 1024,
     "digits": "runs",
@@ -185,7 +186,8 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     if KB_PATH.exists() and json.loads(KB_PATH.read_text(encoding="utf-8")) != world:
         raise RuntimeError(f"{KB_PATH} differs from the generated world; run `python -m evalrx.demo.data`")
     exclude = held_out_prompts()
-    episodes = list(training_episodes(cfg["episodes"], seed=cfg["seed"], exclude=exclude, world=world))
+    episodes = list(training_episodes(cfg["episodes"], seed=cfg["seed"], exclude=exclude, world=world,
+                                      world_pool=int(cfg.get("world_pool", 0))))
     tools = [t.to_openai() for t in get_tools(DEMO_TOOLS)]
     log(f"{len(episodes)} episodes generated ({len(exclude)} held-out prompts excluded)")
 
