@@ -104,12 +104,13 @@ def test_random_world_training_episodes_observe_their_own_world():
     """With a world pool, facts change between episodes, so only copying the observation works."""
     from evalrx.demo.data import make_world, training_episodes
 
-    bundled = {e["name"] for e in make_world()["entities"]}
+    bundled = make_world()
     eps = [e for e in training_episodes(400, world_pool=16) if e.task_type == "lookup" and e.difficulty == "easy"]
     assert eps
     for ep in eps:
         msgs = ep.messages()
         observation, answer = msgs[2]["content"], msgs[-1]["content"]
         assert observation == answer  # the scripted answer copies the observation
-        assert ep.calls[0][1]["query"].split(" of ", 1)[1] not in bundled or ep.kb is not None
+        name = ep.calls[0][1]["query"].split(" of ", 1)[1]
+        assert name in {e["name"] for e in ep.kb["entities"]} and ep.kb is not bundled
     assert len({id(e.kb) for e in eps}) > 1
