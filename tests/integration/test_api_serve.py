@@ -9,69 +9,31 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import subprocess
 import sys
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+from servehelpers import get_json, serving
 
 import evalrx
 from evalrx.core.tool import Tool
 from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec
+from evalrx.tools import get_tools
 
 QWEN = "qwen2.5-0.5b-instruct"
 MAX_NEW = 12  # gibberish from a random model: a few tokens prove equality as well as many
 ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 120
-
-
-def _read_lines(stream, out: "queue.Queue[str]") -> None:
-    for line in iter(stream.readline, ""):
-        out.put(line)
-    out.put("")  # EOF marker: the process ended
 
 
 @pytest.fixture(scope="module")
 def server(tiny_qwen_dir, tmp_path_factory):
-    """Start `python -m evalrx.cli serve` on a free loopback port; yield its base URL; stop it."""
+    """`evalrx serve` of the tiny checkpoint as a real process on loopback."""
     log = tmp_path_factory.mktemp("serve") / "stderr.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    cmd = [
-        sys.executable, "-m", "evalrx.cli", "serve", "--spec", QWEN, "--checkpoint", str(tiny_qwen_dir),
-        "--host", "127.0.0.1", "--port", "0", "--max-new-tokens", str(MAX_NEW), "--device", "cpu", "--quiet",
-    ]
-    with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
-    lines: "queue.Queue[str]" = queue.Queue()
-    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
-    try:
-        url = None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while url is None:
-            try:
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"evalrx serve printed no ready line in {START_TIMEOUT_S}s:\n{log.read_text()[-3000:]}")
-            if line == "":
-                pytest.fail(f"evalrx serve exited with {proc.wait()}:\n{log.read_text()[-3000:]}")
-            if line.startswith(f"evalrx serve: {QWEN} on http://127.0.0.1:"):
-                url = line.rsplit(" on ", 1)[1].strip()
-        assert url.endswith("/v1")
-        assert _get(url, "/health") == (200, {"status": "ok"})
+    with serving(QWEN, log, checkpoint=str(tiny_qwen_dir), max_new_tokens=MAX_NEW) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, f"server did not shut down cleanly on SIGTERM ({proc.returncode})"
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +47,6 @@ def remote(server):
                        max_retries=0, timeout=120)
 
 
-def _get(url: str, path: str):
-    try:
-        with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + path, timeout=10) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
 def _post_raw(url: str, data: bytes):
     req = urllib.request.Request(url + "/chat/completions", data=data, method="POST",
                                  headers={"Content-Type": "application/json"})
@@ -103,12 +57,7 @@ def _post_raw(url: str, data: bytes):
         return err.code, json.loads(err.read())
 
 
-CALCULATOR = Tool(
-    "calculator",
-    "Evaluate an arithmetic expression.",
-    {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    fn=lambda expression="": str(eval(expression, {"__builtins__": {}})),  # test-only, fixed inputs
-)
+CALCULATOR = get_tools(["calculator"])[0]
 SEARCH = Tool("search", "Search the web.", {"type": "object", "properties": {"query": {"type": "string"}}})
 TOOLS = [CALCULATOR.to_openai(), SEARCH.to_openai()]
 
@@ -216,7 +165,7 @@ def test_server_rejects_malformed_requests_and_keeps_serving(server, remote):
     code, payload = _post_raw(server, json.dumps({"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode())
     assert code == 400 and "does not accept images" in payload["error"]["message"]
-    code, models = _get(server, "/v1/models")
+    code, models = get_json(server, "/v1/models")
     assert code == 200 and models["data"][0]["id"] == QWEN
     assert remote.chat(_STAGE_1).usage["completion_tokens"] > 0  # still serving
 
@@ -228,7 +177,7 @@ def test_port_in_use_is_one_clear_line(server, tiny_qwen_dir):
     proc = subprocess.run(
         [sys.executable, "-m", "evalrx.cli", "serve", "--spec", QWEN, "--checkpoint", str(tiny_qwen_dir),
          "--port", port, "--quiet"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2
     assert f"Cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr
