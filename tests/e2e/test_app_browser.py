@@ -109,3 +109,18 @@ def test_hostile_model_output_is_inert(app_server, seeded, page):
     text = main_text(page)
     assert "<script>window.__evalrx_xss = 1; alert('xss')</script>" in text
     assert "<img src=x onerror=" in text and ":red[red]" in text
+
+
+def test_uploaded_case_file_is_validated_inline(app_server, page, tmp_path):
+    bad = tmp_path / "mine.jsonl"
+    bad.write_text('{"prompt": "2+2?", "expected": 4}\n{"prompt": "no closing brace"\n')
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"prompt": "2+2?", "expected": 4}\n{"prompt": "3*3?", "expected": 9, "grader": {"kind": "numeric"}}\n')
+    goto(page, f"{app_server.url}/new")
+    page.get_by_text("Upload a case file").click()
+    settle(page)
+    page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(bad))
+    page.get_by_text("mine.jsonl:2: bad JSON").wait_for()
+    assert "/tmp" not in page.locator("[data-testid='stAlert']").inner_text()  # names the user's file, not our copy
+    page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(good))
+    page.get_by_text("2 cases, all valid.").wait_for()
