@@ -31,6 +31,7 @@ from sqlalchemy.exc import IntegrityError
 
 from evalrx.core.case import FailureCase, Label, Step, StepRole, Trajectory
 from evalrx.runner import analysis
+from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs
 from evalrx.store import schema as t
 from evalrx.store.engine import SchemaError, Store, connect
@@ -164,6 +165,7 @@ class Worker:
         self.current_job: Optional[int] = None
         self.lost_job: Optional[int] = None  # the id of a job the heartbeat found taken from us
         self._hb_thread: Optional[threading.Thread] = None
+        self._replay_handle: Optional[tuple] = None  # (spec name, handle) kept between analysis requests
 
     # ------------------------------------------------------------ lifecycle
 
@@ -191,6 +193,9 @@ class Worker:
         requeued = jobs.requeue_stale(self.store, stale_after_s=self.stale_after_s, max_attempts=self.max_attempts)
         if requeued:
             log.info("requeued jobs %s of dead workers", requeued)
+        with self.store.read() as s:
+            live = [w["id"] for w in jobs.alive_in(s, self.stale_after_s)]
+        analysis_store.requeue_stale_requests(self.store, live + [self.worker_id])
         self._hb_thread = threading.Thread(target=self._heartbeats, name="evalrx-heartbeat", daemon=True)
         self._hb_thread.start()
         done = 0
@@ -198,6 +203,8 @@ class Worker:
         try:
             while not self.stop_event.is_set():
                 job = jobs.claim_next(self.store, self.worker_id, backends=self.backends)
+                if job is None and self._serve_analysis_request():
+                    continue
                 if job is None:
                     if self.exit_when_idle:
                         break
@@ -264,7 +271,7 @@ class Worker:
 
         tool_names = list(cfg.get("tools") or [])
         get_tools(tool_names)  # an unknown tool fails the job before the model loads
-        hooks = analysis.resolve(cfg.get("analyzers") or [])
+        hooks = analysis.resolve(with_default_heuristics(cfg))
         handle = load_handle(cfg)
         if jobs.cancel_requested(self.store, job.id):
             raise JobCancelled()
@@ -378,6 +385,7 @@ class Worker:
                     save_step_media(s, tid, media)
                 for rec in records:
                     save_analysis(s, tid, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
+                    analysis_store.index_analysis(s, tid, rec.analyzer, rec.meta or {}, rec.arrays or {})
                 s.execute(
                     update(t.Run).where(t.Run.id == job.run_id).values(
                         n_done=t.Run.n_done + 1,
@@ -393,6 +401,78 @@ class Worker:
             log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)
             return jobs.cancel_requested(self.store, job.id)
         return cancel
+
+    # ------------------------------------------------------------ analysis requests
+
+    def _serve_analysis_request(self) -> bool:
+        """Run one queued analysis request of a stored trajectory, if any (only when no job waits)."""
+        if self.backends and "hf_local" not in self.backends:
+            return False  # a worker kept to API runs has no local model to analyse on
+        req = analysis_store.claim_request(self.store, self.worker_id)
+        if req is None:
+            return False
+        self.run_analysis_request(req)
+        return True
+
+    def _local_handle(self, name: str, cfg: Optional[dict] = None) -> Any:
+        """A local model to analyse on, loaded once and kept for the next request on the same spec."""
+        if self._replay_handle is None or self._replay_handle[0] != name:
+            model = (cfg or {}).get("model") or {}
+            if model.get("name") == name and (model.get("backend") or "hf_local") != "api":
+                handle = load_handle(cfg)
+            else:
+                import evalrx
+
+                handle = evalrx.load(name, backend="hf_local")
+            self._replay_handle = (name, handle)
+        return self._replay_handle[1]
+
+    def run_analysis_request(self, req: dict) -> str:
+        """Run a claimed analysis request: its analyzers on the trajectory, stored in place of older results.
+
+        A trajectory of an API (or other non-local) model is replayed teacher-forced on the
+        request's local model (default `DEFAULT_REPLAY_MODEL`). Returns "done" or "failed".
+        """
+        tid = req["trajectory_id"]
+        try:
+            from evalrx.store.queries import get_trajectory
+            from evalrx.tools import get_tools
+
+            detail = get_trajectory(tid, store=self.store)
+            if detail is None:
+                raise ValueError(f"trajectory {tid} no longer exists")
+            with self.store.read() as s:
+                cfg = dict(s.get(t.Run, detail.row.run_id).config or {})
+            run_model = cfg.get("model") or {}
+            local = (run_model.get("backend") or "hf_local") == "hf_local" and run_model.get("name")
+            name = req.get("model") or (run_model["name"] if local else analysis_store.DEFAULT_REPLAY_MODEL)
+            handle = self._local_handle(name, cfg)
+            tools = get_tools(list(cfg.get("tools") or []))
+            ctx = analysis.CaseContext(handle=handle, case=None, trajectory=detail.trajectory, tools=tools,
+                                       tool_schemas=[tool.to_openai() for tool in tools],
+                                       system=cfg.get("system"), run_config=cfg)
+            records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)
+            source = f"{run_model.get('name')} on {run_model.get('backend') or 'hf_local'}"
+            for rec in records:
+                rec.meta = dict(rec.meta or {}, requested=req["id"], scored_on=name, source_model=source)
+            failed = [r for r in records if (r.meta or {}).get("error")]
+            error = "; ".join(f"{r.analyzer}: {r.meta['error']}" for r in failed) or None
+            analysis_store.finish_request(self.store, req["id"], "failed" if failed and len(failed) == len(records)
+                                          else "done", error=error, trajectory_id=tid, records=records)
+            return "failed" if failed and len(failed) == len(records) else "done"
+        except Exception as exc:  # a bad request is recorded, the worker goes on
+            log.warning("analysis request %s failed: %s", req["id"], exc)
+            analysis_store.finish_request(self.store, req["id"], "failed", error=f"{type(exc).__name__}: {exc}")
+            return "failed"
+
+
+def with_default_heuristics(cfg: dict) -> list:
+    """The run's analyzers plus `heuristics` (needs no model), unless the config sets `heuristics: false`."""
+    entries = list(cfg.get("analyzers") or [])
+    names = {e if isinstance(e, str) else (e or {}).get("name") for e in entries}
+    if cfg.get("heuristics", True) and "heuristics" not in {str(n).strip().lower() for n in names if n}:
+        entries.append("heuristics")
+    return entries
 
 
 # ---------------------------------------------------------------- command line

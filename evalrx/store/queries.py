@@ -14,6 +14,7 @@ from sqlalchemy import Select, and_, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
 
 from evalrx.store import convert
+from evalrx.store.analyses import HEURISTIC_TAG_PREFIX, MARGIN_SCORE
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 from evalrx.store.labels import current_labels_in, tags_in
@@ -100,12 +101,16 @@ def filter_trajectories(
     text: Optional[str] = None,
     has_parse_error: Optional[bool] = None,
     sample_id: Optional[str] = None,
+    heuristic: Optional[str] = None,
+    max_margin: Optional[float] = None,
 ) -> Select:
     """Apply the Trajectories page's filters to a select over `trajectories`.
 
     `label` accepts "pass"/"fail"/"unknown", "none" (not labelled yet) or "any" (labelled).
     `text` is a case-insensitive substring of the goal, answer, model turns, calls and observations.
     `session` lets the SQLite text search use its index.
+    `heuristic` keeps trajectories a heuristics analysis tagged with that tag (e.g. "repeated_call");
+    `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it.
     """
     T = t.Trajectory
     runs = _as_list(run_id)
@@ -146,6 +151,16 @@ def filter_trajectories(
         q = q.where(T.n_parse_errors > 0 if has_parse_error else T.n_parse_errors == 0)
     if sample_id is not None:
         q = q.where(T.sample_id == sample_id)
+    if heuristic:
+        q = q.where(
+            exists()
+            .where(t.TrajectoryTag.trajectory_id == T.id)
+            .where(t.TrajectoryTag.tag_id == select(t.Tag.id).where(
+                t.Tag.name == f"{HEURISTIC_TAG_PREFIX}{heuristic}").scalar_subquery())
+        )
+    if max_margin is not None:
+        S = t.TrajectoryScore
+        q = q.where(exists().where(S.trajectory_id == T.id, S.name == MARGIN_SCORE, S.value < float(max_margin)))
     return q
 
 
@@ -189,7 +204,7 @@ def list_trajectories(
         with_total: also count every matching row (one more query).
         store: the store (default when None).
         **filters: see `filter_trajectories` (run_id, outcome, label, failure_mode,
-            terminated, tool, tag, text, has_parse_error, sample_id).
+            terminated, tool, tag, text, has_parse_error, sample_id, heuristic, max_margin).
 
     Returns:
         A `Page` of `TrajectoryRow`s with `next_cursor` set when more rows follow.

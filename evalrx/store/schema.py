@@ -31,7 +31,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `db/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0002"
+SCHEMA_VERSION = "0003"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -314,6 +314,39 @@ class AnalysisArray(Base):
     dtype: Mapped[str] = mapped_column(String(16))
     shape: Mapped[list] = mapped_column(default=list)
     data: Mapped[bytes] = mapped_column(BlobType)
+
+
+class AnalysisRequest(Base):
+    """Analyses asked for a stored trajectory (from the Trajectory page); a worker runs them."""
+
+    __tablename__ = "analysis_requests"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
+    analyzers: Mapped[list] = mapped_column(default=list)
+    model: Mapped[Optional[str]] = mapped_column(String(200))  # local spec to score on; None: the run's own
+    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued | running | done | failed
+    worker_id: Mapped[Optional[str]] = mapped_column(String(120))
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[Optional[datetime]]
+    finished_at: Mapped[Optional[datetime]]
+
+    __table_args__ = (Index(None, "status", "id"), Index(None, "trajectory_id"))
+
+
+class TrajectoryScore(Base):
+    """A number derived from an analysis (e.g. the smallest tool-decision margin), indexed for filters."""
+
+    __tablename__ = "trajectory_scores"
+
+    trajectory_id: Mapped[int] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(60), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index(None, "name", "value", "trajectory_id"),)
 
 
 class LabelRow(Base):

@@ -134,7 +134,7 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
     S.forget(store_url)
     store = S.connect(store_url, check=False)
     with store.write() as s:  # back to an empty 0001 store (the fixture upgraded to head)
-        for table in ("trajectory_fts", "trajectory_texts"):
+        for table in ("trajectory_fts", "trajectory_texts", "analysis_requests", "trajectory_scores"):  # 0002, 0003
             s.execute(text(f"DROP TABLE IF EXISTS {table}"))
         s.execute(text("ALTER TABLE trajectories ADD COLUMN search_text TEXT NOT NULL DEFAULT ''"))
         s.execute(text("UPDATE alembic_version SET version_num = '0001'"))

@@ -1,0 +1,183 @@
+"""Analyses on the store: indexing results for filters, and analysis requests for stored trajectories.
+
+Two things the pages need beyond the raw `analyses` rows:
+
+- Filters: a heuristics result tags its trajectory `heuristic:<tag>` (the Trajectories
+  page's tag filter finds them), and a tool-decision result records the smallest margin of
+  the chosen tool (`trajectory_scores`, name `tool_margin`, indexed on (name, value)).
+- Requests: the Trajectory page queues analyses for a stored trajectory
+  (`request_analysis`); a worker claims them (`claim_request`), runs them and marks them
+  done or failed (`finish_request`); the page shows their status (`requests_for`).
+
+Nothing here imports numpy at module level beyond what the caller already has, nor torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from evalrx.store import convert
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+
+HEURISTIC_TAG_PREFIX = "heuristic:"
+MARGIN_SCORE = "tool_margin"
+REQUEST_STATUSES = ("queued", "running", "done", "failed")
+# What the page asks for when the user presses "Request analysis".
+DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty", "heuristics")
+DEFAULT_REPLAY_MODEL = "evalrx-tiny"
+
+
+def heuristic_tag(tag: str) -> str:
+    """The trajectory tag a heuristic finding becomes (kept apart from human tags by a prefix)."""
+    return f"{HEURISTIC_TAG_PREFIX}{tag}"
+
+
+def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
+    """The smallest final-layer margin over a tool-decision result's tool-name decisions (None: no calls)."""
+    margin = arrays.get("margin")
+    decisions = meta.get("decisions") or []
+    if margin is None or not decisions:
+        return None
+    values = [float(margin[i][-1]) for i, d in enumerate(decisions)
+              if d.get("kind") == "tool_name" and i < len(margin) and len(margin[i])]
+    values = [v for v in values if not math.isnan(v)]
+    return min(values) if values else None
+
+
+def index_analysis(session: Session, trajectory_id: int, analyzer: str, meta: dict, arrays: dict) -> None:
+    """Derive the filterable facts of one stored result (heuristic tags, tool margin) in the caller's transaction."""
+    if meta.get("error"):
+        return
+    kind = meta.get("result_type") or analyzer
+    if kind == "heuristics":
+        from evalrx.store.labels import tag_in_session
+
+        for tag in sorted({f.get("tag") for f in meta.get("findings") or [] if f.get("tag")}):
+            tag_in_session(session, trajectory_id, heuristic_tag(tag))
+    elif kind == "tool_decision":
+        value = min_tool_margin(meta, arrays)
+        session.execute(delete(t.TrajectoryScore).where(
+            t.TrajectoryScore.trajectory_id == trajectory_id, t.TrajectoryScore.name == MARGIN_SCORE))
+        if value is not None:
+            session.add(t.TrajectoryScore(trajectory_id=trajectory_id, name=MARGIN_SCORE, value=value))
+
+
+def replace_analyses(session: Session, trajectory_id: int, records: Sequence[Any]) -> None:
+    """Store fresh results for a trajectory, dropping its older results of the same analyzers.
+
+    `records` are `AnalysisRecord`-like objects (analyzer, arrays, meta, step_idx).
+    """
+    from evalrx.store.runs import save_analysis
+
+    names = sorted({r.analyzer for r in records})
+    if names:
+        session.execute(delete(t.Analysis).where(t.Analysis.trajectory_id == trajectory_id,
+                                                 t.Analysis.analyzer.in_(names)))
+    for rec in records:
+        save_analysis(session, trajectory_id, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
+        index_analysis(session, trajectory_id, rec.analyzer, rec.meta or {}, rec.arrays or {})
+
+
+# ---------------------------------------------------------------- requests
+
+
+def _info(row: t.AnalysisRequest) -> dict:
+    return {
+        "id": row.id, "trajectory_id": row.trajectory_id, "analyzers": list(row.analyzers or []),
+        "model": row.model, "status": row.status, "worker_id": row.worker_id, "error": row.error,
+        "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
+    }
+
+
+def request_analysis(
+    trajectory_id: int,
+    analyzers: Sequence[Any] = DEFAULT_REQUEST,
+    *,
+    model: Optional[str] = None,
+    store: "Store | str | None" = None,
+) -> int:
+    """Queue analyses of a stored trajectory for a worker; returns the request id.
+
+    Args:
+        trajectory_id: the trajectory.
+        analyzers: analyzer names (or `{"name": ..., **kwargs}` dicts).
+        model: the local spec to score on; None uses the run's own model when it is local,
+            else `DEFAULT_REPLAY_MODEL` (an API model's trajectory is replayed on it).
+        store: the store (default when None).
+
+    Raises:
+        ValueError: no such trajectory, or no analyzers.
+    """
+    names = list(analyzers or [])
+    if not names:
+        raise ValueError("request_analysis needs at least one analyzer")
+    with resolve(store).write() as s:
+        if s.get(t.Trajectory, trajectory_id) is None:
+            raise ValueError(f"no trajectory {trajectory_id}")
+        row = t.AnalysisRequest(trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model,
+                                status="queued")
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def claim_request(store: Store, worker_id: str) -> Optional[dict]:
+    """Atomically take the oldest queued analysis request (None when there is none)."""
+    with store.write() as s:
+        row = s.execute(
+            select(t.AnalysisRequest).where(t.AnalysisRequest.status == "queued")
+            .order_by(t.AnalysisRequest.id).limit(1).with_for_update(skip_locked=True)
+        ).scalar_one_or_none()
+        if row is None:
+            return None
+        row.status, row.worker_id, row.started_at = "running", worker_id, t.utcnow()
+        s.flush()
+        return _info(row)
+
+
+def finish_request(store: Store, request_id: int, status: str, *, error: Optional[str] = None,
+                   trajectory_id: Optional[int] = None, records: Sequence[Any] = ()) -> None:
+    """Mark a request done or failed; with `records`, store them in the same transaction."""
+    assert status in ("done", "failed")
+    with store.write() as s:
+        if records and trajectory_id is not None:
+            replace_analyses(s, trajectory_id, records)
+        s.execute(update(t.AnalysisRequest).where(t.AnalysisRequest.id == request_id).values(
+            status=status, error=error, finished_at=t.utcnow()))
+
+
+def requeue_stale_requests(store: Store, live_workers: Sequence[str]) -> int:
+    """Put back running requests whose worker is not among `live_workers`; returns how many."""
+    with store.write() as s:
+        q = update(t.AnalysisRequest).where(t.AnalysisRequest.status == "running")
+        if live_workers:
+            q = q.where(t.AnalysisRequest.worker_id.not_in(list(live_workers)))
+        return s.execute(q.values(status="queued", worker_id=None, started_at=None)).rowcount or 0
+
+
+def get_request(request_id: int, *, store: "Store | str | None" = None) -> Optional[dict]:
+    """One analysis request as a dict (None if absent)."""
+    with resolve(store).read() as s:
+        row = s.get(t.AnalysisRequest, request_id)
+        return _info(row) if row else None
+
+
+def requests_for(trajectory_id: int, *, store: "Store | str | None" = None) -> list[dict]:
+    """A trajectory's analysis requests, newest first (what the page shows as status)."""
+    with resolve(store).read() as s:
+        rows = s.execute(select(t.AnalysisRequest).where(t.AnalysisRequest.trajectory_id == trajectory_id)
+                         .order_by(t.AnalysisRequest.id.desc())).scalars().all()
+        return [_info(r) for r in rows]
+
+
+def heuristic_tags(*, store: "Store | str | None" = None) -> list[str]:
+    """Heuristic tags present in the store (without the prefix), for the filter widget."""
+    with resolve(store).read() as s:
+        names = s.execute(select(t.Tag.name).where(t.Tag.name.like(f"{HEURISTIC_TAG_PREFIX}%"))
+                          .order_by(t.Tag.name)).scalars().all()
+    return [n[len(HEURISTIC_TAG_PREFIX):] for n in names]
