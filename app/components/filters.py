@@ -1,7 +1,8 @@
 """The trajectory filter as URL query parameters, shared by the list, the Trajectory page
 (previous/next) and the Label queue. Pure Python: testable without Streamlit.
 
-Parameters: run, outcome, label, mode, term, tool, q (free text), sort, asc ("true" for
+Parameters: run, outcome, label, mode, term, tool, q (free text), heur (a heuristic tag),
+margin (keep trajectories whose smallest tool-decision margin is below this), sort, asc ("true" for
 ascending; newest/largest first otherwise). The values are the words the widgets show
 (Streamlit writes a bound widget's displayed option into the URL), so links built here
 and the filter widgets read the same URL.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "sort", "asc")
+FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "heur", "margin", "sort", "asc")
 OUTCOMES = ("pass", "fail", "unknown")
 # URL word -> `list_trajectories(label=...)`.
 LABEL_CHOICES = {"unlabelled": "none", "labelled": "any", "pass": "pass", "fail": "fail", "unknown": "unknown"}
@@ -71,9 +72,16 @@ def store_filters(params: Mapping) -> dict:
         out["outcome"] = _get(params, "outcome")
     if _get(params, "label") in LABEL_CHOICES:
         out["label"] = LABEL_CHOICES[_get(params, "label")]
-    for key, arg in (("mode", "failure_mode"), ("term", "terminated"), ("tool", "tool"), ("q", "text")):
+    for key, arg in (("mode", "failure_mode"), ("term", "terminated"), ("tool", "tool"), ("q", "text"),
+                     ("heur", "heuristic")):
         if _get(params, key):
             out[arg] = _get(params, key)
+    try:
+        margin = float(_get(params, "margin"))
+    except ValueError:
+        margin = None
+    if margin is not None and margin == margin:  # NaN is no threshold
+        out["max_margin"] = margin
     return out
 
 
@@ -111,9 +119,12 @@ def describe(params: Mapping) -> str:
         parts.append(f"graded {f['outcome']}")
     if "label" in f:
         parts.append({"none": "not labelled", "any": "labelled"}.get(f["label"], f"labelled {f['label']}"))
-    for key, name in (("failure_mode", "mode"), ("terminated", "ended"), ("tool", "tool"), ("text", "text")):
+    for key, name in (("failure_mode", "mode"), ("terminated", "ended"), ("tool", "tool"), ("text", "text"),
+                      ("heuristic", "heuristic")):
         if key in f:
             parts.append(f"{name} “{f[key]}”")
+    if "max_margin" in f:
+        parts.append(f"tool margin < {f['max_margin']:g}")
     sort, desc = sort_args(params)
     if sort != "id" or not desc:
         parts.append(f"sorted by {_get(params, 'sort') or 'newest'} {'↓' if desc else '↑'}")

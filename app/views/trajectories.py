@@ -11,6 +11,7 @@ from components.filters import (
 from components.safe import md_escape, short
 from components.taxonomy import mode_names
 from evalrx.store import failure_modes, list_runs, list_trajectories
+from evalrx.store.analyses import FAILURE_SIGNS, heuristic_tags
 
 S = store()
 PAGE_SIZE = 50
@@ -22,14 +23,14 @@ def _choices(_url: str):
     from evalrx.tools import TOOLS
 
     runs = {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
-    return runs, mode_names(S.url, failure_modes(store=S)), sorted(TOOLS)
+    return runs, mode_names(S.url, failure_modes(store=S)), sorted(TOOLS), heuristic_tags(store=S)
 
 
 def _first_page() -> None:
     st.session_state["page"] = 1  # a new filter starts at its first page
 
 
-runs, modes, tools = _choices(S.url)
+runs, modes, tools, heuristics = _choices(S.url)
 BOUND = dict(bind="query-params", on_change=_first_page)  # the filter lives in the URL: shareable, survives reload
 
 st.title("Trajectories")
@@ -49,6 +50,12 @@ with st.container(border=True):
     h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
+    k, m, _ = st.columns([1, 1, 4], vertical_alignment="bottom")
+    k.selectbox("Heuristic tag", sorted(set(heuristics) | set(FAILURE_SIGNS)), index=None, key="heur",
+                placeholder="any", accept_new_options=True, **BOUND)
+    m.number_input("Tool margin below", min_value=0.0, step=0.5, value=None, key="margin", placeholder="any",
+                   help="smallest tool-decision margin (nats) of the chosen tool, from the tool_decision analysis",
+                   **BOUND)
 
 params = {k: st.session_state.get(k) for k in FILTER_KEYS}
 filters = store_filters(params)

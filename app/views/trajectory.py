@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from components.analysis_panels import render_analysis
 from components.data import store
 from components.extra_queries import step_media
 from components.filters import as_context, describe, from_context, neighbours
@@ -68,9 +69,6 @@ with side:
         label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator_key="annotator", key="tl")
     with st.expander(f"Label history", expanded=False):
         history_table(row.id, store=S)
-    if detail.analyses:
-        with st.expander(f"Analyses ({len(detail.analyses)})"):
-            st.dataframe([{"analyzer": a, "step": s} for a, s, _ in detail.analyses], hide_index=True)
 with main:
     with st.container(border=True):
         render_case(detail, store=S)
@@ -78,3 +76,4 @@ with main:
     st.markdown("#### Steps")
     render_timeline(detail, store=S, media=step_media(row.id, store=S),
                     first_wrong=cur.first_wrong_step if cur else None)
+    render_analysis(detail, store=S)

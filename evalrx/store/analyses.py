@@ -30,6 +30,10 @@ REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty", "heuristics")
 DEFAULT_REPLAY_MODEL = "evalrx-tiny"
+# The heuristics analyzer's tags (evalrx.analyzers.heuristics.TAGS; a test keeps them equal), offered by
+# the filter even before any store has them, without the app importing the analyzers.
+FAILURE_SIGNS = ("repeated_call", "observation_ignored", "tool_error", "unknown_tool", "malformed_call",
+                 "no_final_answer", "out_of_turns", "run_error")
 
 
 def heuristic_tag(tag: str) -> str:

@@ -123,3 +123,9 @@ def test_request_for_a_missing_trajectory_is_refused(demo_store):
         A.request_analysis(999999, store=store)
     with pytest.raises(ValueError, match="at least one analyzer"):
         A.request_analysis(1, [], store=store)
+
+
+def test_the_filter_offers_every_heuristic_tag():
+    from evalrx.analyzers.heuristics import TAGS
+
+    assert A.FAILURE_SIGNS == TAGS
