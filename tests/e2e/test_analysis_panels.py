@@ -1,0 +1,72 @@
+"""Browser test of the analysis panels: a failed demo-model trajectory, analysed by the worker,
+shows its lens, tool-decision and attention panels in Chromium; an analysis requested from
+the page is run by a worker and reaches "done"; the list filters by tool margin."""
+
+from __future__ import annotations
+
+import pytest
+
+import evalrx.store as S
+from apphelpers import goto, main_text, poll, settle, wait_idle
+
+
+@pytest.fixture(scope="module")
+def analysed(app_env):
+    """One failed case of the demo model, run through the worker with the white-box analyzers."""
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner import Worker, enqueue_run
+    from evalrx.suites import load_cases
+
+    store = S.connect(app_env["EVALRX_DATABASE_URL"])
+    case = next(c for c in load_cases("demo/arithmetic_easy") if c.id == "arithmetic_easy-003")
+    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"],
+                    analyzers=["logit_lens", "tool_decision", "attention", "token_uncertainty"])
+    run_id = enqueue_run(cfg, [case], name="analysed demo", store=store)
+    Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    row = S.list_trajectories(run_id=run_id, store=store).rows[0]
+    assert row.outcome == "fail"  # the demo model gets this case wrong (a stored failed trajectory)
+    return store, run_id, row.id
+
+
+def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, analysed, page):
+    store, run_id, tid = analysed
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    main = page.locator("[data-testid='stMain']")
+    for heading in ("Logit lens", "Tool decision", "Attention by segment", "Generated tokens"):
+        assert main.get_by_text(heading, exact=False).first.is_visible(), heading
+    charts = page.locator("[data-testid='stVegaLiteChart']")
+    poll(lambda: charts.count() >= 3, what="lens, tool-decision and attention charts")
+    # Vega draws each chart into a canvas or svg once its data is in.
+    poll(lambda: page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg").count() >= 3,
+         what="charts drawn")
+    text = main_text(page)
+    assert "margin" in text and "calculator" in text
+    assert page.locator(".evalrx-uncertainty span").count() > 5  # generated tokens, one span each
+
+
+def test_requesting_an_analysis_from_the_page_reaches_done(app_server, analysed, page):
+    from evalrx.runner import Worker
+    from evalrx.store import analyses as A
+
+    store, run_id, tid = analysed
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    page.get_by_role("button", name="Request analysis").click()
+    wait_idle(page)
+    poll(lambda: "queued" in main_text(page), what="request shown as queued")
+    req = A.requests_for(tid, store=store)[0]
+    assert req["status"] == "queued"
+    # The app's tests run with the local worker off: serve the queue here, as `evalrx worker` would.
+    Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    assert A.get_request(req["id"], store=store)["status"] == "done"
+    poll(lambda: f"Analysis request {req['id']}: done" in main_text(page), timeout=30,
+         what="the page shows the request done")
+    settle(page)
+    assert page.locator("[data-testid='stVegaLiteChart']").count() >= 3
+
+
+def test_trajectories_filter_by_tool_margin(app_server, analysed, page):
+    store, run_id, tid = analysed
+    goto(page, f"{app_server.url}/trajectories?run={run_id}&margin=1000.0")
+    assert f"1 trajectories · page 1 of 1 · run {run_id}, tool margin < 1000" in main_text(page).replace("**", "")
+    goto(page, f"{app_server.url}/trajectories?run={run_id}&margin=0.0")  # the greedy choice has margin >= 0
+    assert "No trajectory matches" in main_text(page)
