@@ -9,6 +9,7 @@ Qwen2 checkpoint stands in through the New run page's "Local weights directory".
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -95,8 +96,9 @@ def _launch(page, base: str, *, suite: str, limit: int, max_turns: int, checkpoi
 
 def _run_status(page) -> str:
     """The status metric of the run shown in the details section."""
-    metric = page.locator("[data-testid='stMetric']", has_text="status")
-    return metric.locator("[data-testid='stMetricValue']").inner_text() if metric.count() else ""
+    label = page.locator("[data-testid='stMetricLabel']", has_text=re.compile(r"^\s*status\s*$"))
+    metric = page.locator("[data-testid='stMetric']", has=label)
+    return metric.first.locator("[data-testid='stMetricValue']").inner_text() if metric.count() else ""
 
 
 def test_new_user_launches_watches_opens_a_failure_and_labels_it(fresh_app, checkpoint, page):
