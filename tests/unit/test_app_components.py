@@ -43,9 +43,11 @@ def test_collapse_cuts_long_text_only():
 
 def test_filters_round_trip_through_the_url():
     params = {"run": "3", "outcome": "fail", "label": "unlabelled", "mode": "wrong_tool", "term": "max_turns",
-              "tool": "lookup", "q": "timeout", "sort": "latency", "asc": True, "page": "4", "id": "9"}
+              "tool": "lookup", "heur": "repeated_call", "margin": "0.5", "q": "timeout", "sort": "latency",
+              "asc": True, "page": "4", "id": "9"}
     assert store_filters(params) == {"run_id": 3, "outcome": "fail", "label": "none", "failure_mode": "wrong_tool",
-                                     "terminated": "max_turns", "tool": "lookup", "text": "timeout"}
+                                     "terminated": "max_turns", "tool": "lookup", "heuristic": "repeated_call",
+                                     "max_margin": 0.5, "text": "timeout"}
     assert sort_args(params) == ("latency_ms", False)
     kept = carry(params)
     assert "page" not in kept and "id" not in kept and kept["asc"] == "true"
