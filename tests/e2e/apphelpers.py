@@ -124,6 +124,19 @@ def main_text(page) -> str:
     return page.locator("[data-testid='stMain']").inner_text()
 
 
+def press_until(page, key: str, locator, first_wait_ms: float = 8_000, timeout: float = 30_000) -> None:
+    """Press `key` until `locator` shows: headless Chromium now and then drops a key under load.
+
+    Only for keys whose effect is idempotent to check (navigation), never for labelling keys.
+    """
+    press(page, key)
+    try:
+        locator.wait_for(timeout=first_wait_ms)
+    except Exception:  # the key was dropped: the page never left where it was
+        press(page, key)
+        locator.wait_for(timeout=timeout)
+
+
 def press(page, key: str) -> None:
     """Press a shortcut key the way a user does after reading the page: nothing focused, page quiet."""
     settle(page)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import evalrx.store as S
-from apphelpers import click_dataframe_row, goto, main_text, poll, press, settle
+from apphelpers import click_dataframe_row, goto, main_text, poll, press, press_until, settle
 
 pytestmark = pytest.mark.browser
 
@@ -41,11 +41,9 @@ def test_row_click_opens_the_trajectory_and_keys_walk_the_filter(app_server, see
     click_dataframe_row(page, 1)
     page.wait_for_url(re.compile(rf"/trajectory\?id={fails[1].id}\b"))
     page.get_by_role("heading", name=f"Trajectory {fails[1].id}").wait_for()
-    press(page, "j")  # next within "run R, graded fail"
-    page.get_by_role("heading", name=f"Trajectory {fails[2].id}").wait_for()
+    press_until(page, "j", page.get_by_role("heading", name=f"Trajectory {fails[2].id}"))  # next in the filter
     assert "in_outcome=fail" in page.url
-    press(page, "k")
-    page.get_by_role("heading", name=f"Trajectory {fails[1].id}").wait_for()
+    press_until(page, "k", page.get_by_role("heading", name=f"Trajectory {fails[1].id}"))
 
 
 def test_filter_lives_in_the_url_and_survives_reload(app_server, seeded, page):
