@@ -104,8 +104,11 @@ def test_compose_refuses_missing_capability_before_building():
 
 
 def test_unknown_backend_lists_known_ones():
-    with pytest.raises(ValueError, match="Known backends: api, hf_local, vllm_offline"):
+    with pytest.raises(ValueError) as exc:
         evalrx.load("qwen2.5-7b-instruct", backend="tpu_magic")
+    assert "tpu_magic" in str(exc.value)
+    for name in ("api", "hf_local", "vllm_offline"):  # other tests may register more
+        assert name in str(exc.value).split("Known backends:")[1]
 
 
 def test_api_only_spec_refuses_local_backends():
