@@ -98,12 +98,12 @@ def neighbours(row: Any, params: Mapping, *, store: Any) -> tuple[Optional[int],
     one-row index lookups however deep the row is.
     """
     from evalrx.store import list_trajectories
-    from evalrx.store.queries import _encode_cursor  # the cursor format of list_trajectories
+    from evalrx.store import encode_cursor  # the cursor format of list_trajectories
 
     sort, desc = sort_args(params)
     filters = store_filters(params)
     value = row.id if sort == "id" else getattr(row, sort)
-    cursor = _encode_cursor(value, row.id)
+    cursor = encode_cursor(value, row.id)
     nxt = list_trajectories(sort=sort, descending=desc, limit=1, after=cursor, store=store, **filters)
     prev = list_trajectories(sort=sort, descending=not desc, limit=1, after=cursor, store=store, **filters)
     return (prev.rows[0].id if prev.rows else None, nxt.rows[0].id if nxt.rows else None)

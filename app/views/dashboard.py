@@ -7,9 +7,15 @@ import streamlit as st
 
 from components.charts import counts_chart, latency_boxplot
 from components.data import store
-from components.extra_queries import label_counts_by_annotator, step_latency_sample
 from components.safe import short
-from evalrx.store import count_trajectories, list_runs, list_trajectories, run_stats
+from evalrx.store import (
+    count_trajectories,
+    label_counts_by_annotator,
+    list_runs,
+    list_trajectories,
+    run_stats,
+    step_latency_sample,
+)
 
 S = store()
 st.title("Dashboard")
@@ -79,7 +85,12 @@ with right:
     else:
         st.caption("No failure modes labelled yet: the Label queue assigns them.")
 
-sample = step_latency_sample(store=S, run_ids=chosen)
+sample = [
+    {"role": "model" if r["role"] == "actor" else "tool",
+     "tool": (r["tool_name"] or "(none)") if r["role"] == "tool" else f"→ {r['tool_name'] or 'answer'}",
+     "latency_ms": r["latency_ms"]}
+    for r in step_latency_sample(store=S, run_ids=chosen)
+]
 if sample:
     l2, r2 = st.columns(2)
     with l2:

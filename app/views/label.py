@@ -7,9 +7,7 @@ from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape
 from components.taxonomy import DEFAULT_TAXONOMY, MAX_MODES, load_taxonomy, save_taxonomy
 from components.timeline import facts_line, render_case, render_charts, render_timeline
-from components.extra_queries import step_media
-from evalrx.store import count_trajectories, get_trajectory, list_runs, list_trajectories
-from evalrx.store.queries import _encode_cursor  # keyset cursor of list_trajectories
+from evalrx.store import count_trajectories, encode_cursor, get_trajectory, list_runs, list_trajectories, step_media
 
 S = store()
 ss = st.session_state
@@ -50,7 +48,7 @@ remaining = count_trajectories(store=S, **filters)
 
 tid = ss.q_pin
 if tid is None:
-    after = _encode_cursor(ss.q_after, ss.q_after) if ss.q_after else None
+    after = encode_cursor(ss.q_after, ss.q_after) if ss.q_after else None
     page = list_trajectories(sort="id", descending=False, limit=1, after=after, store=S, **filters)
     tid = page.rows[0].id if page.rows else None
 

@@ -4,7 +4,7 @@ import streamlit as st
 
 from components.data import store
 from components.labelling import flash
-from components.runs_view import ACTIVE, is_active, progress_text, run_row
+from components.runs_view import is_active, progress_text, run_row
 from components.safe import md_escape
 from evalrx.store import list_runs, request_cancel, run_stats
 

@@ -4,13 +4,12 @@ import streamlit as st
 
 from components.analysis_panels import render_analysis
 from components.data import store
-from components.extra_queries import step_media
 from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape
 from components.taxonomy import load_taxonomy
 from components.timeline import facts_line, render_case, render_charts, render_timeline
-from evalrx.store import get_trajectory
+from evalrx.store import get_trajectory, step_media
 
 S = store()
 qp = st.query_params
@@ -67,7 +66,7 @@ with side:
         annotator = st.text_input("Annotator", key="annotator", persist_state="session",
                                   placeholder="your name (saved with each label)")
         label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator_key="annotator", key="tl")
-    with st.expander(f"Label history", expanded=False):
+    with st.expander("Label history", expanded=False):
         history_table(row.id, store=S)
 with main:
     with st.container(border=True):

@@ -164,7 +164,7 @@ def filter_trajectories(
     return q
 
 
-def _encode_cursor(value: Any, ident: int) -> str:
+def encode_cursor(value: Any, ident: int) -> str:
     if hasattr(value, "isoformat"):
         value = {"dt": value.isoformat()}
     return base64.urlsafe_b64encode(json.dumps([value, ident]).encode()).decode()
@@ -243,7 +243,7 @@ def _list(s: Any, col: Any, ident: Any, sort: str, descending: bool, limit: int,
     cursor = None
     if len(found) > limit:
         last = rows[-1]
-        cursor = _encode_cursor(getattr(last, sort) if sort != "id" else last.id, last.id)
+        cursor = encode_cursor(getattr(last, sort) if sort != "id" else last.id, last.id)
     return Page(rows=rows, next_cursor=cursor, total=total)
 
 
@@ -449,3 +449,58 @@ def pending_cases(session: Any, run_id: int) -> list[tuple[int, int]]:
     ).all()]
 
 
+
+
+def step_media(trajectory_id: int, *, store: "Store | str | None" = None) -> dict[int, list[str]]:
+    """{step index: [blob sha256, ...]} for the images attached to a trajectory's steps."""
+    q = (
+        select(t.Step.idx, t.StepMedia.blob_sha256)
+        .join(t.StepMedia, t.StepMedia.step_id == t.Step.id)
+        .where(t.Step.trajectory_id == trajectory_id)
+        .order_by(t.Step.idx, t.StepMedia.position)
+    )
+    out: dict[int, list[str]] = {}
+    with resolve(store).read() as s:
+        for idx, sha in s.execute(q):
+            out.setdefault(int(idx), []).append(sha)
+    return out
+
+
+def step_latency_sample(
+    *, store: "Store | str | None" = None, run_ids: Optional[Sequence[int]] = None, limit: int = 20_000
+) -> list[dict]:
+    """Up to `limit` timed steps of the newest trajectories: role, tool_name, latency_ms, flags.
+
+    A bounded sample keeps the Dashboard fast on a 100k-trajectory store.
+    """
+    T, S = t.Trajectory, t.Step
+    recent = select(T.id).order_by(T.id.desc())
+    if run_ids:
+        recent = recent.where(T.run_id.in_(list(run_ids)))
+    recent = recent.limit(max(1, limit // 3)).subquery()
+    q = (
+        select(S.role, S.tool_name, S.latency_ms, S.flags)
+        .where(S.trajectory_id.in_(select(recent.c.id)), S.latency_ms.is_not(None))
+        .limit(limit)
+    )
+    with resolve(store).read() as s:
+        return [
+            {"role": role, "tool_name": tool, "latency_ms": float(lat), "flags": flags or ""}
+            for role, tool, lat, flags in s.execute(q)
+        ]
+
+
+def label_counts_by_annotator(
+    *, store: "Store | str | None" = None, run_ids: Optional[Sequence[int]] = None
+) -> list[dict]:
+    """Current whole-trajectory labels per annotator and outcome."""
+    L, T = t.LabelRow, t.Trajectory
+    q = (
+        select(L.annotator, L.outcome, func.count())
+        .where(L.is_current, L.step_idx.is_(None))
+        .group_by(L.annotator, L.outcome)
+    )
+    if run_ids:
+        q = q.join(T, T.id == L.trajectory_id).where(T.run_id.in_(list(run_ids)))
+    with resolve(store).read() as s:
+        return [{"annotator": a or "(anonymous)", "outcome": o or "cleared", "n": int(n)} for a, o, n in s.execute(q)]

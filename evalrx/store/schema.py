@@ -18,7 +18,6 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
-    Integer,
     LargeBinary,
     MetaData,
     String,

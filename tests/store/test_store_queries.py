@@ -289,3 +289,21 @@ def test_text_index_follows_deletes(sqlite_url):
         assert s.execute(text("SELECT count(*) FROM trajectory_fts WHERE trajectory_fts MATCH :p"),
                          {"p": '"question"'}).scalar() == 5
     assert S.count_trajectories(store=store, text=ca[0].inputs.prompt) == 0
+
+
+def test_dashboard_queries_latency_sample_and_labels_per_annotator(filled):
+    store, run_id, _, trajs, other = filled
+    sample = S.step_latency_sample(store=store, run_ids=[run_id])
+    timed = [s for t in trajs for s in t.steps if s.span.get("latency_ms") is not None]
+    assert len(sample) == len(timed)  # every timed step of the run, none of the other run
+    assert {r["role"] for r in sample} <= {"actor", "tool"}
+    assert sorted(r["latency_ms"] for r in sample) == pytest.approx(sorted(s.span["latency_ms"] for s in timed))
+    assert len(S.step_latency_sample(store=store, limit=30)) <= 30
+
+    rows = S.list_trajectories(run_id=run_id, store=store).rows
+    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", annotator="ana", store=store)
+    S.set_label(rows[1].id, "pass", annotator="ana", store=store)
+    S.set_label(rows[1].id, "fail", annotator="bo", store=store)  # an edit: bo's label is now current
+    counts = {(r["annotator"], r["outcome"]): r["n"] for r in S.label_counts_by_annotator(store=store, run_ids=[run_id])}
+    assert counts == {("ana", "fail"): 1, ("bo", "fail"): 1}
+    assert S.label_counts_by_annotator(store=store, run_ids=[other]) == []
