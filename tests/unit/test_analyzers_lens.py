@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
 
 import evalrx  # noqa: E402
 from evalrx.analyzers import (  # noqa: E402

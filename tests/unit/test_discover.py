@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
 nn = torch.nn
 
 from tiny_models import ARCHS, make_tiny_model, make_tiny_vlm  # noqa: E402

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
 
 from tiny_models import make_tiny_model, make_tiny_vlm, tiny_tokenizer  # noqa: E402
 
