@@ -5,14 +5,21 @@ Everything is generated from one seed, so `python -m evalrx.demo.data` rewrites 
 
 Held-out cases never appear in training: their (entity, attribute) pairs are held out of the
 lookup episodes, their prompts are excluded from the training stream, and the harder suites use
-number ranges (5-6 digit operands), templates (paraphrases, distractors) and task shapes (two
-lookups) that training does not show.
+longer numbers (6-digit operands; training stops at 5), wordings (paraphrases, distractors) and
+task shapes that training does not show. Training shows the words of the paraphrases in other
+sentence frames, so those suites test recombination rather than vocabulary nobody taught.
+
+In training, a single lookup's query is the question's last sentence copied verbatim (the tool
+matches names and keywords), which a tiny model can generalise to new wordings; two-entity
+questions use `"<attribute> of <name>"` queries. The suites' reference calls are canonical; the
+benchmark compares observations, not query strings.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -26,6 +33,7 @@ SUITES_DIR = DEMO_DIR / "suites"
 WORLD_SEED = 1234
 SUITE_SEED = 4321
 DEMO_TOOLS = ["calculator", "lookup"]
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?]) +")
 
 UNKNOWN_ANSWER = "Sorry, I could not find that information."
 UNKNOWN_REGEX = r"(?i)(could not find|couldn't find|don't know|do not know|unknown|no information|not find)"
@@ -176,6 +184,25 @@ ARITH_HELD_OUT = [
     ("Find the difference {a} minus {b}.", "-"), ("What is {a} times {b}, exactly?", "*"),
 ]
 ARITH3_TRAIN = ["What is {a} {o1} {b} {o2} {c}?", "Calculate {a} {o1} {b} {o2} {c}."]
+# Training-only wordings: the operator words of the held-out paraphrases appear here in other
+# sentence frames, so a paraphrase suite tests recombination, not unseen vocabulary.
+ARITH_TRAIN_EXTRA = [
+    ("Find the sum of {a} and {b}.", "+"), ("The sum of {a} and {b} is what?", "+"),
+    ("What do you get if you add {a} and {b}?", "+"), ("Work out {a} + {b}.", "+"),
+    ("Give me the product of {a} and {b}.", "*"), ("What is {a} multiplied by {b}?", "*"),
+    ("Find the product of {a} and {b}.", "*"), ("What is {a} times {b} exactly?", "*"),
+    ("Subtract {b} from {a}.", "-"), ("Take {b} away from {a}.", "-"), ("What is the difference {a} minus {b}?", "-"),
+    ("What is left if you take {b} from {a}?", "-"),
+    ("Divide {a} by {b}, please.", "/"), ("What do you get if you divide {a} by {b}?", "/"),
+    ("What is {a} divided by {b} exactly?", "/"),
+]
+# One-operand wordings (the expression template names its constant).
+ARITH_UNARY_TRAIN = [
+    ("What is half of {a}?", "{a} / 2"), ("What is twice {a}?", "{a} * 2"),
+    ("What is three times {a}?", "{a} * 3"), ("What is a third of {a}?", "{a} / 3"),
+    ("Add {b} to {a}.", "{a} + {b}"), ("If you add {b} to {a}, what do you get?", "{a} + {b}"),
+    ("What is double {a}?", "{a} * 2"),
+]
 
 TWO_STEP_TRAIN = [
     ("What is the {attr} of {n} plus {k}?", "{v} + {k}"),
@@ -190,6 +217,11 @@ TWO_STEP_SPECIAL_TRAIN = {
     "height": [("What is the height of {n} in kilometres?", "{v} / 1000")],
     "length": [("What is the length of {n} in metres?", "{v} * 1000")],
 }
+TWO_STEP_TRAIN_EXTRA = [
+    ("What is a third of the {attr} of {n}?", "{v} / 3"), ("What is double the {attr} of {n}?", "{v} * 2"),
+    ("Add {k} to the {attr} of {n}.", "{v} + {k}"), ("What is the {attr} of {n} minus {k}, exactly?", "{v} - {k}"),
+    ("Take the {attr} of {n} and add {k}.", "{v} + {k}"), ("What is half of the {attr} of {n}?", "{v} / 2"),
+]
 TWO_STEP_HELD_OUT = [
     ("What is half the {attr} of {n}?", "{v} / 2"),
     ("If you add {k} to the {attr} of {n}, what do you get?", "{v} + {k}"),
@@ -202,35 +234,50 @@ TWO_STEP_SPECIAL_HELD_OUT = {
     "length": [("If you add {k} to the {attr} of {n}, what do you get?", "{v} + {k}")],
 }
 MULTI_TRAIN = ["What is the total {attr} of {n} and {m}?", "What is the {attr} of {n} plus the {attr} of {m}?",
-               "How much bigger is the {attr} of {n} than the {attr} of {m}?"]
+               "How much bigger is the {attr} of {n} than the {attr} of {m}?",
+               "What is the {attr} of {n} and {m} together?", "Add the {attr} of {n} to the {attr} of {m}.",
+               "What is the sum of the {attr} of {n} and the {attr} of {m}?"]
 MULTI_HELD_OUT = ["Add up the {attr} of {n} and the {attr} of {m}.", "What is the combined {attr} of {n} and {m}?"]
 
 DISTRACTORS_TRAIN = ["I am {age} years old. ", "My friend {p} asked me this. ", "I have {k} apples. ",
-                     "It is a sunny day in {place}. "]
+                     "It is a sunny day in {place}. ", "My cousin {p} has {k} sheep. ", "I live in {place}. ",
+                     "Last week I drove {k} km. ", "{p} says hello from {place}. ", "I bought {k} pens today. ",
+                     "My sister {p} lives in {place} and has {k} cats. "]
 DISTRACTORS_HELD_OUT = ["My neighbour {p} has {k} goats and lives in {place}. ",
                         "Yesterday I walked {k} km near {place}. ", "{p} told me that {place} is lovely. ",
                         "I paid {k} coins for lunch. "]
 
 GREETINGS_TRAIN = ["Hello!", "Hi there!", "Good morning!", "Hi!", "Hello, how are you?", "Hey!",
-                   "Good afternoon!", "Greetings!"]
+                   "Good afternoon!", "Greetings!", "Good evening!", "Hey, how are you?", "Hello, assistant!",
+                   "Nice to meet you!", "Hi, good morning!", "Hey there!", "Good day!", "Hello there!",
+                   "Hi, how is it going?", "Hey, nice to see you!", "Hello friend!", "Morning!"]
 GREETINGS_HELD_OUT = ["Hey, good evening!", "Hello there, assistant!", "Hi, nice to meet you!",
                       "Good day to you!", "Hey there, how is it going?"]
-THANKS_TRAIN = ["Thank you!", "Thanks!", "Thanks a lot!", "Thank you very much."]
+THANKS_TRAIN = ["Thank you!", "Thanks!", "Thanks a lot!", "Thank you very much.", "Thanks for your help!",
+                "Many thanks!", "Thank you, that was useful.", "Thanks so much!", "That was helpful, thank you."]
 THANKS_HELD_OUT = ["Many thanks for your help!", "Thank you so much, that was useful."]
 NAME_TRAIN = ["My name is {p}. What is my name?", "I am {p}. Do you remember my name?",
-              "Call me {p}. What should you call me?"]
+              "Call me {p}. What should you call me?", "Hi, my name is {p}. Can you say my name?",
+              "Everyone calls me {p}. What is my name?", "I'm {p}. Tell me my name.",
+              "Hello, I am {p}! What is my name?"]
 NAME_HELD_OUT = ["Hi, I'm {p}! Can you tell me my name?", "People call me {p}. What is my name?"]
-ECHO_TRAIN = ["Repeat after me: {w}", "Say this back to me: {w}", "Please repeat: {w}"]
+ECHO_TRAIN = ["Repeat after me: {w}", "Say this back to me: {w}", "Please repeat: {w}", "Echo this: {w}",
+              "Copy these words: {w}", "Repeat these words exactly: {w}", "Say exactly this: {w}"]
 ECHO_HELD_OUT = ["Echo these words exactly: {w}", "Copy this text: {w}"]
 STORY_TRAIN = ["In my story, {p} has {k} {thing}. How many {thing} does {p} have?",
-               "{p} owns {k} {thing}. How many {thing} does {p} own?"]
+               "{p} owns {k} {thing}. How many {thing} does {p} own?",
+               "Imagine {p} keeps {k} {thing}. How many {thing} does {p} keep?",
+               "Suppose {p} has {k} {thing}. How many {thing} does {p} have?",
+               "{p} keeps {k} {thing} in a box. How many {thing} are in the box?",
+               "{p} collected {k} {thing} at home. How many {thing} did {p} collect?"]
 STORY_HELD_OUT = ["Suppose {p} keeps {k} {thing} at home. How many {thing} does {p} keep?"]
 THINGS = ["books", "cats", "boats", "lamps", "keys", "hats", "coins", "shells", "maps", "drums"]
 WORDS = ["lantern", "river", "blue", "quiet", "stone", "apple", "window", "silver", "garden", "cloud",
          "paper", "bridge", "orange", "tiger", "candle", "morning", "violet", "harbor", "pebble", "forest",
          "mirror", "honey", "thunder", "meadow", "copper", "feather", "island", "rocket", "velvet", "maple"]
 
-ABOUT_TRAIN = ["Who are you?", "What can you do?", "What are you?"]
+ABOUT_TRAIN = ["Who are you?", "What can you do?", "What are you?", "Tell me who you are.",
+               "What can you help me with?", "Can you tell me what you can do?"]
 ABOUT_HELD_OUT = ["Can you tell me who you are?", "Tell me what you can do."]
 ABOUT_REPLY = "I am a small assistant. I can use a calculator and look up facts."
 
@@ -313,6 +360,18 @@ class Generator:
         d = self.rng.randint(*digits)
         return self.rng.randint(10 ** (d - 1) if d > 1 else 1, 10**d - 1)
 
+    def _query(self, prompt: str, attr: str, name: str) -> str:
+        """The lookup query a good agent sends: canonical on the held-out side (the suites' reference
+        calls); in training, the question's last sentence verbatim whenever the tool answers that
+        with the same fact, since copying a question generalises to wordings training never shows."""
+        canonical = f"{attr} of {name}"
+        if self.held_out:
+            return canonical
+        last = _SENTENCE_BREAK.split(prompt.strip())[-1]
+        got, want = search(last, self.world), search(canonical, self.world)
+        same = got == want or (got.startswith("no results") and want.startswith("no results"))
+        return last if same else canonical
+
     def _distractor(self, pool: list) -> str:
         return self._pick(pool).format(age=self.rng.randint(8, 90), p=self._fresh_person(),
                                        k=self.rng.randint(2, 60), place=self._pick(self.places))
@@ -326,8 +385,15 @@ class Generator:
             o1, o2 = self._pick(["+", "-", "*"]), self._pick(["+", "-", "*"])
             prompt = self._pick(ARITH3_TRAIN).format(a=a, b=b, c=c, o1=o1, o2=o2)
             expr = f"{a} {o1} {b} {o2} {c}"
+        elif not self.held_out and self.rng.random() < 0.12:
+            template, expr_t = self._pick(ARITH_UNARY_TRAIN)
+            a, b = self._number(digits), self._number((1, 3))
+            prompt, expr = template.format(a=a, b=b), expr_t.format(a=a, b=b)
         else:
-            template, op = self._pick(ARITH_HELD_OUT if paraphrase else ARITH_TRAIN)
+            pool = ARITH_HELD_OUT if paraphrase else ARITH_TRAIN
+            if not self.held_out and self.rng.random() < 0.4:
+                pool = ARITH_TRAIN_EXTRA
+            template, op = self._pick(pool)
             a, b = self._number(digits), self._number(digits)
             if op == "/" and self.rng.random() < 0.6:
                 b = self._number((1, max(1, min(2, digits[1]))))
@@ -354,16 +420,16 @@ class Generator:
             prompt = self._distractor(DISTRACTORS_HELD_OUT if self.held_out else DISTRACTORS_TRAIN) + prompt
         value, sentence = self._fact(name, attr)
         grader = _num_grader(value) if isinstance(value, int) else {"kind": "contains"}
-        return Episode(prompt, [("lookup", {"query": f"{attr} of {name}"})], sentence, "lookup", "easy",
-                       value, grader)
+        return Episode(prompt, [("lookup", {"query": self._query(prompt, attr, name)})], sentence, "lookup",
+                       "easy", value, grader)
 
     def unanswerable(self) -> Episode:
         attr = self._pick(list(LOOKUP_TEMPLATES))
         name = self.names.new()
         templates = LOOKUP_TEMPLATES[attr]
         prompt = self._pick(templates if self.held_out else templates[:-1]).format(n=name)
-        return Episode(prompt, [("lookup", {"query": f"{attr} of {name}"})], UNKNOWN_ANSWER, "lookup",
-                       "unanswerable", "unknown", {"kind": "regex", "pattern": UNKNOWN_REGEX})
+        return Episode(prompt, [("lookup", {"query": self._query(prompt, attr, name)})], UNKNOWN_ANSWER,
+                       "lookup", "unanswerable", "unknown", {"kind": "regex", "pattern": UNKNOWN_REGEX})
 
     # -- two steps: lookup then calculator
     def two_step(self, held_templates: bool = False) -> Episode:
@@ -374,14 +440,16 @@ class Generator:
             options = list(special)  # "the founding year plus 12" reads oddly; ask for years between
         else:
             options = list(TWO_STEP_HELD_OUT if held_templates else TWO_STEP_TRAIN) + special
+            if not self.held_out:
+                options += TWO_STEP_TRAIN_EXTRA
         template, expr_t = self._pick(options)
         k = self.rng.randint(2, 9) if ("times" in template or "divided" in template) else self.rng.randint(10, 999)
         y = self.rng.randint(value + 1, value + 400) if "{y}" in template else 0
         prompt = template.format(attr=attr, n=name, k=k, y=y)
         expr = expr_t.format(v=value, k=k, y=y)
         result = calculator(expr)
-        return Episode(prompt, [("lookup", {"query": f"{attr} of {name}"}), ("calculator", {"expression": expr})],
-                       f"The answer is {result}.", "two_step", "easy", result, _num_grader(result))
+        calls = [("lookup", {"query": self._query(prompt, attr, name)}), ("calculator", {"expression": expr})]
+        return Episode(prompt, calls, f"The answer is {result}.", "two_step", "easy", result, _num_grader(result))
 
     def multi_step(self, held_templates: bool = False) -> Episode:
         attr = self._pick(["population", "height", "length", "population"])
@@ -425,7 +493,8 @@ class Generator:
 
 # Training mix: (weight, generator method, kwargs).
 TRAIN_MIX = [
-    (0.26, "arithmetic", {"digits": (1, 4), "three": 0.15}),
+    (0.23, "arithmetic", {"digits": (1, 4), "three": 0.15}),
+    (0.04, "arithmetic", {"digits": (4, 5)}),
     (0.04, "arithmetic", {"digits": (1, 4), "distractor": True}),
     (0.24, "lookup", {}),
     (0.03, "lookup", {"distractor": True}),

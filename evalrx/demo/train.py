@@ -23,11 +23,11 @@ MODEL_DIR = DEMO_DIR / "model"
 
 DEFAULTS: dict[str, Any] = {
     "seed": 0,
-    "episodes": 60000,
-    "world_pool": 0,
+    "episodes": 100000,
+    "world_pool": 256,
     "tokenizer_episodes": 6000,
     "vocab_size": 1024,
-    "digits": "runs",
+    "digits": "individual",
     "hidden_size": 160,
     "intermediate_size": 480,
     "num_hidden_layers": 4,
@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "max_position_embeddings": 768,
     "rope_theta": 10000.0,
     "batch_size": 32,
-    "steps": 3000,
+    "steps": 5500,
     "lr": 2e-3,
     "min_lr_ratio": 0.05,
     "warmup_steps": 200,

@@ -103,14 +103,48 @@ def test_missing_and_empty_files(tmp_path):
 def test_random_world_training_episodes_observe_their_own_world():
     """With a world pool, facts change between episodes, so only copying the observation works."""
     from evalrx.demo.data import make_world, training_episodes
+    from evalrx.tools.lookup import search
 
     bundled = make_world()
     eps = [e for e in training_episodes(400, world_pool=16) if e.task_type == "lookup" and e.difficulty == "easy"]
     assert eps
+    verbatim = 0
     for ep in eps:
         msgs = ep.messages()
         observation, answer = msgs[2]["content"], msgs[-1]["content"]
         assert observation == answer  # the scripted answer copies the observation
-        name = ep.calls[0][1]["query"].split(" of ", 1)[1]
-        assert name in {e["name"] for e in ep.kb["entities"]} and ep.kb is not bundled
+        assert ep.kb is not bundled and str(ep.expected) in observation
+        query = ep.calls[0][1]["query"]
+        verbatim += query in ep.prompt and query.endswith(("?", "."))
+        # Whatever the query's wording, it finds the entity of this episode's own world.
+        assert search(query, ep.kb) == observation
+    assert verbatim > len(eps) / 2  # most single lookups copy the question
     assert len({id(e.kb) for e in eps}) > 1
+
+
+def test_suites_regenerate_byte_for_byte(tmp_path):
+    """Training-side changes to the generator must not move a held-out case."""
+    from evalrx.demo.data import DEMO_DIR, write_all
+
+    write_all(tmp_path)
+    committed = sorted((DEMO_DIR / "suites").glob("*.jsonl"))
+    assert [p.name for p in committed] == sorted(p.name for p in (tmp_path / "suites").glob("*.jsonl"))
+    for path in committed:
+        assert (tmp_path / "suites" / path.name).read_bytes() == path.read_bytes(), path.name
+    assert (tmp_path / "kb.json").read_bytes() == (DEMO_DIR / "kb.json").read_bytes()
+
+
+def test_held_out_wordings_never_appear_in_training_templates():
+    from evalrx.demo import data as D
+
+    train = {t for t, _ in D.ARITH_TRAIN + D.ARITH_TRAIN_EXTRA} | {t for t, _ in D.ARITH_UNARY_TRAIN}
+    assert not train & {t for t, _ in D.ARITH_HELD_OUT}
+    two_train = {t for t, _ in D.TWO_STEP_TRAIN + D.TWO_STEP_TRAIN_EXTRA}
+    two_train |= {t for ts in D.TWO_STEP_SPECIAL_TRAIN.values() for t, _ in ts}
+    assert not two_train & {t for t, _ in D.TWO_STEP_HELD_OUT}
+    assert not two_train & {t for ts in D.TWO_STEP_SPECIAL_HELD_OUT.values() for t, _ in ts}
+    for train_list, held_list in ((D.MULTI_TRAIN, D.MULTI_HELD_OUT), (D.DISTRACTORS_TRAIN, D.DISTRACTORS_HELD_OUT),
+                                  (D.GREETINGS_TRAIN, D.GREETINGS_HELD_OUT), (D.THANKS_TRAIN, D.THANKS_HELD_OUT),
+                                  (D.NAME_TRAIN, D.NAME_HELD_OUT), (D.ECHO_TRAIN, D.ECHO_HELD_OUT),
+                                  (D.STORY_TRAIN, D.STORY_HELD_OUT), (D.ABOUT_TRAIN, D.ABOUT_HELD_OUT)):
+        assert not set(train_list) & set(held_list)
