@@ -190,10 +190,10 @@ ARITH_TRAIN_EXTRA = [
     ("Find the sum of {a} and {b}.", "+"), ("The sum of {a} and {b} is what?", "+"),
     ("What do you get if you add {a} and {b}?", "+"), ("Work out {a} + {b}.", "+"),
     ("Give me the product of {a} and {b}.", "*"), ("What is {a} multiplied by {b}?", "*"),
-    ("Find the product of {a} and {b}.", "*"), ("What is {a} times {b} exactly?", "*"),
-    ("Subtract {b} from {a}.", "-"), ("Take {b} away from {a}.", "-"), ("What is the difference {a} minus {b}?", "-"),
+    ("Find the product of {a} and {b}.", "*"), ("Tell me {a} times {b}.", "*"),
+    ("Subtract {b} from {a}.", "-"), ("What is the difference {a} minus {b}?", "-"),
     ("What is left if you take {b} from {a}?", "-"),
-    ("Divide {a} by {b}, please.", "/"), ("What do you get if you divide {a} by {b}?", "/"),
+    ("Divide {a} by {b}, please.", "/"), ("Work out {a} divided by {b}.", "/"),
     ("What is {a} divided by {b} exactly?", "/"),
 ]
 # One-operand wordings (the expression template names its constant).
@@ -220,7 +220,7 @@ TWO_STEP_SPECIAL_TRAIN = {
 TWO_STEP_TRAIN_EXTRA = [
     ("What is a third of the {attr} of {n}?", "{v} / 3"), ("What is double the {attr} of {n}?", "{v} * 2"),
     ("Add {k} to the {attr} of {n}.", "{v} + {k}"), ("What is the {attr} of {n} minus {k}, exactly?", "{v} - {k}"),
-    ("Take the {attr} of {n} and add {k}.", "{v} + {k}"), ("What is half of the {attr} of {n}?", "{v} / 2"),
+    ("Take the {attr} of {n} and add {k}.", "{v} + {k}"), ("Divide the {attr} of {n} by 2.", "{v} / 2"),
 ]
 TWO_STEP_HELD_OUT = [
     ("What is half the {attr} of {n}?", "{v} / 2"),

@@ -42,9 +42,9 @@ DEFAULTS: dict[str, Any] = {
     "warmup_steps": 200,
     "weight_decay": 0.05,
     "grad_clip": 1.0,
-    "threads": 2,
+    "threads": 1,
     "device": "cpu",
-    "max_minutes": 55.0,
+    "max_minutes": 60.0,
     "save_every": 0,
     "checkpoint_dir": "",
 }

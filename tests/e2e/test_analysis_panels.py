@@ -18,8 +18,8 @@ def analysed(app_env):
     from evalrx.suites import load_cases
 
     store = S.connect(app_env["EVALRX_DATABASE_URL"])
-    # The model finds the country but garbles its name when copying the observation (misread).
-    case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-004")
+    # The model finds the home city but garbles its name when copying the observation (misread).
+    case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-015")
     cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"],
                     analyzers=["logit_lens", "tool_decision", "attention", "token_uncertainty"])
     run_id = enqueue_run(cfg, [case], name="analysed demo", store=store)

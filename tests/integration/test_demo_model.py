@@ -15,7 +15,7 @@ from evalrx.specs import get_spec
 
 MODEL_DIR = Path(get_spec("evalrx-tiny").hf_repo)
 # Easy held-out cases the committed model solves (checked by benchmarks/demo_eval.py).
-EASY_CASES = ["arithmetic_easy-001", "lookup_easy-003", "lookup_unanswerable-001", "no_tool-004"]
+EASY_CASES = ["arithmetic_easy-001", "lookup_easy-004", "lookup_unanswerable-001", "no_tool-004"]
 
 
 

@@ -32,7 +32,7 @@ def demo_store(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('wiring') / 'store.sqlite'}"
     S.upgrade(url)
     store = S.connect(url)
-    case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-004")  # a misread
+    case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-015")  # a misread
     cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"],
                     analyzers=["logit_lens", "tool_decision", "attention"])
     run_id = enqueue_run(cfg, [case], store=store)

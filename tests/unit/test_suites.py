@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -143,6 +144,14 @@ def test_held_out_wordings_never_appear_in_training_templates():
     two_train |= {t for ts in D.TWO_STEP_SPECIAL_TRAIN.values() for t, _ in ts}
     assert not two_train & {t for t, _ in D.TWO_STEP_HELD_OUT}
     assert not two_train & {t for ts in D.TWO_STEP_SPECIAL_HELD_OUT.values() for t, _ in ts}
+    # The training-only extras teach the paraphrases' words, never a held-out sentence with its
+    # punctuation changed or a sentence appended.
+    def words(template):
+        return " ".join(re.findall(r"[a-z{}]+", template.lower()))
+
+    extras = {words(t) for t, _ in D.ARITH_TRAIN_EXTRA + D.ARITH_UNARY_TRAIN + D.TWO_STEP_TRAIN_EXTRA}
+    held = {words(t) for t, _ in D.ARITH_HELD_OUT + D.TWO_STEP_HELD_OUT}
+    assert not [(e, h) for e in extras for h in held if h == e or h.startswith(e + " ")]
     for train_list, held_list in ((D.MULTI_TRAIN, D.MULTI_HELD_OUT), (D.DISTRACTORS_TRAIN, D.DISTRACTORS_HELD_OUT),
                                   (D.GREETINGS_TRAIN, D.GREETINGS_HELD_OUT), (D.THANKS_TRAIN, D.THANKS_HELD_OUT),
                                   (D.NAME_TRAIN, D.NAME_HELD_OUT), (D.ECHO_TRAIN, D.ECHO_HELD_OUT),
