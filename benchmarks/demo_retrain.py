@@ -84,6 +84,7 @@ def main(argv: list | None = None) -> dict:
     if args.train_log:
         text = Path(args.train_log).read_text(encoding="utf-8")
         result["retrain_summary"] = json.loads(text[text.rindex("\n{") + 1:])  # the JSON the script prints last
+        result["train_seconds"] = result["train_seconds"] or result["retrain_summary"]["train_seconds"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
