@@ -134,8 +134,11 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
 
 
 def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
-    """Grade a whole run: no final answer (ran out of turns, error) is a FAIL."""
-    if traj.final_answer is None or traj.terminated == "error":
+    """Grade a whole run: no final answer (ran out of turns) is a FAIL; a run that raised (the
+    server or the harness failed, `terminated == "error"`) is an ERROR, not a verdict on the model."""
+    if traj.terminated == "error":
+        return Label.ERROR
+    if traj.final_answer is None:
         return Label.FAIL
     return grade(traj.final_answer, case.expected, case.grader)
 

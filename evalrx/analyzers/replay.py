@@ -29,6 +29,7 @@ from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_
 from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
 from evalrx.core.capability import Capability
 from evalrx.core.case import Step, StepRole, Trajectory
+from evalrx.core.tool import normalize_call
 from evalrx.models.agent import FINAL_NUDGE  # the loop's own text: the rebuilt prompt is byte-identical
 
 __all__ = [
@@ -45,31 +46,6 @@ __all__ = [
     "plan_passes",
     "render_conversation",
 ]
-
-
-def normalize_call(call: Any) -> dict:
-    """A call as `{"name", "args", "id"}` from evalrx's `ToolCall.to_dict` or OpenAI wire format.
-
-    OpenAI-format `function.arguments` may be a JSON string; unreadable arguments
-    become `{}` (the call is still scored by name).
-    """
-    if not isinstance(call, dict):
-        call = {"name": getattr(call, "name", ""), "args": getattr(call, "args", {}), "id": getattr(call, "id", None)}
-    if "function" in call:
-        fn = call.get("function") or {}
-        args: Any = fn.get("arguments")
-        name = fn.get("name") or ""
-    else:
-        args = call.get("args", call.get("arguments"))
-        name = call.get("name") or ""
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            args = {}
-    if not isinstance(args, dict):
-        args = {}
-    return {"name": str(name), "args": args, "id": call.get("id")}
 
 
 def normalize_tools(tools: Optional[Sequence[Any]]) -> Optional[list]:

@@ -2,10 +2,16 @@
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
 from evalrx.core.model import Model
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 
 __all__ = [
+    "BUILTIN_KINDS",
+    "FAILURE_KINDS",
+    "Diagnosis",
+    "FailureKind",
+    "canonical_kind",
     "Capability",
     "CapabilityError",
     "ChatTurn",

@@ -13,6 +13,7 @@ class Label(str, Enum):
     PASS = "pass"
     FAIL = "fail"
     UNKNOWN = "unknown"
+    ERROR = "error"  # the harness or the model server failed: not a verdict on the model
 
 
 class StepRole(str, Enum):

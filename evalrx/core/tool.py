@@ -81,3 +81,28 @@ class ChatTurn:
     finish_reason: Optional[str] = None
     usage: dict = field(default_factory=dict)
     logprobs: Optional[list] = None
+
+
+def normalize_call(call: Any) -> dict:
+    """A call as `{"name", "args", "id"}` from evalrx's `ToolCall.to_dict` or OpenAI wire format.
+
+    OpenAI-format `function.arguments` may be a JSON string; unreadable arguments
+    become `{}` (the call is still scored by name).
+    """
+    if not isinstance(call, dict):
+        call = {"name": getattr(call, "name", ""), "args": getattr(call, "args", {}), "id": getattr(call, "id", None)}
+    if "function" in call:
+        fn = call.get("function") or {}
+        args: Any = fn.get("arguments")
+        name = fn.get("name") or ""
+    else:
+        args = call.get("args", call.get("arguments"))
+        name = call.get("name") or ""
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            args = {}
+    if not isinstance(args, dict):
+        args = {}
+    return {"name": str(name), "args": args, "id": call.get("id")}

@@ -106,7 +106,7 @@ def test_grade_trajectory():
     assert grade_trajectory(_traj("The answer is 7."), case) is P
     assert grade_trajectory(_traj("The answer is 8."), case) is F
     assert grade_trajectory(_traj(None, "max_turns"), case) is F
-    assert grade_trajectory(_traj("7", "error"), case) is F
+    assert grade_trajectory(_traj("7", "error"), case) is Label.ERROR  # the harness failed, not the model
 
 
 def test_every_demo_case_passes_its_own_reference_answer():

@@ -1,0 +1,67 @@
+"""Diagnosis: why a trajectory failed, in the one failure vocabulary (`evalrx.core.failures`).
+
+    from evalrx.diagnosis import diagnose
+    ranked = diagnose(trajectory, case=case, tools=tools)   # [Diagnosis, ...], best first
+
+Sources, strongest first: `reference` (the case's reference calls and expected answer),
+`heuristic` (model-free rules on the steps), `whitebox` (stored tool-decision margins).
+A passing trajectory has no diagnosis; an errored one is `infra_error`, not a model failure.
+Imports only `evalrx.core` and `evalrx.grade` (no torch, no store).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+from evalrx.core.case import FailureCase, Label, Trajectory
+from evalrx.core.failures import SOURCES, Diagnosis
+from evalrx.diagnosis.reference import from_reference, reference_calls
+from evalrx.diagnosis.rules import RULES, from_rules
+from evalrx.diagnosis.whitebox import from_analyses
+
+# Bumped when the rules change, so stored diagnoses can be told apart and recomputed.
+DIAGNOSIS_VERSION = 1
+
+
+def rank(candidates: Iterable[Diagnosis]) -> "list[Diagnosis]":
+    """Best first: an infra error, then by source strength, then the earliest step, then confidence."""
+    def key(d: Diagnosis) -> tuple:
+        step = d.first_wrong_step if d.first_wrong_step is not None else 1 << 30
+        return (d.kind != "infra_error", SOURCES.index(d.source), d.confidence < 0.3, step, -d.confidence)
+
+    return sorted(candidates, key=key)
+
+
+def diagnose(
+    trajectory: Trajectory,
+    *,
+    case: Optional[FailureCase] = None,
+    tools: Optional[Sequence[Any]] = None,
+    analyses: Optional[dict] = None,
+    use_reference: bool = True,
+) -> "list[Diagnosis]":
+    """Ranked diagnoses of a trajectory ([] for a passing one).
+
+    Args:
+        trajectory: the trajectory, graded (its `outcome`).
+        case: its case, for the reference source (reference calls, expected answer).
+        tools: the Tool objects it had (to judge calls by what they return), or a name -> Tool dict.
+        analyses: stored white-box results by analyzer name (`{"meta", "arrays"}`).
+        use_reference: False hides the reference (what an imported trajectory gets).
+    """
+    if trajectory.outcome is Label.PASS:
+        return []
+    found: list = []
+    if use_reference and trajectory.outcome is not Label.UNKNOWN:
+        by_name = tools if isinstance(tools, dict) else {t.name: t for t in tools or []}
+        ref = from_reference(trajectory, case, by_name or None)
+        if ref is not None:
+            found.append(ref)
+    found += from_rules(trajectory)
+    if analyses:
+        found += from_analyses(analyses)
+    return rank(found)
+
+
+__all__ = ["DIAGNOSIS_VERSION", "RULES", "diagnose", "from_analyses", "from_reference", "from_rules", "rank",
+           "reference_calls"]

@@ -1,0 +1,151 @@
+"""What the diagnosis sources read from a trajectory: its calls by step, observations, values and near-misses."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from evalrx.core.case import StepRole, Trajectory
+from evalrx.core.tool import normalize_call
+from evalrx.grade import extract_numbers
+
+# A garbled copy is close to the original but not equal (0.896154 -> 0.891654, Krevumus -> Krevom);
+# 42 -> 24 is not close (ratio 0.5): that answer ignored the value rather than misread it.
+GARBLE_RATIO = 0.6
+_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+")
+_QUOTE = 160
+_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\W*$")
+
+
+@dataclass
+class Call:
+    """One tool call of a trajectory: the actor step that made it and what its tool step returned."""
+
+    step: int
+    name: str
+    args: dict
+    observation: Optional[str] = None  # None: no tool step answered it
+    error: bool = False
+
+    @property
+    def signature(self) -> str:
+        return json.dumps([self.name, self.args], sort_keys=True, default=str)
+
+    def show(self) -> str:
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(self.args.items()))})"
+
+
+def obs_text(observation: Any) -> str:
+    if isinstance(observation, dict) and "text" in observation:
+        return str(observation["text"])
+    return "" if observation is None else str(observation)
+
+
+def quote(text: Any, limit: int = _QUOTE) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def is_tool_error(step: Any) -> bool:
+    text = obs_text(step.observation).lstrip()
+    return bool(step.span.get("tool_error")) or text.startswith("[tool error") or text.lower().startswith("error:")
+
+
+def calls_of(traj: Trajectory) -> "list[Call]":
+    """Every parsed tool call in order, paired with the observation its tool step recorded."""
+    out: list = []
+    pending: list = []
+    for s in traj.steps:
+        if s.role is StepRole.ACTOR:
+            pending = []
+            for c in s.tool_calls or []:
+                n = normalize_call(c)
+                call = Call(s.idx, n["name"], n["args"])
+                out.append(call)
+                pending.append(call)
+        elif s.role is StepRole.TOOL and not s.span.get("parse_error"):
+            i = int(s.span.get("call", 0) or 0)
+            if i < len(pending) and pending[i].observation is None:
+                pending[i].observation = obs_text(s.observation)
+                pending[i].error = is_tool_error(s)
+            elif pending:  # imports may not number their tool results: first unanswered call
+                free = next((c for c in pending if c.observation is None), None)
+                if free is not None:
+                    free.observation, free.error = obs_text(s.observation), is_tool_error(s)
+    return out
+
+
+def answer_step(traj: Trajectory) -> Optional[int]:
+    """The step that gave the final answer (the last model turn), None when there is no model turn."""
+    actors = [s.idx for s in traj.steps if s.role is StepRole.ACTOR]
+    return actors[-1] if actors else None
+
+
+def values_in(text: Any) -> "list[str]":
+    """The values a text states: its numbers (as written, commas dropped) and its capitalised words."""
+    text = str(text or "")
+    nums = [_num_key(x) for x in extract_numbers(text)]
+    # A capital at the start of a sentence says nothing; elsewhere it marks a name.
+    words = [m.group() for m in _WORD.finditer(text)
+             if m.group()[0].isupper() and not _SENTENCE_START.search(text[: m.start()])]
+    return nums + words
+
+
+def _num_key(x: float) -> str:
+    return repr(int(x)) if float(x).is_integer() else repr(x)
+
+
+def arg_values(args: dict) -> "list[str]":
+    """Numbers and words of an argument dict's values (every word: a query's words are its values)."""
+    out: list = []
+    for v in args.values():
+        if isinstance(v, (dict, list)):
+            v = json.dumps(v, default=str)
+        text = str(v)
+        out += [_num_key(x) for x in extract_numbers(text)]
+        out += _WORD.findall(text)
+    return out
+
+
+def known_values(texts: "list[str]") -> "tuple[set, set]":
+    """(numbers, lower-cased words) stated in `texts`."""
+    nums: set = set()
+    words: set = set()
+    for text in texts:
+        nums.update(_num_key(x) for x in extract_numbers(text))
+        words.update(w.lower() for w in _WORD.findall(str(text)))
+    return nums, words
+
+
+def is_number(value: str) -> bool:
+    try:
+        float(value)
+        return True
+    except ValueError:
+        return False
+
+
+def garbles(value: str, candidates: "list[str]") -> Optional[str]:
+    """The candidate that `value` is a close but unequal copy of (None: none is)."""
+    v = value.lower()
+    best, best_ratio = None, 0.0
+    for c in candidates:
+        cl = c.lower()
+        if cl == v or len(cl) < 3 or is_number(cl) != is_number(v):
+            continue
+        ratio = difflib.SequenceMatcher(None, v, cl).ratio()
+        if ratio > best_ratio:
+            best, best_ratio = c, ratio
+    return best if best_ratio >= GARBLE_RATIO else None
+
+
+def arg_diff(expected: dict, actual: dict) -> "list[dict]":
+    """Argument differences: one `{arg, expected, actual}` per key that differs (missing: None)."""
+    out = []
+    for key in sorted(set(expected) | set(actual), key=str):
+        if expected.get(key) != actual.get(key):
+            out.append({"arg": key, "expected": expected.get(key), "actual": actual.get(key)})
+    return out

@@ -1,0 +1,156 @@
+"""The reference source: compare a failed trajectory with its case's reference calls and expected answer.
+
+Calls are judged by what they return: a call is right when its observation equals the one a
+reference call gets (so `582 + 347` is as good as `347 + 582`). Without the tools, calls are
+compared by name and arguments. The first thing that went wrong is the diagnosis.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from evalrx.core.case import FailureCase, StepRole, Trajectory
+from evalrx.core.failures import Diagnosis
+from evalrx.diagnosis._evidence import (
+    Call,
+    answer_step,
+    arg_diff,
+    arg_values,
+    calls_of,
+    garbles,
+    quote,
+    values_in,
+)
+from evalrx.grade import extract_numbers
+
+CONFIDENCE = 0.95
+
+
+def reference_calls(case: Optional[FailureCase]) -> list:
+    """The case's reference calls as `{"name", "arguments"}` dicts ([] when it has none)."""
+    if case is None:
+        return []
+    refs = (case.meta or {}).get("reference_calls") or []
+    return [r for r in refs if isinstance(r, dict) and r.get("name")]
+
+
+def _observe(name: str, args: dict, tools: Optional[dict]) -> Optional[str]:
+    tool = (tools or {}).get(name)
+    if tool is None or tool.fn is None:
+        return None
+    try:
+        return str(tool.fn(**(args or {})))
+    except Exception as exc:  # a reference call the tool refuses still has an observation
+        return f"bad arguments: {exc}"
+
+
+def _same_observation(a: Optional[str], b: Optional[str]) -> bool:
+    # Two lookups that both find nothing are equally right, whatever words they used.
+    if a is None or b is None:
+        return False
+    if a.startswith("no results") and b.startswith("no results"):
+        return True
+    return a == b
+
+
+def _make(kind: str, step: Optional[int], text: str, **evidence: Any) -> Diagnosis:
+    return Diagnosis(kind=kind, first_wrong_step=step, evidence={"text": text, **evidence},
+                     confidence=CONFIDENCE, source="reference")
+
+
+def _bad_call(call: Call, ref: dict, earlier: "list[str]") -> Diagnosis:
+    """Right tool, wrong arguments: a misread when an argument garbles a value of an earlier observation."""
+    expected = {"name": ref["name"], "args": ref.get("arguments") or {}}
+    actual = {"name": call.name, "args": call.args}
+    diff = arg_diff(expected["args"], call.args)
+    seen = [v for text in earlier for v in values_in(text)]
+    for value in arg_values(call.args):
+        source = garbles(value, seen)
+        if source is not None:
+            return _make("misread_observation", call.step,
+                         f"{call.name} got {value!r} where an earlier observation said {source!r}",
+                         expected=expected, actual=actual, diff=diff, observation=quote(source))
+    return _make("bad_arguments", call.step, f"{call.show()} instead of "
+                 f"{Call(call.step, ref['name'], expected['args']).show()}",
+                 expected=expected, actual=actual, diff=diff)
+
+
+def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None) -> Optional[Diagnosis]:
+    """Diagnose a failed trajectory against `case`'s reference calls and expected answer.
+
+    Args:
+        traj: the trajectory (graded fail).
+        case: its case; None or a case without `reference_calls` and `expected` gives None.
+        tools: name -> Tool, to judge calls by their observations (None: by name and arguments).
+
+    Returns:
+        The first thing that went wrong, or None when the case carries no reference.
+    """
+    refs = reference_calls(case)
+    if case is None or (not refs and case.expected is None):
+        return None
+    if traj.terminated == "error":
+        return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
+    actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
+    bad = next((s for s in actors if s.parse_error), None)
+    if bad is not None:
+        return _make("malformed_call", bad.idx, quote(bad.parse_error), actual=quote(bad.content))
+    calls = calls_of(traj)
+    final = answer_step(traj)
+    expected_calls = [{"name": r["name"], "args": r.get("arguments") or {}} for r in refs]
+    if refs and not calls:
+        first = actors[0].idx if actors else None
+        return _make("no_tool_call", first, f"answered without calling {refs[0]['name']}", expected=expected_calls[0],
+                     answer=quote(traj.final_answer))
+    if not refs and calls:
+        return _make("unneeded_tool_call", calls[0].step, f"called {calls[0].show()}; the case needs no tool",
+                     actual={"name": calls[0].name, "args": calls[0].args})
+    for prev, call in zip(calls, calls[1:]):
+        if call.signature == prev.signature:
+            return _make("repeated_calls", call.step, f"{call.show()} again, unchanged",
+                         actual={"name": call.name, "args": call.args})
+    ref_obs = [(r["name"], _observe(r["name"], r.get("arguments") or {}, tools)) for r in refs]
+    for i, call in enumerate(calls[: len(refs)]):
+        ref = refs[i]
+        expected = expected_calls[i]
+        actual = {"name": call.name, "args": call.args}
+        if tools:
+            obs = _observe(call.name, call.args, tools) if call.name in tools else None
+            same = any(n == call.name and _same_observation(obs, o) for n, o in ref_obs)
+            if call.name not in tools:
+                return _make("unknown_tool", call.step, f"called {call.name!r}, which does not exist",
+                             expected=expected, actual=actual)
+        else:
+            same = any(call.name == e["name"] and call.args == e["args"] for e in expected_calls)
+        if call.name != ref["name"] and not any(n == call.name for n, _ in ref_obs):
+            return _make("wrong_tool", call.step, f"called {call.name} where {ref['name']} was needed",
+                         expected=expected, actual=actual)
+        if not same:
+            if call.name != ref["name"]:
+                return _make("wrong_tool", call.step, f"called {call.name} where {ref['name']} was needed",
+                             expected=expected, actual=actual)
+            earlier = [c.observation for c in calls[:i] if c.observation]
+            return _bad_call(call, ref, earlier)
+    if traj.final_answer is None:
+        return _make("no_final_answer", final, f"the run ended ({traj.terminated or 'unknown'}) without an answer")
+    if len(calls) < len(refs):
+        missing = expected_calls[len(calls)]
+        return _make("no_tool_call", final, f"answered before calling {missing['name']}", expected=missing,
+                     answer=quote(traj.final_answer))
+    if len(calls) > len(refs):
+        extra = calls[len(refs)]
+        sigs = [c.signature for c in calls]
+        kind = "repeated_calls" if len(set(sigs)) < len(sigs) else "unneeded_tool_call"
+        return _make(kind, extra.step, f"{extra.show()} after the calls the case needs",
+                     actual={"name": extra.name, "args": extra.args})
+    answer = traj.final_answer or ""
+    if refs:
+        last = ref_obs[-1][1] if ref_obs[-1][1] is not None else (calls[-1].observation or "")
+        numbers = extract_numbers(last)
+        missed = (numbers and not any(abs(x - numbers[-1]) < 1e-6 for x in extract_numbers(answer))) or (
+            not numbers and last.split() and last.split()[-1].strip(".'").lower() not in answer.lower())
+        if missed:
+            return _make("misread_observation", final, "the answer does not carry the last observation's value",
+                         answer=quote(answer), observation=quote(last))
+    return _make("wrong_final_answer", final, f"answered {quote(answer, 80)!r}; expected {quote(case.expected, 80)!r}",
+                 answer=quote(answer), expected_answer=quote(case.expected))
