@@ -62,8 +62,10 @@ def run_to_jsonl(args: Any) -> int:
     bar.close()
     elapsed = time.perf_counter() - t0
     n = len(cases)
+    load_ms = getattr(handle, "load_ms", None)
+    loaded = f"model loaded in {load_ms / 1000:.1f} s; " if load_ms is not None else ""
     print(
-        f"{n} cases in {elapsed:.1f} s ({n / elapsed if elapsed else 0:.2f} cases/s): "
+        f"{loaded}{n} cases in {elapsed:.1f} s ({n / elapsed if elapsed else 0:.2f} cases/s): "
         f"{counts['pass']} passed, {counts['fail']} failed -> {out}",
         file=sys.stderr,
     )

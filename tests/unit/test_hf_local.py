@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import itertools
+import mmap
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -396,3 +399,94 @@ def test_import_evalrx_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------- load time, apart from step latency
+
+PAGE = mmap.PAGESIZE
+needs_pagemap = pytest.mark.skipif(
+    not Path("/proc/self/pagemap").exists(), reason="reads page residency from Linux's /proc/self/pagemap"
+)
+
+
+def _weight_pages(model) -> set:
+    pages: set = set()
+    for p in itertools.chain(model.parameters(), model.buffers()):
+        n = p.numel() * p.element_size()
+        if n and p.device.type == "cpu":
+            pages.update(range(p.data_ptr() // PAGE, (p.data_ptr() + n - 1) // PAGE + 1))
+    return pages
+
+
+def _untouched_weight_pages(model) -> int:
+    """Pages under the model's CPU weights not yet in this process's page tables (never read since load).
+
+    A pagemap entry has bit 63 set when the page is present and bit 62 when swapped out.
+    """
+    untouched = 0
+    with open("/proc/self/pagemap", "rb") as fh:
+        for page in sorted(_weight_pages(model)):
+            fh.seek(page * 8)
+            untouched += not (int.from_bytes(fh.read(8), "little") >> 62) & 3
+    return untouched
+
+
+def _views_of(model, checkpoint_dir) -> int:
+    """How many weight pages lie in a memory mapping of `checkpoint_dir`'s safetensors file."""
+    target = str(Path(checkpoint_dir, "model.safetensors").resolve())
+    spans = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(target):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            spans.append((lo // PAGE, hi // PAGE))
+    return sum(any(lo <= page < hi for lo, hi in spans) for page in _weight_pages(model))
+
+
+@needs_pagemap
+def test_load_reads_the_weights_before_the_first_step_timer_starts():
+    """transformers maps a safetensors checkpoint and reads it on first touch: `load` must do
+    that touch, or the first agent step's latency would include reading the weights."""
+    from evalrx.core.case import StepRole
+    from evalrx.core.tool import Tool
+    from evalrx.models.agent import Agent
+    from evalrx.specs import DEMO_MODEL_DIR
+
+    handle = evalrx.load("evalrx-tiny")
+    # The weights are views of the checkpoint file: what `from_pretrained` alone would leave unread.
+    assert _views_of(handle.model, DEMO_MODEL_DIR) > 0
+    assert isinstance(handle.load_ms, float) and handle.load_ms > 0
+
+    untouched_when_timed = []
+    generate = handle.chat
+
+    def chat(*args, **kwargs):  # runs inside the agent's step timer
+        untouched_when_timed.append(_untouched_weight_pages(handle.model))
+        return generate(*args, **kwargs)
+
+    handle.chat = chat
+    calc = Tool("calculator", "Evaluate an arithmetic expression.",
+                {"type": "object", "properties": {"expression": {"type": "string"}}}, fn=lambda expression: "12")
+    traj = Agent(handle, [calc], max_turns=1, chat_kwargs={"max_new_tokens": 8}).run("What is 3*4?")
+
+    first = next(s for s in traj.steps if s.role is StepRole.ACTOR)
+    assert first.span["latency_ms"] > 0
+    assert untouched_when_timed[0] == 0  # nothing left to load when the first step was being timed
+    assert "model_load_ms" not in traj.metrics  # a run-level figure, not the first case's
+
+
+@needs_pagemap
+def test_wrap_pages_in_a_memory_mapped_model_and_records_the_time():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evalrx.specs import DEMO_MODEL_DIR
+
+    model = AutoModelForCausalLM.from_pretrained(DEMO_MODEL_DIR, dtype=torch.float32).eval()
+    assert _untouched_weight_pages(model) > 0  # from_pretrained returns before reading the weights
+    handle = evalrx.wrap(model, AutoTokenizer.from_pretrained(DEMO_MODEL_DIR))
+    assert _untouched_weight_pages(model) == 0
+    assert handle.load_ms > 0
+
+
+def test_a_handle_built_directly_reports_no_load_time():
+    handle = HFLocalModel(make_tiny_model("qwen2"), tiny_tokenizer(), get_spec(KEY))
+    assert handle.load_ms is None

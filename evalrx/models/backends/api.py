@@ -337,6 +337,7 @@ class APIModel:
         self.spec = spec
         self.runtime = runtime or RuntimeConfig()
         self.capabilities = _provides(spec)
+        self.load_ms: Optional[float] = None  # the server holds the weights: nothing loads in this process
         self.base_url = self.runtime.resolved_base_url() or DEFAULT_BASE_URL
         key = self.runtime.resolved_api_key() or PLACEHOLDER_KEY
         # The key lives only inside the SDK client and a closure for scrubbing; no attribute shows it.

@@ -9,8 +9,11 @@ functions so registering the backend stays light.
 
 from __future__ import annotations
 
+import itertools
+import mmap
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -187,6 +190,38 @@ def _attn_impl(model: Any) -> Optional[str]:
     return impl if impl == text_impl else text_impl
 
 
+def _elapsed_ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000.0, 3)
+
+
+def _page_in(model: Any) -> None:
+    """Read every page of the model's CPU-resident weights now, at load time.
+
+    transformers 5 memory-maps safetensors checkpoints: on CPU, `from_pretrained` returns
+    parameters that are views of the file, read from disk only when first touched, that is
+    inside the first generate call, which would bill the load to the first agent step. One
+    byte per page brings them in; tensors on an accelerator or on `meta` are left alone.
+    """
+    import torch
+
+    seen: set = set()
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        if tensor.device.type != "cpu":
+            continue
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # a wrapper subclass without plain storage
+            continue
+        key = (storage.data_ptr(), storage.nbytes())
+        if not key[1] or key in seen:
+            continue
+        seen.add(key)
+        raw = torch.empty(0, dtype=torch.uint8).set_(storage)
+        # Consecutive strided bytes sit in consecutive pages; the last byte covers the tail page.
+        raw[:: mmap.PAGESIZE].sum()
+        raw[-1].item()
+
+
 def _is_vision_model(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "vision_config", None) is not None
 
@@ -223,6 +258,10 @@ class HFLocalModel:
         tokenizer: its tokenizer (the processor's tokenizer for a VLM).
         processor: the multimodal processor, or `None`.
         runtime: decoding limits and placement.
+        load_ms: wall-clock milliseconds spent building this handle: for `from_spec`,
+            reading the tokenizer and the weights into memory and placing them; for
+            `from_loaded`, paging the given model's weights in. Never part of a step's
+            latency (`None` for a handle built directly).
     """
 
     backend = "hf_local"
@@ -242,6 +281,7 @@ class HFLocalModel:
         self.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", None)
         self.spec = spec
         self.runtime = runtime or RuntimeConfig()
+        self.load_ms: Optional[float] = None
         self._parts: Any = None
 
     # ----------------------------------------------------------------- building
@@ -258,6 +298,7 @@ class HFLocalModel:
         import torch  # noqa: F401  (fail here, not deep inside transformers, when torch is missing)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        t0 = time.perf_counter()
         runtime = runtime or RuntimeConfig()
         want = frozenset(Capability.parse(w) for w in want)
         name, where = locate_checkpoint(spec.hf_repo)
@@ -288,7 +329,10 @@ class HFLocalModel:
         if device != "auto":
             model = model.to(device)
         model.eval()
-        return cls(model, tokenizer, spec, runtime, processor=processor)
+        _page_in(model)
+        handle = cls(model, tokenizer, spec, runtime, processor=processor)
+        handle.load_ms = _elapsed_ms(t0)
+        return handle
 
     @classmethod
     def from_loaded(
@@ -302,8 +346,10 @@ class HFLocalModel:
         """Wrap an already-loaded model and its tokenizer or processor (`evalrx.wrap`).
 
         The spec is synthesized from the model's config. Wanting ATTENTION switches a
-        non-eager model to eager attention in place.
+        non-eager model to eager attention in place. Weights still memory-mapped from
+        their checkpoint are paged in here (`load_ms`), not in the first chat.
         """
+        t0 = time.perf_counter()
         want = frozenset(Capability.parse(w) for w in want)
         cfg = getattr(model, "config", None)
         name = (getattr(cfg, "name_or_path", "") or "").strip()
@@ -330,7 +376,10 @@ class HFLocalModel:
             vision=_is_vision_model(model) and processor is not None,
             notes="wrapped with evalrx.wrap",
         )
-        return cls(model, tokenizer, spec, runtime or RuntimeConfig(), processor=processor)
+        _page_in(model)
+        handle = cls(model, tokenizer, spec, runtime or RuntimeConfig(), processor=processor)
+        handle.load_ms = _elapsed_ms(t0)
+        return handle
 
     # ------------------------------------------------------------- properties
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from evalrx.core.capability import Capability
@@ -20,7 +21,11 @@ def _provides(spec: ModelSpec) -> frozenset:
 
 
 class VLLMOfflineModel:
-    """A handle over `vllm.LLM`; chat renders tools through the model's own template."""
+    """A handle over `vllm.LLM`; chat renders tools through the model's own template.
+
+    `LLM(...)` loads the weights and warms the engine up before it returns; `load_ms`
+    records that time, apart from any step's latency.
+    """
 
     backend = "vllm_offline"
 
@@ -36,7 +41,9 @@ class VLLMOfflineModel:
         self.spec = spec
         self.runtime = runtime
         self.capabilities = _provides(spec)
+        t0 = time.perf_counter()
         self._llm = LLM(model=spec.hf_repo, dtype=runtime.dtype or "auto")
+        self.load_ms = round((time.perf_counter() - t0) * 1000.0, 3)
         self._params = SamplingParams(
             temperature=runtime.temperature, max_tokens=runtime.max_new_tokens, logprobs=1
         )
