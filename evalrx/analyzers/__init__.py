@@ -1,4 +1,4 @@
-"""Analyzers: what a model's layers did at the steps where an agent went wrong, and failure signs.
+"""Analyzers: what a model's layers did at the steps where an agent went wrong.
 
 Every analyzer declares the capabilities it needs (checked before it runs, with a
 `CapabilityError` naming the analyzer, the model and what is missing), runs on one
@@ -10,8 +10,8 @@ compactly (`to_arrays()` + `meta`, rebuilt with `result_from_arrays`).
     lens = LogitLensAnalyzer(top_k=10).run(handle, "The capital of France is")
     lens.topk_ids.shape        # [layers, positions, k]; layer 0 = embeddings, L = final
 
-Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`,
-`heuristics`. Importing this package does not import torch.
+Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`.
+Failure signs read from the steps alone are `evalrx.diagnosis`. Importing this package does not import torch.
 """
 
 from evalrx.analyzers._base import (
@@ -26,7 +26,6 @@ from evalrx.analyzers._base import (
     result_from_arrays,
 )
 from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, AttentionResult
-from evalrx.analyzers.heuristics import FAILURE_MODES, Finding, HeuristicsAnalyzer, HeuristicsResult, trajectory_heuristics
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
 from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
 from evalrx.analyzers.replay import (
@@ -43,7 +42,6 @@ from evalrx.analyzers.uncertainty import TokenUncertaintyAnalyzer, TokenUncertai
 
 __all__ = [
     "ANALYZERS",
-    "FAILURE_MODES",
     "KINDS",
     "RESULT_TYPES",
     "SEGMENT_KINDS",
@@ -53,9 +51,6 @@ __all__ = [
     "AttentionResult",
     "Conversation",
     "DecisionPoint",
-    "Finding",
-    "HeuristicsAnalyzer",
-    "HeuristicsResult",
     "LensResult",
     "LogitLensAnalyzer",
     "ReplayAnalyzer",
@@ -75,6 +70,5 @@ __all__ = [
     "register_result",
     "result_from_arrays",
     "settle_layer",
-    "trajectory_heuristics",
     "uncertainty_from_logprobs",
 ]

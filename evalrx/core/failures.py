@@ -59,6 +59,13 @@ LEGACY_KINDS: "dict[str, str]" = {
     "missing_call": "no_tool_call",
 }
 
+# The label form's number keys for a new store (the kinds reviewers pick most); users rebind them.
+DEFAULT_HOTKEYS: "dict[str, str]" = {
+    "bad_arguments": "1", "misread_observation": "2", "wrong_tool": "3", "no_tool_call": "4",
+    "ignored_observation": "5", "malformed_call": "6", "repeated_calls": "7", "no_final_answer": "8",
+    "wrong_final_answer": "9",
+}
+
 # Where a diagnosis came from, strongest first.
 SOURCES: "tuple[str, ...]" = ("reference", "heuristic", "whitebox", "judge")
 
@@ -130,6 +137,7 @@ class Diagnosis:
 
 __all__ = [
     "BUILTIN_KINDS",
+    "DEFAULT_HOTKEYS",
     "DEFINITIONS",
     "Diagnosis",
     "FAILURE_KINDS",

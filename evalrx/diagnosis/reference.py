@@ -80,15 +80,16 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
 
     Args:
         traj: the trajectory (graded fail).
-        case: its case; None or a case without `reference_calls` and `expected` gives None.
+        case: its case; None or a case whose meta has no `reference_calls` list gives None.
         tools: name -> Tool, to judge calls by their observations (None: by name and arguments).
 
     Returns:
         The first thing that went wrong, or None when the case carries no reference.
     """
-    refs = reference_calls(case)
-    if case is None or (not refs and case.expected is None):
+    # An empty list means "needs no tool"; no list at all means the calls are unknown (an import).
+    if case is None or not isinstance((case.meta or {}).get("reference_calls"), list):
         return None
+    refs = reference_calls(case)
     if traj.terminated == "error":
         return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]

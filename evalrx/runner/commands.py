@@ -1,4 +1,4 @@
-"""The store and queue commands of `evalrx`: db, worker, runs, import, export.
+"""The store and queue commands of `evalrx`: db, worker, runs, import, export, diagnose.
 
 Each `*_main(argv)` parses its own flags and returns an exit status; `evalrx.cli`
 dispatches to them. A store on an old schema is a one-line error naming `evalrx db upgrade`.
@@ -84,6 +84,9 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
                   f"  terminated {st.terminated}\n  latency p50/p95 {lat}\n"
                   f"  tokens {st.prompt_tokens} prompt, {st.completion_tokens} completion\n"
                   f"  tool calls {st.tool_calls}  labels {st.labels}")
+            errors = st.outcomes.get("error", 0)
+            kinds = {k: v for k, v in st.failure_kinds.items() if k != "infra_error"}
+            print(f"  failures by kind {kinds or '{}'}" + (f"  ({errors} errored, counted apart)" if errors else ""))
             if info.error:
                 print(f"  error: {info.error}")
             return 0
@@ -136,6 +139,27 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
     return _guard(go, "evalrx export")
 
 
+def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx diagnose [RUN_ID] [--trajectory ID]`: diagnose stored trajectories again (all of a run, or some)."""
+    p = argparse.ArgumentParser(prog="evalrx diagnose", description="Recompute stored trajectories' diagnoses.")
+    p.add_argument("run_id", nargs="?", type=int, help="only this run (default: every run)")
+    p.add_argument("--trajectory", type=int, action="append", help="only this trajectory (repeatable)")
+    _url_arg(p)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        import evalrx.store as S
+        from evalrx.runner.diagnose import rediagnose
+
+        store = S.connect(args.url)
+        n = rediagnose(args.trajectory, run_id=args.run_id, store=store)
+        counts = S.failure_kind_counts(args.run_id, store=store)
+        print(f"diagnosed {n} trajectories; by kind: " + (", ".join(f"{k} {v}" for k, v in counts.items()) or "none"))
+        return 0
+
+    return _guard(go, "evalrx diagnose")
+
+
 def worker_command(argv: Optional[Sequence[str]] = None) -> int:
     """`evalrx worker`: see `evalrx.runner.worker.worker_main`."""
     from evalrx.runner.worker import worker_main
@@ -149,4 +173,5 @@ COMMANDS: dict = {
     "runs": (runs_main, "list runs; show, cancel or retry one"),
     "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .json)"),
     "export": (export_main, "export a run as JSONL or Parquet"),
+    "diagnose": (diagnose_main, "diagnose stored trajectories again (why each one failed)"),
 }

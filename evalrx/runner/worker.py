@@ -271,8 +271,11 @@ class Worker:
 
         tool_names = list(cfg.get("tools") or [])
         get_tools(tool_names)  # an unknown tool fails the job before the model loads
-        hooks = analysis.resolve(with_default_heuristics(cfg))
+        hooks = analysis.resolve(list(cfg.get("analyzers") or []))
         handle = load_handle(cfg)
+        with self.store.write() as s:  # the load is the run's, kept apart from its first case's step latency
+            run = s.get(t.Run, job.run_id)
+            run.meta = dict(run.meta or {}, model_load_ms=getattr(handle, "load_ms", None))
         if jobs.cancel_requested(self.store, job.id):
             raise JobCancelled()
         parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
@@ -374,13 +377,14 @@ class Worker:
             ctx = analysis.CaseContext(handle=handle, case=case, trajectory=traj, tools=tools,
                                        tool_schemas=schemas, system=cfg.get("system"), run_config=cfg)
             records = analysis.run_all(hooks, ctx)
+        diagnoses = diagnose_case(traj, case, tools, records)
         now = t.utcnow()
         outcome = traj.outcome.value
         error = traj.terminated == "error"
         try:
             with self.store.write() as s:
                 owned = jobs.lock_owned_job(s, job.id, self.worker_id)
-                tid = save_trajectory(s, job.run_id, case_id, traj)
+                tid = save_trajectory(s, job.run_id, case_id, traj, diagnoses=diagnoses)
                 if media:
                     save_step_media(s, tid, media)
                 for rec in records:
@@ -459,6 +463,9 @@ class Worker:
             error = "; ".join(f"{r.analyzer}: {r.meta['error']}" for r in failed) or None
             analysis_store.finish_request(self.store, req["id"], "failed" if failed and len(failed) == len(records)
                                           else "done", error=error, trajectory_id=tid, records=records)
+            from evalrx.runner.diagnose import rediagnose
+
+            rediagnose([tid], store=self.store)  # white-box evidence may change the diagnosis
             return "failed" if failed and len(failed) == len(records) else "done"
         except Exception as exc:  # a bad request is recorded, the worker goes on
             log.warning("analysis request %s failed: %s", req["id"], exc)
@@ -466,13 +473,16 @@ class Worker:
             return "failed"
 
 
-def with_default_heuristics(cfg: dict) -> list:
-    """The run's analyzers plus `heuristics` (needs no model), unless the config sets `heuristics: false`."""
-    entries = list(cfg.get("analyzers") or [])
-    names = {e if isinstance(e, str) else (e or {}).get("name") for e in entries}
-    if cfg.get("heuristics", True) and "heuristics" not in {str(n).strip().lower() for n in names if n}:
-        entries.append("heuristics")
-    return entries
+def diagnose_case(traj: Trajectory, case: Optional[FailureCase], tools: Sequence[Any], records: Sequence[Any]) -> list:
+    """The ranked diagnoses of a finished case: its reference, the model-free rules, and its white-box results."""
+    from evalrx.diagnosis import diagnose
+
+    analyses = {r.analyzer: {"meta": r.meta or {}, "arrays": r.arrays or {}} for r in records}
+    try:
+        return diagnose(traj, case=case, tools=tools, analyses=analyses)
+    except Exception as exc:  # a diagnosis bug must not lose the trajectory
+        log.warning("diagnosis of case %s failed: %s", traj.sample_id, exc)
+        return []
 
 
 # ---------------------------------------------------------------- command line

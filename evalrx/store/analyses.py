@@ -2,9 +2,8 @@
 
 Two things the pages need beyond the raw `analyses` rows:
 
-- Filters: a heuristics result tags its trajectory `heuristic:<tag>` (the Trajectories
-  page's tag filter finds them), and a tool-decision result records the smallest margin of
-  the chosen tool (`trajectory_scores`, name `tool_margin`, indexed on (name, value)).
+- Filters: a tool-decision result records the smallest margin of the chosen tool
+  (`trajectory_scores`, name `tool_margin`, indexed on (name, value)).
 - Requests: the Trajectory page queues analyses for a stored trajectory
   (`request_analysis`); a worker claims them (`claim_request`), runs them and marks them
   done or failed (`finish_request`); the page shows their status (`requests_for`).
@@ -24,23 +23,11 @@ from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 
-HEURISTIC_TAG_PREFIX = "heuristic:"
 MARGIN_SCORE = "tool_margin"
 REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
-DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty", "heuristics")
+DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
 DEFAULT_REPLAY_MODEL = "evalrx-tiny"
-# The heuristics analyzer's tags (evalrx.analyzers.heuristics.TAGS; a test keeps them equal), offered by
-# the filter even before any store has them, without the app importing the analyzers.
-FAILURE_SIGNS = ("repeated_call", "observation_ignored", "tool_error", "unknown_tool", "malformed_call",
-                 "no_final_answer", "out_of_turns", "run_error")
-
-
-def heuristic_tag(tag: str) -> str:
-    """The trajectory tag a heuristic finding becomes (kept apart from human tags by a prefix)."""
-    return f"{HEURISTIC_TAG_PREFIX}{tag}"
-
-
 def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
     """The smallest final-layer margin over a tool-decision result's tool-name decisions (None: no calls)."""
     margin = arrays.get("margin")
@@ -54,16 +41,11 @@ def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
 
 
 def index_analysis(session: Session, trajectory_id: int, analyzer: str, meta: dict, arrays: dict) -> None:
-    """Derive the filterable facts of one stored result (heuristic tags, tool margin) in the caller's transaction."""
+    """Derive the filterable facts of one stored result (the tool margin) in the caller's transaction."""
     if meta.get("error"):
         return
     kind = meta.get("result_type") or analyzer
-    if kind == "heuristics":
-        from evalrx.store.labels import tag_in_session
-
-        for tag in sorted({f.get("tag") for f in meta.get("findings") or [] if f.get("tag")}):
-            tag_in_session(session, trajectory_id, heuristic_tag(tag))
-    elif kind == "tool_decision":
+    if kind == "tool_decision":
         value = min_tool_margin(meta, arrays)
         session.execute(delete(t.TrajectoryScore).where(
             t.TrajectoryScore.trajectory_id == trajectory_id, t.TrajectoryScore.name == MARGIN_SCORE))
@@ -177,11 +159,3 @@ def requests_for(trajectory_id: int, *, store: "Store | str | None" = None) -> l
         rows = s.execute(select(t.AnalysisRequest).where(t.AnalysisRequest.trajectory_id == trajectory_id)
                          .order_by(t.AnalysisRequest.id.desc())).scalars().all()
         return [_info(r) for r in rows]
-
-
-def heuristic_tags(*, store: "Store | str | None" = None) -> list[str]:
-    """Heuristic tags present in the store (without the prefix), for the filter widget."""
-    with resolve(store).read() as s:
-        names = s.execute(select(t.Tag.name).where(t.Tag.name.like(f"{HEURISTIC_TAG_PREFIX}%"))
-                          .order_by(t.Tag.name)).scalars().all()
-    return [n[len(HEURISTIC_TAG_PREFIX):] for n in names]

@@ -239,6 +239,7 @@ def from_inspect_sample(sample: Any, log: dict, multi_epoch: bool) -> tuple[Fail
         err = sample["error"]
         extra["terminated"] = "error"
         extra["error"] = err.get("message") if isinstance(err, dict) else str(err)
+        outcome = Label.ERROR  # the sample did not run to the end: not a verdict on the model
     elif sample.get("limit"):
         lim = sample["limit"]
         extra["terminated"] = f"limit:{lim.get('type') if isinstance(lim, dict) else lim}"

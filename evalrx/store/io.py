@@ -19,9 +19,11 @@ from typing import Any, Iterator, Optional
 from sqlalchemy import select
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, Trajectory
+from evalrx.core.failures import Diagnosis
 from evalrx.store import convert, formats
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
+from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store.labels import history_in, tags_in
 from evalrx.store.runs import create_run, save_trajectory
 
@@ -53,6 +55,7 @@ class _Item:
     tags: list = field(default_factory=list)
     run_name: Optional[str] = None
     run_config: Optional[dict] = None
+    diagnoses: Optional[list] = None  # None: diagnose on import (model-free rules)
 
 
 # ---------------------------------------------------------------- reading
@@ -76,7 +79,7 @@ def _our_row(row: dict) -> _Item:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"step {i}: {exc}") from None
     if data.get("outcome") not in (None, *Label._value2member_map_):
-        raise ValueError(f"outcome {data['outcome']!r} is not one of pass, fail, unknown")
+        raise ValueError(f"outcome {data['outcome']!r} is not one of {', '.join(Label._value2member_map_)}")
     if data.get("metrics") is not None and not isinstance(data["metrics"], dict):
         raise ValueError("`metrics` must be an object")
     traj = Trajectory.from_dict(data)
@@ -120,8 +123,14 @@ def _our_row(row: dict) -> _Item:
     if not isinstance(tags, list) or not all(isinstance(x, str) and x.strip() for x in tags):
         raise ValueError("`tags` must be a list of non-empty strings")
     run = row.get("run") if isinstance(row.get("run"), dict) else {}
+    diagnoses = None
+    if row.get("diagnosis") is not None:
+        diagnosis = Diagnosis.from_dict(row["diagnosis"])
+        if diagnosis.first_wrong_step is not None and not 0 <= diagnosis.first_wrong_step < max(len(traj.steps), 1):
+            raise ValueError(f"diagnosis first_wrong_step={diagnosis.first_wrong_step} is not a step of this trajectory")
+        diagnoses = [diagnosis] if diagnosis.kind else []
     return _Item(case=case, traj=traj, where=None, labels=labels, tags=tags,
-                 run_name=run.get("name"), run_config=run.get("config"))
+                 run_name=run.get("name"), run_config=run.get("config"), diagnoses=diagnoses)
 
 
 def _read_jsonl(path: Path) -> tuple[str, list]:
@@ -216,6 +225,8 @@ def import_file(
     Raises:
         ImportFormatError: naming the file, the line (or sample) and the problem.
     """
+    from evalrx.diagnosis import diagnose
+
     path = Path(path)
     fmt, items = read_file(path)
     groups: dict = {}
@@ -244,13 +255,16 @@ def import_file(
             )
             counts = {"pass": 0, "fail": 0, "error": 0}
             for pos, item in enumerate(group):
+                found = item.diagnoses if item.diagnoses is not None else diagnose(item.traj, case=item.case)
                 try:
-                    save_trajectory(s, run_id, case_ids[pos], item.traj, labels=item.labels, tags=item.tags)
+                    save_trajectory(s, run_id, case_ids[pos], item.traj, labels=item.labels, tags=item.tags,
+                                    diagnoses=found)
                 except ValueError as exc:
                     raise ImportFormatError(path, item.where, str(exc)) from None
-                counts[item.traj.outcome.value] = counts.get(item.traj.outcome.value, 0) + 1
-                if item.traj.terminated == "error":
+                if item.traj.outcome is Label.ERROR or item.traj.terminated == "error":
                     counts["error"] += 1
+                else:
+                    counts[item.traj.outcome.value] = counts.get(item.traj.outcome.value, 0) + 1
             run = s.get(t.Run, run_id)
             run.n_done, run.n_pass, run.n_fail, run.n_error = len(group), counts["pass"], counts["fail"], counts["error"]
             run.started_at = run.finished_at = t.utcnow()
@@ -309,7 +323,15 @@ def iter_export_rows(run_id: int, *, store: "Store | str | None" = None) -> Iter
                     "labels": [lab.to_dict() for lab in history_in(s, tid)],
                     "tags": tags_in(s, tid),
                     "run": run_info,
+                    "diagnosis": export_diagnosis(diagnoses_in(s, tid)),
                 }
+
+
+def export_diagnosis(diagnoses: list) -> dict:
+    """The exported `diagnosis` object: the top diagnosis (`kind` None for a passing trajectory)."""
+    if not diagnoses:
+        return {"kind": None, "first_wrong_step": None, "evidence": {}, "confidence": 0.0, "source": None}
+    return diagnoses[0].to_dict()
 
 
 def export_run(
@@ -371,6 +393,7 @@ def _write_parquet(rows: Iterator[dict], path: Path) -> int:
             "first_wrong_step": current.get("first_wrong_step"), "note": current.get("note"),
             "tags": r["tags"], "steps_json": dumps(r["steps"]), "metrics_json": dumps(m),
             "labels_json": dumps(r["labels"]), "case_json": dumps(r["case"]),
+            "failure_kind": r["diagnosis"]["kind"], "diagnosis_json": dumps(r["diagnosis"]),
         })
     pq.write_table(pa.Table.from_pylist(flat), path)
     return len(flat)

@@ -196,6 +196,9 @@ def finish_job(
             return False
         job.status, job.finished_at, job.error = status, now, error
         run = s.get(t.Run, job.run_id)
+        if status == "done" and run.n_done and run.n_error == run.n_done:
+            # Nothing the model did was judged: the server or the harness failed on every case.
+            status, error = "failed", error or f"all {run.n_done} cases errored (see their trajectories' errors)"
         run.status, run.finished_at = status, now
         if error:
             run.error = error

@@ -15,6 +15,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from evalrx.core.case import Label
+from evalrx.core.failures import canonical_kind
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
@@ -84,7 +85,7 @@ def _set_in_session(
         trajectory_id=trajectory_id,
         step_idx=step_idx,
         outcome=outcome,
-        failure_mode=convert.clean(failure_mode) or None,
+        failure_mode=canonical_kind(convert.clean(failure_mode)) or None,  # old keys read as current ones
         first_wrong_step=first_wrong_step,
         note=convert.clean(note) or None,
         annotator=convert.clean(annotator) or None,

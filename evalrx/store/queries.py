@@ -14,7 +14,8 @@ from sqlalchemy import Select, and_, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
 
 from evalrx.store import convert
-from evalrx.store.analyses import HEURISTIC_TAG_PREFIX, MARGIN_SCORE
+from evalrx.store.analyses import MARGIN_SCORE
+from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 from evalrx.store.labels import current_labels_in, tags_in
@@ -35,6 +36,7 @@ _ROW_COLUMNS = (
     t.Trajectory.final_answer, t.Trajectory.outcome, t.Trajectory.terminated, t.Trajectory.n_steps,
     t.Trajectory.n_tool_calls, t.Trajectory.n_parse_errors, t.Trajectory.latency_ms, t.Trajectory.prompt_tokens,
     t.Trajectory.completion_tokens, t.Trajectory.label, t.Trajectory.failure_mode, t.Trajectory.created_at,
+    t.Trajectory.failure_kind,
 )
 
 
@@ -101,7 +103,7 @@ def filter_trajectories(
     text: Optional[str] = None,
     has_parse_error: Optional[bool] = None,
     sample_id: Optional[str] = None,
-    heuristic: Optional[str] = None,
+    failure_kind: "str | Sequence[str] | None" = None,
     max_margin: Optional[float] = None,
 ) -> Select:
     """Apply the Trajectories page's filters to a select over `trajectories`.
@@ -109,7 +111,7 @@ def filter_trajectories(
     `label` accepts "pass"/"fail"/"unknown", "none" (not labelled yet) or "any" (labelled).
     `text` is a case-insensitive substring of the goal, answer, model turns, calls and observations.
     `session` lets the SQLite text search use its index.
-    `heuristic` keeps trajectories a heuristics analysis tagged with that tag (e.g. "repeated_call");
+    `failure_kind` keeps trajectories whose top diagnosis is of that kind (e.g. "bad_arguments");
     `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it.
     """
     T = t.Trajectory
@@ -151,13 +153,9 @@ def filter_trajectories(
         q = q.where(T.n_parse_errors > 0 if has_parse_error else T.n_parse_errors == 0)
     if sample_id is not None:
         q = q.where(T.sample_id == sample_id)
-    if heuristic:
-        q = q.where(
-            exists()
-            .where(t.TrajectoryTag.trajectory_id == T.id)
-            .where(t.TrajectoryTag.tag_id == select(t.Tag.id).where(
-                t.Tag.name == f"{HEURISTIC_TAG_PREFIX}{heuristic}").scalar_subquery())
-        )
+    kinds = _as_list(failure_kind)
+    if kinds:
+        q = q.where(T.failure_kind == kinds[0]) if len(kinds) == 1 else q.where(T.failure_kind.in_(kinds))
     if max_margin is not None:
         S = t.TrajectoryScore
         q = q.where(exists().where(S.trajectory_id == T.id, S.name == MARGIN_SCORE, S.value < float(max_margin)))
@@ -204,7 +202,7 @@ def list_trajectories(
         with_total: also count every matching row (one more query).
         store: the store (default when None).
         **filters: see `filter_trajectories` (run_id, outcome, label, failure_mode,
-            terminated, tool, tag, text, has_parse_error, sample_id, heuristic, max_margin).
+            terminated, tool, tag, text, has_parse_error, sample_id, failure_kind, max_margin).
 
     Returns:
         A `Page` of `TrajectoryRow`s with `next_cursor` set when more rows follow.
@@ -277,6 +275,7 @@ def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) ->
             labels=current_labels_in(s, trajectory_id),
             tags=tags_in(s, trajectory_id),
             analyses=[tuple(a) for a in analyses],
+            diagnoses=diagnoses_in(s, trajectory_id),
             step_ids=[st.id for st in steps],
         )
 
@@ -389,6 +388,7 @@ def run_stats(run_id: int, *, store: "Store | str | None" = None) -> RunStats:
             terminated=counts(s, T.terminated),
             labels=counts(s, T.label),
             failure_modes={k: v for k, v in counts(s, T.failure_mode).items() if k != "none"},
+            failure_kinds={k: v for k, v in counts(s, T.failure_kind).items() if k != "none"},
             success_rate=outcomes.get("pass", 0) / graded if graded else None,
             latency_p50_ms=_percentile(s, run_id, n, 0.5),
             latency_p95_ms=_percentile(s, run_id, n, 0.95),

@@ -61,6 +61,7 @@ class TrajectoryRow:
     label: Optional[str]
     failure_mode: Optional[str]
     created_at: datetime
+    failure_kind: Optional[str] = None  # the top diagnosis's kind (None: passing or not diagnosed)
 
 
 @dataclass
@@ -111,6 +112,7 @@ class TrajectoryDetail:
     tags: list = field(default_factory=list)
     analyses: list = field(default_factory=list)  # (analyzer, step_idx, analysis id)
     step_ids: list = field(default_factory=list)
+    diagnoses: list = field(default_factory=list)  # evalrx.core.Diagnosis, best first
 
 
 @dataclass
@@ -131,6 +133,7 @@ class RunStats:
     mean_steps: Optional[float]
     tool_calls: dict
     n_parse_errors: int
+    failure_kinds: dict = field(default_factory=dict)  # top diagnosis kind -> trajectories
 
 
 @dataclass

@@ -130,12 +130,13 @@ def save_trajectory(
     *,
     labels: Iterable[dict] = (),
     tags: Iterable[str] = (),
+    diagnoses: Sequence[Any] = (),
 ) -> int:
-    """Insert one trajectory with its steps and tools used; return its id.
+    """Insert one trajectory with its steps, tools used and diagnoses; return its id.
 
     The (run, case) pair is unique: a second insert raises `IntegrityError`, which
     rolls the caller's transaction back. `labels` are label dicts (as exported) to
-    restore, oldest first.
+    restore, oldest first; `diagnoses` are `Diagnosis` objects, best first.
     """
     fields = convert.trajectory_fields(traj)
     # Core inserts: one executemany for the steps (the ORM's bulk insert would split rows
@@ -152,6 +153,10 @@ def save_trajectory(
     tools = convert.tools_used(traj.steps)
     if tools:
         session.execute(insert(t.TrajectoryTool.__table__), [{"trajectory_id": tid, "tool": n} for n in tools])
+    if diagnoses:
+        from evalrx.store.diagnoses import save_diagnoses
+
+        save_diagnoses(session, tid, diagnoses)
     if labels:
         from evalrx.store.labels import restore_labels
 

@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `db/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0003"
+SCHEMA_VERSION = "0004"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -212,10 +212,13 @@ class Trajectory(Base):
     label: Mapped[Optional[str]] = mapped_column(String(16))
     failure_mode: Mapped[Optional[str]] = mapped_column(String(100))
     labelled_at: Mapped[Optional[datetime]]
+    # The top diagnosis's failure kind, copied from `diagnoses` so the list filters and counts by it.
+    failure_kind: Mapped[Optional[str]] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
         UniqueConstraint("run_id", "case_id"),
+        Index(None, "run_id", "failure_kind"),
         Index(None, "run_id", "id"),
         Index(None, "run_id", "sample_id"),
         Index(None, "run_id", "outcome"),
@@ -384,6 +387,39 @@ class LabelRow(Base):
             postgresql_where=text("is_current AND step_idx IS NOT NULL"),
         ),
     )
+
+
+class DiagnosisRow(Base):
+    """One ranked diagnosis of a trajectory (rank 0 is the one shown and indexed on `trajectories`)."""
+
+    __tablename__ = "diagnoses"
+
+    trajectory_id: Mapped[int] = mapped_column(
+        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
+    )
+    rank: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[Optional[str]] = mapped_column(String(100))
+    first_wrong_step: Mapped[Optional[int]]
+    evidence: Mapped[dict] = mapped_column(default=dict)
+    confidence: Mapped[float] = mapped_column(Float, default=0.0)
+    source: Mapped[str] = mapped_column(String(16))
+    version: Mapped[int] = mapped_column(default=1)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index(None, "kind"),)
+
+
+class FailureKindRow(Base):
+    """The failure taxonomy: built-in kinds and users' own, with the label form's key for each."""
+
+    __tablename__ = "failure_kinds"
+
+    key: Mapped[str] = mapped_column(String(100), primary_key=True)
+    definition: Mapped[str] = mapped_column(Text, default="")
+    hotkey: Mapped[Optional[str]] = mapped_column(String(1), unique=True)
+    builtin: Mapped[bool] = mapped_column(Boolean, default=False)
+    position: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class Tag(Base):

@@ -1,7 +1,7 @@
 """Analyzers wired into the worker, on SQLite with the bundled demo model (evalrx-tiny).
 
 A real run with analyzers stores compact results per trajectory and the facts the
-Trajectories page filters on (heuristic tags, smallest tool margin); analysis requests
+Trajectories page filters on (failure kind, smallest tool margin); analysis requests
 for stored trajectories (including an API model's, replayed on the demo model) are
 served by an idle worker and report their status.
 """
@@ -42,10 +42,14 @@ def demo_store(tmp_path_factory):
     S.forget(url)
 
 
-def test_a_run_with_analyzers_stores_compact_results_and_default_heuristics(demo_store):
+def test_a_run_with_analyzers_stores_compact_results_and_a_diagnosis(demo_store):
     store, run_id, tid = demo_store
     got = {a["analyzer"]: a for a in S.load_analyses(tid, store=store)}
-    assert set(got) == {"logit_lens", "tool_decision", "attention", "heuristics"}  # heuristics by default
+    assert set(got) == {"logit_lens", "tool_decision", "attention"}
+    top = S.get_diagnoses(tid, store=store)[0]
+    # The model copies the home city wrongly from the lookup's observation into its answer.
+    assert (top.kind, top.source) == ("misread_observation", "reference") and top.first_wrong_step == 3
+    assert S.list_trajectories(run_id=run_id, store=store).rows[0].failure_kind == "misread_observation"
     assert not any(a["meta"].get("error") for a in got.values())
     lens = got["logit_lens"]["arrays"]
     layers, positions, k = lens["topk_ids"].shape
@@ -96,8 +100,8 @@ def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_
 
         case_id = s.execute(select(t.RunCase.case_id).where(t.RunCase.run_id == run_id)).scalar_one()
         tid = save_trajectory(s, run_id, case_id, _repeating_trajectory())
-    assert S.list_trajectories(heuristic="repeated_call", store=store).rows == []
-    ok = A.request_analysis(tid, ["logit_lens", "tool_decision", "heuristics"], store=store)
+    assert S.list_trajectories(failure_kind="repeated_calls", store=store).rows == []  # not diagnosed yet
+    ok = A.request_analysis(tid, ["logit_lens", "tool_decision"], store=store)
     bad = A.request_analysis(tid, ["nope"], store=store)
     assert A.get_request(ok, store=store)["status"] == "queued"
     assert _worker(store).run() == 0  # no run jobs: the idle worker serves the requests
@@ -109,12 +113,13 @@ def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_
     assert got["logit_lens"]["meta"]["scored_on"] == A.DEFAULT_REPLAY_MODEL
     assert got["logit_lens"]["meta"]["source_model"] == "gpt-4o-mini on api"
     assert got["logit_lens"]["arrays"]["topk_ids"].shape[0] == 5
-    assert [r.id for r in S.list_trajectories(heuristic="repeated_call", store=store).rows] == [tid]
-    assert "repeated_call" in A.heuristic_tags(store=store)
+    # The finished request diagnoses the trajectory again: the repeated call, at its second call.
+    assert [r.id for r in S.list_trajectories(failure_kind="repeated_calls", store=store).rows] == [tid]
+    assert S.get_diagnoses(tid, store=store)[0].first_wrong_step == 3
     # A second request replaces the results instead of piling them up.
-    A.request_analysis(tid, ["heuristics"], store=store)
+    A.request_analysis(tid, ["tool_decision"], store=store)
     _worker(store).run()
-    assert [a["analyzer"] for a in S.load_analyses(tid, store=store)].count("heuristics") == 1
+    assert [a["analyzer"] for a in S.load_analyses(tid, store=store)].count("tool_decision") == 1
 
 
 def test_request_for_a_missing_trajectory_is_refused(demo_store):
@@ -123,9 +128,3 @@ def test_request_for_a_missing_trajectory_is_refused(demo_store):
         A.request_analysis(999999, store=store)
     with pytest.raises(ValueError, match="at least one analyzer"):
         A.request_analysis(1, [], store=store)
-
-
-def test_the_filter_offers_every_heuristic_tag():
-    from evalrx.analyzers.heuristics import TAGS
-
-    assert A.FAILURE_SIGNS == TAGS

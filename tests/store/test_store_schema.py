@@ -134,8 +134,11 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
     S.forget(store_url)
     store = S.connect(store_url, check=False)
     with store.write() as s:  # back to an empty 0001 store (the fixture upgraded to head)
-        for table in ("trajectory_fts", "trajectory_texts", "analysis_requests", "trajectory_scores"):  # 0002, 0003
+        for table in ("trajectory_fts", "trajectory_texts", "analysis_requests", "trajectory_scores",  # 0002, 0003
+                      "diagnoses", "failure_kinds"):  # 0004
             s.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        s.execute(text("DROP INDEX IF EXISTS ix_trajectories_run_id_failure_kind"))
+        s.execute(text("ALTER TABLE trajectories DROP COLUMN failure_kind"))
         s.execute(text("ALTER TABLE trajectories ADD COLUMN search_text TEXT NOT NULL DEFAULT ''"))
         s.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with store.write() as s:
@@ -152,14 +155,27 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
         for i in range(2):
             s.execute(text("INSERT INTO steps (trajectory_id, idx, role, content, tool_calls, span) "
                            "VALUES (1, :i, 'user', 'x', '[]', '{}')"), {"i": i})
-        s.execute(text("INSERT INTO labels (trajectory_id, outcome, created_at, is_current) "
-                       "VALUES (1, 'fail', '2024-01-01 00:00:00', :c)"), {"c": True})
+        # Labels of the old taxonomy: a key that has a current name, and one that has none.
+        s.execute(text("INSERT INTO labels (trajectory_id, outcome, failure_mode, created_at, is_current) "
+                       "VALUES (1, 'fail', 'hallucinated', '2023-01-01 00:00:00', :c)"), {"c": False})
+        s.execute(text("INSERT INTO labels (trajectory_id, outcome, failure_mode, created_at, is_current) "
+                       "VALUES (1, 'fail', 'looping', '2024-01-01 00:00:00', :c)"), {"c": True})
+        s.execute(text("UPDATE trajectories SET label = 'fail', failure_mode = 'looping' WHERE id = 1"))
     assert S.upgrade(store_url) == schema.SCHEMA_VERSION
     S.forget(store_url)
     store = S.connect(store_url)
     with store.read() as s:
         assert s.execute(text("SELECT count(*) FROM steps")).scalar() == 2
-        assert s.execute(text("SELECT count(*) FROM labels")).scalar() == 1
+        assert s.execute(text("SELECT count(*) FROM labels")).scalar() == 2
+        modes = s.execute(text("SELECT failure_mode FROM labels ORDER BY created_at")).scalars().all()
+        assert modes == ["hallucinated", "repeated_calls"]  # old key mapped; one with no new name kept
         assert s.execute(text("SELECT search_text FROM trajectory_texts")).scalar() == "find the river\nthe nile"
     assert [r.id for r in S.list_trajectories(store=store, text="THE NILE").rows] == [1]
     assert S.get_trajectory(1, store=store).trajectory.goal == "Find the river"
+    assert S.list_trajectories(store=store, failure_mode="repeated_calls").rows[0].id == 1
+    kinds = {k.key: k for k in S.list_kinds(store=store)}
+    from evalrx.core.failures import FAILURE_KINDS
+
+    assert [k.key for k in S.list_kinds(store=store) if k.builtin] == list(FAILURE_KINDS)
+    assert kinds["hallucinated"].builtin is False  # the old taxonomy's own key became a custom kind
+    assert sorted(k.hotkey for k in kinds.values() if k.hotkey) == list("123456789")

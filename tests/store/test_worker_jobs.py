@@ -43,7 +43,7 @@ def calls(monkeypatch):
 
 def test_a_run_goes_from_queue_to_graded_trajectories(store_url, calls):
     store = S.connect(store_url)
-    run_id = enqueue_run(scripted_config(analyzers=["heuristics"]), cases(6), name="six", store=store)
+    run_id = enqueue_run(scripted_config(), cases(6), name="six", store=store)
     info = S.get_run(run_id, store=store)
     assert info.status == "queued" and info.job_status == "queued" and info.n_cases == 6
     assert _worker(store).run() == 1
@@ -57,9 +57,23 @@ def test_a_run_goes_from_queue_to_graded_trajectories(store_url, calls):
     detail = S.get_trajectory(rows[2].id, store=store)
     assert [s.role.value for s in detail.trajectory.steps] == ["user", "actor", "tool", "actor"]
     assert detail.trajectory.final_answer == "The answer is 14." and rows[2].outcome == "pass"
-    assert detail.analyses and detail.analyses[0][0] == "heuristics"
+    assert detail.diagnoses == [] and rows[2].failure_kind is None  # a pass has no diagnosis
     assert integrity_report(store) == dict.fromkeys(integrity_report(store), 0)
     assert S.alive_workers(store=store) == []  # a stopped worker is not alive
+
+
+def test_the_model_load_time_is_recorded_on_the_run_not_in_a_step(sqlite_url, calls):
+    from evalrx.config import ModelConfig, RunConfig
+
+    store = S.connect(sqlite_url)
+    run_id = enqueue_run(RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator"], max_turns=1),
+                         cases(1), runtime={"max_new_tokens": 8}, store=store)
+    assert _worker(store).run() == 1
+    with store.read() as s:
+        meta = s.get(t.Run, run_id).meta
+    assert meta["model_load_ms"] == calls[0].load_ms > 0
+    row = S.list_trajectories(run_id=run_id, store=store).rows[0]
+    assert "model_load_ms" not in S.get_trajectory(row.id, store=store).trajectory.metrics
 
 
 def test_claims_are_in_order_and_exclusive(store_url):
@@ -215,10 +229,23 @@ def test_a_failing_case_is_recorded_and_the_job_goes_on(store_url):
     run_id = enqueue_run(scripted_config(), cases(6), store=store, runtime={"extra": {"fail_every": 3}})
     _worker(store).run()
     info = S.get_run(run_id, store=store)
-    assert info.status == "done" and info.n_done == 6 and info.n_error == 2 and info.n_fail == 2
+    # An errored case is counted apart from failures: the harness failed, not the model.
+    assert info.status == "done" and info.n_done == 6 and info.n_error == 2 and info.n_fail == 0
     (row,) = S.list_trajectories(run_id=run_id, terminated="error", store=store, limit=1).rows
+    assert (row.outcome, row.failure_kind) == ("error", "infra_error")
     detail = S.get_trajectory(row.id, store=store)
     assert "scripted failure" in detail.trajectory.metrics["error"]
+    assert "scripted failure" in detail.diagnoses[0].evidence["text"]
+
+
+def test_a_run_whose_every_case_errored_ends_failed(store_url):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config(), cases(3), store=store, runtime={"extra": {"fail_every": 1}})
+    _worker(store).run()
+    info = S.get_run(run_id, store=store)
+    assert (info.status, info.n_done, info.n_error, info.n_fail) == ("failed", 3, 3, 0)
+    assert "all 3 cases errored" in info.error
+    assert S.run_stats(run_id, store=store).success_rate is None  # nothing was graded
 
 
 def test_analysis_hooks_store_arrays_and_failures_do_not_fail_the_case(store_url):

@@ -184,7 +184,7 @@ def test_attention_analyzer_runs_eager_only_for_its_own_pass():
 
 
 def test_registry_lists_builtins_builds_by_name_and_rejects_duplicates():
-    assert {"logit_lens", "tool_decision", "attention", "token_uncertainty", "replay", "heuristics"} <= set(ANALYZERS)
+    assert {"logit_lens", "tool_decision", "attention", "token_uncertainty", "replay"} <= set(ANALYZERS)
     lens = get_analyzer("logit_lens", top_k=3)
     assert isinstance(lens, LogitLensAnalyzer) and lens.top_k == 3
     with pytest.raises(ValueError, match="Known analyzers: .*logit_lens"):

@@ -1,0 +1,93 @@
+"""Diagnoses and the failure taxonomy in the store; old failure-mode keys mapped to the one vocabulary.
+
+`diagnoses` keeps each trajectory's ranked diagnoses (kind, first wrong step, evidence,
+confidence, source); `trajectories.failure_kind` copies the top one's kind for the list's
+filter and the dashboard's counts. `failure_kinds` is the taxonomy every app process shares
+(built-in kinds seeded here, users' own added later, one key binding each). Labels written
+with older keys (`looping`, `wrong_answer`, ...) are rewritten to the current ones; any other
+key a label used becomes a custom kind, so no label loses its meaning. The `heuristic:*` tags
+of the removed heuristics analyzer are dropped (diagnoses replace them).
+
+Revision ID: 0004
+Revises: 0003
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+from evalrx.core.failures import BUILTIN_KINDS, DEFAULT_HOTKEYS, LEGACY_KINDS
+
+revision = '0004'
+down_revision = '0003'
+branch_labels = None
+depends_on = None
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql')
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('trajectories', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('failure_kind', sa.String(length=100), nullable=True))
+        batch_op.create_index(batch_op.f('ix_trajectories_run_id_failure_kind'), ['run_id', 'failure_kind'], unique=False)
+
+    op.create_table('diagnoses',
+    sa.Column('trajectory_id', sa.Integer(), nullable=False),
+    sa.Column('rank', sa.Integer(), nullable=False),
+    sa.Column('kind', sa.String(length=100), nullable=True),
+    sa.Column('first_wrong_step', sa.Integer(), nullable=True),
+    sa.Column('evidence', JSON, nullable=False),
+    sa.Column('confidence', sa.Float(), nullable=False),
+    sa.Column('source', sa.String(length=16), nullable=False),
+    sa.Column('version', sa.Integer(), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.ForeignKeyConstraint(['trajectory_id'], ['trajectories.id'], name=op.f('fk_diagnoses_trajectory_id_trajectories'), ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('trajectory_id', 'rank', name=op.f('pk_diagnoses'))
+    )
+    with op.batch_alter_table('diagnoses', schema=None) as batch_op:
+        batch_op.create_index(batch_op.f('ix_diagnoses_kind'), ['kind'], unique=False)
+
+    kinds = op.create_table('failure_kinds',
+    sa.Column('key', sa.String(length=100), nullable=False),
+    sa.Column('definition', sa.Text(), nullable=False),
+    sa.Column('hotkey', sa.String(length=1), nullable=True),
+    sa.Column('builtin', sa.Boolean(), nullable=False),
+    sa.Column('position', sa.Integer(), nullable=False),
+    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
+    sa.PrimaryKeyConstraint('key', name=op.f('pk_failure_kinds')),
+    sa.UniqueConstraint('hotkey', name=op.f('uq_failure_kinds_hotkey'))
+    )
+    bind = op.get_bind()
+    now = datetime.now(timezone.utc)
+    if bind.dialect.name == "sqlite":  # naive UTC text, as the store writes there
+        now = now.replace(tzinfo=None)
+    rows = [{"key": k.key, "definition": k.definition, "hotkey": DEFAULT_HOTKEYS.get(k.key), "builtin": True,
+             "position": i} for i, k in enumerate(BUILTIN_KINDS)]
+
+    labels = sa.table('labels', sa.column('failure_mode', sa.String))
+    trajectories = sa.table('trajectories', sa.column('failure_mode', sa.String))
+    for old, new in LEGACY_KINDS.items():
+        for table in (labels, trajectories):
+            bind.execute(table.update().where(table.c.failure_mode == old).values(failure_mode=new))
+    builtin = {k.key for k in BUILTIN_KINDS}
+    used = bind.execute(sa.select(labels.c.failure_mode).where(labels.c.failure_mode.is_not(None)).distinct()).scalars()
+    for key in sorted({u for u in used if u not in builtin}):
+        rows.append({"key": key[:100], "definition": "", "hotkey": None, "builtin": False, "position": len(rows)})
+    bind.execute(kinds.insert(), [dict(r, created_at=now) for r in rows])
+
+    bind.execute(sa.text("DELETE FROM trajectory_tags WHERE tag_id IN (SELECT id FROM tags WHERE name LIKE 'heuristic:%')"))
+    bind.execute(sa.text("DELETE FROM tags WHERE name LIKE 'heuristic:%'"))
+
+
+def downgrade() -> None:
+    op.drop_table('failure_kinds')
+    with op.batch_alter_table('diagnoses', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_diagnoses_kind'))
+    op.drop_table('diagnoses')
+    with op.batch_alter_table('trajectories', schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f('ix_trajectories_run_id_failure_kind'))
+        batch_op.drop_column('failure_kind')

@@ -1,0 +1,63 @@
+"""Recompute stored diagnoses (after an analysis adds white-box evidence, or for trajectories stored
+before diagnoses existed): `evalrx diagnose` and the Trajectory page's "Diagnose again"."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from sqlalchemy import select
+
+from evalrx.core.case import FailureCase, Inputs
+from evalrx.store import schema as t
+from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses
+
+
+def rediagnose(
+    trajectory_ids: Optional[Sequence[int]] = None,
+    *,
+    run_id: Optional[int] = None,
+    store: "Store | str | None" = None,
+) -> int:
+    """Diagnose stored trajectories again and replace their diagnoses; returns how many were written.
+
+    Args:
+        trajectory_ids: these trajectories; None: every trajectory of `run_id` (or of the store).
+        run_id: limit to one run.
+        store: the store (default when None).
+    """
+    from evalrx.diagnosis import DIAGNOSIS_VERSION, diagnose
+    from evalrx.tools import TOOLS, get_tools
+
+    st = resolve(store)
+    if trajectory_ids is None:
+        with st.read() as s:
+            q = select(t.Trajectory.id).order_by(t.Trajectory.id)
+            if run_id is not None:
+                q = q.where(t.Trajectory.run_id == run_id)
+            trajectory_ids = list(s.execute(q).scalars())
+    configs: dict = {}
+    n = 0
+    for tid in trajectory_ids:
+        detail = get_trajectory(tid, store=st)
+        if detail is None:
+            continue
+        rid = detail.row.run_id
+        if rid not in configs:
+            with st.read() as s:
+                configs[rid] = dict(s.get(t.Run, rid).config or {})
+        names = [n_ for n_ in configs[rid].get("tools") or [] if n_ in TOOLS]
+        c = detail.case
+        case = FailureCase(inputs=Inputs(prompt=c.get("prompt") or ""), id=c.get("id") or "",
+                           expected=c.get("expected"), grader=c.get("grader"), meta=c.get("meta") or {})
+        analyses: dict = {}
+        for rec in load_analyses(tid, store=st):  # oldest first: the newest result per analyzer wins
+            analyses[rec["analyzer"]] = rec
+        found = diagnose(detail.trajectory, case=case, tools=get_tools(names, case) if names else None,
+                         analyses=analyses)
+        with st.write() as s:
+            save_diagnoses(s, tid, found, version=DIAGNOSIS_VERSION)
+        n += 1
+    return n
+
+
+__all__ = ["rediagnose"]
