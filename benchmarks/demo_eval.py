@@ -2,8 +2,9 @@
 
 Runs the real stack (`evalrx.load("evalrx-tiny")` on hf_local, `run_batch` with the Agent and
 the Qwen codec, tools `calculator` and `lookup`), grades every trajectory, classifies each
-failure by comparing the run with the case's reference calls, and records solve rates per task
-type, suite and failure kind, plus cases per second, to `benchmarks/results/demo_eval.json`.
+failure with the library's reference source (`evalrx.diagnosis.from_reference`: the case's
+reference calls and expected answer), and records solve rates per task type, suite and failure
+kind, plus cases per second, to `benchmarks/results/demo_eval.json`.
 
 Usage:
     .venv/bin/python benchmarks/demo_eval.py [--suite demo] [--max-turns 4] [--limit N]
@@ -22,88 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalrx.core.case import FailureCase, Label, StepRole, Trajectory
-from evalrx.grade import extract_numbers, grade_trajectory
+from evalrx.core.case import FailureCase, Label, Trajectory
+from evalrx.grade import grade_trajectory
 from evalrx.suites import load_cases
 from evalrx.tools import get_tools
 
 RESULTS = Path(__file__).with_name("results") / "demo_eval.json"
 
-FAILURE_KINDS = (
-    "error",
-    "malformed_call",
-    "no_tool_call",
-    "wrong_tool",
-    "wrong_arguments",
-    "repeated_calls",
-    "missing_call",
-    "ran_out_of_turns",
-    "misread_observation",
-    "wrong_final_answer",
-)
-
-
-def _observe(name: str, args: dict, tools: dict) -> str:
-    tool = tools.get(name)
-    if tool is None:
-        return f"unknown tool {name}"
-    try:
-        return str(tool.fn(**(args or {})))
-    except TypeError as exc:
-        return f"bad arguments: {exc}"
-
-
-def _same_observation(a: str, b: str) -> bool:
-    # Two lookups that both find nothing are equally right, whatever words they used.
-    if a.startswith("no results") and b.startswith("no results"):
-        return True
-    return a == b
-
-
 def classify_failure(traj: Trajectory, case: FailureCase, tools: dict) -> str:
-    """Name the first thing that went wrong in a failed run (see FAILURE_KINDS).
+    """The failure kind the library's reference source gives a failed run (see `evalrx.core.failures`)."""
+    from evalrx.diagnosis import from_reference
 
-    Calls are judged by what they return: a call is right when its observation equals the one the
-    reference call gets (so `582 + 347` is as good as `347 + 582`).
-    """
-    if traj.terminated == "error":
-        return "error"
-    actor = [s for s in traj.steps if s.role is StepRole.ACTOR]
-    if any(s.parse_error for s in actor):
-        return "malformed_call"
-    calls = [c for s in actor for c in s.tool_calls]
-    reference = case.meta.get("reference_calls") or []
-    ref_obs = [(r["name"], _observe(r["name"], r["arguments"], tools)) for r in reference]
-    if reference and not calls:
-        return "no_tool_call"
-    if not reference and calls:
-        return "wrong_tool"  # a tool where none was needed
-    sigs = [json.dumps([c["name"], c.get("args")], sort_keys=True) for c in calls]
-    if any(a == b for a, b in zip(sigs, sigs[1:])):
-        return "repeated_calls"
-    for i, call in enumerate(calls[: len(reference)]):
-        obs = _observe(call["name"], call.get("args") or {}, tools)
-        if call["name"] != reference[i]["name"] and not any(n == call["name"] for n, _ in ref_obs):
-            return "wrong_tool"
-        if not any(n == call["name"] and _same_observation(obs, o) for n, o in ref_obs):
-            if call["name"] != reference[i]["name"]:
-                return "wrong_tool"
-            return "wrong_arguments"
-    if traj.final_answer is None:
-        return "ran_out_of_turns"
-    if len(calls) < len(reference):
-        return "missing_call"
-    if len(calls) > len(reference):
-        return "repeated_calls" if len(set(sigs)) < len(sigs) else "wrong_tool"
-    if reference:
-        last = ref_obs[-1][1]
-        numbers = extract_numbers(last)
-        answer = traj.final_answer or ""
-        if numbers and not any(abs(x - numbers[-1]) < 1e-6 for x in extract_numbers(answer)):
-            return "misread_observation"
-        if not numbers and last.split()[-1].strip(".'").lower() not in answer.lower():
-            return "misread_observation"
-    return "wrong_final_answer"
+    found = from_reference(traj, case, tools)
+    return found.kind if found is not None else "wrong_final_answer"
 
 
 def _rate(solved: int, n: int) -> float:

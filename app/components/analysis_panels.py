@@ -1,25 +1,29 @@
 """White-box analysis panels of the Trajectory page, read from the store with numpy only.
 
 Per model turn: a logit-lens heatmap (layers by decision tokens, coloured by the
-probability of the finally chosen token, top-k tokens on hover), the tool-decision panel
-(each available tool's probability by layer and the chosen one's margin), attention mass
-by conversation segment, and the generated tokens shaded by uncertainty. Plus heuristic
-tags and a "Request analysis" button whose request a worker runs (status shown live).
+probability of the finally chosen token, its top alternative and the top-k on hover), the
+tool-decision panel (each candidate's probability by layer, the chosen one against its
+strongest alternative), attention mass by conversation segment, and the generated tokens
+shaded by uncertainty, each with a line on how to read it. Plus a
+"Request analysis" button whose request a worker runs (status shown live).
 
 Never imports `evalrx.analyzers` (the app process stays free of torch): the stored arrays
 are interpreted here. Model text is untrusted: charts get it as data (Vega escapes it),
-and the only HTML built here comes from `html.escape`d token strings.
+captions get it `md_escape`d, and the only HTML built here comes from `html.escape`d token
+strings.
 """
 
 from __future__ import annotations
 
 import html
+from collections import Counter
 from typing import Any, Optional
 
 import altair as alt
 import numpy as np
 import streamlit as st
 
+from components.safe import md_escape
 from evalrx.store import analyses as A
 from evalrx.store.runs import load_analyses
 
@@ -43,11 +47,30 @@ def _visible(piece: str) -> str:
     return piece.replace("\n", "↵").replace("\t", "⇥").replace(" ", "·") or "∅"
 
 
+# ---------------------------------------------------------------- chart sizing
+
+# Heatmap rows (one per layer): a readable band each, whatever the model's depth.
+ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 18, 150, 900
+# Streamlit's default autosize "fit" squeezes axis labels into the given height, which left
+# the plot one pixel tall; fit-x keeps the container width and adds labels below the plot.
+FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
+TICK_CHARS = 8  # a decision token's text on the axis; the full label is in the tooltip
+
+
+def heatmap_height(n_layers: int) -> int:
+    """Plot height in pixels for a heatmap with one row per layer."""
+    return max(MIN_PLOT_PX, min(MAX_PLOT_PX, ROW_PX * n_layers))
+
+
+def _tick(text: str, n: int = TICK_CHARS) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 # ---------------------------------------------------------------- lens
 
 
 def lens_rows(rec: dict, step: int) -> list[dict]:
-    """Heatmap cells of one turn: layer, decision token, probability of the chosen token, top-k text."""
+    """Heatmap cells of one turn: per layer and decision token, p(chosen) and the top alternative."""
     a, meta = rec["arrays"], rec["meta"]
     if "label_step" not in a or "topk_ids" not in a:
         return []
@@ -57,51 +80,93 @@ def lens_rows(rec: dict, step: int) -> list[dict]:
     n_layers = a["topk_ids"].shape[0]
     for order, p in enumerate(cols):
         kind = kinds[int(a["label_kind"][p])] if int(a["label_kind"][p]) < len(kinds) else "?"
-        target = _piece(vocab, a["target_ids"][p])
-        label = f"{order:02d} {_visible(target)} ({kind})"
+        target_id = int(a["target_ids"][p])
+        chosen = _visible(_piece(vocab, target_id))
         for layer in range(n_layers):
-            top = [f"{_visible(_piece(vocab, i))} {np.exp(lp):.2f}"
-                   for i, lp in zip(a["topk_ids"][layer, p][:5], a["topk_logprobs"][layer, p][:5])]
+            ids, lps = a["topk_ids"][layer, p], a["topk_logprobs"][layer, p]
+            alt_id, alt_lp = _top_alternative(ids, lps, target_id)
+            top = [f"{_visible(_piece(vocab, i))} {np.exp(lp):.2f}" for i, lp in zip(ids[:5], lps[:5])]
             rows.append({
-                "layer": layer, "token": label, "order": order, "chosen": _visible(target), "kind": kind,
+                "layer": layer, "order": order, "kind": kind, "chosen": chosen,
+                "token": f"{order:02d} {_tick(chosen)}", "label": f"{order:02d} {chosen} ({kind})",
                 "p_chosen": float(np.exp(a["target_logprob"][layer, p])),
-                "rank": int(a["target_rank"][layer, p]), "top": " | ".join(top),
+                "rank": int(a["target_rank"][layer, p]),
+                "alternative": _visible(_piece(vocab, alt_id)) if alt_id is not None else "(none in top-k)",
+                "p_alternative": float(np.exp(alt_lp)) if alt_id is not None else None,
+                "top": " | ".join(top),
             })
     return rows
 
 
+def _top_alternative(ids: np.ndarray, logprobs: np.ndarray, chosen_id: int) -> tuple[Optional[int], float]:
+    """The most probable top-k token that is not the chosen one, with its log-prob."""
+    for i, lp in zip(ids, logprobs):
+        if int(i) != chosen_id:
+            return int(i), float(lp)
+    return None, float("nan")
+
+
 def lens_chart(rows: list[dict]) -> alt.Chart:
-    order = sorted({r["token"] for r in rows}, key=lambda s: s[:2])
+    order = [t for _, t in sorted({(r["order"], r["token"]) for r in rows})]
+    n_layers = 1 + max(r["layer"] for r in rows)
     return alt.Chart(alt.Data(values=rows)).mark_rect().encode(
-        x=alt.X("token:N", sort=order, title="decision token (chosen)", axis=alt.Axis(labelAngle=-45)),
+        x=alt.X("token:N", sort=order, title="decision token (chosen)",
+                axis=alt.Axis(labelAngle=-45, labelLimit=90, labelOverlap=False)),
         y=alt.Y("layer:O", sort="descending", title="layer (0 = embeddings)"),
         color=alt.Color("p_chosen:Q", scale=alt.Scale(domain=[0, 1], scheme="viridis"), title="p(chosen)"),
-        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("chosen:N"), alt.Tooltip("kind:N"),
-                 alt.Tooltip("p_chosen:Q", format=".3f"), alt.Tooltip("rank:Q"), alt.Tooltip("top:N", title="top-5")],
-    ).properties(height=max(120, 26 * (1 + max(r["layer"] for r in rows))))
+        tooltip=[alt.Tooltip("label:N", title="token"), alt.Tooltip("layer:O"), alt.Tooltip("chosen:N"),
+                 alt.Tooltip("p_chosen:Q", format=".3f", title="p(chosen)"), alt.Tooltip("rank:Q"),
+                 alt.Tooltip("alternative:N", title="top alternative"),
+                 alt.Tooltip("p_alternative:Q", format=".3f", title="p(alternative)"),
+                 alt.Tooltip("top:N", title="top-5")],
+    ).properties(height=heatmap_height(n_layers), autosize=FIT_WIDTH)
 
 
 # ---------------------------------------------------------------- tool decision
 
+# evalrx.analyzers.tool_decision.RUNNER_UP, restated: this module stays off the analyzers (see above).
+RUNNER_UP = "(best other token)"
+
 
 def decision_rows(rec: dict, step: int) -> list[dict]:
-    """One row per (decision, layer, candidate) of a turn, with probabilities."""
+    """One row per (decision, layer, candidate) of a turn, with the layer's strongest alternative."""
     a, meta = rec["arrays"], rec["meta"]
+    vocab = meta.get("vocab") or {}
     rows = []
     for d_i, d in enumerate(meta.get("decisions") or []):
         if d.get("step") != step:
             continue
-        cands = d.get("candidates") or []
+        cands = (d.get("candidates") or [])[: a["cand_logprob"][d_i].shape[1]]
         lp = a["cand_logprob"][d_i]  # [layers, candidates]
         for layer in range(lp.shape[0]):
-            for c_i, cand in enumerate(cands[:lp.shape[1]]):
+            runner_up = a["runner_up_id"][d_i, layer] if "runner_up_id" in a else None
+            alt_name, p_alt = _strongest_alternative(cands, lp[layer], runner_up, vocab)
+            margin = float(a["margin"][d_i, layer])
+            for c_i, cand in enumerate(cands):
                 v = float(lp[layer, c_i])
                 if np.isnan(v):
                     continue
+                is_chosen = cand == d.get("chosen")
+                # "chosen: " leads so that the legend's label cut keeps it.
                 rows.append({"decision": d_i, "what": _decision_title(d), "layer": layer, "candidate": cand,
-                             "chosen": cand == d.get("chosen"), "p": float(np.exp(v)),
-                             "margin": float(a["margin"][d_i, layer])})
+                             "series": f"chosen: {cand}" if is_chosen else cand,
+                             "chosen": is_chosen, "chosen_name": str(d.get("chosen", "")), "p": float(np.exp(v)),
+                             "alternative": alt_name, "p_alternative": p_alt,
+                             "margin": margin if np.isfinite(margin) else None})
     return rows
+
+
+def _strongest_alternative(
+    cands: list, logprobs: np.ndarray, runner_up: Any, vocab: dict
+) -> tuple[str, Optional[float]]:
+    """The most probable candidate other than the chosen one (index 0) at one layer, named."""
+    scores = [(float(v), c) for v, c in zip(logprobs[1:], cands[1:]) if not np.isnan(v)]
+    if not scores:
+        return "", None
+    lp, name = max(scores, key=lambda s: s[0])
+    if name == RUNNER_UP and runner_up is not None:  # an argument without an enum: name the token itself
+        name = _visible(_piece(vocab, runner_up))
+    return str(name), float(np.exp(lp))
 
 
 def _decision_title(d: dict) -> str:
@@ -110,14 +175,31 @@ def _decision_title(d: dict) -> str:
     return f"argument {d.get('arg', '')} (call {d.get('call', 0)})"
 
 
+def decision_summary(rows: list[dict]) -> str:
+    """One Markdown line for one decision's rows: the chosen value against its strongest alternative at the output."""
+    last = max(r["layer"] for r in rows)
+    row = next(r for r in rows if r["layer"] == last)
+    chosen_p = next((r["p"] for r in rows if r["layer"] == last and r["chosen"]), None)
+    head = f"{md_escape(row['what'])}: chosen “{md_escape(row['chosen_name'])}”"
+    if not row["alternative"]:
+        return head + ", no alternative scored"
+    odds = f" (p {chosen_p:.2f} vs {row['p_alternative']:.2f})" if chosen_p is not None else ""
+    margin = f"margin {row['margin']:.2f} nats" if row["margin"] is not None else "no margin"
+    return f"{head} vs alternative “{md_escape(row['alternative'])}”, {margin} at the output{odds}"
+
+
 def decision_chart(rows: list[dict]) -> alt.Chart:
     return alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
         x=alt.X("layer:O", title="layer"),
         y=alt.Y("p:Q", scale=alt.Scale(domain=[0, 1]), title="probability"),
-        color=alt.Color("candidate:N", title="alternative"),
-        strokeDash=alt.StrokeDash("chosen:N", title="chosen"),
+        color=alt.Color("series:N", title="candidate", legend=alt.Legend(labelLimit=240)),
+        strokeDash=alt.StrokeDash("chosen:N", title="chosen", legend=None,
+                                  scale=alt.Scale(domain=[True, False], range=[[1, 0], [4, 3]])),
         tooltip=[alt.Tooltip("candidate:N"), alt.Tooltip("layer:O"), alt.Tooltip("p:Q", format=".3f"),
-                 alt.Tooltip("margin:Q", format=".3f", title="margin of chosen")],
+                 alt.Tooltip("chosen_name:N", title="chosen"),
+                 alt.Tooltip("alternative:N", title="strongest alternative here"),
+                 alt.Tooltip("p_alternative:Q", format=".3f", title="p(alternative)"),
+                 alt.Tooltip("margin:Q", format=".3f", title="margin of chosen (nats)")],
     ).properties(height=180)
 
 
@@ -134,19 +216,33 @@ def attention_rows(rec: dict, step: int) -> list[dict]:
         return []
     mass = a["mass"][sel].mean(axis=0)  # [layers, segments]
     segs = meta.get("segments") or []
-    return [{"layer": layer + 1, "segment": (segs[s].get("label") if s < len(segs) else str(s)),
-             "order": s, "mass": float(mass[layer, s])}
+    names = segment_names([segs[s].get("label") if s < len(segs) else str(s) for s in range(mass.shape[1])])
+    return [{"layer": layer + 1, "segment": names[s], "order": s, "mass": float(mass[layer, s])}
             for layer in range(mass.shape[0]) for s in range(mass.shape[1])]
+
+
+def segment_names(labels: list) -> list[str]:
+    """Column names for the segments, numbered where a label repeats (a nominal axis would merge them)."""
+    labels = [str(label) for label in labels]
+    total, count = Counter(labels), Counter()
+    out = []
+    for label in labels:
+        count[label] += 1
+        out.append(f"{label} #{count[label]}" if total[label] > 1 else label)
+    return out
 
 
 def attention_chart(rows: list[dict]) -> alt.Chart:
     order = [s for _, s in sorted({(r["order"], r["segment"]) for r in rows})]
+    n_layers = max(r["layer"] for r in rows)
+    # Every segment is a column the reader looks for: no label may be dropped for lack of room.
+    axis = alt.Axis(labelAngle=-40, labelOverlap=False, labelLimit=160)
     return alt.Chart(alt.Data(values=rows)).mark_rect().encode(
-        x=alt.X("segment:N", sort=order, title="segment", axis=alt.Axis(labelAngle=-30)),
+        x=alt.X("segment:N", sort=order, title="segment", axis=axis),
         y=alt.Y("layer:O", sort="descending", title="layer"),
         color=alt.Color("mass:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="attention mass"),
         tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("segment:N"), alt.Tooltip("mass:Q", format=".3f")],
-    ).properties(height=max(100, 28 * (1 + max(r["layer"] for r in rows))))
+    ).properties(height=heatmap_height(n_layers), autosize=FIT_WIDTH)
 
 
 # ---------------------------------------------------------------- uncertainty
@@ -171,12 +267,6 @@ def uncertainty_html(rec: dict, step: int) -> Optional[str]:
 
 
 # ---------------------------------------------------------------- page parts
-
-
-def heuristic_tags(records: dict) -> list[dict]:
-    """The findings of the latest heuristics result (tag, failure mode, steps)."""
-    rec = records.get("heuristics")
-    return list((rec or {}).get("meta", {}).get("findings") or []) if rec else []
 
 
 def request_status(trajectory_id: int, *, store: Any) -> None:
@@ -218,12 +308,6 @@ def render_analysis(detail: Any, *, store: Any) -> None:
     st.markdown("#### Analysis")
     request_status(tid, store=store)
     records = _latest(load_analyses(tid, store=store))
-    findings = heuristic_tags(records)
-    if findings:
-        st.markdown("Heuristic tags: " + " ".join(
-            f":orange-badge[{html.escape(str(f.get('tag')))}]" for f in findings))
-    elif "heuristics" in records:
-        st.caption("Heuristics found no failure sign.")
     usable = {k: v for k, v in records.items() if not v["meta"].get("error")}
     for name, rec in records.items():
         if rec["meta"].get("error"):
@@ -241,6 +325,19 @@ def render_analysis(detail: Any, *, store: Any) -> None:
             _turn(usable, idx)
 
 
+# One line under each panel: what a mark is and how to read it.
+HOW_TO_READ = {
+    "logit_lens": "Each cell: the probability the layer's logit lens gives the token the model finally chose "
+                  "(hover for the top alternative); bright at the top only = the decision forms late.",
+    "tool_decision": "Each line: a candidate's probability at each layer's logit lens (solid: the chosen one); "
+                     "the margin is the chosen one's log-prob minus the strongest alternative's, small = a near miss.",
+    "attention": "Each cell: the share of a layer's attention (mean over heads and this turn's decision tokens) "
+                 "that lands on a segment; a row sums to 1, a bright column is what the model was reading.",
+    "token_uncertainty": "Each generated token is shaded by 1 − p of the token emitted (hover: p, entropy, rank); "
+                         "dark runs mark where the model was guessing.",
+}
+
+
 def _turn(records: dict, idx: int) -> None:
     shown = False
     if "logit_lens" in records:
@@ -248,6 +345,7 @@ def _turn(records: dict, idx: int) -> None:
         if rows:
             st.markdown("**Logit lens**: probability of the chosen token at each layer")
             st.altair_chart(lens_chart(rows), width="stretch")
+            st.caption(HOW_TO_READ["logit_lens"])
             shown = True
     if "tool_decision" in records:
         rows = decision_rows(records["tool_decision"], idx)
@@ -255,23 +353,23 @@ def _turn(records: dict, idx: int) -> None:
             st.markdown("**Tool decision**: alternatives by layer")
             for d in sorted({r["decision"] for r in rows}):
                 mine = [r for r in rows if r["decision"] == d]
-                last = max(r["layer"] for r in mine)
-                final = [r for r in mine if r["layer"] == last]
-                chosen = next((r["candidate"] for r in final if r["chosen"]), "?")
-                st.caption(f"{mine[0]['what']}: chose “{chosen}”, margin {final[0]['margin']:.2f} nats at the output")
+                st.caption(decision_summary(mine))
                 st.altair_chart(decision_chart(mine), width="stretch")
+            st.caption(HOW_TO_READ["tool_decision"])
             shown = True
     if "attention" in records:
         rows = attention_rows(records["attention"], idx)
         if rows:
             st.markdown("**Attention by segment** (mean over this turn's decision tokens)")
             st.altair_chart(attention_chart(rows), width="stretch")
+            st.caption(HOW_TO_READ["attention"])
             shown = True
     if "token_uncertainty" in records:
         body = uncertainty_html(records["token_uncertainty"], idx)
         if body:
             st.markdown("**Generated tokens** shaded by uncertainty (darker: less likely)")
             st.html(body)
+            st.caption(HOW_TO_READ["token_uncertainty"])
             shown = True
     if not shown:
         st.caption("No decision points analysed in this turn.")

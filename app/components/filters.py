@@ -1,7 +1,8 @@
 """The trajectory filter as URL query parameters, shared by the list, the Trajectory page
 (previous/next) and the Label queue. Pure Python: testable without Streamlit.
 
-Parameters: run, outcome, label, mode, term, tool, q (free text), heur (a heuristic tag),
+Parameters: run, outcome, label, mode (the label's failure kind), term, tool, q (free text),
+kind (the diagnosed failure kind),
 margin (keep trajectories whose smallest tool-decision margin is below this), sort, asc ("true" for
 ascending; newest/largest first otherwise). The values are the words the widgets show
 (Streamlit writes a bound widget's displayed option into the URL), so links built here
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "heur", "margin", "sort", "asc")
-OUTCOMES = ("pass", "fail", "unknown")
+FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "kind", "margin", "sort", "asc")
+OUTCOMES = ("pass", "fail", "error", "unknown")
 # URL word -> `list_trajectories(label=...)`.
 LABEL_CHOICES = {"unlabelled": "none", "labelled": "any", "pass": "pass", "fail": "fail", "unknown": "unknown"}
 # URL word -> sort column.
@@ -73,7 +74,7 @@ def store_filters(params: Mapping) -> dict:
     if _get(params, "label") in LABEL_CHOICES:
         out["label"] = LABEL_CHOICES[_get(params, "label")]
     for key, arg in (("mode", "failure_mode"), ("term", "terminated"), ("tool", "tool"), ("q", "text"),
-                     ("heur", "heuristic")):
+                     ("kind", "failure_kind")):
         if _get(params, key):
             out[arg] = _get(params, key)
     try:
@@ -119,8 +120,8 @@ def describe(params: Mapping) -> str:
         parts.append(f"graded {f['outcome']}")
     if "label" in f:
         parts.append({"none": "not labelled", "any": "labelled"}.get(f["label"], f"labelled {f['label']}"))
-    for key, name in (("failure_mode", "mode"), ("terminated", "ended"), ("tool", "tool"), ("text", "text"),
-                      ("heuristic", "heuristic")):
+    for key, name in (("failure_mode", "labelled"), ("terminated", "ended"), ("tool", "tool"), ("text", "text"),
+                      ("failure_kind", "diagnosed")):
         if key in f:
             parts.append(f"{name} “{f[key]}”")
     if "max_margin" in f:

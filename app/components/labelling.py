@@ -1,9 +1,10 @@
 """The label form: pass / fail / failure mode / first wrong step / note, from the keyboard.
 
-One keypress saves a verdict: P pass, F fail, U unknown, 1-9 fail with that failure
-mode. W moves the "first wrong step" marker to the next model turn before saving
-(so fail + mode + step is two keys). Every save is a new row in the store's label
-history; nothing is kept only in the browser session.
+One keypress saves a verdict: Enter accepts the diagnosis's proposed kind with its first
+wrong step; P pass, F fail (with the kind chosen in the form), U unknown, 1-9 fail with the
+kind bound to that key. W moves the "first wrong step" marker to the next model turn. `?`
+lists every key. Every save is a new row in the store's label history; nothing is kept only
+in the browser session.
 """
 
 from __future__ import annotations
@@ -47,21 +48,46 @@ def current_label(detail: Any) -> Any:
     return next((l for l in detail.labels if l.step_idx is None), None)
 
 
+SHORTCUTS = (
+    ("Enter", "accept the proposed failure kind with its first wrong step"),
+    ("P", "pass"), ("F", "fail with the kind chosen below"), ("U", "unknown"),
+    ("1–9", "fail with the kind bound to that key"),
+    ("W", "move the first wrong step to the next model turn"),
+    ("J / K", "next / previous trajectory (Trajectory page)"), ("N / B", "skip / back (Label queue)"),
+    ("?", "show or hide this list"),
+)
+
+
+def shortcut_rows() -> list[dict]:
+    """Every key the label form and the pages answer to (what `?` shows)."""
+    return [{"key": k, "does": d} for k, d in SHORTCUTS]
+
+
+def proposal_of(detail: Any) -> Any:
+    """The diagnosis a reviewer is asked to confirm: the top one, unless it is not a model failure."""
+    top = (detail.diagnoses or [None])[0]
+    if top is None or top.kind is None or top.kind == "infra_error":
+        return None
+    return top
+
+
 def label_panel(
     detail: Any,
     *,
     store: Any,
-    taxonomy: list,
+    kinds: list,
     annotator_key: str,
     key: str,
     on_saved: Optional[Callable[[int], None]] = None,
 ) -> None:
     """Render the label form for one trajectory.
 
+    The diagnosis's kind and first wrong step are preselected; Enter accepts both in one key.
+
     Args:
         detail: the `TrajectoryDetail`.
         store: the store.
-        taxonomy: [(failure mode, description)], at most 9 (keys 1-9).
+        kinds: the taxonomy (`evalrx.store.KindInfo` rows); kinds with a hotkey get a number key.
         annotator_key: the session-state key of the annotator name input (read when saving).
         key: widget-key prefix, unique on the page.
         on_saved: called with the trajectory id after a save (the queue moves on).
@@ -70,15 +96,26 @@ def label_panel(
 
     tid = detail.row.id
     cur = current_label(detail)
+    proposal = proposal_of(detail)
     steps = actor_steps(detail.trajectory)
-    fws_key, note_key = f"{key}-fws-{tid}", f"{key}-note-{tid}"
+    names = [k.key for k in kinds]
+    if cur and cur.failure_mode and cur.failure_mode not in names:
+        names.append(cur.failure_mode)
+    fws_key, note_key, kind_key = f"{key}-fws-{tid}", f"{key}-note-{tid}", f"{key}-kind-{tid}"
     if fws_key not in st.session_state:
-        st.session_state[fws_key] = cur.first_wrong_step if cur and cur.first_wrong_step in steps else None
+        if cur and cur.first_wrong_step in steps:
+            st.session_state[fws_key] = cur.first_wrong_step
+        else:
+            st.session_state[fws_key] = proposal.first_wrong_step if proposal else None
+    if kind_key not in st.session_state:
+        st.session_state[kind_key] = (cur.failure_mode if cur and cur.failure_mode else
+                                      proposal.kind if proposal and proposal.kind in names else None)
     if note_key not in st.session_state:
         st.session_state[note_key] = (cur.note if cur else None) or ""
 
-    def save(outcome: str, mode: Optional[str]) -> None:
-        fws = st.session_state.get(fws_key) if outcome == "fail" else None
+    def save(outcome: str, mode: Optional[str], fws: Any = "selected") -> None:
+        if fws == "selected":
+            fws = st.session_state.get(fws_key) if outcome == "fail" else None
         note = (st.session_state.get(note_key) or "").strip() or None
         set_label(tid, outcome, failure_mode=mode, first_wrong_step=fws, note=note,
                   annotator=(st.session_state.get(annotator_key) or "").strip() or None, store=store)
@@ -87,6 +124,9 @@ def label_panel(
         if on_saved:
             on_saved(tid)
 
+    def save_selected_kind() -> None:
+        save("fail", st.session_state.get(kind_key))
+
     def cycle_step() -> None:
         options = [None] + steps
         now = st.session_state.get(fws_key)
@@ -94,18 +134,35 @@ def label_panel(
         st.session_state[fws_key] = options[(pos + 1) % len(options)]
 
     st.markdown(describe_label(cur))
+    if proposal is not None:
+        where = f" at step {proposal.first_wrong_step}" if proposal.first_wrong_step is not None else ""
+        st.button(f"Accept: {md_escape(proposal.kind)}{where}", key=f"{key}-accept", shortcut="Enter", type="primary",
+                  icon=":material/done_all:", on_click=save, args=("fail", proposal.kind, proposal.first_wrong_step),
+                  width="stretch", help="label it a failure of the proposed kind, with its first wrong step")
+    elif detail.row.outcome == "error":
+        st.caption("This case errored (server or harness): not a model failure, so nothing is proposed.")
+    graded_fail = detail.row.outcome == "fail"
     c1, c2, c3 = st.columns(3)
-    c1.button("Pass", key=f"{key}-pass", shortcut="P", type="primary", icon=":material/check:",
+    c1.button("Pass", key=f"{key}-pass", shortcut="P", icon=":material/check:",
+              type="secondary" if graded_fail or proposal is not None else "primary",
               on_click=save, args=("pass", None), width="stretch")
-    c2.button("Fail", key=f"{key}-fail", shortcut="F", icon=":material/close:",
-              on_click=save, args=("fail", None), width="stretch")
+    c2.button("Fail", key=f"{key}-fail", shortcut="F", icon=":material/close:", on_click=save_selected_kind,
+              width="stretch", type="primary" if graded_fail and proposal is None else "secondary",
+              help="fail, with the failure kind chosen below")
     c3.button("Unknown", key=f"{key}-unknown", shortcut="U", on_click=save, args=("unknown", None),
               width="stretch")
-    st.caption("Fail with a failure mode (one key):")
-    grid = st.columns(2)
-    for i, (name, desc) in enumerate(taxonomy[:9], start=1):
-        grid[(i - 1) % 2].button(f"{md_escape(name)}", key=f"{key}-mode-{i}", shortcut=str(i), help=desc or None,
-                                 on_click=save, args=("fail", name), width="stretch")
+    definitions = {k.key: k.definition for k in kinds}
+    st.selectbox("Failure kind", [None] + names, key=kind_key,
+                 format_func=lambda k: "—" if k is None else k,
+                 help="saved with F; the diagnosis's proposal is preselected. "
+                      + " · ".join(f"{k}: {d}" for k, d in definitions.items() if d))
+    bound = [k for k in kinds if k.hotkey]
+    if bound:
+        st.caption("Fail with a kind (one key):")
+        grid = st.columns(2)
+        for i, k in enumerate(sorted(bound, key=lambda k: k.hotkey)):
+            grid[i % 2].button(f"{k.hotkey} · {md_escape(k.key)}", key=f"{key}-mode-{k.hotkey}", shortcut=k.hotkey,
+                               help=k.definition or None, on_click=save, args=("fail", k.key), width="stretch")
     s1, s2 = st.columns([3, 2], vertical_alignment="bottom")
     s1.selectbox(
         "First wrong step", [None] + steps, key=fws_key,
@@ -114,6 +171,28 @@ def label_panel(
     )
     s2.button("Next step", key=f"{key}-cycle", shortcut="W", on_click=cycle_step, width="stretch")
     st.text_input("Note", key=note_key, placeholder="optional; saved with the next verdict")
+    shortcuts_help(key)
+
+
+def shortcuts_help(key: str) -> None:
+    """A "Shortcuts" toggle that `?` presses (Streamlit's own shortcuts take letters and digits only)."""
+    flag = f"{key}-show-keys"
+
+    def toggle() -> None:
+        st.session_state[flag] = not st.session_state.get(flag, False)
+
+    st.button("Shortcuts (?)", key=f"{key}-keys", on_click=toggle, type="tertiary", icon=":material/keyboard:")
+    if st.session_state.get(flag):
+        st.dataframe(shortcut_rows(), hide_index=True, width="stretch")
+    # A fixed script (no user text): `?` outside a text field presses the toggle above.
+    st.html(
+        "<script>(() => { const doc = window.parent.document; if (doc.__evalrxHelpKey) return;"
+        " doc.__evalrxHelpKey = true; doc.addEventListener('keydown', (e) => {"
+        " const t = e.target; if (e.key !== '?' || (t && (t.isContentEditable || /INPUT|TEXTAREA|SELECT/.test(t.tagName))))"
+        " return; const b = doc.querySelector('[class*=\"-keys\"] button'); if (b) { e.preventDefault(); b.click(); } }); })();"
+        "</script>",
+        unsafe_allow_javascript=True,
+    )
 
 
 def history_table(trajectory_id: int, *, store: Any) -> None:

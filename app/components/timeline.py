@@ -50,6 +50,11 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
     with right:
         st.markdown("**Final answer**")
         show_text(row.final_answer, empty="(no final answer)")
+    refs = (case.get("meta") or {}).get("reference_calls")
+    if isinstance(refs, list) and not blind:
+        st.markdown("**Reference calls**" + ("" if refs else " (none: the case needs no tool)"))
+        if refs:
+            show_json(refs)
 
 
 def _header(v: Any, first_wrong: Optional[int]) -> str:

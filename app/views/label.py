@@ -5,9 +5,12 @@ import streamlit as st
 from components.data import store
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape
-from components.taxonomy import DEFAULT_TAXONOMY, MAX_MODES, load_taxonomy, save_taxonomy
+from components.diagnosis_card import render_diagnosis
 from components.timeline import facts_line, render_case, render_charts, render_timeline
-from evalrx.store import count_trajectories, encode_cursor, get_trajectory, list_runs, list_trajectories, step_media
+from evalrx.store import (
+    count_trajectories, delete_kind, encode_cursor, get_trajectory, list_kinds, list_runs, list_trajectories,
+    save_kind, step_media,
+)
 
 S = store()
 ss = st.session_state
@@ -31,7 +34,7 @@ top = st.columns([2, 1, 1, 2], vertical_alignment="bottom")
 run_key = top[0].selectbox("Run", list(runs), index=None, key="run", bind="query-params", accept_new_options=True,
                            placeholder="all runs", on_change=_reset_queue)
 only_fail = top[1].toggle("Only failures", key="fails", bind="query-params", on_change=_reset_queue,
-                          help="only trajectories the automatic grader failed")
+                          help="only trajectories the automatic grader failed (errored cases are not failures)")
 blind = top[2].toggle("Blind", key="blind", bind="query-params",
                       help="hide the automatic grade while you label")
 annotator = top[3].text_input("Annotator", key="annotator", bind="query-params", persist_state="session",
@@ -82,43 +85,63 @@ def _back() -> None:
         ss.q_pin = ss.q_seen.pop()
 
 
+def taxonomy_editor(kinds: list) -> None:
+    """Edit the shared taxonomy: add your own kinds, bind keys 1-9; built-in kinds stay."""
+    rows = [{"kind": k.key, "definition": k.definition, "key": k.hotkey, "built in": k.builtin} for k in kinds]
+    edited = st.data_editor(
+        rows, num_rows="dynamic", key="taxonomy-editor", hide_index=True, width="stretch",
+        disabled=["built in"],
+        column_config={"key": st.column_config.SelectboxColumn("key", options=list("123456789"))},
+    )
+    if st.button("Save taxonomy"):
+        try:
+            save_taxonomy(kinds, edited)
+            st.rerun()
+        except ValueError as exc:
+            st.error(md_escape(exc))
+    st.caption("Shared by everyone on this store. One number key per kind; built-in kinds cannot be removed.")
+
+
+def save_taxonomy(kinds: list, edited: list) -> None:
+    before = {k.key: k for k in kinds}
+    after = {}
+    for row in edited:
+        name = (row.get("kind") or "").strip()
+        if name:
+            after[name] = row
+    for name, k in before.items():
+        if name not in after and not k.builtin:
+            delete_kind(name, store=S)
+    for name, row in after.items():
+        old = before.get(name)
+        if old is None or (row.get("definition") or "") != old.definition or row.get("key") != old.hotkey:
+            save_kind(name, row.get("definition") or "", hotkey=row.get("key") or None, store=S)
+
+
+kinds = list_kinds(store=S)
 left, right = st.columns([3, 2], gap="large")
 with right:
     with st.container(border=True):
         st.markdown(f"#### Trajectory {tid}")
-        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator_key="annotator", key="lq",
-                    on_saved=_done)
+        label_panel(detail, store=S, kinds=kinds, annotator_key="annotator", key="lq", on_saved=_done)
         n1, n2 = st.columns(2)
         n1.button("Back", key="lq-back", icon=":material/undo:", shortcut="B", on_click=_back, disabled=not ss.q_seen,
                   width="stretch")
         n2.button("Skip", key="lq-skip", icon=":material/skip_next:", shortcut="N", on_click=_skip, width="stretch")
-    st.caption("Keys: P pass · F fail · U unknown · 1–9 fail with that failure mode · "
-               "W first wrong step → next model turn · N skip · B back")
+    st.caption("Keys: Enter accept the proposal · P pass · F fail · U unknown · 1–9 fail with that kind · "
+               "W first wrong step → next model turn · N skip · B back · ? all keys")
     st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",
                  query_params={"id": str(tid)})
     with st.expander("Label history"):
         history_table(tid, store=S)
     with st.expander("Failure taxonomy"):
-        modes = load_taxonomy(S.url)
-        edited = st.data_editor(
-            [{"name": n, "description": d} for n, d in modes], num_rows="dynamic", key="taxonomy-editor",
-            hide_index=True, width="stretch",
-        )
-        b1, b2 = st.columns(2)
-        if b1.button("Save taxonomy"):
-            try:
-                save_taxonomy(S.url, edited)
-                st.rerun()
-            except ValueError as exc:
-                st.error(md_escape(exc))
-        if b2.button("Restore defaults"):
-            save_taxonomy(S.url, [{"name": n, "description": d} for n, d in DEFAULT_TAXONOMY])
-            st.rerun()
-        st.caption(f"At most {MAX_MODES} modes, one number key each. Existing labels keep their mode names.")
+        taxonomy_editor(kinds)
 with left:
     row = detail.row
     cur = current_label(detail)
     st.markdown(f"run {row.run_id} · case {md_escape(row.sample_id)} · " + facts_line(row, cur, blind=blind))
+    if not blind:
+        render_diagnosis(detail, {k.key: k.definition for k in kinds})
     render_case(detail, store=S, blind=blind)
     render_timeline(detail, store=S, media=step_media(tid, store=S), show_user=False,
                     first_wrong=ss.get(f"lq-fws-{tid}"))

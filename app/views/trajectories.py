@@ -9,9 +9,7 @@ from components.filters import (
     FILTER_KEYS, LABEL_CHOICES, OUTCOMES, SORT_CHOICES, as_context, describe, sort_args, store_filters,
 )
 from components.safe import md_escape, short
-from components.taxonomy import mode_names
-from evalrx.store import failure_modes, list_runs, list_trajectories
-from evalrx.store.analyses import FAILURE_SIGNS, heuristic_tags
+from evalrx.store import failure_modes, list_kinds, list_runs, list_trajectories
 
 S = store()
 PAGE_SIZE = 50
@@ -23,14 +21,16 @@ def _choices(_url: str):
     from evalrx.tools import TOOLS
 
     runs = {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
-    return runs, mode_names(S.url, failure_modes(store=S)), sorted(TOOLS), heuristic_tags(store=S)
+    kinds = {k.key: k.definition for k in list_kinds(store=S)}
+    modes = list(kinds) + [m for m in failure_modes(store=S) if m not in kinds]
+    return runs, modes, sorted(TOOLS), kinds
 
 
 def _first_page() -> None:
     st.session_state["page"] = 1  # a new filter starts at its first page
 
 
-runs, modes, tools, heuristics = _choices(S.url)
+runs, modes, tools, kinds = _choices(S.url)
 BOUND = dict(bind="query-params", on_change=_first_page)  # the filter lives in the URL: shareable, survives reload
 
 st.title("Trajectories")
@@ -41,7 +41,8 @@ with st.container(border=True):
         a.caption(md_escape(runs[st.session_state["run"]]))
     b.selectbox("Grade", list(OUTCOMES), index=None, key="outcome", placeholder="any", **BOUND)
     c.selectbox("Label", list(LABEL_CHOICES), index=None, key="label", placeholder="any", **BOUND)
-    d.selectbox("Failure mode", modes, index=None, key="mode", placeholder="any", accept_new_options=True, **BOUND)
+    d.selectbox("Diagnosed as", list(kinds), index=None, key="kind", placeholder="any", accept_new_options=True,
+                help="the failure kind of the trajectory's diagnosis (why it failed)", **BOUND)
     e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1], vertical_alignment="bottom")
     e.selectbox("Ended by", TERMINATIONS, index=None, key="term", placeholder="any", accept_new_options=True, **BOUND)
     f.selectbox("Used tool", tools, index=None, key="tool", placeholder="any", accept_new_options=True, **BOUND)
@@ -51,8 +52,8 @@ with st.container(border=True):
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
     k, m, _ = st.columns([1, 1, 4], vertical_alignment="bottom")
-    k.selectbox("Heuristic tag", sorted(set(heuristics) | set(FAILURE_SIGNS)), index=None, key="heur",
-                placeholder="any", accept_new_options=True, **BOUND)
+    k.selectbox("Labelled as", modes, index=None, key="mode", placeholder="any", accept_new_options=True,
+                help="the failure kind a reviewer's label gave", **BOUND)
     m.number_input("Tool margin below", min_value=0.0, step=0.5, value=None, key="margin", placeholder="any",
                    help="smallest tool-decision margin (nats) of the chosen tool, from the tool_decision analysis",
                    **BOUND)
@@ -75,8 +76,9 @@ rows = [
         "goal": short(r.goal, 90),
         "answer": short(r.final_answer, 40) if r.final_answer is not None else None,
         "grade": r.outcome,
+        "diagnosed": r.failure_kind,
         "label": r.label,
-        "failure mode": r.failure_mode,
+        "labelled kind": r.failure_mode,
         "ended by": r.terminated,
         "steps": r.n_steps,
         "calls": r.n_tool_calls,

@@ -4,12 +4,12 @@ import streamlit as st
 
 from components.analysis_panels import render_analysis
 from components.data import store
+from components.diagnosis_card import highlight_step, render_diagnosis
 from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape
-from components.taxonomy import load_taxonomy
 from components.timeline import facts_line, render_case, render_charts, render_timeline
-from evalrx.store import get_trajectory, step_media
+from evalrx.store import get_trajectory, list_kinds, step_media
 
 S = store()
 qp = st.query_params
@@ -59,13 +59,23 @@ if err:
     st.markdown(":red[**The run of this case raised an error**]")
     st.code(str(err), language=None, wrap_lines=True)
 
+kinds = list_kinds(store=S)
+
+
+def _rediagnose() -> None:
+    from evalrx.runner import rediagnose
+
+    rediagnose([row.id], store=S)
+
+
+wrong_step = render_diagnosis(detail, {k.key: k.definition for k in kinds}, on_rediagnose=_rediagnose)
 main, side = st.columns([3, 2], gap="large")
 with side:
     with st.container(border=True):
         st.markdown("#### Label")
         annotator = st.text_input("Annotator", key="annotator", persist_state="session",
                                   placeholder="your name (saved with each label)")
-        label_panel(detail, store=S, taxonomy=load_taxonomy(S.url), annotator_key="annotator", key="tl")
+        label_panel(detail, store=S, kinds=kinds, annotator_key="annotator", key="tl")
     with st.expander("Label history", expanded=False):
         history_table(row.id, store=S)
 with main:
@@ -73,6 +83,9 @@ with main:
         render_case(detail, store=S)
     render_charts(detail)
     st.markdown("#### Steps")
-    render_timeline(detail, store=S, media=step_media(row.id, store=S),
-                    first_wrong=cur.first_wrong_step if cur else None)
+    marked = cur.first_wrong_step if cur and cur.first_wrong_step is not None else wrong_step
+    render_timeline(detail, store=S, media=step_media(row.id, store=S), first_wrong=marked)
+    seen = st.session_state.setdefault("scrolled-to", set())
+    highlight_step(marked, scroll=row.id not in seen)  # scroll once per trajectory, not on every rerun
+    seen.add(row.id)
     render_analysis(detail, store=S)

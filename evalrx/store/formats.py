@@ -110,6 +110,7 @@ def messages_to_steps(
     goal: Optional[str] = None
     names: dict = {}
     turn = 0
+    turn_ids: list = []
     final: Optional[str] = None
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):
@@ -142,6 +143,7 @@ def messages_to_steps(
                     names[call["id"]] = call["name"]
                 if err:
                     errors.append(err)
+            turn_ids = [c.get("id") for c in calls]
             steps.append(
                 Step(
                     idx=len(steps), role=StepRole.ACTOR, content=text, tool_calls=calls,
@@ -153,6 +155,8 @@ def messages_to_steps(
             call_id = msg.get("tool_call_id")
             name = msg.get("function") or msg.get("name") or names.get(call_id) or ""
             span: dict = {"turn": turn}
+            if call_id and call_id in turn_ids:  # results may come back in any order: pair them by id
+                span["call"] = turn_ids.index(call_id)
             err = msg.get("error")
             if err:
                 span["tool_error"] = True

@@ -24,7 +24,6 @@ def app_env(tmp_path_factory) -> dict:
     env = dict(os.environ)
     env["EVALRX_DATABASE_URL"] = f"sqlite:///{tmp / 'evalrx.sqlite'}"
     env["EVALRX_NO_LOCAL_WORKER"] = "1"  # these tests drive the pages over known data
-    env["EVALRX_TAXONOMY_FILE"] = str(tmp / "taxonomy.json")
     env["HF_HUB_OFFLINE"] = "1"
     S.upgrade(env["EVALRX_DATABASE_URL"])
     return env

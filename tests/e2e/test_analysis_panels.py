@@ -4,6 +4,9 @@ the page is run by a worker and reaches "done"; the list filters by tool margin.
 
 from __future__ import annotations
 
+import io
+
+import numpy as np
 import pytest
 
 import evalrx.store as S
@@ -43,6 +46,32 @@ def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, an
     text = main_text(page)
     assert "margin" in text and "calculator" in text
     assert page.locator(".evalrx-uncertainty span").count() > 5  # generated tokens, one span each
+
+
+def _heatmap_rows(png: bytes) -> int:
+    """Pixel rows of a chart screenshot's left half that hold colour: the heatmap's drawn height (axes are grey)."""
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.int16)
+    left = rgb[:, : rgb.shape[1] // 2]  # the colour legend sits on the right
+    return int(((left.max(axis=2) - left.min(axis=2)) > 60).any(axis=1).sum())
+
+
+def test_lens_heatmap_is_drawn_tall_enough_to_read(app_server, analysed, page):
+    store, run_id, tid = analysed
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    main = page.locator("[data-testid='stMain']")
+    heading = main.get_by_text("Logit lens", exact=False).first
+    chart = heading.locator("xpath=following::*[@data-testid='stVegaLiteChart'][1]")
+    drawn = chart.locator("canvas.marks, svg.marks").first
+    poll(lambda: drawn.count() and drawn.bounding_box(), what="lens heatmap drawn")
+    chart.scroll_into_view_if_needed()
+    assert drawn.bounding_box()["height"] >= 100
+    # The plot itself, not only its canvas: rotated labels once squeezed the cells to one pixel row.
+    assert poll(lambda: _heatmap_rows(chart.screenshot()) >= 100, what="heatmap cells 100 px tall")
+    text = main_text(page)
+    assert "bright at the top only" in text and "a bright column is what the model was reading" in text
+    assert "vs alternative" in text  # the tool decision names what it was chosen over
 
 
 def test_requesting_an_analysis_from_the_page_reaches_done(app_server, analysed, page):

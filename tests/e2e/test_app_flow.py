@@ -39,7 +39,7 @@ def fresh_app(tmp_path_factory):
     """A server on an empty SQLite file (no schema) with the local worker on."""
     tmp = tmp_path_factory.mktemp("fresh")
     url = f"sqlite:///{tmp / 'fresh.sqlite'}"
-    env = dict(os.environ, EVALRX_DATABASE_URL=url, EVALRX_TAXONOMY_FILE=str(tmp / "taxonomy.json"),
+    env = dict(os.environ, EVALRX_DATABASE_URL=url,
                HF_HUB_OFFLINE="1")
     env.pop("EVALRX_NO_LOCAL_WORKER", None)
     server = AppServer(env, tmp)

@@ -1,4 +1,4 @@
-"""The app's pure-Python pieces: escaping, collapsing, filters, taxonomy, chart rows, worker."""
+"""The app's pure-Python pieces: escaping, collapsing, filters, the diagnosis card, chart rows, worker."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +19,8 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 import evalrx.store as S  # noqa: E402
 from components.filters import carry, describe, neighbours, sort_args, store_filters  # noqa: E402
 from components.safe import collapse, md_escape  # noqa: E402
-from components.taxonomy import DEFAULT_TAXONOMY, MAX_MODES, clean_modes, load_taxonomy, save_taxonomy  # noqa: E402
+from components.diagnosis_card import diagnosis_view  # noqa: E402
+from components.labelling import proposal_of, shortcut_rows  # noqa: E402
 from components.viewmodel import actor_steps, step_views, token_rows, waterfall_rows  # noqa: E402
 from evalrx.core import Step, StepRole, Trajectory  # noqa: E402
 
@@ -43,10 +45,10 @@ def test_collapse_cuts_long_text_only():
 
 def test_filters_round_trip_through_the_url():
     params = {"run": "3", "outcome": "fail", "label": "unlabelled", "mode": "wrong_tool", "term": "max_turns",
-              "tool": "lookup", "heur": "repeated_call", "margin": "0.5", "q": "timeout", "sort": "latency",
+              "tool": "lookup", "kind": "repeated_calls", "margin": "0.5", "q": "timeout", "sort": "latency",
               "asc": True, "page": "4", "id": "9"}
     assert store_filters(params) == {"run_id": 3, "outcome": "fail", "label": "none", "failure_mode": "wrong_tool",
-                                     "terminated": "max_turns", "tool": "lookup", "heuristic": "repeated_call",
+                                     "terminated": "max_turns", "tool": "lookup", "failure_kind": "repeated_calls",
                                      "max_margin": 0.5, "text": "timeout"}
     assert sort_args(params) == ("latency_ms", False)
     kept = carry(params)
@@ -73,19 +75,35 @@ def test_neighbours_match_the_list_order(tmp_path):
     S.forget(url)
 
 
-def test_taxonomy_defaults_validation_and_save(tmp_path, monkeypatch):
-    monkeypatch.delenv("EVALRX_TAXONOMY_FILE", raising=False)
-    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    assert load_taxonomy(url) == DEFAULT_TAXONOMY and len(DEFAULT_TAXONOMY) <= MAX_MODES
-    saved = save_taxonomy(url, [{"name": "Tool Timeout", "description": "slow"}, {"name": ""}, ("other", None)])
-    assert saved == [("tool_timeout", "slow"), ("other", "")]
-    assert load_taxonomy(url) == saved and (tmp_path / "db.sqlite.taxonomy.json").exists()
-    with pytest.raises(ValueError, match="twice"):
-        clean_modes([("a", ""), ("a", "")])
-    with pytest.raises(ValueError, match="not a valid"):
-        clean_modes([("<b>x</b>", "")])
-    with pytest.raises(ValueError, match="at most"):
-        clean_modes([(f"m{i}", "") for i in range(MAX_MODES + 1)])
+def test_diagnosis_card_sets_expected_against_actual_and_answer_against_observation():
+    from evalrx.core import Diagnosis
+
+    d = Diagnosis("bad_arguments", 1, {"text": "calculator got '50 - 5'",
+                                        "expected": {"name": "calculator", "args": {"expression": "50 - 9"}},
+                                        "actual": {"name": "calculator", "args": {"expression": "50 - 5"}},
+                                        "diff": [{"arg": "expression", "expected": "50 - 9", "actual": "50 - 5"}]},
+                  0.95, "reference")
+    view = diagnosis_view(d, {"bad_arguments": "right tool, wrong arguments"})
+    assert (view["kind"], view["step"], view["definition"]) == ("bad_arguments", 1, "right tool, wrong arguments")
+    assert view["pairs"][0][0] == "Expected call" and view["pairs"][0][3]["args"]["expression"] == "50 - 5"
+    assert view["diff"] == [{"arg": "expression", "expected": "50 - 9", "actual": "50 - 5"}]
+    ignored = diagnosis_view(Diagnosis("ignored_observation", 3, {"answer": "24", "observation": "42"}, 0.6,
+                                       "heuristic"), {})
+    assert ignored["pairs"] == [("Final answer", "24", "Observation it contradicts", "42")]
+
+
+def test_the_label_form_proposes_model_failures_only_and_lists_every_key():
+    from types import SimpleNamespace
+
+    from evalrx.core import Diagnosis
+
+    def detail(*kinds):
+        return SimpleNamespace(diagnoses=[Diagnosis(k, 2, {}, 0.5, "heuristic") for k in kinds])
+
+    assert proposal_of(detail("wrong_tool", "bad_arguments")).kind == "wrong_tool"
+    assert proposal_of(detail("infra_error")) is None and proposal_of(detail()) is None
+    keys = [r["key"] for r in shortcut_rows()]
+    assert {"Enter", "P", "F", "U", "1–9", "W", "?"} <= set(keys)
 
 
 def _traj() -> Trajectory:
@@ -177,3 +195,126 @@ def test_concurrent_app_processes_start_one_worker(tmp_path, monkeypatch):
             except ProcessLookupError:
                 pass
         S.forget(url)
+
+
+# ---------------------------------------------------------------- white-box panels
+
+_VOCAB = {"1": " calc", "2": " look", "3": "{", "4": " London", "5": "\n"}
+
+
+def _lens_rec(n_layers: int) -> dict:
+    """A lens record of two decision tokens at step 3 (and one at step 5) over `n_layers` rows."""
+    positions = 3
+    topk_ids = np.zeros((n_layers, positions, 3), dtype=np.int32)
+    topk_lp = np.log(np.tile([0.6, 0.3, 0.1], (n_layers, positions, 1))).astype(np.float32)
+    topk_ids[:] = [2, 1, 3]  # early layers: the alternative " look" leads, the chosen " calc" second
+    topk_ids[-1] = [1, 2, 3]  # the output layer picks " calc"; " look" is then the top alternative
+    return {
+        "arrays": {
+            "label_step": np.array([3, 3, 5]), "label_kind": np.array([0, 1, 0]),
+            "target_ids": np.array([1, 1, 1]), "topk_ids": topk_ids, "topk_logprobs": topk_lp,
+            "target_logprob": np.log(np.full((n_layers, positions), 0.3, dtype=np.float32)),
+            "target_rank": np.ones((n_layers, positions), dtype=np.int32),
+        },
+        "meta": {"vocab": _VOCAB, "kinds": ["tool_name", "arg_value"]},
+    }
+
+
+def test_lens_rows_carry_the_top_alternative_to_the_chosen_token():
+    from components.analysis_panels import lens_rows
+
+    rows = lens_rows(_lens_rec(5), 3)
+    assert len(rows) == 2 * 5 and {r["order"] for r in rows} == {0, 1}
+    assert all(r["chosen"] == "·calc" and r["alternative"] == "·look" for r in rows)
+    assert all(r["alternative"] != r["chosen"] for r in rows)
+    early = next(r for r in rows if r["layer"] == 0)
+    assert early["p_alternative"] == pytest.approx(0.6)  # above p(chosen): the lens prefers the alternative
+    last = next(r for r in rows if r["layer"] == 4)
+    assert last["p_alternative"] == pytest.approx(0.3) and last["p_chosen"] == pytest.approx(0.3)
+
+
+def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short():
+    from components.analysis_panels import TICK_CHARS, lens_chart, lens_rows
+
+    rec = _lens_rec(5)
+    rec["meta"]["vocab"] = dict(_VOCAB, **{"1": " a_very_long_tool_name_that_would_eat_the_plot"})
+    small, large = (lens_chart(lens_rows(r, 3)).to_dict() for r in (rec, _lens_rec(33)))
+    assert small["height"] >= 100 and large["height"] > small["height"] + 200
+    # Labels are drawn below the plot, not squeezed into its height (Streamlit's default "fit").
+    assert small["autosize"]["type"] == "fit-x"
+    ticks = small["data"]["values"]
+    assert all(len(r["token"]) <= len("00 ") + TICK_CHARS for r in ticks)
+    assert any("a_very_long_tool_name" in r["label"] for r in ticks)  # the full text is in the tooltip
+    tooltip = {t["field"] for t in small["encoding"]["tooltip"]}
+    assert {"label", "chosen", "p_chosen", "alternative", "p_alternative"} <= tooltip
+
+
+def _decision_rec() -> dict:
+    layers = 3
+    lp = np.full((2, layers, 3), np.nan, dtype=np.float32)
+    lp[0, :, 0] = np.log([0.2, 0.5, 0.6])  # calculator, chosen
+    lp[0, :, 1] = np.log([0.7, 0.4, 0.6 / np.exp(0.42)])  # lookup, the strongest alternative at the output
+    lp[0, :, 2] = np.log([0.1, 0.1, 0.05])  # search
+    lp[1, :, 0] = np.log([0.5, 0.8, 0.9])  # "<b>Paris</b>", chosen (no enum)
+    lp[1, :, 1] = np.log([0.4, 0.1, 0.05])  # the best other token
+    margin = np.zeros((2, layers), dtype=np.float32)
+    margin[0] = lp[0, :, 0] - np.nanmax(lp[0, :, 1:], axis=1)
+    margin[1] = lp[1, :, 0] - lp[1, :, 1]
+    decisions = [
+        {"step": 1, "call": 0, "kind": "tool_name", "arg": "", "chosen": "calculator",
+         "candidates": ["calculator", "lookup", "search"]},
+        {"step": 1, "call": 0, "kind": "arg_value", "arg": "city", "chosen": "<b>Paris</b>",
+         "candidates": ["<b>Paris</b>", "(best other token)"]},
+    ]
+    return {"arrays": {"cand_logprob": lp, "margin": margin, "runner_up_id": np.full((2, layers), 4)},
+            "meta": {"decisions": decisions, "vocab": _VOCAB}}
+
+
+def test_decision_rows_and_caption_name_the_strongest_alternative():
+    from components.analysis_panels import decision_chart, decision_rows, decision_summary
+
+    rows = decision_rows(_decision_rec(), 1)
+    tool = [r for r in rows if r["decision"] == 0]
+    assert {r["alternative"] for r in tool if r["layer"] == 0} == {"lookup"}
+    assert next(r for r in tool if r["layer"] == 2)["p_alternative"] == pytest.approx(0.6 / np.exp(0.42), abs=1e-4)
+    assert decision_summary(tool) == ("tool name \\(call 0\\): chosen “calculator” vs alternative “lookup”, "
+                                      "margin 0.42 nats at the output (p 0.60 vs 0.39)")
+    arg = [r for r in rows if r["decision"] == 1]
+    assert {r["alternative"] for r in arg} == {"·London"}  # the runner-up token itself, not a placeholder
+    summary = decision_summary(arg)
+    assert "<b>" not in summary and "\\<b\\>Paris\\<\\/b\\>" in summary and "“·London”" in summary
+    spec = decision_chart(tool).to_dict()
+    assert {"chosen: calculator", "lookup", "search"} == {r["series"] for r in spec["data"]["values"]}
+    assert {"chosen_name", "alternative", "p_alternative"} <= {t["field"] for t in spec["encoding"]["tooltip"]}
+
+
+def test_decision_without_alternatives_says_so():
+    from components.analysis_panels import decision_rows, decision_summary
+
+    rec = _decision_rec()
+    rec["meta"]["decisions"][0]["candidates"] = ["calculator"]
+    rec["arrays"]["margin"][0] = np.inf  # the analyzer's margin when nothing competes
+    tool = [r for r in decision_rows(rec, 1) if r["decision"] == 0]
+    assert all(r["margin"] is None and r["alternative"] == "" for r in tool)
+    assert decision_summary(tool).endswith("no alternative scored")
+
+
+def test_attention_chart_labels_every_segment_in_conversation_order():
+    from components.analysis_panels import attention_chart, attention_rows
+
+    segs = [{"label": x} for x in ("system", "user", "image", "turn@1", "image", "tool@2")]
+    rec = {"arrays": {"label_step": np.array([1, 1, 4]), "mass": np.full((3, 4, 6), 1 / 6, dtype=np.float32)},
+           "meta": {"segments": segs}}
+    rows = attention_rows(rec, 1)
+    spec = attention_chart(rows).to_dict()
+    x = spec["encoding"]["x"]
+    assert x["sort"] == ["system", "user", "image #1", "turn@1", "image #2", "tool@2"]  # repeats stay apart
+    assert x["axis"]["labelOverlap"] is False and x["axis"]["labelLimit"] >= 120
+    assert spec["height"] >= 100 and spec["autosize"]["type"] == "fit-x"
+
+
+def test_every_analysis_panel_has_a_how_to_read_line():
+    from components.analysis_panels import HOW_TO_READ
+
+    assert set(HOW_TO_READ) == {"logit_lens", "tool_decision", "attention", "token_uncertainty"}
+    assert all("\n" not in line and len(line) > 60 for line in HOW_TO_READ.values())

@@ -12,7 +12,6 @@ tmp = tempfile.mkdtemp()
 url = f"sqlite:///{tmp}/light.sqlite"
 os.environ["EVALRX_DATABASE_URL"] = url
 os.environ["EVALRX_NO_LOCAL_WORKER"] = "1"
-os.environ["EVALRX_TAXONOMY_FILE"] = f"{tmp}/taxonomy.json"
 sys.path.insert(0, "tests/e2e")
 import evalrx.store as S
 S.upgrade(url)

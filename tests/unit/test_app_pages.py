@@ -29,7 +29,6 @@ def store_url(tmp_path, monkeypatch):
     S.upgrade(url)
     monkeypatch.setenv("EVALRX_DATABASE_URL", url)
     monkeypatch.setenv("EVALRX_NO_LOCAL_WORKER", "1")
-    monkeypatch.setenv("EVALRX_TAXONOMY_FILE", str(tmp_path / "taxonomy.json"))
     yield url
     S.forget(url)
 
@@ -160,7 +159,7 @@ def test_label_buttons_save_and_keep_history(seeded):
     at.text_input(key="annotator").set_value("ana")
     at.button(key="tl-mode-3").click().run()  # key 3: fail with the third failure mode
     lab = current(url, tid)
-    assert (lab.outcome, lab.failure_mode, lab.annotator) == ("fail", "malformed_call", "ana")
+    assert (lab.outcome, lab.failure_mode, lab.annotator) == ("fail", "wrong_tool", "ana")  # key 3 of the default taxonomy
     at.button(key="tl-pass").click().run()
     hist = S.label_history(tid, store=url)
     assert [h.outcome for h in hist] == ["fail", "pass"]
@@ -176,7 +175,7 @@ def test_first_wrong_step_then_mode_is_two_presses(seeded):
     at.button(key="tl-cycle").click().run()  # W
     at.button(key="tl-mode-2").click().run()  # 2
     lab = current(url, tid)
-    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", "bad_arguments", first_actor)
+    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", "misread_observation", first_actor)
 
 
 def test_label_queue_moves_on_skips_and_goes_back(seeded):
@@ -190,7 +189,7 @@ def test_label_queue_moves_on_skips_and_goes_back(seeded):
     at.button(key="lq-skip").click().run()
     assert "Trajectory " + str(ids[2]) in texts(at) and current(url, ids[1]) is None
     at.button(key="lq-mode-1").click().run()
-    assert (current(url, ids[2]).outcome, current(url, ids[2]).failure_mode) == ("fail", "wrong_tool")
+    assert (current(url, ids[2]).outcome, current(url, ids[2]).failure_mode) == ("fail", "bad_arguments")
     assert "Trajectory " + str(ids[3]) in texts(at)
     at.button(key="lq-back").click().run()  # back to the one just labelled, to change it
     assert "Trajectory " + str(ids[2]) in texts(at)
@@ -218,13 +217,11 @@ def test_label_queue_empty_says_done(store_url):
     assert any("Nothing left to label" in s.value for s in at.success)
 
 
-def test_taxonomy_edit_changes_the_keys(seeded, tmp_path):
-    from components.taxonomy import save_taxonomy
-
-    save_taxonomy(seeded["url"], [{"name": "tool_timeout", "description": "x"}, {"name": "other"}])
+def test_taxonomy_edit_changes_the_keys(seeded):
+    S.save_kind("tool_timeout", "the tool took too long", hotkey="1", store=seeded["url"])
     at = open_page("label", run=seeded["run"])
     labels = {b.key: b.label for b in at.button if b.key and b.key.startswith("lq-mode-")}
-    assert labels == {"lq-mode-1": "tool\\_timeout", "lq-mode-2": "other"}
+    assert labels["lq-mode-1"] == "1 · tool\\_timeout" and labels["lq-mode-2"] == "2 · misread\\_observation"
     at.button(key="lq-mode-1").click().run()
     assert current(seeded["url"], seeded["ids"][0]).failure_mode == "tool_timeout"
 

@@ -1,0 +1,119 @@
+"""The "Why it failed" card: a trajectory's diagnosis (kind, first wrong step, evidence) at the top of its page.
+
+`diagnosis_view` turns a stored `Diagnosis` into plain rows (testable without Streamlit);
+`render_diagnosis` draws them. Evidence quotes model and tool output: it is shown as text
+or JSON, never as Markdown or HTML.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import streamlit as st
+
+from components.safe import md_escape, show_json, show_text
+
+_SOURCE = {"reference": "compared with the case's reference calls and answer",
+           "heuristic": "model-free rules on the steps (no reference)",
+           "whitebox": "the model's own decision margins", "judge": "a judge model"}
+
+
+def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
+    """What the card shows for one diagnosis: headline fields, and the evidence as pairs to set side by side."""
+    ev = dict(diagnosis.evidence or {})
+    pairs = []
+    if "expected" in ev or "actual" in ev:
+        pairs.append(("Expected call", ev.get("expected"), "Actual call", ev.get("actual")))
+    if "answer" in ev and "observation" in ev:
+        pairs.append(("Final answer", ev.get("answer"), "Observation it contradicts", ev.get("observation")))
+    elif "observation" in ev:
+        pairs.append(("Observation", ev.get("observation"), None, None))
+    if "answer" in ev and "expected_answer" in ev:
+        pairs.append(("Final answer", ev.get("answer"), "Expected answer", ev.get("expected_answer")))
+    if "chosen" in ev and "alternative" in ev:
+        pairs.append(("Chosen", ev.get("chosen"), "Strongest alternative", ev.get("alternative")))
+    return {
+        "kind": diagnosis.kind,
+        "definition": definitions.get(diagnosis.kind or "", ""),
+        "step": diagnosis.first_wrong_step,
+        "source": diagnosis.source,
+        "source_text": _SOURCE.get(diagnosis.source, diagnosis.source),
+        "confidence": float(diagnosis.confidence),
+        "summary": str(ev.get("text") or ""),
+        "diff": [d for d in ev.get("diff") or [] if isinstance(d, dict)],
+        "pairs": pairs,
+    }
+
+
+def _value(v: Any) -> None:
+    if isinstance(v, (dict, list)):
+        show_json(v)
+    else:
+        show_text(None if v is None else str(v), empty="(none)")
+
+
+def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[Any] = None) -> Optional[int]:
+    """Draw the card; returns the first wrong step it names (None when there is no diagnosis)."""
+    diagnoses = list(detail.diagnoses or [])
+    outcome = detail.row.outcome
+    with st.container(border=True, key="why-it-failed"):
+        st.markdown("#### Why it failed")
+        if not diagnoses:
+            st.caption("It passed: nothing to diagnose." if outcome == "pass"
+                       else "No diagnosis stored for this trajectory yet.")
+            if outcome != "pass" and on_rediagnose is not None:
+                st.button("Diagnose", key="diagnose-now", on_click=on_rediagnose, icon=":material/troubleshoot:")
+            return None
+        view = diagnosis_view(diagnoses[0], definitions)
+        color = "orange" if view["kind"] == "infra_error" else "red"
+        step = f" · first wrong step **{view['step']}**" if view["step"] is not None else ""
+        st.markdown(f":{color}-badge[{md_escape(view['kind'])}]{step} · "
+                    f"{md_escape(view['source'])}, confidence {view['confidence']:.2f}")
+        if view["definition"]:
+            st.caption(md_escape(view["definition"]))
+        if view["kind"] == "infra_error":
+            st.caption("The server or the harness failed: this is counted apart from the model's failures.")
+        if view["summary"]:
+            show_text(view["summary"])
+        for left_title, left, right_title, right in view["pairs"]:
+            a, b = st.columns(2)
+            with a:
+                st.markdown(f"**{md_escape(left_title)}**")
+                _value(left)
+            if right_title:
+                with b:
+                    st.markdown(f"**{md_escape(right_title)}**")
+                    _value(right)
+        if view["diff"]:
+            st.markdown("**Argument differences**")
+            st.dataframe([{"argument": str(d.get("arg")), "expected": _cell(d.get("expected")),
+                           "actual": _cell(d.get("actual"))} for d in view["diff"]],
+                         hide_index=True, width="stretch")
+        st.caption(f"Source: {md_escape(view['source_text'])}.")
+        if len(diagnoses) > 1:
+            with st.expander(f"{len(diagnoses) - 1} other candidate(s)"):
+                for d in diagnoses[1:]:
+                    where = f" at step {d.first_wrong_step}" if d.first_wrong_step is not None else ""
+                    st.markdown(f"**{md_escape(d.kind)}**{where} · {md_escape(d.source)} · {d.confidence:.2f}")
+                    show_text(d.summary)
+        if on_rediagnose is not None:
+            st.button("Diagnose again", key="diagnose-again", on_click=on_rediagnose, icon=":material/refresh:",
+                      help="recompute from the steps, the case's reference and any stored analysis")
+        return view["step"]
+
+
+def _cell(v: Any) -> str:
+    import json
+
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+
+
+def highlight_step(idx: Optional[int], *, scroll: bool) -> None:
+    """Outline the first wrong step's card in red and, once, scroll it into view (the index is an int)."""
+    if idx is None:
+        return
+    idx = int(idx)
+    st.html(f"<style>.st-key-step-{idx} {{ border: 2px solid #d33 !important; }}</style>")
+    if scroll:
+        st.html(f"<script>setTimeout(() => window.parent.document.querySelector('.st-key-step-{idx}')"
+                f"?.scrollIntoView({{block: 'center'}}), 300);</script>", unsafe_allow_javascript=True)
