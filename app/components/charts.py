@@ -76,3 +76,25 @@ def counts_chart(rows: list[dict], *, x: str, color: str, title: str) -> alt.Cha
         )
         .properties(height=alt.Step(26))
     )
+
+
+KIND_PICK = "pick"
+
+
+def failure_kind_chart(rows: list[dict]) -> alt.Chart:
+    """Failures by diagnosed kind, one bar per kind stacked by run; clicking a bar selects (kind, run_id)."""
+    pick = alt.selection_point(name=KIND_PICK, fields=["kind", "run_id"], on="click")
+    return (
+        alt.Chart(alt.Data(values=rows), title="Why they failed (diagnosis)")
+        .mark_bar(cursor="pointer")
+        .encode(
+            y=alt.Y("kind:N", title=None, sort="-x"),
+            x=alt.X("n:Q", title="failed trajectories"),
+            color=alt.Color("run:N", title=None),
+            opacity=alt.condition(pick, alt.value(1.0), alt.value(0.6)),
+            tooltip=[alt.Tooltip("kind:N"), alt.Tooltip("run:N"), alt.Tooltip("n:Q"),
+                     alt.Tooltip("definition:N")],
+        )
+        .add_params(pick)
+        .properties(height=alt.Step(26))
+    )

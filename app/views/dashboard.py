@@ -1,16 +1,17 @@
-"""Dashboard: outcomes and failure modes per run and overall, latency by step kind and
-tool, the slowest and longest trajectories."""
+"""Dashboard: outcomes, why the failures failed (diagnosed kinds) and labelled failure modes per run,
+latency by step kind and tool, the slowest and longest trajectories."""
 
 from urllib.parse import urlencode
 
 import streamlit as st
 
-from components.charts import counts_chart, latency_boxplot
+from components.charts import KIND_PICK, counts_chart, failure_kind_chart, latency_boxplot
 from components.data import store
 from components.safe import short
 from evalrx.store import (
     count_trajectories,
     label_counts_by_annotator,
+    list_kinds,
     list_runs,
     list_trajectories,
     run_stats,
@@ -22,15 +23,15 @@ st.title("Dashboard")
 
 
 @st.cache_data(ttl=10, show_spinner=False)
-def _runs(_url: str) -> dict:
+def _runs(url: str) -> dict:  # the URL is part of the cache key (a leading _ would drop it)
     return {r.id: r for r in list_runs(limit=500, store=S)}
 
 
 @st.cache_data(ttl=10, show_spinner=False)
-def _effective(run_id: int, _url: str) -> dict:
+def _effective(run_id: int, url: str) -> dict:
     """Outcome counts from human labels where present, the grader's otherwise."""
     out = {}
-    for o in ("pass", "fail", "unknown"):
+    for o in ("pass", "fail", "error", "unknown"):
         n = count_trajectories(run_id=run_id, label=o, store=S) + count_trajectories(
             run_id=run_id, label="none", outcome=o, store=S)
         if n:
@@ -39,7 +40,7 @@ def _effective(run_id: int, _url: str) -> dict:
 
 
 @st.cache_data(ttl=10, show_spinner=False)
-def _stats(run_id: int, _url: str):
+def _stats(run_id: int, url: str):
     return run_stats(run_id, store=S)
 
 
@@ -55,23 +56,44 @@ if not chosen:
     st.caption("Pick at least one run.")
     st.stop()
 
-outcome_rows, mode_rows = [], []
+definitions = {k.key: k.definition for k in list_kinds(store=S)}
+outcome_rows, mode_rows, kind_rows = [], [], []
 for rid in chosen:
     label = f"{rid} · {short(runs[rid].name, 30)}"
     for o, n in _effective(rid, S.url).items():
         outcome_rows.append({"run": label, "outcome": o, "n": n})
     for m, n in _stats(rid, S.url).failure_modes.items():
         mode_rows.append({"run": label, "failure mode": m, "n": n})
+    for k, n in _stats(rid, S.url).failure_kinds.items():
+        if k != "infra_error":  # an errored case is not a model failure: counted with the outcomes
+            kind_rows.append({"run": label, "run_id": rid, "kind": k, "n": n, "definition": definitions.get(k, "")})
 
 total = {}
 for r in outcome_rows:
     total[r["outcome"]] = total.get(r["outcome"], 0) + r["n"]
 n_all = sum(total.values())
-c = st.columns(4)
+c = st.columns(5)
 c[0].metric("trajectories", f"{n_all:,}")
-for i, o in enumerate(("pass", "fail", "unknown"), start=1):
+for i, o in enumerate(("pass", "fail", "error", "unknown"), start=1):
     share = f" ({100 * total.get(o, 0) / n_all:.0f}%)" if n_all else ""
-    c[i].metric(o, f"{total.get(o, 0):,}{share}", help="labels where present, grades otherwise")
+    c[i].metric(o, f"{total.get(o, 0):,}{share}", help="labels where present, grades otherwise; "
+                "error: the server or harness failed, not the model")
+
+if kind_rows:
+    event = st.altair_chart(failure_kind_chart(kind_rows), width="stretch", on_select="rerun", key="kinds")
+    picked = (event.selection.get(KIND_PICK) if event and event.selection else None) or []
+    if picked and picked[0].get("kind"):
+        st.switch_page("views/trajectories.py", query_params={"run": str(picked[0]["run_id"]),
+                                                              "kind": str(picked[0]["kind"])})
+    st.dataframe(
+        [{"open": "trajectories?" + urlencode({"run": r["run_id"], "kind": r["kind"]}), "run": r["run"],
+          "kind": r["kind"], "failures": r["n"], "what it means": r["definition"]} for r in kind_rows],
+        hide_index=True, width="stretch", key="kind-table",
+        column_config={"open": st.column_config.LinkColumn("list", display_text="open", width="small")},
+    )
+    st.caption("Click a bar (or open) to list those failures.")
+else:
+    st.caption("No diagnosed failures in these runs.")
 
 left, right = st.columns(2)
 with left:

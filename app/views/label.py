@@ -20,7 +20,7 @@ ss.setdefault("q_pin", None)  # an id brought back with Back (shown even if labe
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def _runs(_url: str) -> dict:
+def _runs(url: str) -> dict:
     return {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
 
 

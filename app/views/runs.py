@@ -14,7 +14,7 @@ TABLE_RUNS = 100  # the table's run count; stats are computed for these only
 
 
 @st.cache_data(show_spinner=False, max_entries=2000, ttl=600)
-def _stats(run_id: int, n_done: int, status: str, _store_url: str):
+def _stats(run_id: int, n_done: int, status: str, store_url: str):
     """RunStats, cached until the run's progress or status changes."""
     return run_stats(run_id, store=S)
 
@@ -97,7 +97,8 @@ def details(r) -> None:
         st.markdown("**Grades and labels**")
         rows = [{"kind": "grade", "value": k, "n": v} for k, v in sorted(stats.outcomes.items())]
         rows += [{"kind": "label", "value": k, "n": v} for k, v in sorted(stats.labels.items()) if k != "none"]
-        rows += [{"kind": "failure mode", "value": k, "n": v} for k, v in sorted(stats.failure_modes.items())]
+        rows += [{"kind": "diagnosed", "value": k, "n": v} for k, v in stats.failure_kinds.items()]
+        rows += [{"kind": "labelled", "value": k, "n": v} for k, v in sorted(stats.failure_modes.items())]
         st.dataframe(rows, hide_index=True, width="stretch")
     with right:
         st.markdown("**Tool calls**")

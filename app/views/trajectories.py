@@ -17,7 +17,7 @@ TERMINATIONS = ["final", "max_turns", "forced_final", "error"]
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def _choices(_url: str):
+def _choices(url: str):
     from evalrx.tools import TOOLS
 
     runs = {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}

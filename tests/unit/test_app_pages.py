@@ -309,6 +309,21 @@ def test_dashboard_counts_labels_over_grades(seeded):
     assert len(at.get("vega_lite_chart")) >= 3
 
 
+def test_dashboard_counts_failures_by_diagnosed_kind_with_links_to_the_list(seeded):
+    from evalrx.runner import rediagnose
+
+    url, run = seeded["url"], seeded["run"]
+    rediagnose(run_id=run, store=url)
+    counts = S.failure_kind_counts(run, store=url)
+    assert sum(counts.values()) == 6  # every graded failure of the seeded run has a diagnosis
+    at = open_page("dashboard", run=run)
+    table = next(d.value for d in at.dataframe if "kind" in d.value.columns)
+    assert dict(zip(table["kind"], table["failures"])) == counts
+    assert all(link == f"trajectories?run={run}&kind={k}" for link, k in zip(table["open"], table["kind"]))
+    at = open_page("trajectories", run=run, kind=next(iter(counts)))
+    assert f"**{counts[next(iter(counts))]}** trajectories" in texts(at)
+
+
 def test_long_output_is_collapsed_and_errors_shown(store_url):
     from evalrx.core import FailureCase, Inputs, Step, StepRole, Trajectory
     from evalrx.store import runs
