@@ -183,7 +183,7 @@ def shortcuts_help(key: str) -> None:
 
     st.button("Shortcuts (?)", key=f"{key}-keys", on_click=toggle, type="tertiary", icon=":material/keyboard:")
     if st.session_state.get(flag):
-        st.dataframe(shortcut_rows(), hide_index=True, width="stretch")
+        st.table(shortcut_rows())
     # A fixed script (no user text): `?` outside a text field presses the toggle above.
     st.html(
         "<script>(() => { const doc = window.parent.document; if (doc.__evalrxHelpKey) return;"

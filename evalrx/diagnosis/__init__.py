@@ -21,13 +21,16 @@ from evalrx.diagnosis.whitebox import from_analyses
 
 # Bumped when the rules change, so stored diagnoses can be told apart and recomputed.
 DIAGNOSIS_VERSION = 1
+# A diagnosis this unsure is a fallback ("graded wrong, no step shows why"): any real sign outranks it.
+FALLBACK_BELOW = 0.3
 
 
 def rank(candidates: Iterable[Diagnosis]) -> "list[Diagnosis]":
-    """Best first: an infra error, then by source strength, then the earliest step, then confidence."""
+    """Best first: an infra error; then any real sign before a low-confidence fallback; then by source
+    strength, the earliest step and confidence."""
     def key(d: Diagnosis) -> tuple:
         step = d.first_wrong_step if d.first_wrong_step is not None else 1 << 30
-        return (d.kind != "infra_error", SOURCES.index(d.source), d.confidence < 0.3, step, -d.confidence)
+        return (d.kind != "infra_error", d.confidence < FALLBACK_BELOW, SOURCES.index(d.source), step, -d.confidence)
 
     return sorted(candidates, key=key)
 

@@ -106,12 +106,10 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     if not refs and calls:
         return _make("unneeded_tool_call", calls[0].step, f"called {calls[0].show()}; the case needs no tool",
                      actual={"name": calls[0].name, "args": calls[0].args})
-    for prev, call in zip(calls, calls[1:]):
-        if call.signature == prev.signature:
-            return _make("repeated_calls", call.step, f"{call.show()} again, unchanged",
-                         actual={"name": call.name, "args": call.args})
+    # The calls before the first unchanged repeat are judged first: a wrong call made twice went wrong the first time.
+    repeat = next((i for i in range(1, len(calls)) if calls[i].signature == calls[i - 1].signature), None)
     ref_obs = [(r["name"], _observe(r["name"], r.get("arguments") or {}, tools)) for r in refs]
-    for i, call in enumerate(calls[: len(refs)]):
+    for i, call in enumerate(calls[: min(len(refs), repeat if repeat is not None else len(calls))]):
         ref = refs[i]
         expected = expected_calls[i]
         actual = {"name": call.name, "args": call.args}
@@ -132,6 +130,10 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
                              expected=expected, actual=actual)
             earlier = [c.observation for c in calls[:i] if c.observation]
             return _bad_call(call, ref, earlier)
+    if repeat is not None:
+        call = calls[repeat]
+        return _make("repeated_calls", call.step, f"{call.show()} again, unchanged",
+                     actual={"name": call.name, "args": call.args})
     if traj.final_answer is None:
         return _make("no_final_answer", final, f"the run ended ({traj.terminated or 'unknown'}) without an answer")
     if len(calls) < len(refs):

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 from sqlalchemy import Select, and_, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
 
+from evalrx.core.failures import canonical_kind
 from evalrx.store import convert
 from evalrx.store.analyses import MARGIN_SCORE
 from evalrx.store.diagnoses import diagnoses_in
@@ -133,7 +134,7 @@ def filter_trajectories(
             conds.append(T.label.in_(values))
         q = q.where(or_(*conds))
     if failure_mode:
-        q = q.where(T.failure_mode == failure_mode)
+        q = q.where(T.failure_mode == canonical_kind(failure_mode))  # an old key finds labels stored under its new one
     terms = _as_list(terminated)
     if terms:
         q = q.where(T.terminated == terms[0]) if len(terms) == 1 else q.where(T.terminated.in_(terms))

@@ -46,13 +46,20 @@ def clean_key(key: str) -> str:
     return key
 
 
-def save_kind(key: str, definition: str = "", *, hotkey: Optional[str] = None,
+KEEP = "keep"
+
+
+def save_kind(key: str, definition: str = "", *, hotkey: Optional[str] = KEEP,
               store: "Store | str | None" = None) -> KindInfo:
     """Add a custom kind or edit one (a built-in kind's key and definition stay; its hotkey may change).
 
-    A `hotkey` already bound to another kind moves to this one. Raises ValueError for a bad key or hotkey.
+    `hotkey` "1".."9" binds the kind (taking the key from another kind), None unbinds it, and the
+    default keeps what it had. Raises ValueError for a bad key or hotkey.
     """
     key = clean_key(key)
+    keep = hotkey == KEEP
+    if keep:
+        hotkey = None
     if hotkey is not None and hotkey not in HOTKEYS:
         raise ValueError(f"hotkey {hotkey!r} must be one of 1-9 (or none)")
     with resolve(store).write() as s:
@@ -68,13 +75,15 @@ def save_kind(key: str, definition: str = "", *, hotkey: Optional[str] = None,
         else:
             if not row.builtin:
                 row.definition = definition.strip()
-            row.hotkey = hotkey
+            if not keep:
+                row.hotkey = hotkey
         s.flush()
         return KindInfo(row.key, row.definition or "", row.hotkey, bool(row.builtin))
 
 
 def delete_kind(key: str, *, store: "Store | str | None" = None) -> None:
     """Remove a custom kind (labels that used it keep their text). Built-in kinds cannot be removed."""
+    key = clean_key(key)
     with resolve(store).write() as s:
         row = s.get(t.FailureKindRow, key)
         if row is None:

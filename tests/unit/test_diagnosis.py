@@ -157,6 +157,43 @@ def test_reference_repeated_call_is_diagnosed_at_the_step_of_the_repeat():
     assert (d.kind, d.first_wrong_step) == ("repeated_calls", 3)
 
 
+def test_reference_a_wrong_call_made_twice_is_diagnosed_at_the_first_call_not_the_repeat():
+    """The reference reports the first thing that went wrong: the bad call at step 1, not its repeat at step 3."""
+    case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
+    traj = build(case.inputs.prompt, [call("calculator", "10", expression="7 + 3")],
+                 [call("calculator", "10", expression="7 + 3")], answer="10")
+    d = ref(traj, case, tools)
+    assert (d.kind, d.first_wrong_step) == ("bad_arguments", 1)
+
+
+def test_reference_calling_a_tool_that_does_not_exist_is_unknown_tool():
+    case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
+    traj = build(case.inputs.prompt,
+                 [call("calc", "[tool error: unknown tool 'calc'; available tools: calculator, lookup]",
+                       expression="7 - 3")], answer="4")
+    d = ref(traj, case, tools)
+    assert (d.kind, d.first_wrong_step) == ("unknown_tool", 1)
+
+
+def test_reference_right_call_but_no_answer_is_no_final_answer():
+    case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
+    traj = build(case.inputs.prompt, [call("calculator", "4", expression="7 - 3")], terminated="max_turns")
+    d = ref(traj, case, tools)
+    assert (d.kind, d.first_wrong_step) == ("no_final_answer", 1)
+
+
+def test_reference_a_malformed_call_is_malformed_call_at_its_step():
+    case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
+    steps = [Step(idx=0, role=StepRole.USER, content=case.inputs.prompt),
+             Step(idx=1, role=StepRole.ACTOR, content="<tool_call>{oops</tool_call>", parse_error="bad JSON"),
+             Step(idx=2, role=StepRole.TOOL, content="", observation="[parse error]", span={"parse_error": True}),
+             Step(idx=3, role=StepRole.ACTOR, content="10")]
+    traj = Trajectory(sample_id="s", goal=case.inputs.prompt, steps=steps, final_answer="10", outcome=F,
+                      metrics={"terminated": "final"})
+    d = ref(traj, case, tools)
+    assert (d.kind, d.first_wrong_step) == ("malformed_call", 1) and d.summary == "bad JSON"
+
+
 def test_reference_answer_not_carrying_the_last_observations_value_is_misread_observation():
     case, tools = demo("demo/lookup_easy", "lookup_easy-001")
     traj = build(case.inputs.prompt,

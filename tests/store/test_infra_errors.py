@@ -1,0 +1,77 @@
+"""A model server that fails is not a model failure: an API run against a loopback server that
+answers HTTP 500 ends with `error` trajectories diagnosed `infra_error`, none in the failures
+the label queue offers, and the run itself `failed`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import evalrx.store as S
+from evalrx.config import ModelConfig, RunConfig
+from evalrx.runner import Worker, enqueue_run
+from evalrx.suites import load_cases
+
+
+class _Failing500:
+    """A real HTTP server on loopback whose every chat completion answers 500."""
+
+    def __init__(self) -> None:
+        hits = self.hits = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hits.append(self.path)
+                data = json.dumps({"error": {"message": "upstream exploded", "type": "server_error"}}).encode()
+                self.send_response(500)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "_Failing500":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-evalrx-test-not-a-real-key")
+
+
+def test_an_api_run_against_a_failing_server_is_infra_errors_not_failures(store_url, api_key):
+    store = S.connect(store_url)
+    cases = load_cases("demo/arithmetic_easy")[:3]
+    with _Failing500() as server:
+        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
+                        base_url=server.url, concurrency=1)
+        run_id = enqueue_run(cfg, cases, runtime={"max_retries": 0, "timeout": 5.0}, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    assert len(server.hits) >= 3  # every case reached the server
+    info = S.get_run(run_id, store=store)
+    assert (info.status, info.n_done, info.n_error, info.n_fail, info.n_pass) == ("failed", 3, 3, 0, 0)
+    rows = S.list_trajectories(run_id=run_id, store=store).rows
+    assert {(r.outcome, r.failure_kind) for r in rows} == {("error", "infra_error")}
+    top = S.get_diagnoses(rows[0].id, store=store)[0]
+    assert "500" in top.evidence["text"] or "upstream exploded" in top.evidence["text"]
+    # The label queue's failure set (graded fail, unlabelled) holds none of them.
+    assert S.count_trajectories(run_id=run_id, outcome="fail", label="none", store=store) == 0
+    stats = S.run_stats(run_id, store=store)
+    assert stats.success_rate is None and stats.outcomes == {"error": 3}
