@@ -138,13 +138,15 @@ def test_new_user_launches_watches_opens_a_failure_and_labels_it(fresh_app, chec
     page.locator("[data-testid='stVegaLiteChart']").first.wait_for()
     assert "Latency waterfall" in main_text(page)
 
-    press(page, "2")  # fail, failure mode 2
-    page.get_by_text("fail · bad_arguments").first.wait_for()
+    top = S.get_diagnoses(fails[0].id, store=url)[0]  # the worker diagnosed it
+    assert "Why it failed" in main_text(page) and top.kind in main_text(page)
+    press(page, "Enter")  # accept the proposed kind and first wrong step
+    page.get_by_text(f"fail · {top.kind}").first.wait_for()
     page.reload()
     page.get_by_role("heading", name=f"Trajectory {fails[0].id}").wait_for()
-    page.get_by_text("fail · bad_arguments").first.wait_for()
+    page.get_by_text(f"fail · {top.kind}").first.wait_for()
     (lab,) = S.label_history(fails[0].id, store=url)
-    assert (lab.outcome, lab.failure_mode) == ("fail", "bad_arguments")
+    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", top.kind, top.first_wrong_step)
 
 
 def test_cancel_a_running_run(fresh_app, checkpoint, page):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from inspect_ai import Task, eval as inspect_eval
@@ -83,8 +84,10 @@ def inspect_log(tmp_path, monkeypatch):
         scorer=includes(),
         name="calculator_task",
     )
-    logs = inspect_eval(task, model="mockllm/model", model_args={"custom_outputs": _mock_model},
-                        log_dir=str(tmp_path / "logs"), log_format="json", display="none")
+    # In a thread of its own: Inspect starts an event loop, and another test's browser may hold this thread's.
+    with ThreadPoolExecutor(1) as pool:
+        logs = pool.submit(inspect_eval, task, model="mockllm/model", model_args={"custom_outputs": _mock_model},
+                           log_dir=str(tmp_path / "logs"), log_format="json", display="none").result()
     assert len(logs) == 1 and logs[0].status == "success", logs[0].error
     files = list((tmp_path / "logs").glob("*.json"))
     assert len(files) == 1, files
