@@ -14,8 +14,11 @@ SQLite store), then reads the stored diagnoses and checks:
 
 Results go to `benchmarks/results/diagnosis_eval.json`.
 
+With `--whitebox` the run also stores logit-lens and tool-decision results, and the white-box
+signs are scored against the reference (same first wrong step; same kind and step).
+
 Usage:
-    .venv/bin/python benchmarks/diagnosis_eval.py [--suite demo] [--limit N]
+    .venv/bin/python benchmarks/diagnosis_eval.py [--suite demo] [--limit N] [--whitebox]
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ REFINEMENTS = {("bad_arguments", "misread_observation"), ("wrong_tool", "unknown
                ("wrong_tool", "unneeded_tool_call")}
 
 
-def run_demo(url: str, suite: str, limit: int, max_turns: int, max_new_tokens: int) -> tuple[int, float]:
+def run_demo(url: str, suite: str, limit: int, max_turns: int, max_new_tokens: int,
+             analyzers: tuple = ()) -> tuple[int, float]:
     """Queue the demo model on `suite` and run it with one worker; returns (run id, seconds)."""
     import evalrx.store as S
     from evalrx.config import ModelConfig, RunConfig
@@ -49,7 +53,8 @@ def run_demo(url: str, suite: str, limit: int, max_turns: int, max_new_tokens: i
     cases = load_cases(suite)
     if limit:
         cases = cases[:limit]
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=max_turns)
+    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=max_turns,
+                    analyzers=list(analyzers))
     run_id = enqueue_run(cfg, cases, name="diagnosis eval", runtime={"max_new_tokens": max_new_tokens}, store=store)
     t0 = time.perf_counter()
     Worker(store, exit_when_idle=True, poll_s=0.05).run()
@@ -74,6 +79,7 @@ def evaluate(url: str, run_id: int) -> dict:
         cursor = page.next_cursor
     confusion: collections.Counter = collections.Counter()
     agree = refined = compared = covered = recovered = 0
+    whitebox = collections.Counter()
     disagreements, refinements = [], []
     for row in rows:
         detail = S.get_trajectory(row.id, store=store)
@@ -81,6 +87,11 @@ def evaluate(url: str, run_id: int) -> dict:
         top = stored[0] if stored else None
         covered += top is not None and top.kind is not None and top.first_wrong_step is not None
         reference = next((d for d in stored if d.source == "reference"), None)
+        for d in (d for d in stored if d.source == "whitebox"):
+            whitebox["proposed"] += 1
+            whitebox["same_step"] += bool(reference) and d.first_wrong_step == reference.first_wrong_step
+            whitebox["same_kind_and_step"] += bool(reference) and (d.kind, d.first_wrong_step) == (
+                reference.kind, reference.first_wrong_step)
         rules = diagnose(detail.trajectory, use_reference=False)
         rule_kind = rules[0].kind if rules else None
         ref_kind = reference.kind if reference else None
@@ -115,6 +126,7 @@ def evaluate(url: str, run_id: int) -> dict:
         "rules_only": {"recovered": recovered, "recovery_rate": round(recovered / n, 4) if n else None,
                        "confusion_reference_by_rules": matrix, "precision_by_rule": precision},
         "top_kinds": S.failure_kind_counts(run_id, store=store),
+        "whitebox_vs_reference": dict(whitebox),
     }
 
 
@@ -125,7 +137,10 @@ def main(argv: list | None = None) -> dict:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(RESULTS / "diagnosis_eval.json"))
+    parser.add_argument("--whitebox", action="store_true",
+                        help="also run logit_lens and tool_decision, and score the white-box signs against the reference")
+    parser.add_argument("--out", default=None, help="default: results/diagnosis_eval.json "
+                        "(diagnosis_eval_whitebox.json with --whitebox)")
     args = parser.parse_args(argv)
 
     import torch
@@ -133,7 +148,8 @@ def main(argv: list | None = None) -> dict:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'store.sqlite'}"
-        run_id, seconds = run_demo(url, args.suite, args.limit, args.max_turns, args.max_new_tokens)
+        analyzers = ("logit_lens", "tool_decision") if args.whitebox else ()
+        run_id, seconds = run_demo(url, args.suite, args.limit, args.max_turns, args.max_new_tokens, analyzers)
         result = evaluate(url, run_id)
         import evalrx.store as S
 
@@ -144,13 +160,14 @@ def main(argv: list | None = None) -> dict:
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
                     "cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]},
     })
-    out = Path(args.out)
+    out = Path(args.out or RESULTS / ("diagnosis_eval_whitebox.json" if args.whitebox else "diagnosis_eval.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     brief = {k: result[k] for k in ("n_failures", "with_diagnosis_and_first_wrong_step", "top_kinds")}
     brief["previous_classifier"] = {k: v for k, v in result["previous_classifier"].items()
                                     if k not in ("disagreements", "refinements")}
     brief["rules_only"] = {k: result["rules_only"][k] for k in ("recovered", "recovery_rate")}
+    brief["whitebox_vs_reference"] = result["whitebox_vs_reference"]
     print(json.dumps(brief, indent=1))
     return result
 

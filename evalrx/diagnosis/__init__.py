@@ -62,7 +62,7 @@ def diagnose(
             found.append(ref)
     found += from_rules(trajectory)
     if analyses:
-        found += from_analyses(analyses)
+        found += from_analyses(analyses, trajectory)
     return rank(found)
 
 

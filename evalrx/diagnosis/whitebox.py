@@ -1,9 +1,13 @@
 """The white-box source: a step where the model's own decision was weak or reversed by the last layer.
 
-Reads stored tool-decision results (`meta["decisions"]`, `arrays["margin"]` [decisions, layers]:
-the chosen candidate's log-prob minus the best alternative's, per lens layer). A decision whose
-margin was clearly positive at a middle layer and collapsed by the last, or that the last layer
-barely preferred, is proposed as the first wrong step.
+Two signs, each proposing its step as the first wrong one:
+- tool decision (`meta["decisions"]`, `arrays["margin"]` [decisions, layers]: the chosen candidate's
+  log-prob minus the best alternative's, per lens layer): a margin clearly positive at a middle layer
+  that collapsed by the last, or one the last layer barely had;
+- logit lens (`arrays["topk_ids"]` [layers, positions, k], `target_ids`, `label_step`, `label_kind`,
+  `meta["vocab"]`): at an argument or answer token, a middle layer confidently predicted (part of) a
+  value the question or an earlier observation states, and the last layer wrote a token of no
+  stated value (the right value was there and got lost).
 """
 
 from __future__ import annotations
@@ -18,8 +22,18 @@ UNDECIDED = 0.1
 CONFIDENCE = 0.4
 
 
-def from_analyses(analyses: "dict[str, dict]") -> "list[Diagnosis]":
-    """Diagnoses from white-box results, by analyzer name -> `{"meta", "arrays"}` (as the store returns them)."""
+def from_analyses(analyses: "dict[str, dict]", trajectory: Any = None) -> "list[Diagnosis]":
+    """Diagnoses from white-box results, by analyzer name -> `{"meta", "arrays"}` (as the store returns them).
+
+    The lens sign needs the `trajectory` (what the question and the observations stated).
+    """
+    found = _from_tool_decision(analyses)
+    if trajectory is not None:
+        found += _from_lens(analyses, trajectory)
+    return found
+
+
+def _from_tool_decision(analyses: "dict[str, dict]") -> "list[Diagnosis]":
     rec = analyses.get("tool_decision")
     if not rec or (rec.get("meta") or {}).get("error"):
         return []
@@ -59,6 +73,60 @@ def _diagnosis(d: dict, final: float, peak: float, collapsed: bool) -> Diagnosis
                      evidence={"text": f"{what}: chose {chosen!r} over {alt!r}, {how}",
                                "chosen": chosen, "alternative": alt, "margin_last": round(final, 4),
                                "margin_peak": round(peak, 4)})
+
+
+LENS_CONFIDENT = 0.5  # a middle layer's top token at least this likely counts as "the lens showed it"
+_LENS_KINDS = {"arg_value": "bad_arguments", "answer": "misread_observation"}
+
+
+def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]":
+    import math
+
+    from evalrx.core.case import StepRole
+    from evalrx.diagnosis._evidence import obs_text, values_in
+
+    rec = analyses.get("logit_lens")
+    if not rec or (rec.get("meta") or {}).get("error"):
+        return []
+    a, meta = rec.get("arrays") or {}, rec.get("meta") or {}
+    needed = ("topk_ids", "topk_logprobs", "target_ids", "label_step", "label_kind")
+    if any(k not in a for k in needed):
+        return []
+    vocab, kinds = meta.get("vocab") or {}, meta.get("kinds") or []
+    stated: dict = {}  # step -> the values (numbers, names) the question and earlier observations state
+
+    def before(step: int) -> set:
+        if step not in stated:
+            parts = [trajectory.goal or ""] + [obs_text(s.observation) for s in trajectory.steps
+                                               if s.role is StepRole.TOOL and s.idx < step]
+            stated[step] = {v.lower() for part in parts for v in values_in(part)}
+        return stated[step]
+
+    def states(values: set, piece: str) -> bool:
+        return any(piece in v for v in values)
+
+    n_layers = a["topk_ids"].shape[0]
+    for p in range(a["topk_ids"].shape[1]):
+        k = int(a["label_kind"][p])
+        kind = _LENS_KINDS.get(kinds[k] if k < len(kinds) else "")
+        if kind is None:
+            continue
+        step, chosen = int(a["label_step"][p]), int(a["target_ids"][p])
+        piece = str(vocab.get(str(chosen), "")).strip().lower()
+        for layer in range(1, n_layers - 1):
+            top = int(a["topk_ids"][layer, p, 0])
+            if top == chosen or math.exp(float(a["topk_logprobs"][layer, p, 0])) < LENS_CONFIDENT:
+                continue
+            right = str(vocab.get(str(top), "")).strip().lower()
+            values = before(step)
+            # Word pieces of 3+ characters that are not one another's extension: short pieces match anything.
+            distinct = len(right) >= 3 and piece.isalnum() and not (right.startswith(piece) or piece.startswith(right))
+            if distinct and states(values, right) and not states(values, piece):
+                return [Diagnosis(kind=kind, first_wrong_step=step, confidence=CONFIDENCE, source="whitebox",
+                                  evidence={"text": f"layer {layer} of {n_layers - 1} predicted {right!r}, which an "
+                                            f"earlier step states; the last layer wrote {piece!r}",
+                                            "chosen": piece, "alternative": right, "layer": layer})]
+    return []
 
 
 __all__ = ["from_analyses"]

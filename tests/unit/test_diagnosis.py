@@ -425,6 +425,33 @@ def test_whitebox_a_confident_decision_proposes_nothing():
     assert from_analyses({"logit_lens": {"meta": {}, "arrays": {}}}) == []
 
 
+def _lens(mid_token: int, mid_p: float) -> dict:
+    """A lens result over one answer token (step 3) across 4 layers: the last wrote token 11 ("krevom")."""
+    layers, k = 4, 2
+    topk = np.full((layers, 1, k), 12, dtype=np.int32)
+    logp = np.full((layers, 1, k), np.log(0.1), dtype=np.float32)
+    topk[:, 0, 0] = [12, mid_token, mid_token, 11]
+    logp[:, 0, 0] = np.log([0.2, mid_p, mid_p, 0.9])
+    return {"logit_lens": {
+        "meta": {"kinds": ["tool_name", "arg_value", "answer", "turn_start"],
+                 "vocab": {"10": " krevumus", "11": " krevom", "12": " the"}},
+        "arrays": {"topk_ids": topk, "topk_logprobs": logp, "target_ids": np.array([11], dtype=np.int32),
+                   "label_step": np.array([3], dtype=np.int32), "label_kind": np.array([2], dtype=np.int8)}}}
+
+
+def test_whitebox_the_lens_had_the_observed_value_mid_way_and_lost_it_by_the_last_layer():
+    traj = build("What is the home city of Kigol Trafo?",
+                 [call("lookup", "The home city of Kigol Trafo is Krevumus.", query="home city of Kigol Trafo")],
+                 answer="The home city of Kigol Trafo is Krevom.")
+    (d,) = from_analyses(_lens(10, 0.8), traj)
+    assert (d.kind, d.first_wrong_step, d.source) == ("misread_observation", 3, "whitebox")
+    assert (d.evidence["alternative"], d.evidence["chosen"]) == ("krevumus", "krevom")
+    # Not confident mid-way, or a value nothing stated: no sign.
+    assert from_analyses(_lens(10, 0.3), traj) == []
+    assert from_analyses(_lens(12, 0.8), traj) == []  # "the" is a word of the question, not a value it states
+    assert from_analyses(_lens(10, 0.8)) == []  # without the trajectory there is nothing to compare with
+
+
 # ---------------------------------------------------------------- ranking
 
 
