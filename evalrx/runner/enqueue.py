@@ -58,9 +58,7 @@ def enqueue_run(
     Raises:
         ValueError: unknown spec, backend, tool or analyzer; no cases.
     """
-    cfg = store_runs.config_dict(run_config)
-    if runtime:
-        cfg["runtime"] = store_runs.config_dict(dict(runtime))
+    cfg = store_runs.queued_config(run_config, runtime)
     _check(cfg)
     if cases is None:
         source = cfg.get("case_file") or cfg.get("suite")

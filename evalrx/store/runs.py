@@ -6,6 +6,7 @@ a whole case atomically); the ones taking `store=` open their own write transact
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Optional, Sequence
 
 from sqlalchemy import delete, insert, select, update
@@ -61,8 +62,42 @@ def upsert_case(session: Session, case: FailureCase) -> int:
     return session.execute(select(t.Case.id).where(t.Case.digest == fields["digest"])).scalar_one()
 
 
+# What a queued run's stored config may hold: an allow-list, so a header, token or key never gets in.
+RUN_CONFIG_KEYS = frozenset({
+    "model", "tools", "suite", "case_file", "max_turns", "system", "block_repeat_calls", "force_final_answer",
+    "concurrency", "analyzers", "base_url", "runtime", "chat_kwargs",
+})
+MODEL_KEYS = frozenset({"name", "backend", "want", "checkpoint", "device", "dtype"})
+# RuntimeConfig's fields less the key (a test keeps the two lists in step).
+RUNTIME_KEYS = frozenset({"device", "dtype", "max_new_tokens", "temperature", "base_url", "timeout", "max_retries",
+                          "attn_implementation", "trust_remote_code", "extra"})
+# Query parameters that carry credentials in URLs people paste (`?api-key=`, `?token=`, signed URLs).
+_SECRET_PARAM = re.compile(r"(key|token|secret|passw|auth|signature|sig|credential|session|cookie)", re.I)
+# A key is secret when one of its words is one of these (`api_key`, `hf_token`, `Authorization`, `headers`),
+# but not `max_new_tokens`.
+_SECRET_WORDS = frozenset({"key", "apikey", "secret", "password", "passwd", "token", "authorization", "auth",
+                           "header", "headers", "cookie", "credential", "credentials", "bearer"})
+
+
+def is_secret_name(name: Any) -> bool:
+    return bool(_SECRET_WORDS & set(re.split(r"[^a-z0-9]+", str(name).lower())))
+
+
+def clean_url(url: Any) -> Any:
+    """A URL without `user:password@` and without query parameters that look like credentials."""
+    if not isinstance(url, str) or "://" not in url:
+        return url
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                       if not _SECRET_PARAM.search(k)])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
 def config_dict(run_config: Any) -> dict:
-    """A RunConfig (or dict) as a JSON dict, with anything that looks like a secret removed."""
+    """A RunConfig (or dict) as a JSON dict, with anything that looks like a secret removed (imports' configs)."""
     import dataclasses
 
     if dataclasses.is_dataclass(run_config):
@@ -72,16 +107,40 @@ def config_dict(run_config: Any) -> dict:
     return convert.jsonable(_strip_secrets(data))
 
 
+def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
+    """What a queued run stores: only the allowed keys of the RunConfig and the runtime, URLs cleaned.
+
+    Raises:
+        ValueError: naming a runtime setting that is not stored (an API key goes through the
+            environment, never the store).
+    """
+    cfg = {k: v for k, v in config_dict(run_config).items() if k in RUN_CONFIG_KEYS}
+    cfg["model"] = {k: v for k, v in (cfg.get("model") or {}).items() if k in MODEL_KEYS}
+    rt = dict(runtime or cfg.get("runtime") or {})
+    unknown = sorted(k for k in rt if k not in RUNTIME_KEYS and k != "api_key")
+    if unknown:
+        raise ValueError(f"unknown runtime setting(s) {unknown}; known: {', '.join(sorted(RUNTIME_KEYS))}")
+    rt = {k: v for k, v in rt.items() if k in RUNTIME_KEYS}
+    if rt:
+        cfg["runtime"] = convert.jsonable(_strip_secrets(rt))
+    else:
+        cfg.pop("runtime", None)
+    for holder in (cfg, cfg.get("runtime") or {}):
+        if holder.get("base_url"):
+            holder["base_url"] = clean_url(holder["base_url"])
+    return cfg
+
+
 def _strip_secrets(value: Any) -> Any:
     if isinstance(value, dict):
         return {
             k: _strip_secrets(v)
             for k, v in value.items()
-            if not any(s in str(k).lower() for s in ("api_key", "apikey", "secret", "password", "token_value"))
+            if not is_secret_name(k)
         }
     if isinstance(value, list):
         return [_strip_secrets(v) for v in value]
-    return value
+    return clean_url(value) if isinstance(value, str) and "://" in value else value
 
 
 def create_run(

@@ -1,0 +1,67 @@
+"""Secrets never reach the store: a queued run keeps only allowed config keys, URLs lose their
+credentials, and an export of the run carries none of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import evalrx.store as S
+from evalrx.config import ModelConfig, RunConfig
+from evalrx.runner import enqueue_run
+from evalrx.store.runs import RUNTIME_KEYS, clean_url, queued_config
+from evalrx.suites import load_cases
+
+SECRET = "sk-evalrx-LEAK-CHECK-0123456789"
+
+
+def test_the_runtime_allow_list_is_runtime_config_less_the_key():
+    from evalrx.models.backends import RuntimeConfig
+
+    assert RUNTIME_KEYS == {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
+
+
+@pytest.mark.parametrize("url, clean", [
+    (f"http://user:{SECRET}@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    (f"https://host/v1?api-key={SECRET}&region=eu", "https://host/v1?region=eu"),
+    (f"https://host/v1?access_token={SECRET}&sig={SECRET}", "https://host/v1"),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+])
+def test_urls_lose_userinfo_and_credential_parameters(url, clean):
+    assert clean_url(url) == clean
+
+
+def test_a_queued_run_stores_no_key_header_or_token(store_url, tmp_path):
+    store = S.connect(store_url)
+    cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"],
+                    base_url=f"http://user:{SECRET}@127.0.0.1:9/v1?api-key={SECRET}")
+    run_id = enqueue_run(cfg, load_cases("demo/arithmetic_easy")[:1], store=store,
+                         runtime={"max_new_tokens": 32, "api_key": SECRET,
+                                  "extra": {"hf_token": SECRET, "Authorization": f"Bearer {SECRET}", "n": 1}})
+    info = S.get_run(run_id, store=store)
+    assert SECRET not in json.dumps(info.config)
+    assert info.config["base_url"] == "http://127.0.0.1:9/v1"
+    assert info.config["runtime"] == {"max_new_tokens": 32, "extra": {"n": 1}}
+    out = tmp_path / "run.jsonl"
+    S.export_run(run_id, out, store=store)
+    assert SECRET not in out.read_text()
+
+
+def test_a_runtime_setting_that_is_not_stored_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match=r"unknown runtime setting\(s\) \['headers'\]; known: .*max_new_tokens"):
+        queued_config(RunConfig(model=ModelConfig("evalrx-tiny")), {"headers": {"Authorization": SECRET}})
+
+
+def test_an_imported_run_config_loses_secret_looking_keys_and_url_credentials(store_url, tmp_path):
+    row = {"sample_id": "s1", "goal": "2+2?", "steps": [{"idx": 0, "role": "user", "content": "2+2?"}],
+           "final_answer": "4", "outcome": "pass",
+           "run": {"name": "r", "config": {"base_url": f"http://u:{SECRET}@h/v1", "hf_token": SECRET,
+                                           "headers": {"Authorization": SECRET}, "max_new_tokens": 8}}}
+    f = tmp_path / "in.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    res = S.import_file(f, store=store_url)
+    info = S.get_run(res.run_ids[0], store=store_url)
+    assert SECRET not in json.dumps(info.config)
+    assert info.config == {"base_url": "http://h/v1", "max_new_tokens": 8}
