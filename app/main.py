@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from components.access import guard
 from components.data import store_or_explain
 from components.labelling import show_flash
 from components.sidebar import render_sidebar
 
 st.set_page_config(page_title="evalrx", page_icon=":material/troubleshoot:", layout="wide")
+guard()  # loopback only, unless a login guards the app
 
 pages = {
     "Runs": [

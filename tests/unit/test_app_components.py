@@ -318,3 +318,15 @@ def test_every_analysis_panel_has_a_how_to_read_line():
 
     assert set(HOW_TO_READ) == {"logit_lens", "tool_decision", "attention", "token_uncertainty"}
     assert all("\n" not in line and len(line) > 60 for line in HOW_TO_READ.values())
+
+
+def test_serving_beyond_loopback_needs_a_login_or_an_explicit_yes():
+    from components.access import exposure_problem
+
+    assert exposure_problem("127.0.0.1", auth=False, allowed=False) is None
+    assert exposure_problem("::1", auth=False, allowed=False) is None
+    assert "every network interface" in exposure_problem("", auth=False, allowed=False)
+    assert "EVALRX_ALLOW_UNAUTHENTICATED=1" in exposure_problem("0.0.0.0", auth=False, allowed=False)
+    assert exposure_problem("0.0.0.0", auth=True, allowed=False) is None
+    assert exposure_problem("0.0.0.0", auth=False, allowed=True) is None
+

@@ -347,3 +347,52 @@ def test_long_output_is_collapsed_and_errors_shown(store_url):
     assert long_text in codes  # ... but one click away
     assert any(e.label == f"Show all {len(long_text):,} characters" for e in at.expander)
     assert "RuntimeError: CUDA out of memory" in codes
+
+
+def test_new_run_api_call_budget_reaches_the_run_config(store_url, monkeypatch):
+    import components.launch as launch
+
+    monkeypatch.setattr(launch, "start_api_worker", lambda store, key, log: 1)
+    at = open_page("new_run")
+    assert not [n for n in at.number_input if n.key in ("timeout", "retries")]  # local backend: no such fields
+    at.selectbox(key="spec").set_value("gpt-4o-mini").run()
+    assert at.number_input(key="timeout").value == 60.0 and at.number_input(key="retries").value == 3
+    at.number_input(key="timeout").set_value(12.5)
+    at.number_input(key="retries").set_value(1)
+    at.number_input(key="limit").set_value(1)
+    at.button(key="launch").click().run()
+    assert not at.exception
+    (run,) = S.list_runs(store=store_url)
+    assert run.config["runtime"] == {"max_new_tokens": 256, "timeout": 12.5, "max_retries": 1}
+
+
+def test_runtime_settings_check_the_call_budget():
+    sys.path.insert(0, str(ROOT / "app"))
+    from components.launch import runtime_settings
+
+    assert runtime_settings(max_new_tokens=9, backend="hf_local", timeout=0, retries=99) == {"max_new_tokens": 9}
+    with pytest.raises(ValueError, match="timeout"):
+        runtime_settings(max_new_tokens=9, backend="api", timeout=0, retries=1)
+    with pytest.raises(ValueError, match="max_retries"):
+        runtime_settings(max_new_tokens=9, backend="api", timeout=5, retries=11)
+
+
+def test_the_app_is_private_by_default_and_refuses_a_network_address_without_a_login(store_url, monkeypatch):
+    from streamlit import config
+    from streamlit.testing.v1 import AppTest
+
+    ENV_OPEN = "EVALRX_ALLOW_UNAUTHENTICATED"
+    assert config.get_option("server.address") == "127.0.0.1"  # .streamlit/config.toml binds loopback
+    monkeypatch.delenv(ENV_OPEN, raising=False)
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.run()
+        assert [e.value for e in at.error] and "served on 0.0.0.0 without a login" in at.error[0].value
+        assert not at.title  # nothing of the store is shown
+        monkeypatch.setenv(ENV_OPEN, "1")  # e.g. behind an authenticating proxy
+        at.run()
+        assert not at.error and at.title
+    finally:
+        config.set_option("server.address", "127.0.0.1")
+
