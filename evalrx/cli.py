@@ -11,7 +11,8 @@ import sys
 from typing import Optional, Sequence
 
 from evalrx.core.capability import CapabilityError
-from evalrx.models.backends.api import APIBackendError
+from evalrx.models.backends import RuntimeConfig
+from evalrx.models.backends.api import MAX_RETRIES, MAX_TIMEOUT_S, APIBackendError, check_call_budget
 
 
 class UserError(Exception):
@@ -20,6 +21,28 @@ class UserError(Exception):
 
 # Exceptions our own code raises with messages written for the user.
 _USER_ERRORS: tuple = (UserError, CapabilityError, APIBackendError, ValueError, FileNotFoundError, ImportError)
+
+
+def _seconds(text: str) -> float:
+    """`--timeout`: seconds in (0, 3600], else argparse's one-line error."""
+    try:
+        return check_call_budget(text, 0)[0]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be seconds > 0 and <= {MAX_TIMEOUT_S:g}, not {text!r}") from None
+
+
+def _retries(text: str) -> int:
+    """`--retries`: a whole number in 0..10, else argparse's one-line error."""
+    try:
+        return check_call_budget(1, int(text))[1]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_RETRIES}, not {text!r}") from None
+
+
+def _call_budget(args: argparse.Namespace) -> dict:
+    """The RuntimeConfig settings `--timeout` / `--retries` ask for (none when not given)."""
+    asked = {"timeout": args.timeout, "max_retries": args.retries}
+    return {k: v for k, v in asked.items() if v is not None}
 
 
 def _cmd_specs(args: argparse.Namespace) -> int:
@@ -73,7 +96,7 @@ def _enqueue(args: argparse.Namespace) -> int:
         from evalrx.suites import load_cases
 
         cases = load_cases(args.cases or args.suite)[: args.limit]
-    run_id = enqueue_run(cfg, cases, store=store)
+    run_id = enqueue_run(cfg, cases, runtime=_call_budget(args) or None, store=store)
     print(f"queued run {run_id}; a worker (`evalrx worker`, or the app's) will pick it up")
     if not args.wait:
         return 0
@@ -122,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force-final-answer", action="store_true")
     run.add_argument("--concurrency", type=int, default=4, help="concurrent cases (API backends only)")
     run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
+    run.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                     help="api backend: budget of one model call, every retry and wait included "
+                          f"(default {RuntimeConfig.timeout:g})")
+    run.add_argument("--retries", type=_retries, metavar="N",
+                     help=f"api backend: tries after the first within that budget, 0-{MAX_RETRIES} "
+                          f"(default {RuntimeConfig.max_retries})")
     run.add_argument("--system", help="system prompt")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
@@ -136,7 +165,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         if argv and argv[0] in COMMANDS:  # so do db, worker, runs, import and export
             return COMMANDS[argv[0]][0](argv[1:])
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command == "run" and _call_budget(args) and args.backend != "api":
+            parser.error(f"--timeout and --retries apply to the api backend only, not {args.backend!r}")
         if args.command == "specs":
             return _cmd_specs(args)
         if args.command == "run":

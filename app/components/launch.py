@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evalrx.config import ModelConfig, RunConfig
+from evalrx.models.backends.api import check_call_budget
 
 DEMO_SPEC = "evalrx-tiny"
 DEFAULT_SUITE = "demo/arithmetic_easy"
@@ -48,6 +49,18 @@ def build_config(
         force_final_answer=force_final_answer, concurrency=int(concurrency), analyzers=list(analyzers),
         base_url=base_url or None,
     )
+
+
+def runtime_settings(*, max_new_tokens: int, backend: Optional[str], timeout: float, retries: int) -> dict:
+    """The model's RuntimeConfig settings; the call budget (timeout, retries) for the api backend only.
+
+    Raises:
+        ValueError: timeout not in (0, 3600] seconds or retries not in 0..10.
+    """
+    runtime: dict = {"max_new_tokens": int(max_new_tokens)}
+    if backend == "api":
+        runtime["timeout"], runtime["max_retries"] = check_call_budget(timeout, int(retries))
+    return runtime
 
 
 def start_api_worker(store: Any, api_key: str, log_path: str) -> int:

@@ -3,10 +3,12 @@
 import streamlit as st
 
 from components.data import store
-from components.launch import DEFAULT_SUITE, DEMO_SPEC, build_config, cases_from_upload, start_api_worker
+from components.launch import (DEFAULT_SUITE, DEMO_SPEC, build_config, cases_from_upload, runtime_settings,
+                               start_api_worker)
 from components.safe import md_escape
 from evalrx.core.capability import Capability
-from evalrx.models.backends import backends_for
+from evalrx.models.backends import RuntimeConfig, backends_for
+from evalrx.models.backends.api import MAX_RETRIES, MAX_TIMEOUT_S
 from evalrx.specs import REGISTRY
 from evalrx.suites import CaseFileError, list_suites, load_cases
 from evalrx.tools import TOOLS
@@ -107,6 +109,7 @@ with right:
         max_new_tokens = st.number_input("Max new tokens per model turn", min_value=1, max_value=32768, value=256,
                                          key="max_new_tokens")
     base_url, api_key, concurrency = None, None, 1
+    timeout, retries = RuntimeConfig.timeout, RuntimeConfig.max_retries
     if backend == "api":
         st.markdown("**API**")
         base_url = st.text_input("Base URL", key="base_url", placeholder="default: $OPENAI_BASE_URL or OpenAI")
@@ -114,6 +117,13 @@ with right:
                                 help="Never stored: handed only to a worker started for this run. "
                                      "Leave empty to use the workers' OPENAI_API_KEY.")
         concurrency = st.number_input("Concurrent cases", min_value=1, max_value=64, value=4, key="concurrency")
+        timeout = st.number_input("Time limit per model call (s)", min_value=1.0, max_value=MAX_TIMEOUT_S,
+                                  value=float(RuntimeConfig.timeout), step=5.0, key="timeout",
+                                  help="The whole budget of one model call, retries and waits included; "
+                                       "a call that runs out ends its case as an error.")
+        retries = st.number_input("Retries per model call", min_value=0, max_value=MAX_RETRIES,
+                                  value=RuntimeConfig.max_retries, step=1, key="retries",
+                                  help="Tries after the first (server busy, connection lost), within the time limit.")
 
     if st.button("Launch run", type="primary", icon=":material/rocket_launch:", disabled=backend is None,
                  width="stretch", key="launch"):
@@ -132,8 +142,9 @@ with right:
                 analyzers=analyzers if local else [], concurrency=concurrency, base_url=base_url, system=system,
                 checkpoint=checkpoint.strip() or None,
             )
-            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S,
-                                 runtime={"max_new_tokens": int(max_new_tokens)})
+            runtime = runtime_settings(max_new_tokens=max_new_tokens, backend=backend, timeout=timeout,
+                                       retries=retries)
+            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S, runtime=runtime)
         except (CaseFileError, ValueError) as exc:
             st.error(md_escape(exc))
         else:

@@ -210,7 +210,15 @@ class Agent:
     def _chat(self, messages: list, tools: Optional[list]) -> "tuple[ChatTurn, dict]":
         """One model call, timed; returns the turn and the span fields it yields."""
         t0 = time.perf_counter()
-        chat = self.handle.chat(messages, tools=tools, **self.chat_kwargs)
+        try:
+            chat = self.handle.chat(messages, tools=tools, **self.chat_kwargs)
+        except Exception as exc:  # the failed call's real time goes with the error (0 would be a lie)
+            if getattr(exc, "elapsed_ms", None) is None:
+                try:
+                    exc.elapsed_ms = _ms(time.perf_counter() - t0)
+                except AttributeError:  # an exception type that takes no attributes
+                    pass
+            raise
         span: dict = {"latency_ms": _ms(time.perf_counter() - t0)}
         usage = chat.usage or {}
         for key in _USAGE_KEYS:
@@ -364,13 +372,20 @@ class Agent:
         return f"Agent(handle={self.handle!r}, tools={[t.name for t in self.tools]}, codec={self.codec.name})"
 
 
-def _error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
+def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
+    """The trajectory of a case whose run raised (a server, harness or limit error): the prompt and the error.
+
+    A failed model call's real time (`exc.elapsed_ms`) is kept as the trajectory's latency.
+    """
+    metrics: dict = {"terminated": "error", "error": f"{type(exc).__name__}: {exc}"}
+    if getattr(exc, "elapsed_ms", None) is not None:
+        metrics["total_latency_ms"] = float(exc.elapsed_ms)
     return Trajectory(
         sample_id=case.id,
         goal=case.inputs.prompt,
         steps=[Step(idx=0, role=StepRole.USER, content=case.inputs.prompt)],
         ground_truth=case.expected,
-        metrics={"terminated": "error", "error": f"{type(exc).__name__}: {exc}"},
+        metrics=metrics,
     )
 
 
@@ -426,7 +441,7 @@ def run_batch(
             )
             trajectory = agent.run(case)
         except Exception as exc:  # keep the batch alive; the error is recorded on the case
-            trajectory = _error_trajectory(case, exc)
+            trajectory = error_trajectory(case, exc)
         if on_result is not None:
             on_result(case, trajectory)
         return trajectory

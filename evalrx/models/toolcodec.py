@@ -272,7 +272,8 @@ class OpenAIToolCodec(ToolCallCodec):
             fn = _field(wire, "function") or {}
             name = _field(fn, "name")
             if not isinstance(name, str) or not name.strip():
-                errors.append(f"{where}: \"name\" must be a non-empty string, got {name!r}")
+                shown = _snippet(json.dumps(wire, default=str) if isinstance(wire, dict) else str(wire))
+                errors.append(f"{where}: \"name\" must be a non-empty string, got {name!r}: {shown}")
                 continue
             raw_args = _field(fn, "arguments")
             args, error = _coerce_args(raw_args, f"{where} ({name})")

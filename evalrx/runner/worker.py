@@ -106,15 +106,6 @@ def load_handle(cfg: dict) -> Any:
     )
 
 
-def _error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
-    return Trajectory(
-        sample_id=case.id, goal=case.inputs.prompt,
-        steps=[Step(idx=0, role=StepRole.USER, content=case.inputs.prompt)],
-        ground_truth=case.expected,
-        metrics={"terminated": "error", "error": f"{type(exc).__name__}: {exc}"},
-    )
-
-
 def _case_image(data: Optional[bytes]) -> Any:
     if data is None:
         return None
@@ -320,7 +311,9 @@ class Worker:
             traj = agent.run(case)
         except Exception as exc:  # the case fails, the job goes on
             log.warning("case %s raised %s: %s", case.id, type(exc).__name__, exc)
-            traj = _error_trajectory(case, exc)
+            from evalrx.models.agent import error_trajectory
+
+            traj = error_trajectory(case, exc)
         try:
             from evalrx.grade import grade_trajectory
 

@@ -75,3 +75,49 @@ def test_malformed_case_file_names_file_and_line(tmp_path):
 def test_usage_errors_are_argparse_messages(cmd, tmp_path):
     out = run_cli(*cmd, tmp_path=tmp_path)
     assert out.returncode == 2 and "usage:" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "flag, value, needle",
+    [
+        ("--timeout", "0", "must be seconds > 0 and <= 3600"),
+        ("--timeout", "3601", "must be seconds > 0 and <= 3600"),
+        ("--timeout", "soon", "must be seconds > 0 and <= 3600"),
+        ("--retries", "11", "must be a whole number from 0 to 10"),
+        ("--retries", "-1", "must be a whole number from 0 to 10"),
+        ("--retries", "1.5", "must be a whole number from 0 to 10"),
+    ],
+)
+def test_call_budget_out_of_range_is_one_argparse_line(flag, value, needle, capsys):
+    from evalrx.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--spec", "gpt-4o-mini", "--backend", "api", "--suite", "demo", flag, value])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert f"argument {flag}: {needle}" in line and repr(value) in line
+
+
+def test_call_budget_flags_refused_for_a_local_backend(capsys):
+    from evalrx.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--spec", "evalrx-tiny", "--suite", "demo", "--timeout", "5"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "--timeout and --retries apply to the api backend only" in err
+
+
+def test_call_budget_flags_reach_the_queued_run_config(tmp_path, capsys):
+    import evalrx.store as S
+    from evalrx.cli import main
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    try:
+        assert main(["run", "--spec", "gpt-4o-mini", "--backend", "api", "--suite", "demo", "--limit", "1",
+                     "--url", url, "--timeout", "7.5", "--retries", "0"]) == 0
+        (run,) = S.list_runs(store=url)
+        assert run.config["runtime"] == {"timeout": 7.5, "max_retries": 0}
+    finally:
+        S.forget(url)

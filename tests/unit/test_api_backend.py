@@ -361,6 +361,225 @@ def test_unknown_chat_option_is_a_type_error():
         handle.chat([{"role": "user", "content": "x"}], top_k=3)
 
 
+# ----------------------------------------------------------------------------- one budget per model call
+
+
+def one_line_error(info, url: str) -> str:
+    """The raised message: one line that names the server."""
+    message = str(info.value)
+    assert "\n" not in message and url in message, message
+    return message
+
+
+def test_a_hanging_server_is_cut_at_the_budget_and_the_elapsed_time_is_kept():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(1)
+        stub.released.wait(10)  # never answers while the test runs
+        return None
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=1.0, max_retries=3))
+        t0 = time.perf_counter()
+        with pytest.raises(APIConnectionFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+        wall = time.perf_counter() - t0
+    assert 0.9 < wall < 2.5  # the budget covers the retries: no second 1 s try after it is spent
+    assert hits == [1]
+    message = one_line_error(info, stub.url)
+    assert "did not answer within 1 s" in message and "--timeout" in message and "1 try" in message
+    assert info.value.elapsed_ms == pytest.approx(wall * 1000, abs=300)
+
+
+def test_concurrent_cases_each_keep_their_own_budget():
+    from evalrx.models.agent import run_batch
+
+    def respond(handler, body):
+        stub.released.wait(10)
+        return None
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=1.0, max_retries=1))
+        t0 = time.perf_counter()
+        trajs = run_batch(handle, ["a", "b", "c", "d"], tools_factory=lambda case: [], concurrency=4)
+        wall = time.perf_counter() - t0
+    assert wall < 2.5  # four 1 s budgets side by side, not one after the other
+    assert all(t.metrics["terminated"] == "error" and stub.url in t.metrics["error"] for t in trajs)
+
+
+@pytest.mark.parametrize("headers_first", [True, False], ids=["trickled-body", "trickled-status-line"])
+def test_a_trickling_server_is_cut_at_the_budget(headers_first):
+    # One byte a second never trips a per-read timeout; only a deadline on the whole answer cuts it.
+    def respond(handler, body):
+        payload = json.dumps(_completion("slow")).encode()
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
+        wire = head + payload
+        if headers_first:
+            handler.wfile.write(head)
+            handler.wfile.flush()
+            wire = payload
+        for i in range(len(wire)):
+            if stub.released.wait(1.0):
+                break
+            try:
+                handler.wfile.write(wire[i : i + 1])
+                handler.wfile.flush()
+            except OSError:  # the client gave up
+                break
+        return None
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=2.5, max_retries=2))
+        t0 = time.perf_counter()
+        with pytest.raises(APIConnectionFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+        wall = time.perf_counter() - t0
+    assert 2.3 < wall < 4.0
+    assert "did not answer within 2.5 s" in one_line_error(info, stub.url)
+
+
+def test_retry_after_beyond_the_budget_fails_at_once():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(1)
+        return 429, {"error": {"message": "slow down"}}, {"Retry-After": "30"}
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=3, max_retries=3))
+        t0 = time.perf_counter()
+        with pytest.raises(APIRequestFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+        wall = time.perf_counter() - t0
+    assert wall < 1.0 and hits == [1]  # no 30 s wait, no wait until the deadline either
+    message = one_line_error(info, stub.url)
+    assert info.value.status_code == 429
+    assert "HTTP 429" in message and "slow down" in message and "retry after 30 s" in message
+    assert "--timeout" in message
+
+
+def test_retry_after_within_the_budget_is_honoured():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(time.perf_counter())
+        if len(hits) == 1:
+            return 503, {"error": {"message": "warming up"}}, {"Retry-After": "0.4"}
+        return 200, _completion("ready")
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=5, max_retries=1))
+        assert handle.chat([{"role": "user", "content": "hi"}]).text == "ready"
+    assert len(hits) == 2 and hits[1] - hits[0] >= 0.4
+
+
+def test_backoff_stops_when_the_budget_cannot_cover_another_try():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(1)
+        return 503, {"error": {"message": "busy"}}
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=1.5, max_retries=10))
+        t0 = time.perf_counter()
+        with pytest.raises(APIRequestFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+        wall = time.perf_counter() - t0
+    assert wall < 1.6 and 2 <= len(hits) <= 3  # waits of ~0.5 s then ~1 s: the second does not fit
+    message = one_line_error(info, stub.url)
+    assert "HTTP 503" in message and f"{len(hits)} tries" in message and "--retries" in message
+
+
+@pytest.mark.parametrize(
+    "status, body, content_type, needles",
+    [
+        (200, b"<html><body>Welcome to nginx</body></html>", "text/html",
+         ["answered HTML, not JSON", "HTTP 200", "'<html><body>Welcome", "/v1"]),
+        (200, b"{not json at all", "application/json", ["answered invalid JSON", "HTTP 200", "'{not json at all'"]),
+        (200, b'{"object": "list", "data": []}', "application/json", ["not a chat completion", "'{\"object\""]),
+        (404, b"<!DOCTYPE html><title>404</title>", "text/html", ["HTTP 404", "an HTML page", "/v1"]),
+    ],
+    ids=["html", "invalid-json", "not-a-completion", "html-404"],
+)
+def test_a_body_that_is_not_a_chat_completion_is_one_line_naming_the_server(status, body, content_type, needles):
+    def respond(handler, _body):
+        return status, body, {"Content-Type": content_type}
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, max_retries=0))
+        with pytest.raises(APIRequestFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+    message = one_line_error(info, stub.url)
+    assert info.value.status_code == status
+    for needle in needles:
+        assert needle in message, message
+    assert info.value.__context__ is None and info.value.elapsed_ms is not None
+
+
+def test_a_connection_dropped_mid_answer_is_retried_then_one_line():
+    hits: list = []
+
+    def respond(handler, body):
+        hits.append(1)
+        handler.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"id\"")
+        handler.wfile.flush()
+        handler.connection.shutdown(socket.SHUT_RDWR)  # gone before the 500 bytes it promised
+        return None
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, timeout=10, max_retries=1))
+        with pytest.raises(APIConnectionFailed) as info:
+            handle.chat([{"role": "user", "content": "hi"}])
+    message = one_line_error(info, stub.url)
+    assert len(hits) == 2 and "2 tries" in message
+    assert "broke before its answer was complete" in message and "--retries" in message
+
+
+def test_a_tool_call_without_function_is_recorded_as_malformed():
+    bad_call = {"id": "call_x", "type": "custom", "custom": {"name": "calculator", "input": "2+2"}}
+    turns = iter([[bad_call], None])
+
+    def respond(handler, body):
+        calls = next(turns)
+        payload = _completion(None if calls else "4", finish="tool_calls" if calls else "stop")
+        if calls:
+            payload["choices"][0]["message"]["tool_calls"] = calls
+        return 200, payload
+
+    with _StubServer(respond) as stub:
+        handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url, max_retries=0))
+        traj = evalrx.Agent(handle, [evalrx.Tool("calculator", "math", fn=lambda expression: "4")], max_turns=3).run(
+            "What is 2+2?"
+        )
+    first = traj.steps[1]
+    assert first.tool_calls == [] and first.parse_error and "call #1" in first.parse_error
+    assert traj.metrics["n_parse_errors"] == 1 and traj.metrics["n_tool_calls"] == 0
+    assert traj.final_answer == "4"
+
+
+def test_a_call_without_a_name_is_kept_in_the_turn():
+    nameless = {"id": "call_y", "type": "function", "function": {"arguments": "{}"}}
+
+    def respond(handler, body):
+        payload = _completion(None, finish="tool_calls")
+        payload["choices"][0]["message"]["tool_calls"] = [
+            nameless, {"id": "call_z", "type": "function", "function": {"name": "calculator", "arguments": "{}"}},
+        ]
+        return 200, payload
+
+    with _StubServer(respond) as stub:
+        turn = APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url)).chat([{"role": "user", "content": "x"}])
+    assert turn.tool_calls[0] == nameless and turn.tool_calls[1]["function"]["name"] == "calculator"
+
+
+@pytest.mark.parametrize("timeout, retries", [(0, 3), (-1, 3), (3601, 3), (float("nan"), 3), (5, -1), (5, 11), (5, 1.5)])
+def test_call_budget_out_of_range_is_refused(timeout, retries):
+    with pytest.raises(ValueError, match="timeout|max_retries"):
+        APIModel(get_spec(QWEN), RuntimeConfig(base_url="http://127.0.0.1:1/v1", timeout=timeout, max_retries=retries))
+
+
 # ----------------------------------------------------------------------------- evalrx serve over a fake handle
 
 
@@ -576,10 +795,17 @@ class _StubServer:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-                status, payload = outer.respond(self, body)
-                data = json.dumps(payload).encode()
+                answer = outer.respond(self, body)
+                if answer is None:  # the responder wrote (or withheld) the answer on the socket itself
+                    self.close_connection = True
+                    return
+                status, payload, *more = answer  # a third item adds headers; bytes are sent as they are
+                headers = dict(more[0]) if more else {}
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 try:
@@ -588,6 +814,7 @@ class _StubServer:
                     pass
 
         self.respond = respond
+        self.released = threading.Event()  # set on exit: handlers that hang wait on it
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
@@ -597,6 +824,7 @@ class _StubServer:
         return self
 
     def __exit__(self, *exc):
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 

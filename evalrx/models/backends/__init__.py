@@ -25,8 +25,8 @@ class RuntimeConfig:
     temperature: float = 0.0
     base_url: Optional[str] = None
     api_key: Optional[str] = field(default=None, repr=False)  # never printed
-    timeout: float = 60.0
-    max_retries: int = 3
+    timeout: float = 60.0  # api: seconds for one model call, every try, wait and byte included
+    max_retries: int = 3  # api: tries after the first, while that budget lasts
     attn_implementation: Optional[str] = None
     trust_remote_code: bool = False
     extra: dict = field(default_factory=dict)

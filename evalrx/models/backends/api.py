@@ -7,14 +7,23 @@ vision specs), never logits, hidden states or attention, so asking for those fai
 
 The wire-format helpers (`to_wire_messages`, `from_wire_messages`, image data URLs) are
 pure Python and shared with `evalrx.serve`, which speaks the same protocol.
+
+One model call has one budget, `RuntimeConfig.timeout` seconds, that covers every try, every
+wait between tries (Retry-After included) and every byte of the answer: each socket wait is
+cut to what is left of it, so a server that hangs or trickles bytes ends the call on time.
 """
 
 from __future__ import annotations
 
 import base64
+import contextvars
+import email.utils
+import importlib
 import io
 import json
+import random
 import re
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,10 +36,42 @@ INSTALL_HINT = "pip install 'evalrx[api]'"
 # A local server (vLLM, `evalrx serve`) needs no key, but the SDK refuses to start without one.
 PLACEHOLDER_KEY = "EMPTY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# The accepted range of a call's budget and of its retries (RuntimeConfig, `evalrx run`, the app).
+MAX_TIMEOUT_S = 3600.0
+MAX_RETRIES = 10
+_RETRY_STATUSES = frozenset({408, 409, 429})
+_FIRST_BACKOFF_S = 0.5
+_MAX_BACKOFF_S = 8.0
+
+
+def check_call_budget(timeout: Any, max_retries: Any) -> "tuple[float, int]":
+    """Validate a model call's budget in seconds and its retry count.
+
+    Returns:
+        (timeout, max_retries) as float and int.
+
+    Raises:
+        ValueError: timeout not in (0, 3600] or max_retries not in 0..10.
+    """
+    try:
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_TIMEOUT_S:  # also rejects NaN
+        raise ValueError(f"timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, not {timeout!r}.")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or not 0 <= max_retries <= MAX_RETRIES:
+        raise ValueError(f"max_retries must be a whole number from 0 to {MAX_RETRIES}, not {max_retries!r}.")
+    return seconds, max_retries
 
 
 class APIBackendError(RuntimeError):
-    """Base class of the api backend's errors; messages never contain the API key."""
+    """Base class of the api backend's errors; messages never contain the API key.
+
+    Attributes:
+        elapsed_ms: wall time of the failed model call (every try and wait), set by `APIModel.chat`.
+    """
+
+    elapsed_ms: Optional[float] = None
 
 
 class APIConnectionFailed(APIBackendError):
@@ -304,6 +345,89 @@ def _scrub(text: str, secret: Optional[str]) -> str:
     return text
 
 
+# ----------------------------------------------------------------------------- the call deadline
+
+# When the running model call must end (time.monotonic()); set per call, so per thread.
+_DEADLINE: "contextvars.ContextVar[Optional[float]]" = contextvars.ContextVar("evalrx_api_deadline", default=None)
+# A socket wait after the deadline still gets this long, so the library raises its own timeout error.
+_EXPIRED_S = 0.001
+
+
+def _cap(timeout: Optional[float]) -> Optional[float]:
+    """A socket timeout cut to what is left of the current call's budget."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return timeout
+    left = max(deadline - time.monotonic(), _EXPIRED_S)
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream:
+    """An httpcore network stream whose every read, write and TLS handshake ends by the deadline.
+
+    httpcore gives each socket operation the request's fixed per-operation timeout, so a server
+    that sends one byte just before each read times out is never cut; this caps each wait anew.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        return self._inner.read(max_bytes, _cap(timeout))
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        self._inner.write(buffer, _cap(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: Any, server_hostname: Optional[str] = None,
+                  timeout: Optional[float] = None) -> Any:
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, _cap(timeout)))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """An httpcore network backend whose connections are `_DeadlineStream`s."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, host: str, port: int, timeout: Optional[float] = None, local_address: Optional[str] = None,
+                    socket_options: Any = None) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_tcp(host, port, _cap(timeout), local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: Optional[float] = None,
+                            socket_options: Any = None) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(path, _cap(timeout), socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _deadline_http_client() -> Any:
+    """The SDK's own HTTP client class (httpx or httpx2, whichever it speaks) over a deadline-capped transport.
+
+    Returns None when the HTTP library's layout is not the known one; each try then keeps only
+    the per-read timeout (the remaining budget), which bounds a hanging server but not a trickling one.
+    """
+    import openai
+
+    client_cls = openai.DefaultHttpxClient
+    base = next((c for c in client_cls.__mro__ if c.__name__ == "Client"), None)
+    if base is None:
+        return None
+    httpx_module = importlib.import_module(base.__module__.split(".")[0])
+    transport = httpx_module.HTTPTransport()
+    pool = getattr(transport, "_pool", None)  # httpcore's ConnectionPool: new connections come from its backend
+    if pool is None or getattr(pool, "_network_backend", None) is None:
+        return None
+    pool._network_backend = _DeadlineBackend(pool._network_backend)
+    return client_cls(transport=transport)
+
+
 # ----------------------------------------------------------------------------- the handle
 
 
@@ -319,12 +443,14 @@ class APIModel:
 
     Args:
         spec: the model spec; `spec.served_name` is the model name sent.
-        runtime: base_url / api_key (else `OPENAI_BASE_URL` / `OPENAI_API_KEY`), timeout,
-            max_retries (the SDK retries with exponential backoff), temperature and
-            max_new_tokens.
+        runtime: base_url / api_key (else `OPENAI_BASE_URL` / `OPENAI_API_KEY`), timeout (the
+            budget of one model call in seconds, every try and wait included), max_retries
+            (tries after the first, with exponential backoff or the server's Retry-After, while
+            the budget lasts), temperature and max_new_tokens.
 
     Raises:
         ImportError: the `openai` package is missing.
+        ValueError: timeout not in (0, 3600] or max_retries not in 0..10.
     """
 
     backend = "api"
@@ -336,17 +462,20 @@ class APIModel:
             raise ImportError(f"The 'api' backend needs the openai package: {INSTALL_HINT}") from None
         self.spec = spec
         self.runtime = runtime or RuntimeConfig()
+        self._budget_s, self._retries = check_call_budget(self.runtime.timeout, self.runtime.max_retries)
         self.capabilities = _provides(spec)
         self.load_ms: Optional[float] = None  # the server holds the weights: nothing loads in this process
         self.base_url = self.runtime.resolved_base_url() or DEFAULT_BASE_URL
         key = self.runtime.resolved_api_key() or PLACEHOLDER_KEY
         # The key lives only inside the SDK client and a closure for scrubbing; no attribute shows it.
         self._scrub = lambda text: _scrub(text, key)
+        # Retries are ours (`_call`), so that they and their waits stay inside the call's budget.
         self._client = openai.OpenAI(
             base_url=self.base_url,
             api_key=key,
-            timeout=self.runtime.timeout,
-            max_retries=self.runtime.max_retries,
+            timeout=self._budget_s,
+            max_retries=0,
+            http_client=_deadline_http_client(),
         )
 
     def __repr__(self) -> str:
@@ -382,13 +511,17 @@ class APIModel:
 
         Returns:
             A ChatTurn: `text` is the message content, `tool_calls` the native calls in wire
-            format (arguments as JSON strings), `usage` prompt/completion token counts and
-            `logprobs` a list of `{"token", "logprob"}` when the server returned them.
+            format (arguments as JSON strings); a call without a function name is kept as the
+            server sent it, for the codec to record as malformed. `usage` has prompt/completion
+            token counts and `logprobs` a list of `{"token", "logprob"}` when the server returned them.
 
         Raises:
-            APIConnectionFailed: the server could not be reached.
+            APIConnectionFailed: the server could not be reached, the connection broke, or the
+                call's budget ran out.
             APIAuthenticationFailed: the key was rejected.
-            APIRequestFailed: any other error status.
+            APIRequestFailed: any other error status, or an answer that is not a chat completion.
+            Each carries `elapsed_ms`, the failed call's wall time; every message is one line
+            naming the server.
         """
         if Capability.VISION not in self.capabilities and _has_image(messages):
             raise ValueError(f"{self.spec.key} does not accept images (no VISION capability).")
@@ -402,44 +535,213 @@ class APIModel:
             request["tools"] = list(tools)
         if logprobs:
             request["logprobs"] = True
-        response = self._send(request)
-        return _chat_turn(response)
+        started = time.monotonic()
+        token = _DEADLINE.set(started + self._budget_s)
+        try:
+            outcome = self._call(request, started)
+        finally:
+            _DEADLINE.reset(token)
+        if isinstance(outcome, ChatTurn):
+            return outcome
+        failure = outcome.error()
+        failure.elapsed_ms = round((time.monotonic() - started) * 1000.0, 3)
+        # Raised outside any except block: no __context__ chain that could carry the request headers.
+        raise failure from None
 
-    def _send(self, request: dict) -> Any:
+    def _call(self, request: dict, started: float) -> "ChatTurn | _Failure":
+        """Try the request until it succeeds, fails for good, or the budget cannot cover another try."""
         import openai
 
-        failure: Optional[APIBackendError] = None
-        url = redact_url(self.base_url)
+        deadline = started + self._budget_s
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                raw = self._client.chat.completions.with_raw_response.create(
+                    **request, timeout=max(deadline - time.monotonic(), _EXPIRED_S)
+                )
+            except openai.APITimeoutError:  # every socket wait is cut at the deadline: the budget is spent
+                return self._out_of_time(tries, started)
+            except openai.APIConnectionError as exc:
+                failure = self._connection_failure(exc)
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+                return _Failure(
+                    APIAuthenticationFailed,
+                    f"The server at {self._url} rejected the API key (HTTP {exc.status_code})",
+                    "Set a valid key in OPENAI_API_KEY or RuntimeConfig(api_key=...).",
+                    status_code=exc.status_code,
+                )
+            except openai.APIStatusError as exc:
+                failure = self._status_failure(exc)
+            except openai.OpenAIError as exc:
+                return _Failure(
+                    APIRequestFailed,
+                    f"The request to the server at {self._url} failed: {type(exc).__name__}: "
+                    f"{_one_line(self._scrub(str(exc)))[:300]}",
+                    "Check that base_url is the API root of an OpenAI-compatible server, ending in /v1.",
+                )
+            else:
+                return self._read_turn(raw.http_response)
+            if not failure.retry:
+                return failure
+            failure.tries, failure.elapsed_s = tries, time.monotonic() - started
+            if tries > self._retries:
+                return failure
+            left = deadline - time.monotonic()
+            wait = failure.retry_after if failure.retry_after is not None else _backoff(tries)
+            if wait >= left:
+                if failure.retry_after is not None:
+                    return failure.asked_too_long(left, self._budget_s)
+                return failure
+            time.sleep(wait)
+
+    @property
+    def _url(self) -> str:
+        return redact_url(self.base_url)
+
+    def _out_of_time(self, tries: int, started: float) -> "_Failure":
+        return _Failure(
+            APIConnectionFailed,
+            f"The server at {self._url} did not answer within {self._budget_s:g} s, the budget of one model call",
+            "Check that the server is running and not overloaded, or raise --timeout (RuntimeConfig.timeout).",
+            retry=True, tries=tries, elapsed_s=time.monotonic() - started,
+        )
+
+    def _connection_failure(self, exc: Any) -> "_Failure":
+        cause = exc.__cause__
+        if cause is None or type(cause).__name__ in ("ConnectError", "ConnectTimeout"):
+            return _Failure(
+                APIConnectionFailed,
+                f"Could not connect to the OpenAI-compatible server at {self._url}",
+                "Check that the server is running and that base_url / OPENAI_BASE_URL points at it "
+                "(for example http://127.0.0.1:8000/v1), or raise --retries while it starts.",
+                retry=True,
+            )
+        detail = _one_line(self._scrub(str(cause)))[:200] or "no detail"
+        return _Failure(
+            APIConnectionFailed,
+            f"The connection to the server at {self._url} broke before its answer was complete "
+            f"({type(cause).__name__}: {detail})",
+            "Check the server's log, or raise --retries if it happens only now and then.",
+            retry=True,
+        )
+
+    def _status_failure(self, exc: Any) -> "_Failure":
+        status = exc.status_code
+        response = exc.response
+        detail = self._scrub(_error_detail(exc))
+        what = f"The server at {self._url} answered HTTP {status} for model {self.spec.served_name!r}: {detail}"
+        retry = _should_retry(response)
+        if retry:
+            fix = "Raise --retries or --timeout if the server is only busy."
+        elif status == 404:
+            fix = "Check the model name, and that base_url is the API root, ending in /v1."
+        else:
+            fix = "Check the request options and the model name."
+        return _Failure(APIRequestFailed, what, fix, status_code=status, retry=retry,
+                        retry_after=_retry_after(response.headers) if retry else None)
+
+    def _read_turn(self, response: Any) -> "ChatTurn | _Failure":
+        """The reply from a 2xx answer; an HTML page, invalid JSON or another shape is a failure."""
+        status = response.status_code
+        body = response.content.decode("utf-8", errors="replace")
+        if "html" in response.headers.get("content-type", "").lower() or body.lstrip().startswith("<"):
+            return _Failure(
+                APIRequestFailed,
+                f"The server at {self._url} answered HTML, not JSON "
+                f"(HTTP {status}, starts {_start(self._scrub(body))})",
+                "Is base_url the API root, ending in /v1?",
+                status_code=status,
+            )
         try:
-            return self._client.chat.completions.create(**request)
-        except openai.APITimeoutError:
-            failure = APIConnectionFailed(
-                f"The OpenAI-compatible server at {url} did not answer within {self.runtime.timeout:g} s "
-                f"(after {self.runtime.max_retries} retries). Check that the server is running and not "
-                "overloaded, or raise the timeout."
+            payload = json.loads(body)
+        except json.JSONDecodeError as exc:
+            return _Failure(
+                APIRequestFailed,
+                f"The server at {self._url} answered invalid JSON (HTTP {status}, {exc.msg} at char {exc.pos}, "
+                f"starts {_start(self._scrub(body))})",
+                "Is it an OpenAI-compatible chat-completions server, and base_url its API root ending in /v1?",
+                status_code=status,
             )
-        except openai.APIConnectionError:
-            failure = APIConnectionFailed(
-                f"Could not connect to the OpenAI-compatible server at {url} "
-                f"(after {self.runtime.max_retries} retries). Check that the server is running and that "
-                "base_url / OPENAI_BASE_URL points at it (for example http://127.0.0.1:8000/v1)."
+        turn = _chat_turn(payload)
+        if turn is None:
+            return _Failure(
+                APIRequestFailed,
+                f"The server at {self._url} answered JSON that is not a chat completion with a message "
+                f"(HTTP {status}, starts {_start(self._scrub(body))})",
+                "Is it an OpenAI-compatible chat-completions server?",
+                status_code=status,
             )
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            failure = APIAuthenticationFailed(
-                f"The server at {url} rejected the API key (HTTP {exc.status_code}). Set a valid key "
-                "in OPENAI_API_KEY or RuntimeConfig(api_key=...)."
-            )
-        except openai.APIStatusError as exc:
-            detail = self._scrub(_error_detail(exc))
-            failure = APIRequestFailed(
-                f"The server at {url} answered HTTP {exc.status_code} for model "
-                f"{self.spec.served_name!r}: {detail}",
-                status_code=exc.status_code,
-            )
-        except openai.OpenAIError as exc:  # e.g. a response that does not parse
-            failure = APIRequestFailed(f"Request to {url} failed: {type(exc).__name__}: {self._scrub(str(exc))}")
-        # Raised outside the except blocks: no __context__ chain that could carry the request headers.
-        raise failure from None
+        return turn
+
+
+class _Failure:
+    """A failed try, kept as data until the caller knows how many tries and seconds it took."""
+
+    def __init__(self, error_cls: type, what: str, fix: str, *, status_code: Optional[int] = None,
+                 retry: bool = False, retry_after: Optional[float] = None, tries: int = 1,
+                 elapsed_s: float = 0.0) -> None:
+        self.error_cls, self.what, self.fix = error_cls, what, fix
+        self.status_code, self.retry, self.retry_after = status_code, retry, retry_after
+        self.tries, self.elapsed_s = tries, elapsed_s
+
+    def asked_too_long(self, left: float, budget: float) -> "_Failure":
+        """The server's Retry-After does not fit in what is left of the budget: fail now, not at the deadline."""
+        self.what += (f"; it asked to retry after {self.retry_after:g} s, more than the {max(left, 0.0):.1f} s "
+                      f"left of the {budget:g} s budget of one model call")
+        self.fix = "Raise --timeout to wait for it, or lower the run's concurrency."
+        return self
+
+    def error(self) -> APIBackendError:
+        tried = ""
+        if self.retry:
+            tried = f" ({self.tries} {'try' if self.tries == 1 else 'tries'} in {self.elapsed_s:.1f} s)"
+        message = _one_line(f"{self.what}{tried}. {self.fix}")
+        if self.error_cls is APIRequestFailed:
+            return APIRequestFailed(message, status_code=self.status_code)
+        return self.error_cls(message)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _start(text: str, limit: int = 60) -> str:
+    """The first characters of a body, quoted, on one line."""
+    flat = _one_line(text)
+    return repr(flat[:limit] + "...") if len(flat) > limit else repr(flat)
+
+
+def _backoff(tries: int) -> float:
+    """The wait after the `tries`-th failed try: 0.5 s doubling to 8 s, with jitter (the SDK's schedule)."""
+    return min(_FIRST_BACKOFF_S * 2.0 ** (tries - 1), _MAX_BACKOFF_S) * (1.0 - 0.25 * random.random())
+
+
+def _should_retry(response: Any) -> bool:
+    verdict = response.headers.get("x-should-retry", "").lower()
+    if verdict in ("true", "false"):  # the server's own word wins, as in the SDK
+        return verdict == "true"
+    return response.status_code in _RETRY_STATUSES or response.status_code >= 500
+
+
+def _retry_after(headers: Any) -> Optional[float]:
+    """Seconds the server asked us to wait (`retry-after-ms`, `retry-after` seconds or HTTP date), or None."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(float(value) / scale, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
 
 
 def _has_image(messages: list[dict]) -> bool:
@@ -453,40 +755,64 @@ def _has_image(messages: list[dict]) -> bool:
 
 
 def _error_detail(exc: Any) -> str:
+    """The server's error message, on one line; an HTML error page is named as such."""
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:500]
+            return _one_line(err["message"])[:500]
         if isinstance(err, str):
-            return err[:500]
-    return str(getattr(exc, "message", "") or exc)[:500]
+            return _one_line(err)[:500]
+    if isinstance(body, str) and body.lstrip().startswith("<"):
+        return f"an HTML page (starts {_start(body)}), not a JSON error"
+    if isinstance(body, str) and body.strip():
+        return _one_line(body)[:500]
+    return _one_line(getattr(exc, "message", "") or exc)[:500]
 
 
-def _chat_turn(response: Any) -> ChatTurn:
-    if not response.choices:
-        raise APIRequestFailed("The server returned no choices.")
-    choice = response.choices[0]
-    message = choice.message
-    calls = []
-    for call in message.tool_calls or []:
-        fn = getattr(call, "function", None)
-        if fn is None:  # custom (non-function) tool calls carry no schema we can use
-            continue
-        calls.append({"id": call.id, "type": "function", "function": {"name": fn.name, "arguments": fn.arguments}})
-    usage: dict = {}
-    if response.usage is not None:
-        usage = {
-            "prompt_tokens": response.usage.prompt_tokens,
-            "completion_tokens": response.usage.completion_tokens,
-        }
+def _message_text(content: Any) -> str:
+    if isinstance(content, list):  # content parts: keep the text ones
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return content if isinstance(content, str) else ""
+
+
+def _wire_call(call: Any) -> Any:
+    """A native call in wire format; one without a function name is kept as sent, so the codec
+    records it as a malformed call instead of it vanishing from the trajectory."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"].strip():
+        function = {"name": fn["name"], "arguments": fn.get("arguments")}
+        return {"id": call.get("id"), "type": "function", "function": function}
+    return call
+
+
+def _chat_turn(payload: Any) -> Optional[ChatTurn]:
+    """The ChatTurn of a chat-completion JSON object, or None when it has no first choice with a message."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        return None
+    raw_calls = message.get("tool_calls") or []
+    calls = [_wire_call(c) for c in (raw_calls if isinstance(raw_calls, list) else [raw_calls])]
+    usage_in = payload.get("usage")
+    usage = {}
+    if isinstance(usage_in, dict):
+        usage = {k: usage_in[k] for k in ("prompt_tokens", "completion_tokens") if usage_in.get(k) is not None}
     logprobs = None
-    if choice.logprobs is not None and choice.logprobs.content is not None:
-        logprobs = [{"token": t.token, "logprob": float(t.logprob)} for t in choice.logprobs.content]
+    content = choice.get("logprobs", {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if isinstance(content, list):
+        logprobs = [
+            {"token": t.get("token"), "logprob": float(t["logprob"])}
+            for t in content
+            if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))
+        ]
     return ChatTurn(
-        text=message.content or "",
+        text=_message_text(message.get("content")),
         tool_calls=calls,
-        finish_reason=choice.finish_reason,
+        finish_reason=choice.get("finish_reason"),
         usage=usage,
         logprobs=logprobs,
     )
@@ -512,6 +838,9 @@ __all__ = [
     "APIConnectionFailed",
     "APIModel",
     "APIRequestFailed",
+    "MAX_RETRIES",
+    "MAX_TIMEOUT_S",
+    "check_call_budget",
     "data_url_to_image",
     "from_wire_messages",
     "image_to_data_url",
