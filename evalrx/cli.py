@@ -39,6 +39,20 @@ def _retries(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_RETRIES}, not {text!r}") from None
 
 
+def _whole(low: int, high: int):
+    """An argparse type: a whole number in [low, high], else one line saying the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, not {text!r}")
+        return value
+
+    return parse
+
+
 def _call_budget(args: argparse.Namespace) -> dict:
     """The RuntimeConfig settings `--timeout` / `--retries` ask for (none when not given)."""
     asked = {"timeout": args.timeout, "max_retries": args.retries}
@@ -96,8 +110,23 @@ def _enqueue(args: argparse.Namespace) -> int:
         from evalrx.suites import load_cases
 
         cases = load_cases(args.cases or args.suite)[: args.limit]
-    run_id = enqueue_run(cfg, cases, runtime=_call_budget(args) or None, store=store)
-    print(f"queued run {run_id}; a worker (`evalrx worker`, or the app's) will pick it up")
+    key = None
+    if args.api_key_env:
+        import os
+
+        key = os.environ.get(args.api_key_env)
+        if not key:
+            raise UserError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+        if args.backend != "api":
+            raise UserError("--api-key-env needs --backend api")
+    run_id = enqueue_run(cfg, cases, runtime=_call_budget(args) or None, key_bound=key is not None, store=store)
+    if key is not None:
+        from evalrx.runner.keyed_worker import start_keyed_worker
+
+        pid = start_keyed_worker(store.url, run_id, key)
+        print(f"queued run {run_id}; worker {pid} runs it with its own key")
+    else:
+        print(f"queued run {run_id}; a worker (`evalrx worker`, or the app's) will pick it up")
     if not args.wait:
         return 0
     from tqdm import tqdm
@@ -139,12 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="write trajectories to this JSONL file instead of queueing the run")
     run.add_argument("--wait", action="store_true", help="follow a queued run's progress until it ends")
     run.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
-    run.add_argument("--max-turns", type=int, default=4)
-    run.add_argument("--limit", type=int, help="run only the first N cases")
+    run.add_argument("--max-turns", type=_whole(1, 100), default=4, help="model turns per case, 1-100")
+    run.add_argument("--limit", type=_whole(1, 10_000_000), help="run only the first N cases")
     run.add_argument("--block-repeat-calls", action="store_true")
     run.add_argument("--force-final-answer", action="store_true")
-    run.add_argument("--concurrency", type=int, default=4, help="concurrent cases (API backends only)")
+    run.add_argument("--concurrency", type=_whole(1, 64), default=4, help="concurrent cases (API backends only)")
     run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
+    run.add_argument("--api-key-env", metavar="VAR",
+                     help="api backend: the name of an environment variable holding this run's own key; "
+                          "a worker started for the run holds it and sends it only to --base-url")
     run.add_argument("--timeout", type=_seconds, metavar="SECONDS",
                      help="api backend: budget of one model call, every retry and wait included "
                           f"(default {RuntimeConfig.timeout:g})")

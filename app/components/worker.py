@@ -2,7 +2,9 @@
 
 Starting is `evalrx.runner.ensure_worker`: the heartbeat check and the new worker's
 row are one serialised store transaction, so reruns, refreshes, tabs and several app
-processes never start two. This module adds what the sidebar needs: the log file,
+processes never start two. The worker stops when the app process exits (it follows the
+process that started it, as every `python -m evalrx.runner` does: `evalrx.runner.parent_watch`),
+so stopping the app leaves no worker behind. This module adds what the sidebar needs: the log file,
 the status, and reaping of workers this process started (a dead child left as a zombie
 would still look alive to the pid check).
 """

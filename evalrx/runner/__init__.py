@@ -22,6 +22,7 @@ _EXPORTS = {
     "enqueue_run": "evalrx.runner.enqueue",
     "retry_run": "evalrx.runner.enqueue",
     "ensure_worker": "evalrx.runner.spawn",
+    "start_keyed_worker": "evalrx.runner.keyed_worker",
     "rediagnose": "evalrx.runner.diagnose",
     "Worker": "evalrx.runner.worker",
     "worker_main": "evalrx.runner.worker",

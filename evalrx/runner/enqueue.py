@@ -20,6 +20,10 @@ def _check(cfg: dict) -> None:
     model = cfg.get("model") or {}
     if not model.get("name"):
         raise ValueError("the run config names no model (model.name)")
+    for key, low, high in (("max_turns", 1, 100), ("concurrency", 1, 64)):
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
     resolve_spec_key(model["name"])
     get_backend(model.get("backend") or "hf_local")
     unknown = [t for t in cfg.get("tools") or [] if t not in TOOLS]
@@ -40,6 +44,7 @@ def enqueue_run(
     *,
     name: Optional[str] = None,
     runtime: Optional[dict] = None,
+    key_bound: bool = False,
     store: "Store | str | None" = None,
 ) -> int:
     """Queue a run for the workers and return its id.
@@ -53,6 +58,8 @@ def enqueue_run(
         cases: the cases; None loads `run_config.suite` or `run_config.case_file`.
         name: a display name (default: spec and suite).
         runtime: extra `RuntimeConfig` settings for the model (max_new_tokens, temperature, ...).
+        key_bound: the run has an API key of its own, held by a worker started for it
+            (`start_keyed_worker`); no other worker claims it. Its base_url is fixed now.
         store: the store (default when None).
 
     Raises:
@@ -60,6 +67,12 @@ def enqueue_run(
     """
     cfg = store_runs.queued_config(run_config, runtime)
     _check(cfg)
+    if key_bound:
+        if (cfg["model"].get("backend") or "hf_local") != "api":
+            raise ValueError("an API key can be bound only to a run on the api backend")
+        from evalrx.runner.worker import OPENAI_URL
+
+        cfg["base_url"] = cfg.get("base_url") or OPENAI_URL  # the key goes to this URL and no other
     if cases is None:
         source = cfg.get("case_file") or cfg.get("suite")
         if not source:
@@ -75,7 +88,7 @@ def enqueue_run(
         name = f"{cfg['model']['name']} on {source}"
     st = resolve(store)
     with st.write() as s:
-        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases)
+        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound)
         store_jobs.enqueue_job(s, run_id)
     return run_id
 

@@ -25,7 +25,8 @@ def ensure_worker(
 
     Safe on every Streamlit rerun, refresh and tab: the check and the new worker's row
     are written in one serialised transaction, so concurrent callers start one worker.
-    Set `EVALRX_NO_LOCAL_WORKER=1` when workers run elsewhere.
+    Set `EVALRX_NO_LOCAL_WORKER=1` when workers run elsewhere. The worker stops when
+    this process exits or the store's SQLite file is deleted (`evalrx.runner.parent_watch`).
 
     Returns:
         The new worker's pid, or None when one was alive (or local workers are turned off).
@@ -42,9 +43,11 @@ def ensure_worker(
         env = dict(os.environ, EVALRX_DATABASE_URL=st.url)
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         proc = subprocess.Popen(
-            [sys.executable, "-m", "evalrx.runner", "--worker-id", worker_id],
+            [sys.executable, "-m", "evalrx.runner", "--worker-id", worker_id, "--parent-pid", str(os.getpid())],
             env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
         )
+        if log_path:
+            out.close()  # the worker holds its own copy
         now = t.utcnow()
         s.add(t.Worker(id=worker_id, hostname=jobs.host_key(), pid=proc.pid, status="idle",
                        started_at=now, heartbeat_at=now))

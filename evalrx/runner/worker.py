@@ -40,6 +40,29 @@ from evalrx.store.runs import save_analysis, save_step_media, save_trajectory
 
 log = logging.getLogger("evalrx.worker")
 
+DEFAULT_CASE_ATTEMPTS = 3  # a case that killed its worker this often is recorded as an error, not run again
+DEFAULT_PROMPT_BYTES = 1_000_000  # a longer prompt is an error trajectory, before any model call
+
+
+class PromptTooLarge(ValueError):
+    """A case's prompt is over the byte limit or the local model's context: it is not sent."""
+
+
+def check_prompt(handle: Any, case: FailureCase, max_bytes: int) -> None:
+    """Refuse a prompt over `max_bytes`, or longer than a local model's context window, with the reason."""
+    prompt = case.inputs.prompt or ""
+    size = len(prompt.encode("utf-8"))
+    if size > max_bytes:
+        raise PromptTooLarge(f"the prompt is {size:,} bytes, over the limit of {max_bytes:,} "
+                             "(evalrx worker --max-prompt-bytes); it was not sent to the model")
+    tokenizer = getattr(handle, "tokenizer", None)
+    context = getattr(getattr(getattr(handle, "model", None), "config", None), "max_position_embeddings", None)
+    if tokenizer is not None and isinstance(context, int) and size >= context:  # only long prompts pay for this
+        n = len(tokenizer(prompt)["input_ids"])
+        if n >= context:
+            raise PromptTooLarge(f"the prompt is {n:,} tokens; the model's context is {context:,}; "
+                                 "it was not sent to the model")
+
 
 class JobCancelled(Exception):
     pass
@@ -95,14 +118,52 @@ def _runtime_kwargs(cfg: dict) -> dict:
     return runtime
 
 
-def load_handle(cfg: dict) -> Any:
-    """Load the run's model once for the whole job."""
+ENV_KEY_HOSTS = "EVALRX_KEY_HOSTS"
+ENV_RUN_KEY = "EVALRX_RUN_KEY"  # the key of the one run a pinned worker serves (never on a command line)
+DEFAULT_KEY_HOSTS = ("127.0.0.1", "localhost", "::1", "api.openai.com")
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def key_hosts() -> "set[str]":
+    """Hosts a worker's own `OPENAI_API_KEY` may be sent to (`EVALRX_KEY_HOSTS`, comma-separated)."""
+    raw = os.environ.get(ENV_KEY_HOSTS)
+    hosts = DEFAULT_KEY_HOSTS if raw is None else [h for h in raw.split(",")]
+    return {h.strip().lower().strip("[]") for h in hosts if h.strip()}
+
+
+def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Optional[str]]":
+    """(key, base_url) to call a run's API with: its own bound key to its own URL, or this worker's
+    environment key only where `EVALRX_KEY_HOSTS` allows that URL's host (else no key at all)."""
+    from urllib.parse import urlsplit
+
+    from evalrx.models.backends.api import PLACEHOLDER_KEY
+
+    url = cfg.get("base_url") or (cfg.get("runtime") or {}).get("base_url") or os.environ.get("OPENAI_BASE_URL") \
+        or OPENAI_URL
+    if run_key:
+        return run_key, url
+    host = (urlsplit(url).hostname or "").lower()
+    if os.environ.get("OPENAI_API_KEY") and host not in key_hosts():
+        log.warning("not sending this worker's OPENAI_API_KEY to %s (add the host to %s to allow it)",
+                    host, ENV_KEY_HOSTS)
+        return PLACEHOLDER_KEY, url
+    return None, url  # the backend reads the environment's key
+
+
+def load_handle(cfg: dict, run_key: Optional[str] = None) -> Any:
+    """Load the run's model once for the whole job (an API run gets the key `api_key_for` allows)."""
     import evalrx
 
     model = cfg.get("model") or {}
+    runtime = _runtime_kwargs(cfg)
+    if (model.get("backend") or "hf_local") == "api":
+        key, url = api_key_for(cfg, run_key)
+        runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
+        if key is not None:
+            runtime["api_key"] = key
     return evalrx.load(
         model["name"], backend=model.get("backend") or "hf_local", want=model.get("want") or (),
-        checkpoint=model.get("checkpoint"), **_runtime_kwargs(cfg),
+        checkpoint=model.get("checkpoint"), **runtime,
     )
 
 
@@ -131,7 +192,11 @@ class Worker:
         backends: claim only runs on these backends (None: all).
         exit_when_idle: return when the queue is empty instead of waiting.
         max_jobs: return after this many jobs.
-        max_attempts: fail a job after this many claims (each claim follows a crash).
+        max_attempts: fail a job after this many claims in a row that stored no case.
+        run_id: serve only this run (a worker started for a run whose key was bound to it).
+        run_key: that run's API key (sent only to that run's base_url).
+        max_case_attempts: a case whose worker died this many times is stored as an error trajectory.
+        max_prompt_bytes: a longer prompt is an error trajectory, before any model call.
     """
 
     def __init__(
@@ -146,8 +211,14 @@ class Worker:
         exit_when_idle: bool = False,
         max_jobs: Optional[int] = None,
         max_attempts: int = jobs.DEFAULT_MAX_ATTEMPTS,
+        run_id: Optional[int] = None,
+        run_key: Optional[str] = None,
+        max_case_attempts: int = DEFAULT_CASE_ATTEMPTS,
+        max_prompt_bytes: int = DEFAULT_PROMPT_BYTES,
     ) -> None:
         self.store = store
+        self.run_id, self.max_case_attempts, self.max_prompt_bytes = run_id, max_case_attempts, max_prompt_bytes
+        self._run_key = run_key  # the pinned run's own key, held in memory only
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.poll_s, self.heartbeat_s, self.stale_after_s = poll_s, heartbeat_s, stale_after_s
         self.backends = list(backends) if backends else None
@@ -193,7 +264,7 @@ class Worker:
         last_sweep = time.monotonic()
         try:
             while not self.stop_event.is_set():
-                job = jobs.claim_next(self.store, self.worker_id, backends=self.backends)
+                job = jobs.claim_next(self.store, self.worker_id, backends=self.backends, run_id=self.run_id)
                 if job is None and self._serve_analysis_request():
                     continue
                 if job is None:
@@ -239,7 +310,7 @@ class Worker:
         log.info("worker %s: job %s %s", self.worker_id, job.id, status)
         return status
 
-    def _load_job(self, job: Any) -> tuple[dict, list]:
+    def _load_job(self, job: Any) -> tuple[dict, list, dict]:
         with self.store.read() as s:
             run = s.get(t.Run, job.run_id)
             cfg = dict(run.config or {})
@@ -251,10 +322,22 @@ class Worker:
                 blobs = {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()}
             cases = [(cid, convert.case_from_row(rows[cid], _case_image(blobs.get(rows[cid].image_sha256))))
                      for _, cid in todo]
-        return cfg, cases
+            starts = jobs.case_attempts(s, job.run_id)
+        return cfg, cases, starts
 
     def _run_job(self, job: Any) -> str:
-        cfg, cases = self._load_job(job)
+        cfg, cases, starts = self._load_job(job)
+        # A case that killed its worker max_case_attempts times is recorded as an error; the run goes on.
+        for case_id, case in [c for c in cases if starts.get(c[0], 0) >= self.max_case_attempts]:
+            died = RuntimeError(f"the worker died {starts[case_id]} times on this case; not run again "
+                                "(`evalrx runs retry` runs it once more)")
+            from evalrx.models.agent import error_trajectory
+
+            traj = error_trajectory(case, died)
+            traj.outcome = Label.ERROR
+            if self._record(job, None, cfg, [], case_id, case, CaseResult(traj, [])):
+                raise JobCancelled()
+        cases = [c for c in cases if starts.get(c[0], 0) < self.max_case_attempts]
         if not cases:
             jobs.finish_job(self.store, job.id, self.worker_id, "done")
             return "done"
@@ -263,15 +346,15 @@ class Worker:
         tool_names = list(cfg.get("tools") or [])
         get_tools(tool_names)  # an unknown tool fails the job before the model loads
         hooks = analysis.resolve(list(cfg.get("analyzers") or []))
-        handle = load_handle(cfg)
+        handle = load_handle(cfg, self._run_key)
         with self.store.write() as s:  # the load is the run's, kept apart from its first case's step latency
             run = s.get(t.Run, job.run_id)
             run.meta = dict(run.meta or {}, model_load_ms=getattr(handle, "load_ms", None))
         if jobs.cancel_requested(self.store, job.id):
             raise JobCancelled()
         parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
-        results = self._results_parallel(handle, cfg, cases, int(cfg["concurrency"])) if parallel \
-            else self._results_serial(handle, cfg, cases)
+        results = self._results_parallel(job.run_id, handle, cfg, cases, int(cfg["concurrency"])) if parallel \
+            else self._results_serial(job.run_id, handle, cfg, cases)
         for case_id, case, result in results:
             cancel = self._record(job, handle, cfg, hooks, case_id, case, result)
             if cancel:
@@ -301,6 +384,7 @@ class Worker:
         tools: list = []
         captured: list = []
         try:
+            check_prompt(handle, case, self.max_prompt_bytes)
             tools = [_capturing(tool, captured) for tool in get_tools(list(cfg.get("tools") or []), case=case)]
             agent = Agent(
                 handle, tools, max_turns=int(cfg.get("max_turns") or 6), system=cfg.get("system"),
@@ -323,13 +407,14 @@ class Worker:
             traj.outcome = Label.UNKNOWN
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
-    def _results_serial(self, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
+    def _results_serial(self, run_id: int, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
         for case_id, case in cases:
             if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
+            jobs.start_case(self.store, run_id, case_id)
             yield case_id, case, self._run_case(handle, cfg, case)
 
-    def _results_parallel(self, handle: Any, cfg: dict, cases: list, width: int) -> Iterator[tuple]:
+    def _results_parallel(self, run_id: int, handle: Any, cfg: dict, cases: list, width: int) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
         pending = iter(cases)
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evalrx-case") as pool:
@@ -340,6 +425,7 @@ class Worker:
                 if nxt is None:
                     return False
                 case_id, case = nxt
+                jobs.start_case(self.store, run_id, case_id)
                 running[pool.submit(self._run_case, handle, cfg, case)] = (case_id, case)
                 return True
 
@@ -392,6 +478,7 @@ class Worker:
                     )
                 )
                 owned.progress_done = owned.progress_done + 1
+                owned.idle_claims = 0  # this claim stored a case: deaths so far were the case's, not the job's
                 owned.heartbeat_at = now
                 cancel = bool(owned.cancel_requested)
         except IntegrityError:  # already stored (cannot happen while we own the job): never twice
@@ -485,10 +572,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evalrx worker", description="Run queued evalrx jobs from the store.")
     p.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
-    p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
-    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls of an empty queue")
-    p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
-    p.add_argument("--stale-after", type=float, default=60.0,
+    p.add_argument("--max-jobs", type=_positive_int, help="exit after this many jobs")
+    p.add_argument("--poll", type=_seconds, default=1.0, help="seconds between polls of an empty queue")
+    p.add_argument("--heartbeat", type=_seconds, default=5.0, help="seconds between heartbeats")
+    p.add_argument("--stale-after", type=_seconds, default=60.0,
                    help="requeue running jobs whose heartbeat is older than this (seconds)")
     p.add_argument("--backend", action="append", dest="backends",
                    help="claim only runs on this backend (repeatable), e.g. api on a machine without a GPU")
@@ -496,8 +583,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="import this module first (to register specs, backends, tools or analyzers); "
                         "also read from $EVALRX_PLUGINS (comma-separated)")
     p.add_argument("--worker-id", help="a unique worker id (default: host:pid:random)")
+    p.add_argument("--run", type=_positive_int, dest="run_id",
+                   help=f"serve only this run; its API key, if it has one of its own, comes from ${ENV_RUN_KEY}")
+    p.add_argument("--max-case-attempts", type=_positive_int, default=DEFAULT_CASE_ATTEMPTS,
+                   help="record a case whose worker died this many times as an error and go on")
+    p.add_argument("--max-prompt-bytes", type=_positive_int, default=DEFAULT_PROMPT_BYTES,
+                   help="a longer prompt is recorded as an error without calling the model")
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.01 <= value <= 86400:  # 0 or less would spin a core; NaN fails this too
+        raise argparse.ArgumentTypeError(f"must be between 0.01 and 86400 seconds, got {text}")
+    return value
 
 
 def worker_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -506,7 +619,14 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     Returns:
         0 on a clean stop; 2 when the store's schema is not current (the message names `evalrx db upgrade`).
     """
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.stale_after <= 2 * args.heartbeat:
+        parser.error(f"--stale-after ({args.stale_after:g} s) must exceed twice --heartbeat ({args.heartbeat:g} s), "
+                     "or live jobs look dead and their cases run twice")
+    run_key = os.environ.pop(ENV_RUN_KEY, None) or None  # held in memory; not passed on to any child
+    if run_key and args.run_id is None:
+        parser.error(f"${ENV_RUN_KEY} is set but no --run: a run's own key serves only that run")
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     plugins = list(args.plugin) + [m for m in os.environ.get("EVALRX_PLUGINS", "").split(",") if m.strip()]
@@ -519,7 +639,8 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     worker = Worker(store, worker_id=args.worker_id, poll_s=args.poll, heartbeat_s=args.heartbeat,
                     stale_after_s=args.stale_after, backends=args.backends, exit_when_idle=args.once,
-                    max_jobs=args.max_jobs)
+                    max_jobs=args.max_jobs, run_id=args.run_id, run_key=run_key,
+                    max_case_attempts=args.max_case_attempts, max_prompt_bytes=args.max_prompt_bytes)
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %s: stopping after the current case", signum)

@@ -114,9 +114,12 @@ def alive_workers(*, within_s: float = 30.0, store: "Store | str | None" = None)
 
 
 def claim_next(
-    store: Store, worker_id: str, *, backends: Optional[Sequence[str]] = None
+    store: Store, worker_id: str, *, backends: Optional[Sequence[str]] = None, run_id: Optional[int] = None
 ) -> Optional[JobInfo]:
     """Atomically take the oldest queued job (optionally only for some backends).
+
+    A worker pinned to a run (`run_id`, it holds that run's own key) takes only that run's job;
+    any other worker never takes a run whose key was bound to it (`runs.key_bound`).
 
     Returns:
         The claimed job, now `running` and owned by `worker_id`, or None when the queue is empty.
@@ -124,9 +127,11 @@ def claim_next(
     now = t.utcnow()
     with store.write() as s:
         while True:
-            q = select(t.Job).where(t.Job.status == "queued").order_by(t.Job.id).limit(1)
+            q = (select(t.Job).join(t.Run, t.Run.id == t.Job.run_id).where(t.Job.status == "queued")
+                 .order_by(t.Job.id).limit(1))
+            q = q.where(t.Run.id == run_id) if run_id is not None else q.where(t.Run.key_bound.is_(False))
             if backends:
-                q = q.join(t.Run, t.Run.id == t.Job.run_id).where(t.Run.backend.in_(list(backends)))
+                q = q.where(t.Run.backend.in_(list(backends)))
             job = s.execute(q.with_for_update(skip_locked=True, of=t.Job)).scalar_one_or_none()
             if job is None:
                 return None
@@ -139,6 +144,7 @@ def claim_next(
                 select(func.count()).select_from(t.Trajectory).where(t.Trajectory.run_id == job.run_id)
             ).scalar_one()
             job.status, job.worker_id, job.attempts = "running", worker_id, job.attempts + 1
+            job.idle_claims = (job.idle_claims or 0) + 1
             job.claimed_at = job.heartbeat_at = now
             job.progress_done, job.progress_total = done, run.n_cases
             run.status = "running"
@@ -266,9 +272,10 @@ def requeue_stale(
                 job.status, job.finished_at, job.worker_id = "cancelled", now, None
                 run.status, run.finished_at = "cancelled", now
                 continue
-            if job.attempts >= max_attempts:
+            if (job.idle_claims or 0) >= max_attempts:  # deaths on a case end that case, not the job
                 job.status, job.finished_at = "failed", now
-                job.error = f"worker {who} stopped {job.attempts} times while running this job; giving up"
+                job.error = (f"worker {who} stopped {job.idle_claims} times in a row before storing any case "
+                             "(while loading the model?); giving up")
                 run.status, run.finished_at, run.error = "failed", now, job.error
                 continue
             job.status, job.worker_id, job.heartbeat_at = "queued", None, None
@@ -276,6 +283,20 @@ def requeue_stale(
             run.status = "queued"
             requeued.append(job.id)
     return requeued
+
+
+def start_case(store: Store, run_id: int, case_id: int) -> int:
+    """Count one more start of a case (before it runs); returns how many starts it has had, this one included."""
+    with store.write() as s:
+        s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id, t.RunCase.case_id == case_id)
+                  .values(attempts=t.RunCase.attempts + 1))
+        return s.execute(select(t.RunCase.attempts).where(t.RunCase.run_id == run_id,
+                                                          t.RunCase.case_id == case_id)).scalar_one()
+
+
+def case_attempts(session: Session, run_id: int) -> dict:
+    """{case id: starts} of a run's cases."""
+    return dict(session.execute(select(t.RunCase.case_id, t.RunCase.attempts).where(t.RunCase.run_id == run_id)).all())
 
 
 def get_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[JobInfo]:

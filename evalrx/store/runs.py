@@ -152,6 +152,7 @@ def create_run(
     source: str = "queue",
     status: str = "queued",
     meta: Optional[dict] = None,
+    key_bound: bool = False,
 ) -> int:
     """Insert a run and its ordered case list; return the run id."""
     cfg = config_dict(config)
@@ -165,6 +166,7 @@ def create_run(
         config=cfg,
         meta=convert.jsonable(meta or {}),
         n_cases=len(cases),
+        key_bound=key_bound,
     )
     session.add(run)
     session.flush()

@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `db/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0004"
+SCHEMA_VERSION = "0005"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -98,6 +98,8 @@ class Run(Base):
     n_fail: Mapped[int] = mapped_column(default=0)
     n_error: Mapped[int] = mapped_column(default=0)
     error: Mapped[Optional[str]] = mapped_column(Text)
+    # The run's API key was given for it alone: only a worker started for this run (`--run ID`) claims it.
+    key_bound: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[Optional[datetime]]
     finished_at: Mapped[Optional[datetime]]
@@ -115,6 +117,8 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(16), default="queued")
     worker_id: Mapped[Optional[str]] = mapped_column(String(120))
     attempts: Mapped[int] = mapped_column(default=0)
+    # Claims in a row that stored no case (a model that kills its worker while loading): the job fails at a limit.
+    idle_claims: Mapped[int] = mapped_column(default=0, server_default=text("0"))
     progress_done: Mapped[int] = mapped_column(default=0)
     progress_total: Mapped[int] = mapped_column(default=0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -180,6 +184,8 @@ class RunCase(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"), primary_key=True)
     position: Mapped[int]
+    # Times a worker started this case; one that died on it leaves the count up (crash loops end per case).
+    attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
 
     __table_args__ = (UniqueConstraint("run_id", "position"), Index(None, "case_id"))
 

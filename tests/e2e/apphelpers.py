@@ -61,7 +61,12 @@ class AppServer:
             ],
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
-        wait_http_ok(f"{self.url}/_stcore/health", proc=self.proc)
+        try:
+            wait_http_ok(f"{self.url}/_stcore/health", proc=self.proc)
+        except BaseException:  # a server that never came up is not left running
+            self.proc.kill()
+            self.proc.wait()
+            raise
 
     def stop(self) -> None:
         self.proc.terminate()

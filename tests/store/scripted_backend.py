@@ -4,12 +4,14 @@
 Hermes `<tool_call>` to the calculator, then the answer from the tool's result. The
 `scripted-api` spec's handle says it is an API backend and returns native OpenAI tool
 calls, so the worker runs its cases in a bounded pool. `runtime.extra`: `delay` (s per
-turn), `fail_every` (every n-th case raises inside chat).
+turn), `fail_every` (every n-th case raises inside chat), `die_on` (the worker process dies,
+as a segfault would, on the case asking "Question i").
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -29,6 +31,7 @@ class ScriptedModel:
         self.capabilities = CAPS
         self.delay = float(runtime.extra.get("delay", 0.0))
         self.fail_every = int(runtime.extra.get("fail_every", 0))
+        self.die_on = runtime.extra.get("die_on")
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -47,6 +50,8 @@ class ScriptedModel:
 
     def _reply(self, messages) -> ChatTurn:
         prompt = next(m["content"] for m in messages if m["role"] == "user")
+        if self.die_on is not None and prompt.startswith(f"Question {self.die_on}:"):
+            os._exit(70)  # no cleanup, no exception: the process is gone
         tool_msgs = [m for m in messages if m["role"] == "tool" or "<tool_response>" in str(m.get("content"))]
         usage = {"prompt_tokens": 20 + 10 * len(messages), "completion_tokens": 12}
         if not tool_msgs:

@@ -139,6 +139,8 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
             s.execute(text(f"DROP TABLE IF EXISTS {table}"))
         s.execute(text("DROP INDEX IF EXISTS ix_trajectories_run_id_failure_kind"))
         s.execute(text("ALTER TABLE trajectories DROP COLUMN failure_kind"))
+        for table, column in (("runs", "key_bound"), ("run_cases", "attempts"), ("jobs", "idle_claims")):  # 0005
+            s.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
         s.execute(text("ALTER TABLE trajectories ADD COLUMN search_text TEXT NOT NULL DEFAULT ''"))
         s.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with store.write() as s:

@@ -32,8 +32,8 @@ def calls(monkeypatch):
     loaded = []
     real = worker_mod.load_handle
 
-    def spy(cfg):
-        h = real(cfg)
+    def spy(cfg, run_key=None):
+        h = real(cfg, run_key)
         loaded.append(h)
         return h
 
@@ -105,7 +105,7 @@ def test_resume_runs_only_the_missing_cases(store_url, calls):
     job = jobs.claim_next(store, "first")
     w = _worker(store, worker_id="first")
     w.current_job = job.id
-    cfg, todo = w._load_job(job)
+    cfg, todo, _ = w._load_job(job)
     for case_id, case in todo[:2]:  # two cases finished before a crash
         w._record(job, None, cfg, [], case_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case))
     with store.write() as s:  # the worker dies: its job goes stale
@@ -179,9 +179,10 @@ def test_stale_and_dead_workers_jobs_are_requeued(store_url):
         info = S.get_run(run, store=store)
         assert info.job_status == "queued" and info.status == "queued" and "requeued" in S.jobs_of_run(
             run, store=store)[0].error
-    # a job that keeps killing its workers is given up after max_attempts
+    # a job that keeps killing its workers before storing any case is given up after max_attempts
     with store.write() as s:
         s.execute(update(t.Job).where(t.Job.id == jb.id).values(status="running", worker_id="dead", attempts=3,
+                                                               idle_claims=3,
                                                                heartbeat_at=t.utcnow() - timedelta(hours=1)))
     jobs.requeue_stale(store, stale_after_s=60, max_attempts=3)
     info = S.get_run(b, store=store)
@@ -193,7 +194,7 @@ def test_a_worker_that_lost_its_job_writes_nothing(store_url):
     enqueue_run(scripted_config(), cases(2), store=store)
     job = jobs.claim_next(store, "old")
     w = _worker(store, worker_id="old")
-    cfg, todo = w._load_job(job)
+    cfg, todo, _ = w._load_job(job)
     with store.write() as s:  # requeued and taken by another worker meanwhile
         s.execute(update(t.Job).values(status="running", worker_id="new"))
     case_id, case = todo[0]

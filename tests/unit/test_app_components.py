@@ -162,23 +162,28 @@ import evalrx.store as S
 from components.worker import ensure_local_worker
 time.sleep(max(0.0, {start} - time.time()))  # all callers at once
 st = ensure_local_worker(S.connect({url!r}))
-print("STATE", st.state, st.pid)
+print("STATE", st.state, st.pid, flush=True)
+sys.stdin.read()  # an app process lives on until the test ends it: its worker follows it
 """
 
 
 def test_concurrent_app_processes_start_one_worker(tmp_path, monkeypatch):
-    """Four app processes check at the same moment: exactly one starts a worker, which then heartbeats."""
+    """Four app processes check at the same moment: exactly one starts a worker, which then heartbeats
+    and stops when the app process that started it exits."""
+    from evalrx.runner.parent_watch import pid_alive
+
     url = f"sqlite:///{tmp_path / 'w.sqlite'}"
     S.upgrade(url)
     monkeypatch.delenv("EVALRX_NO_LOCAL_WORKER", raising=False)
     start = time.time() + 3.0
     code = _ENSURE.format(app=str(ROOT / "app"), url=url, start=start)
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-             for _ in range(4)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
-    states = [line.split()[1:] for o in outs for line in o.splitlines() if line.startswith("STATE")]
-    started = [int(pid) for state, pid in states if state == "started"]
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, cwd=ROOT) for _ in range(4)]
+    started: list = []
     try:
+        outs = [p.stdout.readline() for p in procs]  # "" when a process died before it answered
+        states = [line.split()[1:] for line in outs if line.startswith("STATE")]
+        started = [int(pid) for state, pid in states if state == "started"]
         assert len(states) == 4 and len(started) == 1, outs
         assert sorted(s for s, _ in states) == ["alive", "alive", "alive", "started"]
         deadline = time.time() + 90
@@ -188,7 +193,17 @@ def test_concurrent_app_processes_start_one_worker(tmp_path, monkeypatch):
                 break
             time.sleep(0.5)
         assert [w["pid"] for w in S.alive_workers(store=url)] == started
+        starter = next(p for p, line in zip(procs, outs) if line.split()[1] == "started")
+        starter.stdin.close()
+        starter.wait(30)
+        deadline = time.time() + 15
+        while pid_alive(started[0]) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not pid_alive(started[0]), "the worker outlived the app process that started it"
     finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(30)
         for pid in started:
             try:
                 os.killpg(pid, signal.SIGTERM)
