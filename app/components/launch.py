@@ -3,9 +3,6 @@ config, and handing an API key to a worker without writing it to the store."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -63,15 +60,11 @@ def runtime_settings(*, max_new_tokens: int, backend: Optional[str], timeout: fl
     return runtime
 
 
-def start_api_worker(store: Any, api_key: str, log_path: str) -> int:
-    """Start a worker for API jobs with the key in its environment only; it exits when idle.
+def start_api_worker(store: Any, run_id: int, api_key: str, log_path: str) -> int:
+    """Start a worker for this run alone, holding the key typed for it (`evalrx.runner.start_keyed_worker`).
 
-    The key never reaches the store or a file: it lives in that process's environment.
+    The key never reaches the store, a file or a command line, and goes only to the run's base_url.
     """
-    env = dict(os.environ, EVALRX_DATABASE_URL=store.url, OPENAI_API_KEY=api_key)
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "evalrx.runner", "--backend", "api", "--once", "--max-jobs", "1"],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    return proc.pid
+    from evalrx.runner import start_keyed_worker
+
+    return start_keyed_worker(store.url, run_id, api_key, log_path=log_path)

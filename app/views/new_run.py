@@ -114,8 +114,9 @@ with right:
         st.markdown("**API**")
         base_url = st.text_input("Base URL", key="base_url", placeholder="default: $OPENAI_BASE_URL or OpenAI")
         api_key = st.text_input("API key", key="api_key", type="password",
-                                help="Never stored: handed only to a worker started for this run. "
-                                     "Leave empty to use the workers' OPENAI_API_KEY.")
+                                help="Never stored: held only by a worker started for this run, and sent "
+                                     "only to its base URL. Leave empty to use the workers' OPENAI_API_KEY "
+                                     "(which they send only to hosts in EVALRX_KEY_HOSTS).")
         concurrency = st.number_input("Concurrent cases", min_value=1, max_value=64, value=4, key="concurrency")
         timeout = st.number_input("Time limit per model call (s)", min_value=1.0, max_value=MAX_TIMEOUT_S,
                                   value=float(RuntimeConfig.timeout), step=5.0, key="timeout",
@@ -144,12 +145,13 @@ with right:
             )
             runtime = runtime_settings(max_new_tokens=max_new_tokens, backend=backend, timeout=timeout,
                                        retries=retries)
-            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S, runtime=runtime)
+            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S, runtime=runtime,
+                                 key_bound=bool(api_key))
         except (CaseFileError, ValueError) as exc:
             st.error(md_escape(exc))
         else:
             if api_key:
                 from components.worker import runtime_dir
 
-                start_api_worker(S, api_key, str(runtime_dir(S.url) / "api-worker.log"))
+                start_api_worker(S, run_id, api_key, str(runtime_dir(S.url) / f"api-worker-{run_id}.log"))
             st.switch_page("views/runs.py", query_params={"run": str(run_id)})

@@ -47,12 +47,15 @@ def db_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def runs_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`evalrx runs [show ID | cancel ID | retry ID]`: list runs, show one's stats, cancel or retry one."""
+    """`evalrx runs [show ID | cancel ID | retry ID [--keep-errors]]`: list runs, show one's stats, cancel or
+    retry one (errored cases run again unless `--keep-errors`)."""
     p = argparse.ArgumentParser(prog="evalrx runs", description="List and manage runs.")
     p.add_argument("action", nargs="?", choices=["list", "show", "cancel", "retry"], default="list")
     p.add_argument("run_id", nargs="?", type=int)
     p.add_argument("--status", action="append", help="only runs with this status (repeatable)")
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--keep-errors", action="store_true",
+                   help="retry: run only the cases without a trajectory (by default errored cases run again too)")
     _url_arg(p)
     args = p.parse_args(argv)
 
@@ -95,7 +98,8 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
         if args.action == "cancel":
             print(f"run {args.run_id}: {cancel_run(args.run_id, store=store)}")
         else:
-            print(f"run {args.run_id}: queued again as job {retry_run(args.run_id, store=store)}")
+            job = retry_run(args.run_id, errors=not args.keep_errors, store=store)
+            print(f"run {args.run_id}: queued again as job {job}")
         return 0
 
     return _guard(go, "evalrx runs")

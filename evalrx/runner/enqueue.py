@@ -102,13 +102,16 @@ def cancel_run(run_id: int, *, store: "Store | str | None" = None) -> str:
     return store_jobs.request_cancel(run_id, store=store)
 
 
-def retry_run(run_id: int, *, store: "Store | str | None" = None) -> int:
-    """Queue a new job for a failed or cancelled run; it runs only the cases without a trajectory.
+def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" = None) -> int:
+    """Queue a new job for a run: its cases without a trajectory and, with `errors`, those that errored.
+
+    An errored case (server, harness, a worker that died on it) is run again as a new attempt: its
+    error trajectory is removed and its error kept in the run's meta (`retried`), its start count reset.
 
     Returns:
         The new job id.
     """
-    from sqlalchemy import select
+    from sqlalchemy import delete, select, update
 
     from evalrx.store import schema as t
 
@@ -121,7 +124,19 @@ def retry_run(run_id: int, *, store: "Store | str | None" = None) -> int:
         ).first()
         if active is not None:
             raise ValueError(f"run {run_id} already has a queued or running job")
+        if errors:
+            T = t.Trajectory
+            rows = s.execute(select(T.id, T.case_id, T.sample_id, T.error)
+                             .where(T.run_id == run_id, T.outcome == "error")).all()
+            if rows:
+                s.execute(delete(T).where(T.id.in_([r.id for r in rows])))
+                s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id,
+                                                  t.RunCase.case_id.in_([r.case_id for r in rows]))
+                          .values(attempts=0))
+                retried = list((run.meta or {}).get("retried") or [])
+                retried.append({"at": t.utcnow().isoformat(), "errors": {r.sample_id: (r.error or "")[:500]
+                                                                         for r in rows}})
+                run.meta = dict(run.meta or {}, retried=retried)
+                run.n_done, run.n_error = run.n_done - len(rows), max(0, run.n_error - len(rows))
         run.status, run.finished_at, run.error = "queued", None, None
         return store_jobs.enqueue_job(s, run_id)
-
-

@@ -75,3 +75,32 @@ def test_an_api_run_against_a_failing_server_is_infra_errors_not_failures(store_
     assert S.count_trajectories(run_id=run_id, outcome="fail", label="none", store=store) == 0
     stats = S.run_stats(run_id, store=store)
     assert stats.success_rate is None and stats.outcomes == {"error": 3}
+
+
+def test_retry_runs_the_errored_cases_again_and_keeps_their_errors(sqlite_url, api_key):
+    from evalrx.runner import retry_run
+    from test_hardening import ChatServer
+
+    store = S.connect(sqlite_url)
+    cases = load_cases("demo/arithmetic_easy")[:2]
+    with _Failing500() as down:
+        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
+                        base_url=down.url, concurrency=1)
+        run_id = enqueue_run(cfg, cases, runtime={"max_retries": 0, "timeout": 5.0}, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    assert S.get_run(run_id, store=store).n_error == 2
+    # The server is back (same run, same URL is not needed: the run's config points at a new one here).
+    with ChatServer() as up:
+        with store.write() as s:
+            from evalrx.store import schema as t
+
+            run = s.get(t.Run, run_id)
+            run.config = dict(run.config, base_url=up.url)
+        retry_run(run_id, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    info = S.get_run(run_id, store=store)
+    assert (info.status, info.n_done, info.n_error) == ("done", 2, 0)
+    assert {r.outcome for r in S.list_trajectories(run_id=run_id, store=store).rows} <= {"pass", "fail"}
+    (retried,) = info.meta["retried"]
+    assert set(retried["errors"]) == {c.id for c in cases} and all("500" in e for e in retried["errors"].values())
+

@@ -247,7 +247,7 @@ def test_new_run_api_key_never_reaches_the_store(store_url, monkeypatch):
     import components.launch as launch
 
     started = []
-    monkeypatch.setattr(launch, "start_api_worker", lambda store, key, log: started.append(key) or 1)
+    monkeypatch.setattr(launch, "start_api_worker", lambda store, run_id, key, log: started.append((run_id, key)) or 1)
     at = open_page("new_run")
     at.selectbox(key="spec").set_value("gpt-4o-mini").run()
     assert at.radio(key="backend").options == ["api"]
@@ -257,7 +257,11 @@ def test_new_run_api_key_never_reaches_the_store(store_url, monkeypatch):
     at.button(key="launch").click().run()
     (run,) = S.list_runs(store=store_url)
     assert run.backend == "api" and run.config["base_url"] == "http://127.0.0.1:9/v1"
-    assert started == ["sk-very-secret-123"]
+    assert started == [(run.id, "sk-very-secret-123")]  # a worker for this run alone holds the key
+    from evalrx.store import schema as t
+
+    with S.connect(store_url).read() as s:
+        assert s.get(t.Run, run.id).key_bound  # no other worker claims it
     db = Path(store_url[len("sqlite:///"):])
     blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
     assert b"sk-very-secret-123" not in blob
@@ -352,7 +356,7 @@ def test_long_output_is_collapsed_and_errors_shown(store_url):
 def test_new_run_api_call_budget_reaches_the_run_config(store_url, monkeypatch):
     import components.launch as launch
 
-    monkeypatch.setattr(launch, "start_api_worker", lambda store, key, log: 1)
+    monkeypatch.setattr(launch, "start_api_worker", lambda store, run_id, key, log: 1)
     at = open_page("new_run")
     assert not [n for n in at.number_input if n.key in ("timeout", "retries")]  # local backend: no such fields
     at.selectbox(key="spec").set_value("gpt-4o-mini").run()
