@@ -101,6 +101,7 @@ def test_retry_runs_the_errored_cases_again_and_keeps_their_errors(sqlite_url, a
     info = S.get_run(run_id, store=store)
     assert (info.status, info.n_done, info.n_error) == ("done", 2, 0)
     assert {r.outcome for r in S.list_trajectories(run_id=run_id, store=store).rows} <= {"pass", "fail"}
-    (retried,) = info.meta["retried"]
+    with store.read() as s:
+        (retried,) = s.get(t.Run, run_id).meta["retried"]
     assert set(retried["errors"]) == {c.id for c in cases} and all("500" in e for e in retried["errors"].values())
 
