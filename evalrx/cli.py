@@ -1,4 +1,4 @@
-"""`evalrx` command line: serve, run, specs.
+"""`evalrx` command line: serve, run, specs, suites.
 
 Errors raised by evalrx with a clear message are printed as one line (no traceback)
 with exit status 2; anything else is a bug and keeps its traceback.
@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Optional, Sequence
 
 from evalrx.core.capability import CapabilityError
 from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api import MAX_RETRIES, MAX_TIMEOUT_S, APIBackendError, check_call_budget
+from evalrx.store.engine import SchemaError
 
 
 class UserError(Exception):
@@ -20,7 +22,8 @@ class UserError(Exception):
 
 
 # Exceptions our own code raises with messages written for the user.
-_USER_ERRORS: tuple = (UserError, CapabilityError, APIBackendError, ValueError, FileNotFoundError, ImportError)
+_USER_ERRORS: tuple = (UserError, CapabilityError, APIBackendError, ValueError, FileNotFoundError, ImportError,
+                       SchemaError)
 
 
 def _seconds(text: str) -> float:
@@ -53,6 +56,21 @@ def _whole(low: int, high: int):
     return parse
 
 
+def _choose_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Default the backend from the spec; refuse a local backend for an API-only model (it would go to OpenAI)."""
+    from evalrx.models import resolve_spec_key
+    from evalrx.specs import get_spec
+
+    spec = get_spec(resolve_spec_key(args.spec))
+    if args.backend is None:
+        args.backend = "api" if spec.api_only else "hf_local"
+    elif spec.api_only and args.backend != "api":
+        parser.error(f"{spec.key} is API-only: use --backend api (with --base-url for your server), "
+                     f"not {args.backend!r}")
+    if args.out and Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a directory; give a file path such as {Path(args.out) / 'run.jsonl'}")
+
+
 def _call_budget(args: argparse.Namespace) -> dict:
     """The RuntimeConfig settings `--timeout` / `--retries` ask for (none when not given)."""
     asked = {"timeout": args.timeout, "max_retries": args.retries}
@@ -72,6 +90,14 @@ def _cmd_specs(args: argparse.Namespace) -> int:
             caps = BACKENDS[n].provides(spec)
             cells.append(f"{','.join(sorted(c.value for c in caps)) or '-':34}")
         print(f"{key:28} {spec.family:10} " + " ".join(cells))
+    return 0
+
+
+def _cmd_suites() -> int:
+    from evalrx.suites import list_suites, load_cases
+
+    for name in list_suites():
+        print(f"{name:32} {len(load_cases(name)):>5} cases")
     return 0
 
 
@@ -148,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("specs", help="list model specs and what each backend provides")
+    sub.add_parser("suites", help="list the bundled case suites (names `--suite` takes)")
 
     sub.add_parser("serve", help="OpenAI-compatible server over a local model (see `evalrx serve --help`)",
                    add_help=False)
@@ -159,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the agent over a suite of cases")
     run.add_argument("--spec", required=True, help="model spec key, e.g. evalrx-tiny")
-    run.add_argument("--backend", default="hf_local", help="hf_local | api | vllm_offline")
+    run.add_argument("--backend", help="hf_local | api | vllm_offline (default: api for API-only specs, else hf_local)")
     run.add_argument("--checkpoint", help="local model directory overriding the spec's weights")
     src = run.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="suite name (e.g. demo, demo/arithmetic) ")
@@ -199,10 +226,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return COMMANDS[argv[0]][0](argv[1:])
         parser = build_parser()
         args = parser.parse_args(argv)
+        if args.command == "run":
+            _choose_backend(parser, args)
         if args.command == "run" and _call_budget(args) and args.backend != "api":
             parser.error(f"--timeout and --retries apply to the api backend only, not {args.backend!r}")
         if args.command == "specs":
             return _cmd_specs(args)
+        if args.command == "suites":
+            return _cmd_suites()
         if args.command == "run":
             return _cmd_run(args)
     except _USER_ERRORS as exc:

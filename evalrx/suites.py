@@ -84,6 +84,9 @@ def load_case_file(path: Any) -> list[FailureCase]:
             kind or a duplicated id.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CaseFileError(path, None, "is a directory, not a case file",
+                            "Give one .jsonl file, or a suite name (`evalrx suites` lists them)")
     if not path.is_file():
         raise CaseFileError(path, None, "no such case file", "Check the path, or run `evalrx suites` to list suites")
     cases: list[FailureCase] = []
@@ -95,6 +98,9 @@ def load_case_file(path: Any) -> list[FailureCase]:
                 continue
             try:
                 record = json.loads(text)
+            except RecursionError:
+                raise CaseFileError(path, lineno, "JSON nested too deeply to read",
+                                    "Flatten the record; a case needs only a few levels") from None
             except json.JSONDecodeError as exc:
                 raise CaseFileError(path, lineno, f"bad JSON ({exc.msg} at column {exc.colno})",
                                     "Each line must be one complete JSON object; check quotes, commas and braces"

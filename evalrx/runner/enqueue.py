@@ -24,8 +24,12 @@ def _check(cfg: dict) -> None:
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
             raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
-    resolve_spec_key(model["name"])
+    from evalrx.specs import get_spec
+
+    spec = get_spec(resolve_spec_key(model["name"]))
     get_backend(model.get("backend") or "hf_local")
+    if spec.api_only and (model.get("backend") or "hf_local") != "api":
+        raise ValueError(f"{spec.key} is API-only: run it on the api backend (with a base_url for your server)")
     unknown = [t for t in cfg.get("tools") or [] if t not in TOOLS]
     if unknown:
         raise ValueError(f"Unknown tool(s) {unknown}. Known tools: {sorted(TOOLS)}.")

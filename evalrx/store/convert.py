@@ -13,6 +13,14 @@ from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Traject
 # Span keys that mark a step for the pages' badges (loop policies, errors).
 FLAG_KEYS = ("repeat_blocked", "tool_error", "parse_error", "forced_final", "ignored_calls")
 SEARCH_TEXT_LIMIT = 32_000  # characters of lower-cased text kept per trajectory for search
+STORED_TEXT_LIMIT = 1_000_000  # characters of one model output or tool observation kept in the store
+
+
+def truncated(text: Any, limit: int = STORED_TEXT_LIMIT) -> "tuple[Any, Optional[int]]":
+    """(text cut to `limit` with a marker, original length) for an over-long string; (text, None) otherwise."""
+    if not isinstance(text, str) or len(text) <= limit:
+        return text, None
+    return text[:limit] + f"\n[… truncated by evalrx: {len(text):,} characters in all]", len(text)
 
 
 def clean(value: Any) -> Any:
@@ -143,6 +151,17 @@ def step_fields(step: Step) -> dict:
     """The `steps` row for a core Step (full span kept for exact export)."""
     span = jsonable(step.span or {})
     calls = jsonable(list(step.tool_calls or []))
+    # A runaway output or a huge tool result is kept in part, with its real size on the span.
+    content, content_len = truncated(step.content or "")
+    observation = step.observation
+    if isinstance(observation, dict) and isinstance(observation.get("text"), str):
+        text, obs_len = truncated(observation["text"])
+        observation = dict(observation, text=text)
+    else:
+        observation, obs_len = truncated(observation)
+    cut = {k: v for k, v in (("content", content_len), ("observation", obs_len)) if v is not None}
+    if cut:
+        span = dict(span, truncated=cut)
     role = step.role.value if isinstance(step.role, StepRole) else str(step.role)
     if role == StepRole.TOOL.value:
         tool_name = step.content or None
@@ -154,10 +173,10 @@ def step_fields(step: Step) -> dict:
     return {
         "idx": int(step.idx),
         "role": role,
-        "content": clean(step.content or ""),
+        "content": clean(content),
         "tool_calls": calls,
         "tool_name": (tool_name or None) and str(tool_name)[:100],
-        "observation": jsonable(step.observation),
+        "observation": jsonable(observation),
         "parse_error": clean(step.parse_error),
         "latency_ms": _num(span.get("latency_ms")),
         "prompt_tokens": _num(span.get("prompt_tokens"), int),

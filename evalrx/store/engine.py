@@ -9,6 +9,8 @@ locked"), a plain deferred `BEGIN` for readers. WAL lets readers run beside one 
 
 from __future__ import annotations
 
+import re
+
 import os
 import threading
 from contextlib import contextmanager
@@ -59,7 +61,13 @@ def make_engine(url: str, **kw: Any) -> Engine:
         **kw: extra `create_engine` arguments.
     """
     url = _normalise(url)
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect()
+    except Exception:  # NoSuchModuleError, ArgumentError: say what a store URL looks like
+        shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo a password
+        raise SchemaError(f"{shown!r} is not a store URL this evalrx can open; use sqlite:///path/to/evalrx.sqlite "
+                          "or postgresql+psycopg://user@host/db") from None
     if parsed.get_backend_name() != "sqlite":
         kw.setdefault("pool_pre_ping", True)
         return create_engine(url, **kw)

@@ -78,6 +78,8 @@ def _our_row(row: dict) -> _Item:
             raise ValueError(f"step {i} has no {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
             raise ValueError(f"step {i}: {exc}") from None
+        if s.get("idx") != i:
+            raise ValueError(f"step {i} has idx {s.get('idx')!r}; steps must be numbered 0, 1, 2, ... in order")
     if data.get("outcome") not in (None, *Label._value2member_map_):
         raise ValueError(f"outcome {data['outcome']!r} is not one of {', '.join(Label._value2member_map_)}")
     if data.get("metrics") is not None and not isinstance(data["metrics"], dict):
@@ -142,6 +144,8 @@ def _read_jsonl(path: Path) -> tuple[str, list]:
                 continue
             try:
                 row = json.loads(raw)
+            except RecursionError:
+                raise ImportFormatError(path, lineno, "JSON nested too deeply to read; flatten the record") from None
             except json.JSONDecodeError as exc:
                 raise ImportFormatError(path, lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
             if not isinstance(row, dict):
@@ -171,6 +175,8 @@ def _read_jsonl(path: Path) -> tuple[str, list]:
 def _read_inspect(path: Path) -> tuple[str, list]:
     try:
         log = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ImportFormatError(path, 1, "JSON nested too deeply to read") from None
     except json.JSONDecodeError as exc:
         raise ImportFormatError(path, exc.lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(log, dict) or "eval" not in log:
@@ -352,6 +358,8 @@ def export_run(
 
     path = Path(path)
     fmt = fmt or ("parquet" if path.suffix.lower() == ".parquet" else "jsonl")
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory; give a file path such as {path / f'run{run_id}.jsonl'}")
     if get_run(run_id, store=store) is None:
         raise ValueError(f"no run with id {run_id}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,11 +370,14 @@ def export_run(
         raise ValueError(f"unknown export format {fmt!r}; use jsonl or parquet")
     n = 0
     tmp = path.with_name(path.name + ".part")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) + "\n")
-            n += 1
-    tmp.replace(path)  # a crash never leaves a half-written export under the real name
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            for row in rows:
+                fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+                n += 1
+        tmp.replace(path)  # a crash never leaves a half-written export under the real name
+    finally:
+        tmp.unlink(missing_ok=True)  # nor a .part beside it
     return n
 
 

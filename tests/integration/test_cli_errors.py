@@ -121,3 +121,61 @@ def test_call_budget_flags_reach_the_queued_run_config(tmp_path, capsys):
         assert run.config["runtime"] == {"timeout": 7.5, "max_retries": 0}
     finally:
         S.forget(url)
+
+
+def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """Any command's one line: exit 2, no traceback, every needle in the last line of stderr."""
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
+    err = proc.stderr.strip()
+    assert "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err.splitlines()[-1], err
+    return err
+
+
+def test_an_api_only_spec_on_a_local_backend_is_refused_not_sent_to_openai(tmp_path):
+    cases = tmp_path / "c.jsonl"
+    cases.write_text('{"prompt": "2+2?", "expected": 4}\n')
+    out = run_cli("run", "--spec", "gpt-4o-mini", "--backend", "hf_local", "--cases", str(cases),
+                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    _one_line(out, "gpt-4o-mini is API-only", "--backend api")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["run", "--spec", "tiny", "--suite", "demo", "--max-turns", "0"], ["--max-turns", "from 1 to 100"]),
+    (["run", "--spec", "tiny", "--suite", "demo", "--limit", "-1"], ["--limit", "whole number"]),
+    (["run", "--spec", "tiny", "--suite", "demo", "--concurrency", "0"], ["--concurrency", "from 1 to 64"]),
+])
+def test_numeric_options_are_range_checked(tmp_path, args, needles):
+    _one_line(run_cli(*args, tmp_path=tmp_path), *needles)
+
+
+def test_paths_that_are_directories_or_not_files_get_one_line(tmp_path):
+    store = f"sqlite:///{tmp_path / 's.sqlite'}"
+    assert run_cli("db", "upgrade", "--url", store, tmp_path=tmp_path).returncode == 0
+    _one_line(run_cli("run", "--spec", "tiny", "--suite", "demo", "--out", str(tmp_path), tmp_path=tmp_path),
+              "is a directory", "run.jsonl")
+    _one_line(run_cli("run", "--spec", "tiny", "--suite", str(tmp_path), "--out", str(tmp_path / "o.jsonl"),
+                      tmp_path=tmp_path), "is a directory, not a case file", "evalrx suites")
+    listed = run_cli("suites", tmp_path=tmp_path)
+    assert listed.returncode == 0 and "demo/arithmetic_easy" in listed.stdout
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text('{"sample_id": "a", "goal": "g", "steps": [{"idx": 0, "role": "user", "content": "g"}]}\n')
+    assert run_cli("import", str(ok), "--url", store, tmp_path=tmp_path).returncode == 0
+    _one_line(run_cli("export", "1", str(tmp_path), "--url", store, tmp_path=tmp_path), "is a directory")
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_bad_store_url_and_malformed_imports_get_one_line(tmp_path):
+    _one_line(run_cli("runs", "--url", "foo://user:hunter2@host/db", tmp_path=tmp_path),
+              "is not a store URL", "sqlite:///")
+    assert "hunter2" not in run_cli("runs", "--url", "foo://user:hunter2@host/db", tmp_path=tmp_path).stderr
+    store = f"sqlite:///{tmp_path / 's.sqlite'}"
+    assert run_cli("db", "upgrade", "--url", store, tmp_path=tmp_path).returncode == 0
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"sample_id": "a", "steps": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    _one_line(run_cli("import", str(deep), "--url", store, tmp_path=tmp_path), "line 1", "nested too deeply")
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"sample_id": "a", "goal": "g", "steps": [{"idx": 0, "role": "user", "content": "g"}, '
+                   '{"idx": 0, "role": "actor", "content": "h"}]}\n')
+    _one_line(run_cli("import", str(dup), "--url", store, tmp_path=tmp_path), "step 1 has idx 0")

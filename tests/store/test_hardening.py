@@ -192,3 +192,30 @@ def test_worker_options_are_checked_with_one_line(sqlite_url, args, message):
     out = subprocess.run([sys.executable, "-m", "evalrx.runner", "--url", sqlite_url, *args],
                          capture_output=True, text=True, timeout=60, cwd=str(REPO))
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_an_oversized_output_or_observation_is_stored_cut_with_its_real_size(sqlite_url):
+    from evalrx.core import Step, StepRole, Trajectory
+    from evalrx.store import convert
+    from evalrx.store.runs import create_run, save_trajectory
+
+    store = S.connect(sqlite_url)
+    huge = "y" * (convert.STORED_TEXT_LIMIT + 1000)
+    traj = Trajectory(sample_id="q0001", goal="g", steps=[
+        Step(0, StepRole.USER, "g"),
+        Step(1, StepRole.ACTOR, huge, tool_calls=[{"name": "calculator", "args": {"expression": "1"}}]),
+        Step(2, StepRole.TOOL, "calculator", observation={"text": huge}),
+        Step(3, StepRole.ACTOR, "done")], final_answer="done", metrics={"terminated": "final"})
+    with store.write() as s:
+        run_id = create_run(s, cases=[make_case(1)])
+        from sqlalchemy import select
+
+        from evalrx.store import schema as t
+
+        case_id = s.execute(select(t.RunCase.case_id).where(t.RunCase.run_id == run_id)).scalar_one()
+        tid = save_trajectory(s, run_id, case_id, traj)
+    steps = S.get_trajectory(tid, store=store).trajectory.steps
+    for got, field in ((steps[1].content, "content"), (steps[2].observation["text"], "observation")):
+        assert len(got) < len(huge) and got.endswith(f"[… truncated by evalrx: {len(huge):,} characters in all]")
+        span = steps[1 if field == "content" else 2].span
+        assert span["truncated"] == {field: len(huge)}
