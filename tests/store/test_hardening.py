@@ -219,3 +219,16 @@ def test_an_oversized_output_or_observation_is_stored_cut_with_its_real_size(sql
         assert len(got) < len(huge) and got.endswith(f"[… truncated by evalrx: {len(huge):,} characters in all]")
         span = steps[1 if field == "content" else 2].span
         assert span["truncated"] == {field: len(huge)}
+
+
+def test_a_prompt_longer_than_a_local_models_context_is_refused_before_generating():
+    import evalrx
+    from evalrx.runner.worker import PromptTooLarge, check_prompt
+
+    handle = evalrx.load("evalrx-tiny")
+    context = handle.model.config.max_position_embeddings
+    case = make_case(1)
+    check_prompt(handle, case, max_bytes=1_000_000)  # a normal prompt passes
+    case.inputs.prompt = "What is 1 * 7? " * context  # under the byte limit, over the context
+    with pytest.raises(PromptTooLarge, match=rf"tokens; the model's context is {context:,}"):
+        check_prompt(handle, case, max_bytes=1_000_000)
