@@ -149,7 +149,7 @@ def _enqueue(args: argparse.Namespace) -> int:
     if key is not None:
         from evalrx.runner.keyed_worker import start_keyed_worker
 
-        pid = start_keyed_worker(store.url, run_id, key)
+        pid = start_keyed_worker(store.url, run_id, key, follow_parent=args.wait)  # without --wait it outlives us
         print(f"queued run {run_id}; worker {pid} runs it with its own key")
     else:
         print(f"queued run {run_id}; a worker (`evalrx worker`, or the app's) will pick it up")

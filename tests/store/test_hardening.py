@@ -144,6 +144,29 @@ def test_the_cli_binds_a_key_to_its_run_through_the_environment(sqlite_url, tmp_
     assert "1 passed" in out.stdout
 
 
+def test_without_wait_the_keyed_worker_finishes_the_run_after_the_cli_exits(sqlite_url, tmp_path):
+    from evalrx.runner.parent_watch import pid_alive
+
+    store = S.connect(sqlite_url)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps({"id": "c1", "prompt": "What is 1 * 7?", "expected": 7}) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env.update(MY_RUN_KEY=KEY_B, EVALRX_DATABASE_URL=sqlite_url)
+    with ChatServer() as server:
+        out = subprocess.run([sys.executable, "-m", "evalrx", "run", "--spec", "gpt-4o-mini", "--base-url", server.url,
+                              "--api-key-env", "MY_RUN_KEY", "--cases", str(cases), "--tools", "calculator"],
+                             env=env, capture_output=True, text=True, timeout=120, cwd=str(REPO))
+        assert out.returncode == 0, out.stderr[-2000:]
+        pid = int(out.stdout.split("worker ")[1].split()[0])
+        run_id = S.list_runs(store=store)[0].id
+        _wait_done(store, run_id)
+        deadline = time.monotonic() + 30
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid)
+    assert server.seen == [f"Bearer {KEY_B}"] and S.get_run(run_id, store=store).n_pass == 1
+
+
 def test_a_case_that_kills_its_worker_ends_as_an_error_and_the_run_goes_on(sqlite_url, tmp_path):
     store = S.connect(sqlite_url)
     run_id = enqueue_run(scripted_config(), [make_case(i) for i in range(5)], store=store,
