@@ -28,7 +28,9 @@ ENV_URL = "EVALRX_DATABASE_URL"
 SQLITE_BUSY_TIMEOUT_S = 60.0
 
 _REPO = Path(__file__).resolve().parents[2]
-DB_DIR = _REPO / "db"  # Alembic scripts (env.py, versions/) and the default SQLite file
+DB_DIR = _REPO / "db"  # the default SQLite file, in a checkout
+# Alembic's scripts ship inside the package, so an installed wheel can migrate a store.
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 class SchemaError(RuntimeError):
@@ -253,7 +255,7 @@ def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
     target = _normalise(url or default_url())
     store = connect(target, check=False)
     cfg = Config()
-    cfg.set_main_option("script_location", str(DB_DIR))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", target.replace("%", "%%"))
     with migration_connection(store.engine) as conn:
         cfg.attributes["connection"] = conn

@@ -29,7 +29,7 @@ from sqlalchemy.dialects.postgresql import BYTEA, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-# The Alembic revision this code expects; `db/versions` head must equal it (a test checks).
+# The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
 SCHEMA_VERSION = "0005"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
@@ -448,7 +448,7 @@ class TrajectoryTag(Base):
 
 metadata = Base.metadata
 
-# Objects the migrations create outside the models (text search indexes, see db/versions/0002).
+# Objects the migrations create outside the models (text search indexes, see migrations/versions/0002).
 UNMODELLED = ("trajectory_fts", "ix_trajectory_texts_search_trgm")
 
 

@@ -16,10 +16,10 @@ def test_migration_head_is_the_code_schema_version():
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from evalrx.store.engine import DB_DIR
+    from evalrx.store.engine import MIGRATIONS_DIR
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(DB_DIR))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     assert ScriptDirectory.from_config(cfg).get_current_head() == schema.SCHEMA_VERSION
 
 

@@ -20,7 +20,33 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from evalrx.core.failures import BUILTIN_KINDS, DEFAULT_HOTKEYS, LEGACY_KINDS
+# The vocabulary as this revision knew it (a migration imports nothing of evalrx, so it never changes).
+BUILTIN_KINDS = [
+    ("wrong_tool", "called a tool other than the one the task needed"),
+    ("unknown_tool", "called a tool that does not exist"),
+    ("bad_arguments", "called the right tool with wrong or missing arguments"),
+    ("misread_observation", "copied a value from a tool's output wrongly into a call or the answer"),
+    ("malformed_call", "wrote a tool call that could not be parsed"),
+    ("ignored_observation", "answered against what the last relevant tool output said"),
+    ("ignored_tool_error", "went on as if a call had succeeded after the tool reported an error"),
+    ("repeated_calls", "made the same call again without making progress"),
+    ("no_tool_call", "answered without calling a tool the task needed"),
+    ("unneeded_tool_call", "called a tool the task did not need"),
+    ("no_final_answer", "stopped, or ran out of turns, without a final answer"),
+    ("wrong_final_answer", "used the tools well but gave a wrong final answer"),
+    ("infra_error", "the model server or the harness failed (HTTP 5xx, timeout, crash): not a model failure"),
+]
+DEFAULT_HOTKEYS = {"bad_arguments": "1", "misread_observation": "2", "wrong_tool": "3", "no_tool_call": "4",
+                   "ignored_observation": "5", "malformed_call": "6", "repeated_calls": "7", "no_final_answer": "8",
+                   "wrong_final_answer": "9"}
+LEGACY_KINDS = {
+    "repeated_identical_calls": "repeated_calls", "repeated_call": "repeated_calls", "looping": "repeated_calls",
+    "observation_ignored": "ignored_observation", "tool_error": "ignored_tool_error",
+    "hallucinated_tool": "unknown_tool", "malformed_tool_call": "malformed_call", "ran_out_of_turns": "no_final_answer",
+    "out_of_turns": "no_final_answer", "no_answer": "no_final_answer", "run_error": "infra_error",
+    "error": "infra_error", "wrong_arguments": "bad_arguments", "wrong_answer": "wrong_final_answer",
+    "missing_call": "no_tool_call",
+}
 
 revision = '0004'
 down_revision = '0003'
@@ -65,15 +91,15 @@ def upgrade() -> None:
     now = datetime.now(timezone.utc)
     if bind.dialect.name == "sqlite":  # naive UTC text, as the store writes there
         now = now.replace(tzinfo=None)
-    rows = [{"key": k.key, "definition": k.definition, "hotkey": DEFAULT_HOTKEYS.get(k.key), "builtin": True,
-             "position": i} for i, k in enumerate(BUILTIN_KINDS)]
+    rows = [{"key": key, "definition": text, "hotkey": DEFAULT_HOTKEYS.get(key), "builtin": True,
+             "position": i} for i, (key, text) in enumerate(BUILTIN_KINDS)]
 
     labels = sa.table('labels', sa.column('failure_mode', sa.String))
     trajectories = sa.table('trajectories', sa.column('failure_mode', sa.String))
     for old, new in LEGACY_KINDS.items():
         for table in (labels, trajectories):
             bind.execute(table.update().where(table.c.failure_mode == old).values(failure_mode=new))
-    builtin = {k.key for k in BUILTIN_KINDS}
+    builtin = {key for key, _ in BUILTIN_KINDS}
     used = bind.execute(sa.select(labels.c.failure_mode).where(labels.c.failure_mode.is_not(None)).distinct()).scalars()
     for key in sorted({u for u in used if u not in builtin}):
         rows.append({"key": key[:100], "definition": "", "hotkey": None, "builtin": False, "position": len(rows)})
