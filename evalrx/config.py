@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
 
@@ -33,3 +33,28 @@ class RunConfig:
     concurrency: int = 4
     analyzers: list = field(default_factory=list)
     base_url: Optional[str] = None  # the API key is never part of a run config
+    runtime: dict = field(default_factory=dict)  # RuntimeConfig settings: max_new_tokens, timeout, max_retries, ...
+    chat_kwargs: dict = field(default_factory=dict)  # extra arguments of every model call
+
+    def agent_kwargs(self) -> dict:
+        """What `Agent` (and `evalrx.models.agent.run_case`) takes from this run."""
+        return {"max_turns": self.max_turns, "system": self.system, "block_repeat_calls": self.block_repeat_calls,
+                "force_final_answer": self.force_final_answer, "chat_kwargs": dict(self.chat_kwargs) or None}
+
+    def to_dict(self) -> dict:
+        """The run as plain JSON-able data (what the store keeps, less anything secret)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        """Rebuild from `to_dict` output (a stored run's config); keys it does not know are ignored."""
+        data = dict(data or {})
+        model = dict(data.get("model") or {})
+        mfields = {f.name for f in fields(ModelConfig)}
+        model_cfg = ModelConfig(**{k: v for k, v in model.items() if k in mfields})
+        model_cfg.want = tuple(model_cfg.want or ())
+        rfields = {f.name for f in fields(cls)} - {"model"}
+        run = cls(model=model_cfg, **{k: v for k, v in data.items() if k in rfields and v is not None})
+        run.tools, run.analyzers = list(run.tools or []), list(run.analyzers or [])
+        run.runtime, run.chat_kwargs = dict(run.runtime or {}), dict(run.chat_kwargs or {})
+        return run

@@ -98,10 +98,10 @@ def load(
     return compose(spec, chosen, RuntimeConfig(**runtime), _caps(want))
 
 
-def load_model(cfg: ModelConfig) -> Any:
-    """Build a model from a `ModelConfig` through `load`."""
-    runtime = {k: v for k, v in (("device", cfg.device), ("dtype", cfg.dtype)) if v is not None}
-    return load(cfg.name, backend=cfg.backend, want=cfg.want, checkpoint=cfg.checkpoint, **runtime)
+def load_model(cfg: ModelConfig, **runtime: Any) -> Any:
+    """Build a model from a `ModelConfig` through `load`; `runtime` adds `RuntimeConfig` settings."""
+    placed = {k: v for k, v in (("device", cfg.device), ("dtype", cfg.dtype)) if v is not None}
+    return load(cfg.name, backend=cfg.backend, want=cfg.want, checkpoint=cfg.checkpoint, **{**placed, **runtime})
 
 
 def wrap(model: Any, tokenizer: Any = None, *, want: "Iterable[str | Capability]" = (), **runtime: Any) -> Any:

@@ -20,7 +20,7 @@ from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Traject
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 from evalrx.models.toolcodec import ToolCallCodec, codec_for
 
-__all__ = ["Agent", "ToolError", "ToolExecutor", "run_batch"]
+__all__ = ["Agent", "ToolError", "ToolExecutor", "error_trajectory", "run_batch", "run_case"]
 
 # Loop-policy nudges: scaffold messages the model sees, not task prompts.
 REPEAT_NUDGE = (
@@ -389,6 +389,34 @@ def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
     )
 
 
+def run_case(handle: Any, case: Any, tools: Iterable[Tool], *, grade: bool = False, **agent_kwargs: Any) -> Trajectory:
+    """Run one case through the agent loop: the one place `run_batch`, the worker and the offline runner run a case.
+
+    A run that raises (a server down, a limit) becomes an error trajectory instead of an exception.
+
+    Args:
+        handle: the model handle.
+        case: a prompt, `Inputs` or `FailureCase`.
+        tools: the case's tools.
+        grade: also grade it against the case's expected answer (`evalrx.grade.grade_trajectory`).
+        **agent_kwargs: `Agent` arguments (max_turns, system, codec, loop policies, chat_kwargs).
+    """
+    case = _as_case(case)
+    try:
+        trajectory = Agent(handle, list(tools), **agent_kwargs).run(case)
+    except Exception as exc:  # the case fails, its caller goes on
+        trajectory = error_trajectory(case, exc)
+    if grade:
+        from evalrx.grade import grade_trajectory
+
+        try:
+            trajectory.outcome = grade_trajectory(trajectory, case)
+        except Exception as exc:  # a bad grader spec is the case's problem, recorded on it
+            trajectory.metrics["grade_error"] = f"{type(exc).__name__}: {exc}"
+            trajectory.outcome = Label.UNKNOWN
+    return trajectory
+
+
 def run_batch(
     handle: Any,
     cases: Iterable[Any],
@@ -435,13 +463,12 @@ def run_batch(
 
     def one(case: FailureCase) -> Trajectory:
         try:
-            agent = Agent(
-                handle, tools_factory(case), codec=codec, max_turns=max_turns, system=system,
-                **(agent_kwargs or {}),
-            )
-            trajectory = agent.run(case)
+            tools = list(tools_factory(case))
         except Exception as exc:  # keep the batch alive; the error is recorded on the case
             trajectory = error_trajectory(case, exc)
+        else:
+            trajectory = run_case(handle, case, tools, codec=codec, max_turns=max_turns, system=system,
+                                  **(agent_kwargs or {}))
         if on_result is not None:
             on_result(case, trajectory)
         return trajectory

@@ -103,18 +103,14 @@ def _images_by_step(traj: Trajectory, captured: list) -> dict:
     return dict(zip(steps, captured))
 
 
-def _runtime_kwargs(cfg: dict) -> dict:
-    """RuntimeConfig settings from a stored run config (never an API key)."""
+def _runtime_kwargs(run: Any) -> dict:
+    """RuntimeConfig settings of a run (never an API key; the model's device and dtype come with `load_model`)."""
     from evalrx.models.backends import RuntimeConfig
 
     allowed = {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
-    runtime = {k: v for k, v in (cfg.get("runtime") or {}).items() if k in allowed}
-    model = cfg.get("model") or {}
-    for key in ("device", "dtype"):
-        if model.get(key) is not None:
-            runtime.setdefault(key, model[key])
-    if cfg.get("base_url"):
-        runtime.setdefault("base_url", cfg["base_url"])
+    runtime = {k: v for k, v in run.runtime.items() if k in allowed}
+    if run.base_url:
+        runtime.setdefault("base_url", run.base_url)
     return runtime
 
 
@@ -152,19 +148,17 @@ def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Opti
 
 def load_handle(cfg: dict, run_key: Optional[str] = None) -> Any:
     """Load the run's model once for the whole job (an API run gets the key `api_key_for` allows)."""
-    import evalrx
+    from evalrx.config import RunConfig
+    from evalrx.models import load_model
 
-    model = cfg.get("model") or {}
-    runtime = _runtime_kwargs(cfg)
-    if (model.get("backend") or "hf_local") == "api":
+    run = RunConfig.from_dict(cfg)
+    runtime = _runtime_kwargs(run)
+    if (run.model.backend or "hf_local") == "api":
         key, url = api_key_for(cfg, run_key)
         runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
         if key is not None:
             runtime["api_key"] = key
-    return evalrx.load(
-        model["name"], backend=model.get("backend") or "hf_local", want=model.get("want") or (),
-        checkpoint=model.get("checkpoint"), **runtime,
-    )
+    return load_model(run.model, **runtime)
 
 
 def _case_image(data: Optional[bytes]) -> Any:
@@ -378,33 +372,22 @@ class Worker:
     # ------------------------------------------------------------ cases
 
     def _run_case(self, handle: Any, cfg: dict, case: FailureCase) -> CaseResult:
-        from evalrx.models.agent import Agent
+        from evalrx.config import RunConfig
+        from evalrx.models.agent import error_trajectory, run_case
         from evalrx.tools import get_tools
 
-        tools: list = []
+        run = RunConfig.from_dict(cfg)
         captured: list = []
         try:
             check_prompt(handle, case, self.max_prompt_bytes)
-            tools = [_capturing(tool, captured) for tool in get_tools(list(cfg.get("tools") or []), case=case)]
-            agent = Agent(
-                handle, tools, max_turns=int(cfg.get("max_turns") or 6), system=cfg.get("system"),
-                block_repeat_calls=bool(cfg.get("block_repeat_calls")),
-                force_final_answer=bool(cfg.get("force_final_answer")),
-                chat_kwargs=cfg.get("chat_kwargs") or None,
-            )
-            traj = agent.run(case)
-        except Exception as exc:  # the case fails, the job goes on
-            log.warning("case %s raised %s: %s", case.id, type(exc).__name__, exc)
-            from evalrx.models.agent import error_trajectory
-
-            traj = error_trajectory(case, exc)
-        try:
-            from evalrx.grade import grade_trajectory
-
-            traj.outcome = grade_trajectory(traj, case)
-        except Exception as exc:
-            traj.metrics["grade_error"] = f"{type(exc).__name__}: {exc}"
-            traj.outcome = Label.UNKNOWN
+            tools = [_capturing(tool, captured) for tool in get_tools(run.tools, case=case)]
+        except Exception as exc:  # refused before any model call: the case fails, the job goes on
+            traj, tools = error_trajectory(case, exc), []
+            traj.outcome = Label.ERROR
+        else:
+            traj = run_case(handle, case, tools, grade=True, **run.agent_kwargs())
+        if traj.terminated == "error":
+            log.warning("case %s: %s", case.id, traj.metrics.get("error"))
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
     def _results_serial(self, run_id: int, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:

@@ -116,7 +116,7 @@ def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
     """
     cfg = {k: v for k, v in config_dict(run_config).items() if k in RUN_CONFIG_KEYS}
     cfg["model"] = {k: v for k, v in (cfg.get("model") or {}).items() if k in MODEL_KEYS}
-    rt = dict(runtime or cfg.get("runtime") or {})
+    rt = {**(cfg.get("runtime") or {}), **(runtime or {})}
     unknown = sorted(k for k in rt if k not in RUNTIME_KEYS and k != "api_key")
     if unknown:
         raise ValueError(f"unknown runtime setting(s) {unknown}; known: {', '.join(sorted(RUNTIME_KEYS))}")

@@ -120,3 +120,15 @@ def test_vllm_missing_gives_install_hint(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "vllm", None)  # behave as if vllm were not installed
     with pytest.raises(ImportError, match="pip install vllm"):
         evalrx.load("qwen2.5-0.5b-instruct", backend="vllm_offline")
+
+
+def test_run_config_is_one_contract_from_the_form_to_the_worker():
+    from evalrx.config import ModelConfig, RunConfig
+
+    run = RunConfig(model=ModelConfig("evalrx-tiny", want=("logits",)), tools=["calculator"], max_turns=3,
+                    runtime={"max_new_tokens": 32}, chat_kwargs={"temperature": 0.0}, block_repeat_calls=True)
+    assert RunConfig.from_dict(run.to_dict()) == run
+    old = dict(run.to_dict(), heuristics=True)  # a key of an earlier release is ignored, not an error
+    assert RunConfig.from_dict(old) == run
+    assert run.agent_kwargs() == {"max_turns": 3, "system": None, "block_repeat_calls": True,
+                                  "force_final_answer": False, "chat_kwargs": {"temperature": 0.0}}
