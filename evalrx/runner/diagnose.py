@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from sqlalchemy import select
-
 from evalrx.core.case import FailureCase, Inputs
-from evalrx.store import schema as t
 from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses
+from evalrx.store.runs import run_config
+from evalrx.store.runs import trajectory_ids as all_trajectory_ids
 
 
 def rediagnose(
@@ -30,11 +29,7 @@ def rediagnose(
 
     st = resolve(store)
     if trajectory_ids is None:
-        with st.read() as s:
-            q = select(t.Trajectory.id).order_by(t.Trajectory.id)
-            if run_id is not None:
-                q = q.where(t.Trajectory.run_id == run_id)
-            trajectory_ids = list(s.execute(q).scalars())
+        trajectory_ids = all_trajectory_ids(run_id, store=st)
     configs: dict = {}
     n = 0
     for tid in trajectory_ids:
@@ -43,8 +38,7 @@ def rediagnose(
             continue
         rid = detail.row.run_id
         if rid not in configs:
-            with st.read() as s:
-                configs[rid] = dict(s.get(t.Run, rid).config or {})
+            configs[rid] = run_config(rid, store=st)
         names = [n_ for n_ in configs[rid].get("tools") or [] if n_ in TOOLS]
         c = detail.case
         case = FailureCase(inputs=Inputs(prompt=c.get("prompt") or ""), id=c.get("id") or "",

@@ -23,20 +23,17 @@ import threading
 import time
 import traceback
 import uuid
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Iterator, Optional, Sequence
 
-from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from evalrx.core.case import FailureCase, Label, Step, StepRole, Trajectory
+from evalrx.core.case import FailureCase, Label, StepRole, Trajectory
 from evalrx.runner import analysis
 from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs
-from evalrx.store import schema as t
 from evalrx.store.engine import SchemaError, Store, connect
-from evalrx.store.queries import pending_cases
-from evalrx.store.runs import save_analysis, save_step_media, save_trajectory
+from evalrx.store.runs import run_config, update_run_meta
 
 log = logging.getLogger("evalrx.worker")
 
@@ -305,18 +302,11 @@ class Worker:
         return status
 
     def _load_job(self, job: Any) -> tuple[dict, list, dict]:
-        with self.store.read() as s:
-            run = s.get(t.Run, job.run_id)
-            cfg = dict(run.config or {})
-            todo = pending_cases(s, job.run_id)
-            rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_([cid for _, cid in todo]))).scalars()}
-            blobs: dict = {}
-            shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
-            if shas:
-                blobs = {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()}
-            cases = [(cid, convert.case_from_row(rows[cid], _case_image(blobs.get(rows[cid].image_sha256))))
-                     for _, cid in todo]
-            starts = jobs.case_attempts(s, job.run_id)
+        from evalrx.store.runs import pending_work
+
+        cfg, cases, starts = pending_work(job.run_id, store=self.store)
+        for _, case in cases:  # stored image bytes become what tools expect
+            case.inputs.image = _case_image(case.inputs.image)
         return cfg, cases, starts
 
     def _run_job(self, job: Any) -> str:
@@ -341,9 +331,8 @@ class Worker:
         get_tools(tool_names)  # an unknown tool fails the job before the model loads
         hooks = analysis.resolve(list(cfg.get("analyzers") or []))
         handle = load_handle(cfg, self._run_key)
-        with self.store.write() as s:  # the load is the run's, kept apart from its first case's step latency
-            run = s.get(t.Run, job.run_id)
-            run.meta = dict(run.meta or {}, model_load_ms=getattr(handle, "load_ms", None))
+        # The load is the run's, kept apart from its first case's step latency.
+        update_run_meta(job.run_id, model_load_ms=getattr(handle, "load_ms", None), store=self.store)
         if jobs.cancel_requested(self.store, job.id):
             raise JobCancelled()
         parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
@@ -360,10 +349,7 @@ class Worker:
 
     def _release(self, job: Any) -> str:
         """Hand an unfinished job back to the queue (this worker is stopping)."""
-        with self.store.write() as s:
-            owned = jobs.lock_owned_job(s, job.id, self.worker_id)
-            owned.status, owned.worker_id, owned.heartbeat_at = "queued", None, None
-            s.execute(update(t.Run).where(t.Run.id == job.run_id).values(status="queued"))
+        jobs.release_job(self.store, job.id, self.worker_id)
         return "released"
 
     def _lost(self) -> bool:
@@ -440,34 +426,12 @@ class Worker:
                                        tool_schemas=schemas, system=cfg.get("system"), run_config=cfg)
             records = analysis.run_all(hooks, ctx)
         diagnoses = diagnose_case(traj, case, tools, records)
-        now = t.utcnow()
-        outcome = traj.outcome.value
-        error = traj.terminated == "error"
         try:
-            with self.store.write() as s:
-                owned = jobs.lock_owned_job(s, job.id, self.worker_id)
-                tid = save_trajectory(s, job.run_id, case_id, traj, diagnoses=diagnoses)
-                if media:
-                    save_step_media(s, tid, media)
-                for rec in records:
-                    save_analysis(s, tid, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
-                    analysis_store.index_analysis(s, tid, rec.analyzer, rec.meta or {}, rec.arrays or {})
-                s.execute(
-                    update(t.Run).where(t.Run.id == job.run_id).values(
-                        n_done=t.Run.n_done + 1,
-                        n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
-                        n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
-                        n_error=t.Run.n_error + (1 if error else 0),
-                    )
-                )
-                owned.progress_done = owned.progress_done + 1
-                owned.idle_claims = 0  # this claim stored a case: deaths so far were the case's, not the job's
-                owned.heartbeat_at = now
-                cancel = bool(owned.cancel_requested)
+            return jobs.record_case(self.store, job.id, self.worker_id, job.run_id, case_id, traj,
+                                    diagnoses=diagnoses, records=records, media=media)
         except IntegrityError:  # already stored (cannot happen while we own the job): never twice
             log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)
             return jobs.cancel_requested(self.store, job.id)
-        return cancel
 
     # ------------------------------------------------------------ analysis requests
 
@@ -508,8 +472,7 @@ class Worker:
             detail = get_trajectory(tid, store=self.store)
             if detail is None:
                 raise ValueError(f"trajectory {tid} no longer exists")
-            with self.store.read() as s:
-                cfg = dict(s.get(t.Run, detail.row.run_id).config or {})
+            cfg = run_config(detail.row.run_id, store=self.store)
             run_model = cfg.get("model") or {}
             local = (run_model.get("backend") or "hf_local") == "hf_local" and run_model.get("name")
             name = req.get("model") or (run_model["name"] if local else analysis_store.DEFAULT_REPLAY_MODEL)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -283,6 +283,48 @@ def requeue_stale(
             run.status = "queued"
             requeued.append(job.id)
     return requeued
+
+
+def record_case(store: Store, job_id: int, worker_id: str, run_id: int, case_id: int, traj: Any, *,
+                diagnoses: Sequence[Any] = (), records: Sequence[Any] = (), media: Optional[dict] = None) -> bool:
+    """Write one finished case in one transaction, if this worker still owns the job: the trajectory, its
+    images, analyses and diagnoses, the run's counters and the job's progress. Returns the cancel flag.
+
+    Raises:
+        LeaseLost: the job is no longer this worker's (nothing is written).
+        IntegrityError: the case is already stored (the transaction rolls back).
+    """
+    from evalrx.store.analyses import index_analysis
+    from evalrx.store.runs import save_analysis, save_step_media, save_trajectory
+
+    outcome = traj.outcome.value
+    error = outcome == "error" or traj.terminated == "error"
+    with store.write() as s:
+        owned = lock_owned_job(s, job_id, worker_id)
+        tid = save_trajectory(s, run_id, case_id, traj, diagnoses=diagnoses)
+        if media:
+            save_step_media(s, tid, media)
+        for rec in records:
+            save_analysis(s, tid, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
+            index_analysis(s, tid, rec.analyzer, rec.meta or {}, rec.arrays or {})
+        s.execute(update(t.Run).where(t.Run.id == run_id).values(
+            n_done=t.Run.n_done + 1,
+            n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
+            n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
+            n_error=t.Run.n_error + (1 if error else 0),
+        ))
+        owned.progress_done = owned.progress_done + 1
+        owned.idle_claims = 0  # this claim stored a case: deaths so far were the case's, not the job's
+        owned.heartbeat_at = t.utcnow()
+        return bool(owned.cancel_requested)
+
+
+def release_job(store: Store, job_id: int, worker_id: str) -> None:
+    """Hand an owned, unfinished job back to the queue (its worker is stopping)."""
+    with store.write() as s:
+        owned = lock_owned_job(s, job_id, worker_id)
+        owned.status, owned.worker_id, owned.heartbeat_at = "queued", None, None
+        s.execute(update(t.Run).where(t.Run.id == owned.run_id).values(status="queued"))
 
 
 def start_case(store: Store, run_id: int, case_id: int) -> int:

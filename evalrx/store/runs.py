@@ -302,3 +302,46 @@ def delete_run(run_id: int, *, store: "Store | str | None" = None) -> bool:
 def rename_run(run_id: int, name: str, *, store: "Store | str | None" = None) -> None:
     with resolve(store).write() as s:
         s.execute(update(t.Run).where(t.Run.id == run_id).values(name=name))
+
+
+def run_config(run_id: int, *, store: "Store | str | None" = None) -> dict:
+    """A run's stored config (raises ValueError for an unknown run)."""
+    with resolve(store).read() as s:
+        run = s.get(t.Run, run_id)
+        if run is None:
+            raise ValueError(f"no run with id {run_id}")
+        return dict(run.config or {})
+
+
+def update_run_meta(run_id: int, *, store: "Store | str | None" = None, **meta: Any) -> None:
+    """Merge `meta` into a run's meta (e.g. the model's load time)."""
+    with resolve(store).write() as s:
+        run = s.get(t.Run, run_id)
+        run.meta = convert.jsonable(dict(run.meta or {}, **meta))
+
+
+def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[dict, list, dict]":
+    """What a worker needs to run a job: (run config, [(case id, FailureCase with image bytes)] of the cases
+    without a trajectory in run order, {case id: starts so far})."""
+    from evalrx.store.jobs import case_attempts
+    from evalrx.store.queries import pending_cases
+
+    with resolve(store).read() as s:
+        cfg = dict(s.get(t.Run, run_id).config or {})
+        todo = pending_cases(s, run_id)
+        rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_([cid for _, cid in todo]))).scalars()}
+        shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
+        blobs = {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()} \
+            if shas else {}
+        cases = [(cid, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256))) for _, cid in todo]
+        return cfg, cases, case_attempts(s, run_id)
+
+
+def trajectory_ids(run_id: Optional[int] = None, *, store: "Store | str | None" = None) -> "list[int]":
+    """Ids of every trajectory (of one run), oldest first."""
+    with resolve(store).read() as s:
+        q = select(t.Trajectory.id).order_by(t.Trajectory.id)
+        if run_id is not None:
+            q = q.where(t.Trajectory.run_id == run_id)
+        return list(s.execute(q).scalars())
+
