@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterable, Optional
 
 
 @dataclass(frozen=True)
@@ -13,8 +13,10 @@ class ModelSpec:
 
     `hf_repo` is a hub id or a local directory (hf_local / vllm); `api_model` is the
     name sent to an OpenAI-compatible server (defaults to `hf_repo` or the key).
-    `tool_call_style` picks the codec for local backends: "hermes" (Qwen2.5,
-    `<tool_call>` JSON) or "openai" (native calls from an API server).
+    `tool_call_style` picks the codec for local backends (`evalrx.models.toolcodec.CODECS`):
+    "hermes" (Qwen2.5, `<tool_call>` JSON), "qwen3" (Hermes after a think block),
+    "llama3" (Llama 3.1 / 3.2 JSON), "pythonic" (Llama 3.2 / 4 `[f(x=1)]`), "mistral"
+    (`[TOOL_CALLS]`) or "openai" (native calls from an API server).
     """
 
     key: str
@@ -35,12 +37,55 @@ class ModelSpec:
 
 REGISTRY: dict[str, ModelSpec] = {}
 
+DEFAULT_TOOL_CALL_STYLE = "hermes"
+
+# Which tool-call styles have a codec. The codec registry (`evalrx.models.toolcodec`, a floor
+# above) binds its lookup when it is imported; specs registered before that are checked then.
+_codec_styles: "Optional[Callable[[], Iterable[str]]]" = None
+
+
+def style_key(style: Optional[str]) -> str:
+    """The canonical form of a tool-call style name (the default when empty)."""
+    return str(style or DEFAULT_TOOL_CALL_STYLE).strip().lower()
+
+
+def _check_codec_style(spec: ModelSpec) -> None:
+    if _codec_styles is None:
+        return
+    known = set(_codec_styles())
+    if style_key(spec.tool_call_style) not in known:
+        raise ValueError(
+            f"Spec {spec.key!r} names tool_call_style {spec.tool_call_style!r}, which has no codec. "
+            f"Known styles: {', '.join(sorted(known))}. Register a codec first with "
+            "evalrx.models.toolcodec.register_codec(style, factory)."
+        )
+
+
+def bind_codec_styles(known_styles: "Callable[[], Iterable[str]]") -> None:
+    """Check every spec's `tool_call_style` against `known_styles()` from now on, and now.
+
+    Called by `evalrx.models.toolcodec` when it is imported.
+
+    Raises:
+        ValueError: an already-registered spec names a style without a codec.
+    """
+    global _codec_styles
+    _codec_styles = known_styles
+    for spec in REGISTRY.values():
+        _check_codec_style(spec)
+
 
 def register_spec(spec: ModelSpec, *, replace: bool = False) -> ModelSpec:
-    """Add a spec to the registry (users may add their own models)."""
+    """Add a spec to the registry (users may add their own models).
+
+    Raises:
+        ValueError: the key is taken and `replace` is False, or no codec reads the
+            spec's `tool_call_style`.
+    """
     key = spec.key.lower()
     if key in REGISTRY and not replace:
         raise ValueError(f"Spec {key!r} is already registered; pass replace=True to override it.")
+    _check_codec_style(spec)
     if spec.key != key:
         from dataclasses import replace as _replace
 

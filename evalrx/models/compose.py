@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
+from evalrx.models.toolcodec import missing_codec
 from evalrx.specs import ModelSpec
 
 
@@ -28,13 +29,17 @@ def compose(spec: ModelSpec, backend: str, runtime: Optional[Any] = None, want: 
             f"Backend {backend!r} cannot serve {spec.key!r}"
             + (" (an API-only model: use backend 'api')." if spec.api_only else ".")
         )
+    no_codec = missing_codec(spec, backend)
+    if no_codec:  # the backend could chat with tools, but nothing would read the calls
+        provided = provided - {Capability.TOOL_CALLS}
     missing = want - provided
     if missing:
         raise CapabilityError(
             analyzer=f"load({spec.key!r}, backend={backend!r})",
             model=f"{spec.key} on {backend}",
             missing=missing,
-            hint="Choose a backend that provides them (hf_local gives model internals).",
+            hint=no_codec if no_codec and Capability.TOOL_CALLS in missing
+            else "Choose a backend that provides them (hf_local gives model internals).",
         )
     handle = info.build(spec, runtime or RuntimeConfig(), want)
     return negotiate(handle, want, model_id=f"{spec.key} on {backend}", where="compose")

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
 
+from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.tool import ChatTurn, Tool, ToolCall
 from evalrx.models.toolcodec import (
     CODECS,
+    Llama3ToolCodec,
+    MistralToolCodec,
     OpenAIToolCodec,
     QwenToolCodec,
     ToolCallCodec,
     codec_for,
+    missing_codec,
     register_codec,
     strip_think,
 )
-from evalrx.specs import ModelSpec
+from evalrx.specs import REGISTRY, ModelSpec, bind_codec_styles, get_spec, register_spec
 
 
 def qwen(text: str):
@@ -310,3 +316,84 @@ def test_register_codec_lets_users_add_a_style():
             register_codec("upper-style", Upper)
     finally:
         CODECS.pop("upper-style", None)
+
+
+# --- the spec registry and the codec registry check each other ------------------------------
+
+
+def test_every_registered_spec_names_a_style_with_a_codec():
+    for spec in REGISTRY.values():
+        assert missing_codec(spec, "hf_local") is None, spec.key
+    assert type(codec_for(SimpleNamespace(backend="hf_local", spec=get_spec("llama-3.1-8b-instruct")))) is Llama3ToolCodec
+    assert type(codec_for(SimpleNamespace(backend="hf_local", spec=get_spec("mistral-7b-instruct-v0.3")))) is MistralToolCodec
+
+
+def test_register_spec_refuses_a_style_without_a_codec():
+    with pytest.raises(ValueError) as info:
+        register_spec(ModelSpec("no-codec-model", "llama", tool_call_style="klingon"))
+    msg = str(info.value)
+    assert "klingon" in msg and "llama3" in msg and "mistral" in msg and "register_codec" in msg
+    assert "no-codec-model" not in REGISTRY
+
+
+def test_a_spec_may_name_a_style_once_its_codec_is_registered():
+    class Upper(ToolCallCodec):
+        name = "upper"
+
+    try:
+        register_codec("upper-style", Upper)
+        spec = register_spec(ModelSpec("upper-model", "llama", tool_call_style=" Upper-Style "))
+        assert isinstance(codec_for(SimpleNamespace(backend="hf_local", spec=spec)), Upper)
+    finally:
+        REGISTRY.pop("upper-model", None)
+        CODECS.pop("upper-style", None)
+
+
+def test_binding_the_codec_registry_checks_specs_registered_before_it():
+    REGISTRY["stale-model"] = ModelSpec("stale-model", "llama", tool_call_style="gone")
+    try:
+        with pytest.raises(ValueError, match="'gone', which has no codec"):
+            bind_codec_styles(lambda: CODECS)
+    finally:
+        REGISTRY.pop("stale-model")
+        bind_codec_styles(lambda: CODECS)
+
+
+def test_the_check_is_active_whichever_module_is_imported_first():
+    code = (
+        "import sys, evalrx.specs as s\n"
+        "try:\n"
+        "    s.register_spec(s.ModelSpec('x', 'y', tool_call_style='nope'))\n"
+        "except ValueError as e:\n"
+        "    print('refused' if 'Known styles' in str(e) else e)\n"
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["refused", "[]"]
+
+
+def test_compose_refuses_tool_calls_when_no_codec_reads_the_style():
+    from evalrx.models import backends
+    from evalrx.models.compose import compose
+
+    built = []
+    backends.register_backend(
+        backends.BackendInfo(
+            name="probe-codec", description="records builds",
+            provides=lambda spec: frozenset(Capability) - {Capability.VISION},
+            build=lambda spec, rt, want: built.append(spec.key) or SimpleNamespace(capabilities=frozenset(Capability)),
+        )
+    )
+    try:
+        odd = ModelSpec("odd-model", "llama", "/nonexistent", tool_call_style="klingon")  # never registered
+        with pytest.raises(CapabilityError) as info:
+            compose(odd, "probe-codec", want={Capability.TOOL_CALLS})
+        msg = str(info.value)
+        assert "tool_calls" in msg and "klingon" in msg and "llama3" in msg
+        assert built == []  # refused before anything was built
+        compose(odd, "probe-codec", want={Capability.HIDDEN_STATES})  # internals need no codec
+        for key in ("llama-3.1-8b-instruct", "mistral-7b-instruct-v0.3"):
+            compose(get_spec(key), "probe-codec", want={Capability.TOOL_CALLS})
+        assert built == ["odd-model", "llama-3.1-8b-instruct", "mistral-7b-instruct-v0.3"]
+    finally:
+        backends.BACKENDS.pop("probe-codec")
