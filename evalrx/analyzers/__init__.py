@@ -10,7 +10,16 @@ compactly (`to_arrays()` + `meta`, rebuilt with `result_from_arrays`).
     lens = LogitLensAnalyzer(top_k=10).run(handle, "The capital of France is")
     lens.topk_ids.shape        # [layers, positions, k]; layer 0 = embeddings, L = final
 
+Several analyzers of one trajectory share its teacher-forced passes: `analyze` runs
+ONE forward per planned pass and hands the same pass result to each of them.
+
+    from evalrx.analyzers import analyze
+    results = analyze(handle, trajectory, ["logit_lens", "tool_decision", "attention"], tools=schemas)
+
 Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`.
+The mechanism they share: `_conversation` (rebuild the conversation a trajectory came
+from), `_passes` (plan the teacher-forced passes over it), `_shared_pass` (run each
+pass once for every analyzer that reads it), `_compute` (the torch side).
 Failure signs read from the steps alone are `evalrx.diagnosis`. Importing this package does not import torch.
 """
 
@@ -25,18 +34,13 @@ from evalrx.analyzers._base import (
     register_result,
     result_from_arrays,
 )
+from evalrx.analyzers._conversation import Conversation, conversation_from_trajectory, messages_from_trajectory
+from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan, plan_passes
+from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult, analyze
 from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, AttentionResult
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
 from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
-from evalrx.analyzers.replay import (
-    Conversation,
-    ReplayAnalyzer,
-    ReplayResult,
-    TeacherForcedPass,
-    conversation_from_trajectory,
-    messages_from_trajectory,
-    plan_passes,
-)
+from evalrx.analyzers.replay import ReplayAnalyzer, ReplayResult
 from evalrx.analyzers.tool_decision import ToolDecisionAnalyzer, ToolDecisionResult
 from evalrx.analyzers.uncertainty import TokenUncertaintyAnalyzer, TokenUncertaintyResult, uncertainty_from_logprobs
 
@@ -53,6 +57,9 @@ __all__ = [
     "DecisionPoint",
     "LensResult",
     "LogitLensAnalyzer",
+    "PassAnalyzer",
+    "PassRequest",
+    "PassResult",
     "ReplayAnalyzer",
     "ReplayResult",
     "TeacherForcedPass",
@@ -60,6 +67,8 @@ __all__ = [
     "TokenUncertaintyResult",
     "ToolDecisionAnalyzer",
     "ToolDecisionResult",
+    "TrajectoryPlan",
+    "analyze",
     "conversation_from_trajectory",
     "find_decision_points",
     "get_analyzer",

@@ -8,17 +8,25 @@ the output of decoder layer i-1, and `hidden_states[-1]` is already after the
 final norm, so the last layer's lens is the model's own logits and is never normed
 again. `logits_to_keep` accepts a tensor of positions, so a pass computes the
 vocabulary projection only where it is analysed.
+
+Attention weights exist only with eager attention: `teacher_forced` switches the
+model to eager for a pass that captures them, and back afterwards, and reduces each
+layer's weights to head-averaged rows at the requested query positions inside a
+hook, so the `[heads, T, T]` tensors of all layers are never held at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from evalrx.analyzers._base import model_id
+
+_ATTN_ATTRS = ("self_attn", "attn", "attention", "self_attention")
 
 # Bound on floats in one [layers, positions, vocab] block of the lens (~128 MB of fp32).
 MAX_BLOCK_ELEMS = 1 << 25
@@ -125,6 +133,97 @@ def forward(
     if keep is not None and not sliced:
         logits = logits[torch.tensor(list(keep), dtype=torch.long, device=logits.device)]
     return logits, (out.hidden_states if hidden else None)
+
+
+@contextlib.contextmanager
+def eager_attention(hf: Any) -> Iterator[None]:
+    """Run the block with eager attention (the only kind that yields weights), then restore."""
+    config = getattr(hf, "config", None)
+    before = getattr(config, "_attn_implementation", None)
+    switched = False
+    if before != "eager":
+        if not hasattr(hf, "set_attn_implementation"):
+            raise RuntimeError(
+                f"{type(hf).__name__} uses {before!r} attention and cannot switch to eager; "
+                "load it with attn_implementation='eager' to capture attention."
+            )
+        hf.set_attn_implementation("eager")
+        switched = True
+    try:
+        yield
+    finally:
+        if switched and before is not None:
+            try:
+                hf.set_attn_implementation(before)
+            except (ValueError, ImportError) as exc:  # the kernel it had cannot be re-selected here
+                import warnings
+
+                warnings.warn(f"could not restore {before!r} attention after the attention analysis: {exc}", stacklevel=3)
+
+
+def attention_modules(layers: Any) -> list:
+    """The attention module of each decoder layer (what the attention hooks sit on)."""
+    mods = []
+    for i, layer in enumerate(layers):
+        mod = next((getattr(layer, a) for a in _ATTN_ATTRS if hasattr(layer, a)), None)
+        if mod is None:
+            raise RuntimeError(f"decoder layer {i} ({type(layer).__name__}) has no attention module to hook")
+        mods.append(mod)
+    return mods
+
+
+def teacher_forced(
+    local: LocalModel,
+    ids: Sequence[int],
+    keep: Optional[Sequence[int]] = None,
+    *,
+    hidden: bool = True,
+    attention: Optional[Sequence[int]] = None,
+) -> "tuple[Any, Any, Any]":
+    """One teacher-forced pass, with every layer's attention rows at `attention` when asked.
+
+    Args:
+        local: the model.
+        ids: token ids of the whole sequence.
+        keep: positions whose logits are needed (see `forward`).
+        hidden: also return every layer's hidden states.
+        attention: query positions whose attention rows are wanted; when given, the
+            pass runs with eager attention (switched back afterwards).
+
+    Returns:
+        `(logits, hidden_states, attention_rows)`: as `forward`, plus `[L, P, T]` fp32
+        rows averaged over heads (None without `attention`).
+    """
+    if not attention:
+        logits, states = forward(local, ids, keep, hidden=hidden)
+        return logits, states, None
+    import torch
+
+    mods = attention_modules(local.parts.layers)
+    pos = torch.tensor(list(attention), dtype=torch.long, device=local.device)
+    rows: list = [None] * len(mods)
+
+    def hook(layer: int):
+        def fn(module: Any, args: Any, output: Any) -> None:
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if weights is not None:
+                rows[layer] = weights[0].index_select(1, pos.to(weights.device)).float().mean(0)  # [P, T]
+
+        return fn
+
+    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
+    try:
+        with eager_attention(local.hf):
+            logits, states = forward(local, ids, keep, hidden=hidden)
+    finally:
+        for h in handles:
+            h.remove()
+    missing = sum(r is None for r in rows)
+    if missing:
+        raise RuntimeError(
+            f"attention weights were not returned by {missing} of {len(mods)} layers even with eager attention"
+        )
+    return logits, states, torch.stack([r.to(local.device) for r in rows])
 
 
 @dataclass

@@ -7,28 +7,29 @@ decision position, each layer's attention row (averaged over heads) is summed pe
 segment, so a row sums to 1 over the segments.
 
 Attention weights exist only with eager attention: the model is switched to eager
-for this analyzer's passes and switched back afterwards. Rows are reduced to
-segment masses inside a hook on each attention module, so the `[heads, T, T]`
-tensors of all layers are never held at once.
+for the passes that read attention and switched back afterwards. Each layer's
+weights are reduced to head-averaged rows at the decision positions inside a hook
+on its attention module (`_compute.teacher_forced`), so the `[heads, T, T]` tensors
+of all layers are never held at once; the rows are summed per segment here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
+from evalrx.analyzers._conversation import render_conversation
+from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS, tokenize_with_offsets
 from evalrx.core.capability import Capability
 
 __all__ = ["AttentionAnalyzer", "AttentionResult", "SEGMENT_KINDS"]
 
 SEGMENT_KINDS = ("system", "prompt", "user", "observation", "turn", "current", "image", "text")
-
-_ATTN_ATTRS = ("self_attn", "attn", "attention", "self_attention")
 _IMAGE_TOKENS = ("<|image_pad|>", "<image>", "<|image|>", "<image_soft_token>", "<|vision_pad|>")
 _ROLE_MARKERS = re.compile(r"<\|im_start\|>(\w+)|<\|start_header_id\|>(\w+)<\|end_header_id\|>")
 
@@ -96,81 +97,23 @@ class AttentionResult(AnalysisResult):
         return cls(arrays["positions"], arrays["token_ids"], arrays["mass"], meta.get("segments") or [], labels, meta.get("info"))
 
 
-@contextlib.contextmanager
-def eager_attention(hf: Any) -> Iterator[None]:
-    """Run the block with eager attention (the only kind that yields weights), then restore."""
-    config = getattr(hf, "config", None)
-    before = getattr(config, "_attn_implementation", None)
-    switched = False
-    if before != "eager":
-        if not hasattr(hf, "set_attn_implementation"):
-            raise RuntimeError(
-                f"{type(hf).__name__} uses {before!r} attention and cannot switch to eager; "
-                "load it with attn_implementation='eager' to capture attention."
-            )
-        hf.set_attn_implementation("eager")
-        switched = True
-    try:
-        yield
-    finally:
-        if switched and before is not None:
-            try:
-                hf.set_attn_implementation(before)
-            except (ValueError, ImportError) as exc:  # the kernel it had cannot be re-selected here
-                import warnings
+def _segment_mass(rows: Any, seg_of_token: np.ndarray, n_segments: int) -> np.ndarray:
+    """`[P, L, S]` mass per segment from `[L, P, T]` attention rows."""
+    import torch
 
-                warnings.warn(f"could not restore {before!r} attention after the attention analysis: {exc}", stacklevel=3)
-
-
-def _attention_modules(layers: Any) -> list:
-    mods = []
-    for i, layer in enumerate(layers):
-        mod = next((getattr(layer, a) for a in _ATTN_ATTRS if hasattr(layer, a)), None)
-        if mod is None:
-            raise RuntimeError(f"decoder layer {i} ({type(layer).__name__}) has no attention module to hook")
-        mods.append(mod)
-    return mods
+    n_tokens = rows.shape[-1]
+    onehot = torch.zeros(n_tokens, n_segments, dtype=torch.float32, device=rows.device)
+    seg = torch.as_tensor(np.asarray(seg_of_token), dtype=torch.long, device=rows.device)
+    onehot[torch.arange(n_tokens, device=rows.device), seg] = 1.0
+    return torch.matmul(rows, onehot).permute(1, 0, 2).contiguous().cpu().numpy()
 
 
 def segment_mass(local: Any, ids: Sequence[int], positions: Sequence[int], seg_of_token: np.ndarray, n_segments: int) -> np.ndarray:
     """One eager pass; returns `[P, L, S]` attention mass of each query position per segment."""
-    import torch
+    from evalrx.analyzers._compute import teacher_forced
 
-    from evalrx.analyzers._compute import forward
-
-    parts = local.parts
-    mods = _attention_modules(parts.layers)
-    dev = local.device
-    pos = torch.tensor(list(positions), dtype=torch.long, device=dev)
-    onehot = torch.zeros(len(ids), n_segments, dtype=torch.float32, device=dev)
-    onehot[torch.arange(len(ids), device=dev), torch.tensor(seg_of_token, dtype=torch.long, device=dev)] = 1.0
-    out = np.zeros((len(positions), len(mods), n_segments), dtype=np.float32)
-    seen = [False] * len(mods)
-
-    def hook(layer: int):
-        def fn(module: Any, args: Any, output: Any) -> None:
-            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-            if weights is None:
-                return
-            rows = weights[0].index_select(1, pos.to(weights.device)).float().mean(0)  # [P, T]
-            out[:, layer] = (rows @ onehot.to(rows.device)).cpu().numpy()
-            seen[layer] = True
-
-        return fn
-
-    handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
-    try:
-        with eager_attention(local.hf):
-            forward(local, ids, [len(ids) - 1], hidden=False)
-    finally:
-        for h in handles:
-            h.remove()
-    if not all(seen):
-        raise RuntimeError(
-            f"attention weights were not returned by {sum(not s for s in seen)} of {len(mods)} layers "
-            "even with eager attention"
-        )
-    return out
+    _, _, rows = teacher_forced(local, ids, [len(ids) - 1], hidden=False, attention=positions)
+    return _segment_mass(rows, seg_of_token, n_segments)
 
 
 def _image_token_ids(local: Any) -> set:
@@ -211,8 +154,6 @@ def _segment_kind(info: dict) -> str:
 
 def _pass_segments(local: Any, conv: Any, tf_pass: Any) -> "tuple[np.ndarray, list]":
     """Segment id per token of a pass, and the segment descriptions."""
-    from evalrx.analyzers.replay import render_conversation
-
     text = tf_pass.text
     n_msgs = tf_pass.turns[-1].turn.message_index + 1
     tools = tf_pass.tools
@@ -309,12 +250,13 @@ def _merge(results: Sequence[tuple], info: dict) -> AttentionResult:
 
 
 @register_analyzer
-class AttentionAnalyzer(Analyzer):
+class AttentionAnalyzer(PassAnalyzer):
     """Attention mass per layer over conversation segments at each decision position.
 
     Needs ATTENTION: a local handle already running eager attention, or one whose
-    model can switch to eager (it is switched for this analyzer's passes only, so
-    generation and the other analyzers keep the fast kernel).
+    model can switch to eager (it is switched for the passes that read attention
+    only, so generation keeps the fast kernel; under `analyze` the analyzers sharing
+    such a pass read it from the same eager forward).
 
     Args:
         mode: "auto" or "per_step" (see `LogitLensAnalyzer`).
@@ -352,40 +294,32 @@ class AttentionAnalyzer(Analyzer):
         mass = segment_mass(local, ids, pos, seg_of, len(segs))
         return AttentionResult(pos, [ids[p] for p in pos], mass, segs, None, {"model": model_id(model), "source": "text"})
 
-    def run_trajectory(
-        self,
-        model: Any,
-        trajectory: Any,
-        *,
-        tools: Optional[list] = None,
-        system: Optional[str] = None,
-    ) -> AttentionResult:
-        """Attention by segment at the decision positions of every model turn of `trajectory`."""
-        from evalrx.analyzers._compute import local_model
+    def requests(self, plan: TrajectoryPlan) -> list:
+        """Per pass, the attention rows at the decision positions of the kinds analysed."""
         from evalrx.analyzers.logit_lens import _labels_for
-        from evalrx.analyzers.replay import describe_passes, pass_decisions, plan_trajectory
 
-        self.check(model)
-        local = local_model(model, type(self).__name__)
-        conv, passes = plan_trajectory(
-            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
-        )
-        results = []
-        for i, tf_pass in enumerate(passes):
-            points = [p for p in pass_decisions(local.tokenizer, tf_pass) if p.kind in self.kinds]
+        out: list = []
+        for i, tf_pass in enumerate(plan.passes):
+            points = [p for p in plan.decisions(i) if p.kind in self.kinds]
             if not points:
+                out.append(None)
                 continue
-            seg_of, segs = _pass_segments(local, conv, tf_pass)
-            pos = [p.position for p in points]
-            mass = segment_mass(local, tf_pass.ids, pos, seg_of, len(segs))
-            results.append((pos, [tf_pass.ids[p] for p in pos], mass, segs, _labels_for(points, i)))
-        info = {
-            "model": model_id(model),
-            "source": "trajectory",
-            "sample_id": getattr(trajectory, "sample_id", None),
-            "plan": describe_passes(passes),
-        }
+            seg_of, segs = _pass_segments(plan.local, plan.conversation, tf_pass)
+            labels = _labels_for(points, i)
+            out.append(PassRequest(attention=[p.position for p in points], state=(seg_of, segs, labels)))
+        return out
+
+    def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> tuple:
+        seg_of, segs, labels = request.state
+        pos = [int(p) for p in request.attention]
+        mass = _segment_mass(result.attention_at(pos), seg_of, len(segs))
+        return pos, [result.ids[p] for p in pos], mass, segs, labels
+
+    def finish(self, plan: TrajectoryPlan, parts: list) -> AttentionResult:
+        """The passes' positions on one segment list keyed by (kind, step)."""
+        info = plan.info(source="trajectory")
+        results = [part for part in parts if part is not None]
         if not results:
-            n_l = local.parts.num_layers
+            n_l = plan.local.parts.num_layers
             return AttentionResult([], [], np.zeros((0, n_l, 0), dtype=np.float32), [], {}, info)
         return _merge(results, info)

@@ -8,7 +8,8 @@ matrix product per block; softmax, entropy and ranks are fp32.
 
 On a trajectory, one teacher-forced pass over the final conversation gives the
 hidden states of every turn's prefix (causal attention, prefix-stable template);
-turns whose template rewrites history get a pass of their own.
+turns whose template rewrites history get a pass of their own. The lens reads those
+passes through `PassAnalyzer`, so `analyze` shares them with the other analyzers.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
+from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS
 from evalrx.core.capability import Capability
 
@@ -245,18 +248,34 @@ def lens_on_ids(
     *,
     labels: Optional[dict] = None,
     info: Optional[dict] = None,
-    gather_ids: Optional[Sequence[Sequence[int]]] = None,
 ) -> "tuple[LensResult, Any]":
     """One pass over `ids` and the lens at `positions`; returns the result and the raw stats."""
-    from evalrx.analyzers._compute import forward, lens_stats
+    from evalrx.analyzers._compute import forward
 
     positions = [int(p) for p in positions]
     logits, hidden = forward(local, ids, positions)
+    return lens_at(local, ids, logits, hidden, positions, top_k, labels=labels, info=info)
+
+
+def lens_at(
+    local: Any,
+    ids: Sequence[int],
+    logits: Any,
+    hidden: Any,
+    positions: Sequence[int],
+    top_k: int,
+    *,
+    labels: Optional[dict] = None,
+    info: Optional[dict] = None,
+) -> "tuple[LensResult, Any]":
+    """The lens at `positions` of a pass over `ids` that gave `logits` there and `hidden` states."""
+    from evalrx.analyzers._compute import lens_stats
+
     n = len(ids)
     actual = np.array([p + 1 < n for p in positions], dtype=bool)
     top1 = logits.float().argmax(-1).tolist() if positions else []
     targets = [int(ids[p + 1]) if p + 1 < n else int(top1[i]) for i, p in enumerate(positions)]
-    stats = lens_stats(local, hidden, logits, positions, targets, top_k, gather_ids)
+    stats = lens_stats(local, hidden, logits, positions, targets, top_k)
     token_ids = [int(ids[p]) for p in positions]
     result = _build_result(local, stats, positions, token_ids, targets, actual, labels, info)
     return result, stats
@@ -275,7 +294,7 @@ def _labels_for(points: Sequence[Any], pass_index: int) -> dict:
 
 
 @register_analyzer
-class LogitLensAnalyzer(Analyzer):
+class LogitLensAnalyzer(PassAnalyzer):
     """Logit lens over all layers, on a prompt or at a trajectory's decision positions.
 
     Args:
@@ -340,61 +359,31 @@ class LogitLensAnalyzer(Analyzer):
         result, _ = lens_on_ids(local, ids, pos, self.top_k, info=info)
         return result
 
-    def run_trajectory(
-        self,
-        model: Any,
-        trajectory: Any,
-        *,
-        tools: Optional[list] = None,
-        system: Optional[str] = None,
-    ) -> LensResult:
-        """Lens at the decision positions of every model turn of `trajectory`.
+    def requests(self, plan: TrajectoryPlan) -> list:
+        """Per pass, the logits and hidden states at the decision positions of the kinds analysed."""
+        out: list = []
+        for i in range(len(plan.passes)):
+            points = plan.decisions(i, max_value_tokens=self.max_value_tokens, max_answer_tokens=self.max_answer_tokens)
+            points = [p for p in points if p.kind in self.kinds]
+            out.append(PassRequest(logits=[p.position for p in points], hidden=True, state=points) if points else None)
+        return out
 
-        Args:
-            model: a local handle.
-            trajectory: the stored trajectory.
-            tools: the tools the run offered (they are part of the prompt).
-            system: the run's system prompt.
-
-        Returns:
-            A `LensResult` with per-position labels (step, kind, call, argument) and
-            `info["plan"]` telling whether one pass sufficed.
-        """
-        from evalrx.analyzers._compute import local_model
-        from evalrx.analyzers.replay import describe_passes, pass_decisions, plan_trajectory
-
-        self.check(model)
-        local = local_model(model, type(self).__name__)
-        _, passes = plan_trajectory(
-            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
+    def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> LensResult:
+        points = request.state
+        positions = [int(p.position) for p in points]
+        lens, _ = lens_at(
+            plan.local, result.ids, result.logits_at(positions), result.hidden_states, positions, self.top_k,
+            labels=_labels_for(points, result.index),
         )
-        results = []
-        for i, tf_pass in enumerate(passes):
-            points = [
-                p
-                for p in pass_decisions(
-                    local.tokenizer, tf_pass,
-                    max_value_tokens=self.max_value_tokens, max_answer_tokens=self.max_answer_tokens,
-                )
-                if p.kind in self.kinds
-            ]
-            if not points:
-                continue
-            res, _ = lens_on_ids(
-                local, tf_pass.ids, [p.position for p in points], self.top_k, labels=_labels_for(points, i)
-            )
-            results.append(res)
-        info = {
-            "model": model_id(model),
-            "top_k": self.top_k,
-            "source": "trajectory",
-            "sample_id": getattr(trajectory, "sample_id", None),
-            "plan": describe_passes(passes),
-        }
-        if not results:
-            return _empty_result(local, self.top_k, info)
-        return LensResult.concat(results, info=info)
+        return lens
 
+    def finish(self, plan: TrajectoryPlan, parts: list) -> LensResult:
+        """All passes' positions in one result; `info["plan"]` tells whether one pass sufficed."""
+        info = plan.info(top_k=self.top_k, source="trajectory")
+        results = [part for part in parts if part is not None]
+        if not results:
+            return _empty_result(plan.local, self.top_k, info)
+        return LensResult.concat(results, info=info)
 
 def _empty_result(local: Any, top_k: int, info: dict) -> LensResult:
     n_out = local.parts.num_layers + 1

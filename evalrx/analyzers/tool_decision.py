@@ -24,8 +24,11 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
+from evalrx.analyzers._conversation import normalize_call, normalize_tools, tool_names
 from evalrx.analyzers.positions import find_call_spans, token_at_char, tokenize_with_offsets, tokens_overlapping
+from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.core.capability import Capability
 
 __all__ = ["ToolDecisionAnalyzer", "ToolDecisionResult"]
@@ -204,11 +207,8 @@ class ToolDecisionResult(AnalysisResult):
         )
 
 
-def _score(local: Any, ids: Sequence[int], decisions: Sequence[_Decision], top_k: int) -> list:
-    """Run one pass for `decisions` (all from the same token sequence) and fill their arrays."""
-    from evalrx.analyzers._compute import forward, lens_stats
-
-    # Every token index a decision reads, with the extra ids wanted there.
+def _wanted(ids: Sequence[int], decisions: Sequence[_Decision]) -> "tuple[list, list]":
+    """The token indices the decisions read, in order, and per index the token ids whose log-probs they need."""
     wanted: "dict[int, set]" = {}
     for d in decisions:
         for idx in d.chosen_path:
@@ -219,9 +219,17 @@ def _score(local: Any, ids: Sequence[int], decisions: Sequence[_Decision], top_k
             wanted.setdefault(split, set()).add(int(tok))
         wanted.setdefault(d.decision_index, set()).add(int(ids[d.decision_index]))
     order = sorted(wanted)
-    gather = [sorted(wanted[i]) for i in order]
+    return order, [sorted(wanted[i]) for i in order]
+
+
+def _score(
+    local: Any, ids: Sequence[int], decisions: Sequence[_Decision], order: list, gather: list,
+    logits: Any, hidden: Any, top_k: int,
+) -> list:
+    """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` and `hidden` states."""
+    from evalrx.analyzers._compute import lens_stats
+
     positions = [i - 1 for i in order]
-    logits, hidden = forward(local, ids, positions)
     stats = lens_stats(local, hidden, logits, positions, [int(ids[i]) for i in order], max(2, top_k), gather)
     row = {idx: r for r, idx in enumerate(order)}
 
@@ -258,7 +266,7 @@ def _score(local: Any, ids: Sequence[int], decisions: Sequence[_Decision], top_k
 
 
 @register_analyzer
-class ToolDecisionAnalyzer(Analyzer):
+class ToolDecisionAnalyzer(PassAnalyzer):
     """Probability of every available tool where the tool name is decided, and argument margins, by layer.
 
     Args:
@@ -322,8 +330,7 @@ class ToolDecisionAnalyzer(Analyzer):
             text: rendered text holding one or more `<tool_call>{...}</tool_call>` blocks.
             tools: the available tools (names are the candidates); the called names otherwise.
         """
-        from evalrx.analyzers._compute import local_model
-        from evalrx.analyzers.replay import normalize_call, normalize_tools, tool_names
+        from evalrx.analyzers._compute import forward, local_model
 
         self.check(model)
         local = local_model(model, type(self).__name__)
@@ -337,46 +344,43 @@ class ToolDecisionAnalyzer(Analyzer):
         names = tool_names(tools) or list(dict.fromkeys(c["name"] for c in calls))
         schemas = _schemas(normalize_tools(tools))
         decisions = self._collect(local, text, ids, offsets, [(0, (0, len(text)), calls)], names, schemas, 0)
-        scored = _score(local, ids, decisions, self.top_k) if decisions else []
+        scored = []
+        if decisions:
+            order, gather = _wanted(ids, decisions)
+            logits, hidden = forward(local, ids, [i - 1 for i in order])
+            scored = _score(local, ids, decisions, order, gather, logits, hidden, self.top_k)
         return self._result(local, scored, {"model": model_id(model), "source": "text", "tools": names})
 
-    def run_trajectory(
-        self,
-        model: Any,
-        trajectory: Any,
-        *,
-        tools: Optional[list] = None,
-        system: Optional[str] = None,
-    ) -> ToolDecisionResult:
-        """Every tool call of `trajectory`: tool alternatives and argument margins, by layer.
+    def _names(self, plan: TrajectoryPlan) -> list:
+        """The candidate tool names: the tools offered, or without them the names the trajectory called."""
+        called = (c["name"] for t in plan.conversation.turns for c in t.calls)
+        return tool_names(plan.tools) or list(dict.fromkeys(called))
 
-        Without `tools`, the candidates are the tool names the trajectory called.
-        """
-        from evalrx.analyzers._compute import local_model
-        from evalrx.analyzers.replay import describe_passes, plan_trajectory, tool_names
-
-        self.check(model)
-        local = local_model(model, type(self).__name__)
-        conv, passes = plan_trajectory(
-            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
-        )
-        names = tool_names(tools) or list(dict.fromkeys(c["name"] for t in conv.turns for c in t.calls))
-        schemas = _schemas(conv.tools)
-        scored = []
-        for i, p in enumerate(passes):
+    def requests(self, plan: TrajectoryPlan) -> list:
+        """Per pass with tool calls, the logits and hidden states where its decisions are read."""
+        names = self._names(plan)
+        schemas = _schemas(plan.conversation.tools)
+        out: list = []
+        for i, p in enumerate(plan.passes):
             turns = [(t.step_idx, t.gen_chars, t.turn.calls) for t in p.turns if t.turn.calls]
-            decisions = self._collect(local, p.text, p.ids, p.offsets, turns, names, schemas, i)
-            if decisions:
-                scored.extend(_score(local, p.ids, decisions, self.top_k))
-        info = {
-            "model": model_id(model),
-            "source": "trajectory",
-            "sample_id": getattr(trajectory, "sample_id", None),
-            "tools": names,
-            "plan": describe_passes(passes),
-        }
-        return self._result(local, scored, info)
+            decisions = self._collect(plan.local, p.text, p.ids, p.offsets, turns, names, schemas, i)
+            if not decisions:
+                out.append(None)
+                continue
+            order, gather = _wanted(p.ids, decisions)
+            out.append(PassRequest(logits=[j - 1 for j in order], hidden=True, state=(decisions, order, gather)))
+        return out
 
+    def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> list:
+        decisions, order, gather = request.state
+        logits = result.logits_at(request.logits)
+        return _score(plan.local, result.ids, decisions, order, gather, logits, result.hidden_states, self.top_k)
+
+    def finish(self, plan: TrajectoryPlan, parts: list) -> ToolDecisionResult:
+        """Every tool call of the trajectory; without `tools`, the candidates are the names it called."""
+        scored = [row for part in parts if part for row in part]
+        info = plan.info(source="trajectory", tools=self._names(plan))
+        return self._result(plan.local, scored, info)
 
 def _schemas(tools: Optional[list]) -> dict:
     """`{tool name: parameters schema}` from OpenAI tool dicts."""

@@ -16,7 +16,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from evalrx.analyzers._base import AnalysisResult, Analyzer, model_id, register_analyzer, register_result
+from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
+from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.core.capability import Capability
 from evalrx.core.case import StepRole
 
@@ -141,7 +143,7 @@ def _has_logprobs(trajectory: Any) -> bool:
 
 
 @register_analyzer
-class TokenUncertaintyAnalyzer(Analyzer):
+class TokenUncertaintyAnalyzer(PassAnalyzer):
     """Log-prob, entropy and rank of each generated token (teacher-forced, or from API log-probs).
 
     Args:
@@ -171,6 +173,11 @@ class TokenUncertaintyAnalyzer(Analyzer):
         info = {"model": model_id(model), "source": "text"}
         return TokenUncertaintyResult(targets, lp, ent, rank, [-1] * len(targets), [p + 1 for p in pos], tokens, "teacher_forced", info)
 
+    def reads_passes(self, model: Any, trajectory: Any) -> bool:
+        """False without a model, or for a model without logits on a trajectory that stored log-probs."""
+        caps = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
+        return not (model is None or (Capability.LOGITS not in caps and _has_logprobs(trajectory)))
+
     def run_trajectory(
         self,
         model: Any,
@@ -188,19 +195,14 @@ class TokenUncertaintyAnalyzer(Analyzer):
         Raises:
             CapabilityError: the model has no logits and the trajectory stored none.
         """
-        from evalrx.analyzers._compute import final_stats, forward, local_model
-        from evalrx.analyzers.replay import describe_passes, plan_trajectory
-
-        caps = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
-        if model is None or (Capability.LOGITS not in caps and _has_logprobs(trajectory)):
+        if not self.reads_passes(model, trajectory):
             return uncertainty_from_logprobs(trajectory)
-        self.check(model)
-        local = local_model(model, type(self).__name__)
-        _, passes = plan_trajectory(
-            local.tokenizer, trajectory, tools=tools, system=system, mode=self.mode, renderer=local.renderer
-        )
-        ids_all, lps, ents, ranks, steps, positions = [], [], [], [], [], []
-        for tf_pass in passes:
+        return super().run_trajectory(model, trajectory, tools=tools, system=system)
+
+    def requests(self, plan: TrajectoryPlan) -> list:
+        """Per pass, the logits that predict each generated token."""
+        out: list = []
+        for tf_pass in plan.passes:
             index: list = []
             owner: list = []
             for pt in tf_pass.turns:
@@ -208,25 +210,27 @@ class TokenUncertaintyAnalyzer(Analyzer):
                 for i in range(max(1, g0), g1):
                     index.append(i)
                     owner.append(pt.step_idx)
-            if not index:
-                continue
-            logits, _ = forward(local, tf_pass.ids, [i - 1 for i in index], hidden=False)
-            targets = [tf_pass.ids[i] for i in index]
-            lp, rank, ent = final_stats(logits, targets)
-            ids_all.extend(targets)
-            lps.extend(lp.tolist())
-            ranks.extend(rank.tolist())
-            ents.extend(ent.tolist())
-            steps.extend(owner)
-            positions.extend(index)
+            out.append(PassRequest(logits=[i - 1 for i in index], state=(index, owner)) if index else None)
+        return out
+
+    def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> tuple:
+        from evalrx.analyzers._compute import final_stats
+
+        index, owner = request.state
+        targets = [result.ids[i] for i in index]
+        lp, rank, ent = final_stats(result.logits_at(request.logits), targets)
+        return targets, lp.tolist(), ent.tolist(), rank.tolist(), owner, index
+
+    def finish(self, plan: TrajectoryPlan, parts: list) -> TokenUncertaintyResult:
+        """The passes' tokens in step and position order."""
+        cols: list = [[], [], [], [], [], []]  # ids, logprob, entropy, rank, step, position
+        for part in parts:
+            if part is not None:
+                for col, values in zip(cols, part):
+                    col.extend(values)
+        ids_all, lps, ents, ranks, steps, positions = cols
         order = sorted(range(len(steps)), key=lambda i: (steps[i], positions[i]))  # passes come in plan order
-        ids_all, lps, ents, ranks, steps, positions = (
-            [col[i] for i in order] for col in (ids_all, lps, ents, ranks, steps, positions)
-        )
-        tokens = local.text_tokenizer.batch_decode([[t] for t in ids_all]) if ids_all else []
-        info = {
-            "model": model_id(model),
-            "sample_id": getattr(trajectory, "sample_id", None),
-            "plan": describe_passes(passes),
-        }
+        ids_all, lps, ents, ranks, steps, positions = ([col[i] for i in order] for col in cols)
+        tokens = plan.local.text_tokenizer.batch_decode([[t] for t in ids_all]) if ids_all else []
+        info = plan.info()
         return TokenUncertaintyResult(ids_all, lps, ents, ranks, steps, positions, tokens, "teacher_forced", info)

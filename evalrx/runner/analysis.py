@@ -15,7 +15,9 @@ AnalysisRecord` (or None), for analyses that are not `Analyzer` classes:
 
 Hooks and analyzers run in the worker after the case finishes and before it is
 written, outside the write transaction; their records are written with the case.
-A failing analysis is recorded (meta `error`) and never fails the case.
+A failing analysis is recorded (meta `error`) and never fails the case. The analyzer
+entries of one config run together through `evalrx.analyzers.analyze`: one teacher-forced
+forward per planned pass, read by every analyzer.
 """
 
 from __future__ import annotations
@@ -83,15 +85,63 @@ def _analyzer_hook(name: str, kwargs: dict) -> Hook:
     return hook
 
 
+def _error_record(name: str, exc: BaseException) -> AnalysisRecord:
+    return AnalysisRecord(name, meta={
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(exc, limit=3))[-2000:],
+    })
+
+
+def _shared_pass_hook(specs: list) -> Hook:
+    """One hook for several analyzers: `analyze` runs them from one teacher-forced forward per planned pass.
+
+    An analyzer that fails gets its own error record; the others are kept.
+    """
+    from evalrx.analyzers import analyze, get_analyzer
+
+    for name, kwargs in specs:
+        get_analyzer(name, **kwargs)  # raises ValueError listing the known analyzers
+
+    def hook(ctx: CaseContext) -> list:
+        errors: dict = {}
+        try:
+            results = analyze(ctx.handle, ctx.trajectory, [dict(kwargs, name=name) for name, kwargs in specs],
+                              tools=ctx.tool_schemas, system=ctx.system, errors=errors)
+        except Exception as exc:  # nothing ran: every analyzer records why
+            results, errors = {}, {name: exc for name, _ in specs}
+        records = []
+        for name, _ in specs:
+            if name not in results:
+                records.append(_error_record(name, errors.get(name) or RuntimeError("no result")))
+                continue
+            meta = dict(results[name].meta)
+            records.append(AnalysisRecord(name, arrays=results[name].to_arrays(), meta=meta,
+                                          step_idx=meta.get("step_idx")))
+        return records
+
+    return hook
+
+
 def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
-    """Turn a run config's `analyzers` into (name, hook) pairs; unknown names raise ValueError."""
-    out = []
+    """Turn a run config's `analyzers` into (name, hook) pairs; unknown names raise ValueError.
+
+    Registered hooks stay one hook each; the analyzers become one hook that shares their
+    teacher-forced passes (a second configuration of the same analyzer keeps a hook of its own).
+    """
+    out: list = []
+    shared: list = []
+    at = None
     for entry in entries or []:
         name, kwargs = _spec(entry)
         if name in HOOKS and not kwargs:
             out.append((name, HOOKS[name]))
-        else:
+        elif any(name == n for n, _ in shared):
             out.append((name, _analyzer_hook(name, kwargs)))
+        else:
+            at = len(out) if at is None else at
+            shared.append((name, kwargs))
+    if shared:
+        out.insert(at, ("+".join(name for name, _ in shared), _shared_pass_hook(shared)))
     return out
 
 
@@ -103,8 +153,5 @@ def run_all(hooks: list, ctx: CaseContext) -> list[AnalysisRecord]:
             produced = hook(ctx)
             records.extend(list(produced or []))
         except Exception as exc:  # an analysis never fails the case
-            records.append(AnalysisRecord(name, meta={
-                "error": f"{type(exc).__name__}: {exc}",
-                "traceback": traceback.format_exc(limit=3)[-2000:],
-            }))
+            records.append(_error_record(name, exc))
     return records

@@ -21,11 +21,11 @@ from evalrx.analyzers import (  # noqa: E402
     TokenUncertaintyAnalyzer,
     ToolDecisionAnalyzer,
     conversation_from_trajectory,
+    plan_passes,
     result_from_arrays,
     uncertainty_from_logprobs,
 )
 from evalrx.analyzers.positions import tokenize_with_offsets, tokens_overlapping  # noqa: E402
-from evalrx.analyzers.replay import plan_passes  # noqa: E402
 from evalrx.core import Capability, ChatTurn, Step, StepRole, Tool, Trajectory  # noqa: E402
 from evalrx.specs import ModelSpec  # noqa: E402
 from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
@@ -148,7 +148,7 @@ def test_template_that_rewrites_history_falls_back_to_a_pass_per_rewritten_turn(
 
 
 def test_forced_final_turn_is_rendered_without_tools_after_the_nudge():
-    from evalrx.analyzers.replay import FINAL_NUDGE
+    from evalrx.models.agent import FINAL_NUDGE
 
     traj = _hermes_trajectory()
     traj.steps[3].span = {"forced_final": True}

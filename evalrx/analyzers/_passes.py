@@ -1,0 +1,284 @@
+"""Plan the teacher-forced passes over a rebuilt conversation.
+
+`plan_passes` renders the conversation once and checks, per model turn, that the
+prompt the model saw at that turn is a token prefix of the full rendering. Turns
+that pass are analysed together in ONE teacher-forced pass (attention is causal, so
+the prefix's hidden states are the same); turns whose template rewrites history
+(or whose tools differ, such as the forced final turn) get a pass of their own.
+
+`TrajectoryPlan` is what every analyzer of one trajectory reads: the conversation,
+its passes, and their decision positions (found once, shared). Pure Python: nothing
+here imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from evalrx.analyzers._base import model_id
+from evalrx.analyzers._conversation import (
+    ActorTurn,
+    Conversation,
+    conversation_from_trajectory,
+    drop_images,
+    has_images,
+    render_conversation,
+)
+from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
+from evalrx.core.case import Trajectory
+
+__all__ = [
+    "PassTurn",
+    "TeacherForcedPass",
+    "TrajectoryPlan",
+    "describe_passes",
+    "eos_text",
+    "pass_decisions",
+    "plan_passes",
+    "plan_trajectory",
+]
+
+
+@dataclass
+class PassTurn:
+    """One model turn inside a teacher-forced pass.
+
+    Attributes:
+        step_idx: the trajectory step.
+        gen_chars: `[start, end)` characters of the text the model generated (end-of-turn token included).
+        gen_tokens: `[start, end)` token indices of that text.
+    """
+
+    step_idx: int
+    gen_chars: tuple
+    gen_tokens: tuple
+    turn: ActorTurn
+
+
+@dataclass
+class TeacherForcedPass:
+    """One forward pass: the token ids, their offsets in the rendered text, the turns it covers."""
+
+    text: str
+    ids: list
+    offsets: list
+    turns: list
+    tools: Optional[list] = None  # the tool schemas the text was rendered with
+    shared: bool = False  # the full conversation's pass (as opposed to one turn's own)
+
+    @property
+    def steps(self) -> list:
+        return [t.step_idx for t in self.turns]
+
+
+def eos_text(tokenizer: Any) -> Optional[str]:
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    eos = getattr(tok, "eos_token", None)
+    return str(eos) if eos else None
+
+
+def _generated_chars(text: str, start: int, end_hint: int, content: str, eos: Optional[str]) -> int:
+    """End of what the model generated in a turn starting at `start`: its text plus the end-of-turn token."""
+    if content and text.startswith(content, start):
+        end = start + len(content)
+    else:  # the template wrote the turn (OpenAI-style calls): take the rendered message up to eos
+        end = end_hint
+        if eos:
+            at = text.find(eos, start, end_hint)
+            if at >= 0:
+                return at + len(eos)
+        return end
+    if eos and text.startswith(eos, end):
+        end += len(eos)
+    return end
+
+
+def _batch_ids(tokenizer: Any, texts: list) -> list:
+    """Token ids of several texts without added special tokens."""
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    return [list(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+
+
+def _own_pass(tokenizer: Any, prompt: str, completion: str, turn: ActorTurn, eos: Optional[str]) -> TeacherForcedPass:
+    """A pass holding one turn: the prompt the model saw, then what it generated."""
+    p_ids, p_off = tokenize_with_offsets(tokenizer, prompt)
+    text = prompt + completion
+    ids, offs = tokenize_with_offsets(tokenizer, text)
+    if ids[: len(p_ids)] != p_ids:  # tokens merged across the boundary: keep the model's prompt tokens
+        c_ids, c_off = tokenize_with_offsets(tokenizer, completion)
+        ids = p_ids + c_ids
+        offs = p_off + [(s + len(prompt), e + len(prompt)) for s, e in c_off]
+    gen_end = _generated_chars(text, len(prompt), len(text), turn.content, eos)
+    g0 = len(p_ids)
+    g1 = first_token_at(offs, gen_end)
+    turns = [PassTurn(turn.step_idx, (len(prompt), gen_end), (g0, g1), turn)]
+    return TeacherForcedPass(text, ids, offs, turns, turn.tools)
+
+
+def plan_passes(
+    tokenizer: Any, conversation: Conversation, *, mode: str = "auto", renderer: Any = None
+) -> "list[TeacherForcedPass]":
+    """Group the conversation's model turns into as few teacher-forced passes as the template allows.
+
+    Args:
+        tokenizer: the local model's tokenizer (or processor) with its chat template.
+        conversation: from `conversation_from_trajectory`.
+        mode: "auto" (one pass for every prefix-stable turn, own passes for the rest)
+            or "per_step" (one pass per turn; the reference the one-pass result must match).
+        renderer: what renders the chat template (a local handle's `render`); the tokenizer when None.
+
+    Returns:
+        The passes; the shared pass (if any) first, truncated after its last turn.
+    """
+    if mode not in ("auto", "per_step"):
+        raise ValueError(f"mode must be 'auto' or 'per_step', got {mode!r}")
+    msgs = conversation.messages
+    eos = eos_text(tokenizer)
+    renderer = renderer if renderer is not None else tokenizer
+    full_text = render_conversation(renderer, msgs, conversation.tools, False)
+    full_ids, full_off = tokenize_with_offsets(tokenizer, full_text) if mode == "auto" else ([], [])
+    rendered = []
+    for turn in conversation.turns:
+        mi = turn.message_index
+        prompt = render_conversation(renderer, msgs[:mi], turn.tools, True)
+        upto = render_conversation(renderer, msgs[: mi + 1], turn.tools, False)
+        # Stable when the full rendering starts with this turn as the model saw and wrote it:
+        # the prompt (compared as tokens) and the turn itself (a template may rewrite past turns).
+        candidate = mode == "auto" and upto.startswith(prompt) and full_text.startswith(upto)
+        rendered.append((turn, prompt, upto, candidate))
+    # One batched call tokenizes every candidate prompt (the fast tokenizer runs it in parallel).
+    texts = [prompt for _, prompt, _, candidate in rendered if candidate]
+    prompt_ids = iter(_batch_ids(tokenizer, texts) if texts else [])
+    shared: list = []
+    own: list = []
+    for turn, prompt, upto, candidate in rendered:
+        p_ids = next(prompt_ids) if candidate else None
+        if p_ids is not None and full_ids[: len(p_ids)] == p_ids:
+            gen_end = _generated_chars(full_text, len(prompt), len(upto), turn.content, eos)
+            g0 = len(p_ids)
+            g1 = first_token_at(full_off, gen_end)
+            shared.append(PassTurn(turn.step_idx, (len(prompt), gen_end), (g0, g1), turn))
+        else:
+            completion = upto[len(prompt):] if upto.startswith(prompt) else (turn.content + (eos or ""))
+            own.append(_own_pass(tokenizer, prompt, completion, turn, eos))
+    passes: list = []
+    if shared:
+        n = max(t.gen_tokens[1] for t in shared)
+        passes.append(TeacherForcedPass(full_text, full_ids[:n], full_off[:n], shared, conversation.tools, True))
+    return passes + own
+
+
+def describe_passes(passes: Sequence[TeacherForcedPass]) -> dict:
+    """JSON-safe summary of a plan: mode and per-pass steps and lengths."""
+    if all(p.shared for p in passes):
+        mode = "one_pass"
+    elif not any(p.shared for p in passes):
+        mode = "per_step"
+    else:
+        mode = "mixed"
+    return {
+        "mode": mode,
+        "passes": [{"steps": p.steps, "n_tokens": len(p.ids), "shared": p.shared} for p in passes],
+    }
+
+
+def plan_trajectory(
+    tokenizer: Any,
+    trajectory: Trajectory,
+    *,
+    tools: Optional[Sequence[Any]] = None,
+    system: Optional[str] = None,
+    mode: str = "auto",
+    renderer: Any = None,
+) -> "tuple[Conversation, list]":
+    """Rebuild the conversation of `trajectory` and plan its teacher-forced passes.
+
+    Image blocks are dropped (trajectories do not keep the pixels a vision model would
+    need); the turns are still scored on their text.
+    """
+    conv = conversation_from_trajectory(trajectory, system, tools)
+    if has_images(conv.messages):
+        conv = drop_images(conv)
+    return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer)
+
+
+def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> list:
+    """Decision points of every turn in a pass (see `positions.find_decision_points`)."""
+    from evalrx.analyzers.positions import find_decision_points
+
+    eos = eos_text(tokenizer)
+    points: list = []
+    for pt in tf_pass.turns:
+        points.extend(
+            find_decision_points(
+                pt.step_idx,
+                tf_pass.text,
+                tf_pass.offsets,
+                pt.gen_chars,
+                pt.gen_tokens,
+                pt.turn.calls,
+                is_answer=pt.turn.is_answer,
+                eos_text=eos,
+                **caps,
+            )
+        )
+    return points
+
+
+@dataclass
+class TrajectoryPlan:
+    """One trajectory on one local model: its rebuilt conversation and planned passes.
+
+    Built once and read by every analyzer of the trajectory; the decision positions of
+    each pass are found once per cap setting and shared.
+
+    Attributes:
+        local: the model (`_compute.LocalModel`).
+        trajectory: the stored trajectory.
+        conversation: from `conversation_from_trajectory` (image blocks dropped).
+        passes: from `plan_passes`.
+        tools: the tools as the caller gave them (`Tool` objects or schema dicts).
+        mode: the planning mode ("auto" or "per_step").
+    """
+
+    local: Any
+    trajectory: Trajectory
+    conversation: Conversation
+    passes: list
+    tools: Optional[list] = None
+    mode: str = "auto"
+    _points: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def build(
+        cls,
+        local: Any,
+        trajectory: Trajectory,
+        *,
+        tools: Optional[Sequence[Any]] = None,
+        system: Optional[str] = None,
+        mode: str = "auto",
+    ) -> "TrajectoryPlan":
+        """Rebuild the conversation of `trajectory` and plan its passes on `local`'s tokenizer and template."""
+        conv, passes = plan_trajectory(
+            local.tokenizer, trajectory, tools=tools, system=system, mode=mode, renderer=local.renderer
+        )
+        return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode)
+
+    def decisions(self, index: int, *, max_value_tokens: int = 16, max_answer_tokens: int = 64) -> list:
+        """Decision points of pass `index` (see `positions.find_decision_points`); do not modify the list."""
+        key = (index, max_value_tokens, max_answer_tokens)
+        if key not in self._points:
+            self._points[key] = pass_decisions(
+                self.local.tokenizer, self.passes[index],
+                max_value_tokens=max_value_tokens, max_answer_tokens=max_answer_tokens,
+            )
+        return self._points[key]
+
+    def info(self, **extra: Any) -> dict:
+        """The `info` every trajectory result carries: model, sample, plan, then `extra`."""
+        info = {"model": model_id(self.local.handle), **extra}
+        info["sample_id"] = getattr(self.trajectory, "sample_id", None)
+        info["plan"] = describe_passes(self.passes)
+        return info

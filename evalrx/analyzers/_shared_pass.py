@@ -1,0 +1,353 @@
+"""One teacher-forced forward per planned pass, shared by every analyzer of a trajectory.
+
+An analyzer that reads teacher-forced passes (`PassAnalyzer`) runs no forward of its
+own. For each planned pass it says what it reads (`PassRequest`: the positions whose
+final logits it needs, whether it needs every layer's hidden states, the query
+positions whose attention rows it needs), reads its part from the `PassResult` once
+the pass has run, and assembles its result from those parts.
+
+`analyze` plans a trajectory once per planning mode, runs ONE forward per planned
+pass for all the requested analyzers (the union of what they read; eager attention,
+for that pass only, when one of them reads attention) and hands the same pass result
+to each. An analyzer's own `run_trajectory` is the same path with one analyzer.
+Passes run one at a time and are dropped once every analyzer has read them, so
+memory holds one pass's hidden states, as with one analyzer.
+
+    from evalrx.analyzers import analyze
+    results = analyze(handle, trajectory, ["logit_lens", {"name": "tool_decision", "top_k": 3}],
+                      tools=schemas, system=system)
+    results["logit_lens"].entropy
+
+Nothing here imports torch at module level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from evalrx.analyzers._base import AnalysisResult, Analyzer, get_analyzer
+from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan
+
+__all__ = ["PassAnalyzer", "PassRequest", "PassResult", "analyze", "run_pass_analyzers"]
+
+
+@dataclass
+class PassRequest:
+    """What one analyzer reads from one planned pass.
+
+    Attributes:
+        logits: predicting positions whose final logits it needs.
+        hidden: it needs every layer's hidden states.
+        attention: query positions whose head-averaged attention rows it needs.
+        state: the analyzer's own data for reading this pass (its decision points, ...).
+    """
+
+    logits: Sequence[int] = ()
+    hidden: bool = False
+    attention: Sequence[int] = ()
+    state: Any = None
+
+
+@dataclass
+class PassResult:
+    """One teacher-forced forward over a planned pass, as every analyzer of the trajectory reads it.
+
+    Attributes:
+        plan: the trajectory's plan.
+        index: the pass's index in `plan.passes`.
+        logit_positions: the positions `logits` holds, in order.
+        logits: `[len(logit_positions), V]` final logits, in the model's dtype.
+        hidden_states: `L + 1` tensors `[1, T, D]` (None when no analyzer read them).
+        attention_positions: the query positions `attention` holds, in order.
+        attention: `[L, P, T]` fp32 attention rows averaged over heads (None when none were read).
+    """
+
+    plan: TrajectoryPlan
+    index: int
+    logit_positions: list
+    logits: Any
+    hidden_states: Any = None
+    attention_positions: list = field(default_factory=list)
+    attention: Any = None
+
+    @property
+    def tf_pass(self) -> TeacherForcedPass:
+        return self.plan.passes[self.index]
+
+    @property
+    def ids(self) -> list:
+        """Token ids of the pass."""
+        return self.tf_pass.ids
+
+    @property
+    def offsets(self) -> list:
+        """Character offsets of the pass's tokens in its rendered text."""
+        return self.tf_pass.offsets
+
+    @property
+    def text(self) -> str:
+        return self.tf_pass.text
+
+    def decisions(self, **caps: Any) -> list:
+        """Decision points of this pass (shared across analyzers; see `TrajectoryPlan.decisions`)."""
+        return self.plan.decisions(self.index, **caps)
+
+    def logits_at(self, positions: Sequence[int]) -> Any:
+        """Final logits `[len(positions), V]` at `positions` (each one must have been requested)."""
+        return _rows(self.logits, 0, self.logit_positions, positions, "logits")
+
+    def attention_at(self, positions: Sequence[int]) -> Any:
+        """Attention rows `[L, len(positions), T]` at query `positions` (each one must have been requested)."""
+        if self.attention is None:
+            raise KeyError("no attention was requested for this pass")
+        return _rows(self.attention, 1, self.attention_positions, positions, "attention rows")
+
+
+def _rows(tensor: Any, dim: int, held: Sequence[int], positions: Sequence[int], what: str) -> Any:
+    import torch
+
+    row = {p: r for r, p in enumerate(held)}
+    missing = [int(p) for p in positions if int(p) not in row]
+    if missing:
+        raise KeyError(f"{what} at positions {missing[:5]} were not requested for this pass")
+    index = torch.tensor([row[int(p)] for p in positions], dtype=torch.long, device=tensor.device)
+    return tensor.index_select(dim, index)
+
+
+class PassAnalyzer(Analyzer):
+    """An analyzer that reads shared teacher-forced passes instead of running its own.
+
+    Subclasses implement `requests` (what they read from each planned pass), `read`
+    (their part of one pass) and `finish` (the result from the parts). `run_trajectory`
+    is then plan + shared passes + `read` + `finish`, exactly what `analyze` does for
+    several analyzers at once.
+
+    Attributes:
+        mode: planning mode, "auto" (one pass for prefix-stable turns) or "per_step".
+    """
+
+    mode: str = "auto"
+
+    def reads_passes(self, model: Any, trajectory: Any) -> bool:
+        """Whether this trajectory on this model is analysed from teacher-forced passes."""
+        return True
+
+    def requests(self, plan: TrajectoryPlan) -> "list[Optional[PassRequest]]":
+        """One request per pass of `plan.passes` (None: nothing to read there)."""
+        raise NotImplementedError
+
+    def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> Any:
+        """This analyzer's part of one pass (numpy; the pass's tensors are dropped afterwards)."""
+        raise NotImplementedError
+
+    def finish(self, plan: TrajectoryPlan, parts: list) -> AnalysisResult:
+        """The result from the parts, one per pass (None where the request was None)."""
+        raise NotImplementedError
+
+    def run_trajectory(
+        self,
+        model: Any,
+        trajectory: Any,
+        *,
+        tools: Optional[list] = None,
+        system: Optional[str] = None,
+    ) -> AnalysisResult:
+        """Analyse a stored trajectory: plan it, run its passes, read them (see `analyze` for several at once)."""
+        from evalrx.analyzers._compute import local_model
+
+        self.check(model)
+        local = local_model(model, type(self).__name__)
+        return run_pass_analyzers(local, trajectory, [(self.name, self)], tools=tools, system=system)[self.name]
+
+
+def _raise(name: str, exc: BaseException) -> None:
+    raise exc
+
+
+def run_pass_analyzers(
+    local: Any,
+    trajectory: Any,
+    analyzers: "Sequence[tuple[str, PassAnalyzer]]",
+    *,
+    tools: Optional[list] = None,
+    system: Optional[str] = None,
+    fail: Any = _raise,
+) -> dict:
+    """Run pass analyzers (capabilities already checked) on one plan per mode and one forward per pass.
+
+    Args:
+        local: the model (`_compute.local_model`).
+        trajectory: the stored trajectory.
+        analyzers: `(name, analyzer)` pairs.
+        tools, system: as the run used them.
+        fail: `fail(name, exc)` on an analyzer's failure; the default raises.
+
+    Returns:
+        `{name: result}` of the analyzers that did not fail.
+    """
+    results: dict = {}
+    by_mode: dict = {}
+    for name, analyzer in analyzers:
+        by_mode.setdefault(analyzer.mode, []).append((name, analyzer))
+    for mode, group in by_mode.items():
+        _run_group(local, trajectory, group, tools, system, mode, results, fail)
+    return results
+
+
+def _run_group(local, trajectory, group, tools, system, mode, results, fail) -> None:
+    failed: set = set()
+
+    def failure(name: str, exc: BaseException) -> None:
+        failed.add(name)
+        fail(name, exc)
+
+    try:
+        plan = TrajectoryPlan.build(local, trajectory, tools=tools, system=system, mode=mode)
+    except Exception as exc:
+        for name, _ in group:
+            failure(name, exc)
+        return
+    requests: dict = {}
+    for name, analyzer in group:
+        try:
+            reqs = list(analyzer.requests(plan))
+            if len(reqs) != len(plan.passes):
+                raise RuntimeError(
+                    f"{type(analyzer).__name__}.requests gave {len(reqs)} requests for {len(plan.passes)} passes"
+                )
+            requests[name] = reqs
+        except Exception as exc:
+            failure(name, exc)
+    analyzers = dict(group)
+    parts = {name: [None] * len(plan.passes) for name in requests}
+    for i in range(len(plan.passes)):
+        wanted = [(name, reqs[i]) for name, reqs in requests.items() if reqs[i] is not None and name not in failed]
+        if not wanted:
+            continue
+        try:
+            result = run_pass(plan, i, [req for _, req in wanted])
+        except Exception as exc:
+            for name, _ in wanted:
+                failure(name, exc)
+            continue
+        for name, req in wanted:
+            try:
+                parts[name][i] = analyzers[name].read(plan, req, result)
+            except Exception as exc:
+                failure(name, exc)
+        del result  # the pass's hidden states go before the next pass runs
+    for name in requests:
+        if name in failed:
+            continue
+        try:
+            results[name] = analyzers[name].finish(plan, parts[name])
+        except Exception as exc:
+            failure(name, exc)
+
+
+def run_pass(plan: TrajectoryPlan, index: int, requests: Sequence[PassRequest]) -> PassResult:
+    """ONE forward over pass `index` giving the union of what `requests` read."""
+    from evalrx.analyzers._compute import teacher_forced
+
+    tf_pass = plan.passes[index]
+    ids = tf_pass.ids
+    wanted = {int(p) for r in requests for p in r.logits}
+    if wanted:
+        # The final projection's rows differ in their last bits with the number of rows in the
+        # product, so logits are always taken at every generated token (a superset of what the
+        # built-in analyzers read): an analyzer's numbers do not depend on who shares its pass.
+        wanted.update(i - 1 for pt in tf_pass.turns for i in range(max(1, pt.gen_tokens[0]), pt.gen_tokens[1]))
+    logit_positions = sorted(wanted) or [len(ids) - 1]
+    attention = sorted({int(p) for r in requests for p in r.attention})
+    hidden = any(r.hidden for r in requests)
+    logits, states, rows = teacher_forced(plan.local, ids, logit_positions, hidden=hidden, attention=attention or None)
+    return PassResult(plan, index, logit_positions, logits, states, attention, rows)
+
+
+def _resolve(names: Sequence[Any]) -> "list[tuple[str, Analyzer]]":
+    out: list = []
+    for entry in names:
+        if isinstance(entry, Analyzer):
+            name, analyzer = entry.name.strip().lower(), entry
+        elif isinstance(entry, str):
+            name = entry.strip().lower()
+            analyzer = get_analyzer(name)
+        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            name = entry["name"].strip().lower()
+            analyzer = get_analyzer(name, **{k: v for k, v in entry.items() if k != "name"})
+        else:
+            raise ValueError(f"an analyzer entry must be a name, {{'name': ..., ...}} or an Analyzer, got {entry!r}")
+        if any(name == n for n, _ in out):
+            raise ValueError(
+                f"analyzer {name!r} is requested twice; analyze returns one result per name, "
+                "so run the second configuration in its own call"
+            )
+        out.append((name, analyzer))
+    return out
+
+
+def analyze(
+    handle: Any,
+    trajectory: Any,
+    names: Sequence[Any],
+    tools: Optional[list] = None,
+    system: Optional[str] = None,
+    *,
+    errors: Optional[dict] = None,
+) -> "dict[str, AnalysisResult]":
+    """Run several analyzers on one trajectory from ONE teacher-forced forward per planned pass.
+
+    The trajectory is planned once (per planning mode among the analyzers), each pass
+    runs once with the union of what the analyzers read (hidden states when one needs
+    them, eager attention when `attention` is among them) and every analyzer reads the
+    same pass result. Each result equals that analyzer's own `run_trajectory`. Analyzers
+    that read no passes (`replay`, one registered without `PassAnalyzer`, or
+    `token_uncertainty` reading an API trajectory's stored log-probs) run on their own.
+
+    Args:
+        handle: the model (a local handle for the white-box analyzers).
+        trajectory: the stored trajectory.
+        names: registry names, `{"name": ..., **kwargs}` dicts, or `Analyzer` instances.
+        tools: the tools the run offered (`Tool` objects or OpenAI schema dicts).
+        system: the run's system prompt.
+        errors: when given, an analyzer that fails is left out of the result and its
+            exception stored here by name, and the others go on; when None, the first
+            failure raises.
+
+    Returns:
+        `{name: result}` in the order requested.
+
+    Raises:
+        ValueError: an unknown analyzer name, or one name requested twice.
+        CapabilityError: (without `errors`) the handle lacks what an analyzer needs.
+    """
+    from evalrx.analyzers._compute import local_model
+
+    analyzers = _resolve(names)
+
+    def fail(name: str, exc: BaseException) -> None:
+        if errors is None:
+            raise exc
+        errors[name] = exc
+
+    results: dict = {}
+    shared: list = []
+    for name, analyzer in analyzers:
+        try:
+            if isinstance(analyzer, PassAnalyzer) and analyzer.reads_passes(handle, trajectory):
+                analyzer.check(handle)
+                shared.append((name, analyzer))
+            else:
+                results[name] = analyzer.run_trajectory(handle, trajectory, tools=tools, system=system)
+        except Exception as exc:
+            fail(name, exc)
+    if shared:
+        try:
+            local = local_model(handle, " and ".join(type(a).__name__ for _, a in shared))
+        except Exception as exc:
+            for name, _ in shared:
+                fail(name, exc)
+        else:
+            results.update(run_pass_analyzers(local, trajectory, shared, tools=tools, system=system, fail=fail))
+    return {name: results[name] for name, _ in analyzers if name in results}
