@@ -5,7 +5,9 @@ from __future__ import annotations
 import altair as alt
 
 ROLE_COLORS = alt.Scale(domain=["model", "tool"], range=["#4c78a8", "#f58518"])
-OUTCOME_COLORS = alt.Scale(domain=["pass", "fail", "unknown"], range=["#54a24b", "#e45756", "#bab0ac"])
+OUTCOME_COLORS = alt.Scale(domain=["pass", "fail", "error", "unknown"],
+                           range=["#54a24b", "#e45756", "#f58518", "#bab0ac"])
+COUNT_AXIS = alt.Axis(tickMinStep=1, format="d")  # counts of trajectories are whole numbers
 
 
 def latency_waterfall(rows: list[dict]) -> alt.Chart:
@@ -70,7 +72,7 @@ def counts_chart(rows: list[dict], *, x: str, color: str, title: str) -> alt.Cha
         .mark_bar()
         .encode(
             y=alt.Y(f"{x}:N", title=None),
-            x=alt.X("n:Q", title="trajectories"),
+            x=alt.X("n:Q", title="trajectories", axis=COUNT_AXIS),
             color=alt.Color(f"{color}:N", title=None, scale=OUTCOME_COLORS if color == "outcome" else alt.Undefined),
             tooltip=[f"{x}:N", f"{color}:N", "n:Q"],
         )
@@ -89,7 +91,7 @@ def failure_kind_chart(rows: list[dict]) -> alt.Chart:
         .mark_bar(cursor="pointer")
         .encode(
             y=alt.Y("kind:N", title=None, sort="-x"),
-            x=alt.X("n:Q", title="failed trajectories"),
+            x=alt.X("n:Q", title="failed trajectories", axis=COUNT_AXIS),
             color=alt.Color("run:N", title=None),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.6)),
             tooltip=[alt.Tooltip("kind:N"), alt.Tooltip("run:N"), alt.Tooltip("n:Q"),

@@ -4,7 +4,7 @@
     ranked = diagnose(trajectory, case=case, tools=tools)   # [Diagnosis, ...], best first
 
 Sources, strongest first: `reference` (the case's reference calls and expected answer),
-`heuristic` (model-free rules on the steps), `whitebox` (stored tool-decision margins).
+`heuristic` (model-free rules on the steps), `whitebox` (stored tool-decision margins and logit lens).
 A passing trajectory has no diagnosis; an errored one is `infra_error`, not a model failure.
 Imports only `evalrx.core` and `evalrx.grade` (no torch, no store).
 """
