@@ -16,10 +16,16 @@ ONE forward per planned pass and hands the same pass result to each of them.
     from evalrx.analyzers import analyze
     results = analyze(handle, trajectory, ["logit_lens", "tool_decision", "attention"], tools=schemas)
 
+When the run captured its own generation (hf_local `chat(..., capture=...)`, kept on the
+trajectory by the agent loop: `Agent(..., chat_kwargs={"capture": True})`), `analyze` builds
+each pass the captures cover from them with no forward at all, and falls back to the
+teacher-forced pass where they do not; `result.info["source"]` says which.
+
 Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`.
 The mechanism they share: `_conversation` (rebuild the conversation a trajectory came
 from), `_passes` (plan the teacher-forced passes over it), `_shared_pass` (run each
-pass once for every analyzer that reads it), `_compute` (the torch side).
+pass once for every analyzer that reads it), `_capture` (build a pass from the
+generation captures instead), `_compute` (the torch side).
 Failure signs read from the steps alone are `evalrx.diagnosis`. Importing this package does not import torch.
 """
 

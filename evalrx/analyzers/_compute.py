@@ -226,6 +226,14 @@ def teacher_forced(
     return logits, states, torch.stack([r.to(local.device) for r in rows])
 
 
+def layer_rows(hidden_states: Any, layer: int, positions: Any) -> Any:
+    """`[len(positions), D]` of one layer, from a forward's `[1, T, D]` tensors or a pass's `CapturedStates`."""
+    rows = getattr(hidden_states, "rows", None)
+    if callable(rows):
+        return rows(layer, positions)
+    return hidden_states[layer][0].index_select(0, positions)
+
+
 @dataclass
 class LensStats:
     """Per layer (0 = embeddings ... L = final) and position: top-k, entropy, target statistics.
@@ -260,7 +268,8 @@ def lens_stats(
 
     Args:
         local: the model.
-        hidden_states: the pass's hidden states (`L + 1` tensors `[1, T, D]`).
+        hidden_states: the pass's hidden states (`L + 1` tensors `[1, T, D]`, or the
+            `CapturedStates` of a pass built from the generation).
         final_logits: the model's logits at `positions` (`[P, V]`).
         positions: predicting positions.
         targets: per position the token id whose log-prob and rank are reported (-1: none).
@@ -282,7 +291,7 @@ def lens_stats(
     n_pos = len(positions)
     vocab = int(final_logits.shape[-1])
     k = max(1, min(int(top_k), vocab))
-    dev = hidden_states[0].device
+    dev = hidden_states.device if hasattr(hidden_states, "rows") else hidden_states[0].device
     pos = torch.tensor(list(positions), dtype=torch.long, device=dev)
     tgt_all = torch.tensor(list(targets), dtype=torch.long, device=dev)
     n_gather = max((len(g) for g in gather_ids), default=0) if gather_ids is not None else 0
@@ -303,9 +312,9 @@ def lens_stats(
 
     with torch.inference_mode():
         # [L, P, D]: the residual stream of every layer but the last at the chosen positions.
-        stacked = torch.stack([hidden_states[i][0].index_select(0, pos) for i in range(n_layers)])
+        stacked = torch.stack([layer_rows(hidden_states, i, pos) for i in range(n_layers)])
         norms[:n_layers] = stacked.float().norm(dim=-1).cpu().numpy()
-        norms[n_layers] = hidden_states[n_layers][0].index_select(0, pos).float().norm(dim=-1).cpu().numpy()
+        norms[n_layers] = layer_rows(hidden_states, n_layers, pos).float().norm(dim=-1).cpu().numpy()
         chunk = max(1, MAX_BLOCK_ELEMS // (n_out * vocab))
         for c0 in range(0, n_pos, chunk):
             c1 = min(n_pos, c0 + chunk)
@@ -379,7 +388,8 @@ def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray,
 def decode_pieces(tokenizer: Any, ids: Sequence[int]) -> dict:
     """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer)."""
     tok = getattr(tokenizer, "tokenizer", tokenizer)
-    uniq = sorted({int(i) for i in np.asarray(ids).ravel().tolist() if int(i) >= 0})
+    flat = np.unique(np.asarray(ids, dtype=np.int64).ravel())
+    uniq = [int(i) for i in flat[flat >= 0]]
     if not uniq:
         return {}
     backend = getattr(tok, "backend_tokenizer", None)

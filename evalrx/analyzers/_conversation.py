@@ -1,11 +1,15 @@
 """Rebuild the conversation an agent loop produced for a stored trajectory.
 
 `conversation_from_trajectory` reproduces the messages the agent loop sent to the
-model: model turns keep their raw text (Hermes style, so re-rendering gives back the
-model's own tokens) or, for turns recorded from an API server, carry OpenAI-format
+model, built by the tool-call codec of the model that scores them (`CODECS`, picked
+with `replay_style(handle)`): model turns written in that codec's format are recorded
+as the codec records them (raw text for Hermes, Qwen3, Llama 3 and pythonic, so
+re-rendering gives back the model's own tokens; structured calls with 9-character ids
+for Mistral), and turns whose calls were made natively (an API server) carry
 `tool_calls` that the local model's chat template writes in its own format. Tool
 observations, parse-error feedback, repeat-blocked nudges, tool-returned images (as
-placeholders) and the forced-final nudge come back in the loop's order.
+placeholders) and the forced-final nudge come back in the loop's order, with the
+roles and ids the codec gives them.
 `render_conversation` turns messages into chat-template text. Pure Python: nothing
 here imports torch.
 """
@@ -29,6 +33,7 @@ __all__ = [
     "normalize_call",
     "normalize_tools",
     "render_conversation",
+    "replay_style",
     "tool_names",
 ]
 
@@ -64,6 +69,11 @@ class ActorTurn:
         calls: its well-formed calls, normalised.
         is_answer: a final answer (no calls, no parse error).
         content: the raw text the step recorded.
+        verbatim: `content` is the turn as the model wrote it, in the format of the codec
+            that built the conversation, so a teacher-forced pass scores `content` plus the
+            end-of-turn token even where the template renders the turn otherwise (Mistral
+            adds call ids and a leading space). False for calls made natively (an API run),
+            which only the template's rendering writes out.
     """
 
     step_idx: int
@@ -72,6 +82,7 @@ class ActorTurn:
     calls: list
     is_answer: bool
     content: str
+    verbatim: bool = True
 
 
 @dataclass
@@ -119,16 +130,48 @@ def _image_message(n: int, tool_name: str) -> dict:
 
 
 def _detect_style(steps: Sequence[Step]) -> str:
-    """Hermes when any model turn holds `<tool_call>` markup; OpenAI when calls carry no markup."""
-    has_calls = False
-    for s in steps:
-        if s.role is not StepRole.ACTOR:
-            continue
-        if "<tool_call>" in (s.content or ""):
-            return "hermes"
-        if s.tool_calls:
-            has_calls = True
-    return "openai" if has_calls else "hermes"
+    """The codec style whose call format the model turns are written in (a guess for `style="auto"`).
+
+    Markup decides first (`[TOOL_CALLS]`: mistral; `<tool_call>`: qwen3 after a think
+    block, hermes otherwise); bare calls are pythonic or llama3 when that codec reads
+    the recorded calls back from the text; calls with no markup are native (openai);
+    a trajectory without calls is hermes (its turns are raw text in any style).
+    """
+    from evalrx.models.toolcodec import CODECS
+
+    actor = [s for s in steps if s.role is StepRole.ACTOR]
+    texts = [s.content or "" for s in actor]
+    if any("[TOOL_CALLS]" in t for t in texts):
+        return "mistral"
+    if any("<tool_call>" in t for t in texts):
+        return "qwen3" if any("</think>" in t for t in texts) else "hermes"
+    with_calls = [s for s in actor if s.tool_calls]
+    if not with_calls:
+        return "hermes"
+    for style in ("pythonic", "llama3"):
+        codec = CODECS[style]()
+        if all(_reads_calls(codec, s.content or "", s.tool_calls) for s in with_calls):
+            return style
+    return "openai"
+
+
+def _reads_calls(codec: Any, text: str, calls: Sequence[Any]) -> bool:
+    """Whether `codec` reads exactly the recorded calls (names and arguments) from the turn's text."""
+    from evalrx.core.tool import ChatTurn
+
+    read = [(c.name, c.args) for c in codec.parse(ChatTurn(text=text)).calls]
+    return bool(read) and read == [(c["name"], c["args"]) for c in map(normalize_call, calls)]
+
+
+def replay_style(model: Any) -> str:
+    """The codec style to rebuild a conversation in for scoring on `model`: its handle's
+    `tool_call_style` (`codec_style`), or "auto" for something without a spec (a bare tokenizer)."""
+    from evalrx.models.toolcodec import codec_style
+
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        return "auto"
+    return codec_style(spec, getattr(model, "backend", None))
 
 
 def conversation_from_trajectory(
@@ -141,27 +184,40 @@ def conversation_from_trajectory(
 ) -> Conversation:
     """Rebuild the conversation the agent loop produced for `trajectory`.
 
+    The messages are built by the codec of `style` (`CODECS`), as the agent loop
+    built them: a model turn whose text holds calls in that codec's format is kept as
+    the codec records it (raw text for most families, so re-rendering gives back the
+    model's own tokens; structured calls with 9-character ids for Mistral); a turn
+    whose calls were made natively (an API run, or another family's format) becomes
+    structured `tool_calls` the template writes in its own format. Tool results,
+    parse-error feedback and the forced-final nudge take the roles, names and ids
+    that codec gives them.
+
     Args:
         trajectory: a stored trajectory.
         system: the system prompt the run used (None when it had none).
         tools: the tools the run offered (`Tool` objects or OpenAI schema dicts).
-        style: "hermes" (model turns are raw text holding `<tool_call>` blocks),
-            "openai" (turns carry native calls the template renders) or "auto".
+        style: the tool-call style of the model that will score the conversation
+            (`replay_style(handle)`), or "auto" to guess the style the turns were
+            written in (`_detect_style`).
         image: the case image, when the first user turn had one (a placeholder otherwise).
 
     Returns:
         The `Conversation`.
+
+    Raises:
+        ValueError: `style` names no registered codec.
     """
     from evalrx.core.tool import ChatTurn, ToolCall
-    from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec
+    from evalrx.models.toolcodec import CODECS
+    from evalrx.specs import style_key
 
     schemas = normalize_tools(tools)
     steps = list(trajectory.steps)
-    if style == "auto":
-        style = _detect_style(steps)
-    if style not in ("hermes", "openai"):
-        raise ValueError(f"style must be 'auto', 'hermes' or 'openai', got {style!r}")
-    codec = QwenToolCodec() if style == "hermes" else OpenAIToolCodec()
+    style = _detect_style(steps) if style == "auto" else style_key(style)
+    if style not in CODECS:
+        raise ValueError(f"style must be 'auto' or a codec style ({', '.join(sorted(CODECS))}), got {style!r}")
+    codec = CODECS[style]()
 
     messages: list = []
     info: list = []
@@ -193,19 +249,19 @@ def conversation_from_trajectory(
             flush_images()
             forced = bool(s.span.get("forced_final"))
             if forced:
-                messages.append({"role": "user", "content": FINAL_NUDGE})
+                messages.append(codec.final_nudge_message(messages, FINAL_NUDGE))
                 info.append({"kind": "nudge", "step": None})
             calls = [] if forced else [normalize_call(c) for c in (s.tool_calls or [])]
             text = s.content or ""
-            if style == "openai" and calls and "<tool_call>" not in text:
-                ids = [c["id"] or f"call_{s.idx}_{i}" for i, c in enumerate(calls)]
-                tc = [ToolCall(name=c["name"], args=c["args"], id=cid) for c, cid in zip(calls, ids)]
-                msg = codec.assistant_message(ChatTurn(text=text), tc)
-                for c, cid in zip(calls, ids):
-                    c["id"] = cid
-            else:
-                msg = {"role": "assistant", "content": text}
-            messages.append(msg)
+            chat = ChatTurn(text=text)
+            native = bool(calls) and not codec.parse(chat).calls  # no markup this codec reads
+            if native:
+                for i, c in enumerate(calls):
+                    c["id"] = c["id"] or f"call_{s.idx}_{i}"
+            tc = [ToolCall(name=c["name"], args=c["args"], id=c["id"]) for c in calls]
+            messages.append(codec.structured_message(chat, tc) if native else codec.assistant_message(chat, tc))
+            for c, t in zip(calls, tc):  # an id the codec gave a call goes to its results too
+                c["id"] = t.id
             info.append({"kind": "assistant", "step": s.idx})
             turns.append(
                 ActorTurn(
@@ -215,17 +271,14 @@ def conversation_from_trajectory(
                     calls=calls,
                     is_answer=not calls and not s.parse_error,
                     content=text,
+                    verbatim=not native,
                 )
             )
             last_calls = calls
         elif s.role is StepRole.TOOL:
             text = _observation_text(s.observation)
             if s.span.get("parse_error"):
-                role = "tool" if style == "hermes" else "user"
-                msg = {"role": role, "content": text}
-                if role == "tool":
-                    msg["name"] = "parse_error"
-                messages.append(msg)
+                messages.append(codec.feedback_message(text))
                 info.append({"kind": "parse_error", "step": s.idx})
                 continue
             i = int(s.span.get("call", 0) or 0)

@@ -24,6 +24,7 @@ from evalrx.analyzers._conversation import (
     drop_images,
     has_images,
     render_conversation,
+    replay_style,
 )
 from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
 from evalrx.core.case import Trajectory
@@ -145,14 +146,17 @@ def plan_passes(
         upto = render_conversation(renderer, msgs[: mi + 1], turn.tools, False)
         # Stable when the full rendering starts with this turn as the model saw and wrote it:
         # the prompt (compared as tokens) and the turn itself (a template may rewrite past turns).
-        candidate = mode == "auto" and upto.startswith(prompt) and full_text.startswith(upto)
-        rendered.append((turn, prompt, upto, candidate))
+        # A turn the template renders otherwise than the model wrote it (an id it adds, a space)
+        # gets its own pass over what the model wrote.
+        as_written = not getattr(turn, "verbatim", True) or upto.startswith(prompt + turn.content + (eos or ""))
+        candidate = mode == "auto" and as_written and upto.startswith(prompt) and full_text.startswith(upto)
+        rendered.append((turn, prompt, upto, candidate, as_written))
     # One batched call tokenizes every candidate prompt (the fast tokenizer runs it in parallel).
-    texts = [prompt for _, prompt, _, candidate in rendered if candidate]
+    texts = [prompt for _, prompt, _, candidate, _ in rendered if candidate]
     prompt_ids = iter(_batch_ids(tokenizer, texts) if texts else [])
     shared: list = []
     own: list = []
-    for turn, prompt, upto, candidate in rendered:
+    for turn, prompt, upto, candidate, as_written in rendered:
         p_ids = next(prompt_ids) if candidate else None
         if p_ids is not None and full_ids[: len(p_ids)] == p_ids:
             gen_end = _generated_chars(full_text, len(prompt), len(upto), turn.content, eos)
@@ -160,7 +164,7 @@ def plan_passes(
             g1 = first_token_at(full_off, gen_end)
             shared.append(PassTurn(turn.step_idx, (len(prompt), gen_end), (g0, g1), turn))
         else:
-            completion = upto[len(prompt):] if upto.startswith(prompt) else (turn.content + (eos or ""))
+            completion = upto[len(prompt):] if upto.startswith(prompt) and as_written else (turn.content + (eos or ""))
             own.append(_own_pass(tokenizer, prompt, completion, turn, eos))
     passes: list = []
     if shared:
@@ -197,7 +201,8 @@ def plan_trajectory(
     Image blocks are dropped (trajectories do not keep the pixels a vision model would
     need); the turns are still scored on their text.
     """
-    conv = conversation_from_trajectory(trajectory, system, tools)
+    style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
+    conv = conversation_from_trajectory(trajectory, system, tools, style=style)
     if has_images(conv.messages):
         conv = drop_images(conv)
     return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer)

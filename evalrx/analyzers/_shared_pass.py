@@ -13,6 +13,13 @@ to each. An analyzer's own `run_trajectory` is the same path with one analyzer.
 Passes run one at a time and are dropped once every analyzer has read them, so
 memory holds one pass's hidden states, as with one analyzer.
 
+When the agent captured its own generation (`chat(..., capture=...)` on hf_local, kept on
+the trajectory by the agent loop), a pass whose turns the captures cover exactly is built
+from them instead (`_capture`): no forward runs. A pass they do not cover (a template that
+rewrites history, a re-tokenized turn, attention from a model that generated without eager
+attention) runs teacher-forced as before. Each result's `info["source"]` says which
+("generation", "teacher_forced" or "mixed"), and `info["source_notes"]` why a pass fell back.
+
     from evalrx.analyzers import analyze
     results = analyze(handle, trajectory, ["logit_lens", {"name": "tool_decision", "top_k": 3}],
                       tools=schemas, system=system)
@@ -29,7 +36,7 @@ from typing import Any, Optional, Sequence
 from evalrx.analyzers._base import AnalysisResult, Analyzer, get_analyzer
 from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan
 
-__all__ = ["PassAnalyzer", "PassRequest", "PassResult", "analyze", "run_pass_analyzers"]
+__all__ = ["PassAnalyzer", "PassRequest", "PassResult", "analyze", "pass_result", "run_pass", "run_pass_analyzers"]
 
 
 @dataclass
@@ -70,6 +77,9 @@ class PassResult:
     hidden_states: Any = None
     attention_positions: list = field(default_factory=list)
     attention: Any = None
+    source: str = "teacher_forced"  # where logits and hidden states came from: or "generation"
+    attention_source: str = "teacher_forced"
+    notes: list = field(default_factory=list)  # (what, why) for each part that fell back to the teacher-forced pass
 
     @property
     def tf_pass(self) -> TeacherForcedPass:
@@ -125,9 +135,15 @@ class PassAnalyzer(Analyzer):
 
     Attributes:
         mode: planning mode, "auto" (one pass for prefix-stable turns) or "per_step".
+        generation_capture: what this analyzer can read from the agent's own generation
+            instead of a teacher-forced pass (kinds of `GenerationCapture`: "hidden_states",
+            "attention"); empty when it needs the teacher-forced pass. An analyzer declaring
+            it must read hidden states, logits and attention rows only at the positions its
+            requests name, each of them a position that predicts a generated token.
     """
 
     mode: str = "auto"
+    generation_capture: frozenset = frozenset()
 
     def reads_passes(self, model: Any, trajectory: Any) -> bool:
         """Whether this trajectory on this model is analysed from teacher-forced passes."""
@@ -144,6 +160,16 @@ class PassAnalyzer(Analyzer):
     def finish(self, plan: TrajectoryPlan, parts: list) -> AnalysisResult:
         """The result from the parts, one per pass (None where the request was None)."""
         raise NotImplementedError
+
+    def mark_source(self, result: AnalysisResult, source: str, notes: Sequence[str] = ()) -> None:
+        """Record where the result's passes came from: `info["source"]` (and a result's own `source`)."""
+        info = getattr(result, "info", None)
+        if isinstance(info, dict):
+            info["source"] = source
+            if notes:
+                info["source_notes"] = list(notes)
+        if isinstance(getattr(result, "source", None), str):
+            result.source = source
 
     def run_trajectory(
         self,
@@ -173,6 +199,7 @@ def run_pass_analyzers(
     tools: Optional[list] = None,
     system: Optional[str] = None,
     fail: Any = _raise,
+    captures: Optional[dict] = None,
 ) -> dict:
     """Run pass analyzers (capabilities already checked) on one plan per mode and one forward per pass.
 
@@ -182,6 +209,8 @@ def run_pass_analyzers(
         analyzers: `(name, analyzer)` pairs.
         tools, system: as the run used them.
         fail: `fail(name, exc)` on an analyzer's failure; the default raises.
+        captures: `{actor step: GenerationCapture}` of the run's own generation: passes
+            they cover are built from them instead of run (see the module docstring).
 
     Returns:
         `{name: result}` of the analyzers that did not fail.
@@ -191,11 +220,37 @@ def run_pass_analyzers(
     for name, analyzer in analyzers:
         by_mode.setdefault(analyzer.mode, []).append((name, analyzer))
     for mode, group in by_mode.items():
-        _run_group(local, trajectory, group, tools, system, mode, results, fail)
+        _run_group(local, trajectory, group, tools, system, mode, results, fail, captures or {})
     return results
 
 
-def _run_group(local, trajectory, group, tools, system, mode, results, fail) -> None:
+_CAPTURED = {"hidden_states": "hidden", "attention": "attention"}  # GenerationCapture field per kind
+
+
+def _source(read: set, captures: dict, analyzer: PassAnalyzer) -> str:
+    """One word for where an analyzer's passes came from (for one that read none: where they would have)."""
+    if read:
+        return next(iter(read)) if len(read) == 1 else "mixed"
+    kinds = analyzer.generation_capture
+    covered = bool(captures) and bool(kinds) and all(
+        getattr(cap, _CAPTURED.get(kind, kind), None) is not None for cap in captures.values() for kind in kinds
+    )
+    return "generation" if covered else "teacher_forced"
+
+
+def _pass_notes(request: PassRequest, result: PassResult) -> "tuple[set, list]":
+    """The sources an analyzer's request read from a pass, and the notes that concern it."""
+    reads = set()
+    if request.logits or request.hidden:
+        reads.add("tensors")
+    if request.attention:
+        reads.add("attention")
+    sources = {result.source if part == "tensors" else result.attention_source for part in reads}
+    notes = [why for part, why in result.notes if part == "all" or part in reads]
+    return sources, notes
+
+
+def _run_group(local, trajectory, group, tools, system, mode, results, fail, captures) -> None:
     failed: set = set()
 
     def failure(name: str, exc: BaseException) -> None:
@@ -221,12 +276,15 @@ def _run_group(local, trajectory, group, tools, system, mode, results, fail) -> 
             failure(name, exc)
     analyzers = dict(group)
     parts = {name: [None] * len(plan.passes) for name in requests}
+    sources: dict = {name: set() for name in requests}
+    notes: dict = {name: [] for name in requests}
     for i in range(len(plan.passes)):
         wanted = [(name, reqs[i]) for name, reqs in requests.items() if reqs[i] is not None and name not in failed]
         if not wanted:
             continue
         try:
-            result = run_pass(plan, i, [req for _, req in wanted])
+            result = pass_result(plan, i, [req for _, req in wanted], captures,
+                                 all(analyzers[name].generation_capture for name, _ in wanted))
         except Exception as exc:
             for name, _ in wanted:
                 failure(name, exc)
@@ -236,14 +294,71 @@ def _run_group(local, trajectory, group, tools, system, mode, results, fail) -> 
                 parts[name][i] = analyzers[name].read(plan, req, result)
             except Exception as exc:
                 failure(name, exc)
+                continue
+            read, why = _pass_notes(req, result)
+            sources[name] |= read
+            notes[name].extend(w for w in why if w not in notes[name])
         del result  # the pass's hidden states go before the next pass runs
     for name in requests:
         if name in failed:
             continue
         try:
             results[name] = analyzers[name].finish(plan, parts[name])
+            source = _source(sources[name], captures, analyzers[name])
+            analyzers[name].mark_source(results[name], source, notes[name])
         except Exception as exc:
             failure(name, exc)
+
+
+def pass_result(
+    plan: TrajectoryPlan, index: int, requests: Sequence[PassRequest], captures: dict, capturable: bool = True
+) -> PassResult:
+    """Pass `index` as `requests` read it: from the generation captures where they cover it, else ONE forward.
+
+    Args:
+        plan: the trajectory's plan.
+        index: the pass.
+        requests: what the analyzers read from it.
+        captures: `{actor step: GenerationCapture}` (empty: teacher-forced).
+        capturable: every analyzer reading the pass can be served by captures.
+    """
+    if not captures:
+        return run_pass(plan, index, requests)
+    if not capturable:
+        result = run_pass(plan, index, requests)
+        result.notes.append(("all", "an analyzer of this pass reads teacher-forced passes only"))
+        return result
+    from evalrx.analyzers._capture import capture_pass, capture_problem
+
+    tensors = any(r.logits or r.hidden for r in requests)
+    problem = tensors and capture_problem(
+        plan, index, captures, hidden=True, positions=[p for r in requests for p in r.logits]
+    )
+    if problem:
+        result = run_pass(plan, index, requests)
+        result.notes.append(("all", f"pass {index}: {problem}"))
+        return result
+    attention = [p for r in requests for p in r.attention]
+    problem = attention and capture_problem(plan, index, captures, attention=True, positions=attention)
+    try:
+        if not problem:
+            return capture_pass(plan, index, requests, captures)
+        if tensors:  # logits and hidden states from the generation, attention rows from a forward below
+            result = capture_pass(plan, index, [PassRequest(r.logits, r.hidden) for r in requests], captures)
+    except Exception as exc:  # a capture that cannot be read costs a forward, never the analysis
+        result = run_pass(plan, index, requests)
+        result.notes.append(("all", f"pass {index}: reading the captures failed: {type(exc).__name__}: {exc}"))
+        return result
+    note = ("attention", f"pass {index}: {problem}")
+    if not tensors:
+        result = run_pass(plan, index, requests)
+        result.notes.append(note)
+        return result
+    forced = run_pass(plan, index, [PassRequest(attention=r.attention) for r in requests if r.attention])
+    result.attention_positions, result.attention = forced.attention_positions, forced.attention
+    result.attention_source = "teacher_forced"
+    result.notes.append(note)
+    return result
 
 
 def run_pass(plan: TrajectoryPlan, index: int, requests: Sequence[PassRequest]) -> PassResult:
@@ -295,8 +410,9 @@ def analyze(
     system: Optional[str] = None,
     *,
     errors: Optional[dict] = None,
+    captures: Any = "auto",
 ) -> "dict[str, AnalysisResult]":
-    """Run several analyzers on one trajectory from ONE teacher-forced forward per planned pass.
+    """Run several analyzers on one trajectory from ONE teacher-forced forward per planned pass (or none: captures).
 
     The trajectory is planned once (per planning mode among the analyzers), each pass
     runs once with the union of what the analyzers read (hidden states when one needs
@@ -314,6 +430,11 @@ def analyze(
         errors: when given, an analyzer that fails is left out of the result and its
             exception stored here by name, and the others go on; when None, the first
             failure raises.
+        captures: the run's own generation captures, `{actor step: GenerationCapture}`:
+            "auto" takes those the agent loop kept on the trajectory
+            (`evalrx.models.agent.generation_captures`; none for a stored, imported or API
+            trajectory), None forces the teacher-forced passes. A pass the captures cover
+            is built from them with no forward (each result's `info["source"]` says which).
 
     Returns:
         `{name: result}` in the order requested.
@@ -325,6 +446,12 @@ def analyze(
     from evalrx.analyzers._compute import local_model
 
     analyzers = _resolve(names)
+    if isinstance(captures, str):
+        if captures != "auto":
+            raise ValueError(f"captures must be 'auto', None or {{step: capture}}, got {captures!r}")
+        from evalrx.models.agent import generation_captures
+
+        captures = generation_captures(trajectory)
 
     def fail(name: str, exc: BaseException) -> None:
         if errors is None:
@@ -349,5 +476,6 @@ def analyze(
             for name, _ in shared:
                 fail(name, exc)
         else:
-            results.update(run_pass_analyzers(local, trajectory, shared, tools=tools, system=system, fail=fail))
+            results.update(run_pass_analyzers(local, trajectory, shared, tools=tools, system=system, fail=fail,
+                                              captures=dict(captures or {})))
     return {name: results[name] for name, _ in analyzers if name in results}

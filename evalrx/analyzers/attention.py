@@ -266,6 +266,7 @@ class AttentionAnalyzer(PassAnalyzer):
 
     name = "attention"
     requires = frozenset({Capability.ATTENTION})
+    generation_capture = frozenset({"attention"})
 
     def __init__(self, *, mode: str = "auto", kinds: Sequence[str] = ("tool_name", "arg_value", "turn_start")) -> None:
         self.mode = mode
@@ -317,7 +318,7 @@ class AttentionAnalyzer(PassAnalyzer):
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> AttentionResult:
         """The passes' positions on one segment list keyed by (kind, step)."""
-        info = plan.info(source="trajectory")
+        info = plan.info()
         results = [part for part in parts if part is not None]
         if not results:
             n_l = plan.local.parts.num_layers

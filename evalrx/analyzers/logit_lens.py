@@ -307,6 +307,7 @@ class LogitLensAnalyzer(PassAnalyzer):
 
     name = "logit_lens"
     requires = frozenset({Capability.HIDDEN_STATES, Capability.LOGITS})
+    generation_capture = frozenset({"hidden_states"})
 
     def __init__(
         self,
@@ -379,7 +380,7 @@ class LogitLensAnalyzer(PassAnalyzer):
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> LensResult:
         """All passes' positions in one result; `info["plan"]` tells whether one pass sufficed."""
-        info = plan.info(top_k=self.top_k, source="trajectory")
+        info = plan.info(top_k=self.top_k)  # `mark_source` adds where the passes came from
         results = [part for part in parts if part is not None]
         if not results:
             return _empty_result(plan.local, self.top_k, info)

@@ -277,6 +277,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
 
     name = "tool_decision"
     requires = frozenset({Capability.HIDDEN_STATES, Capability.LOGITS})
+    generation_capture = frozenset({"hidden_states"})
 
     def __init__(self, top_k: int = 5, *, mode: str = "auto", arguments: bool = True) -> None:
         self.top_k = max(2, int(top_k))
@@ -379,7 +380,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
     def finish(self, plan: TrajectoryPlan, parts: list) -> ToolDecisionResult:
         """Every tool call of the trajectory; without `tools`, the candidates are the names it called."""
         scored = [row for part in parts if part for row in part]
-        info = plan.info(source="trajectory", tools=self._names(plan))
+        info = plan.info(tools=self._names(plan))
         return self._result(plan.local, scored, info)
 
 def _schemas(tools: Optional[list]) -> dict:

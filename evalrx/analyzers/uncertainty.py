@@ -1,8 +1,8 @@
 """Token uncertainty: log-prob, entropy and rank of every token the model generated.
 
 On a local model the trajectory is teacher-forced (one pass for prefix-stable
-templates) and each generated token is scored under the model's own output
-distribution, in fp32. For API models the log-probs the server returned with each
+templates), or read from the run's own generation when the agent captured it, and each
+generated token is scored under the model's own output distribution, in fp32. For API models the log-probs the server returned with each
 turn (stored on the step's span by the agent loop) are read back instead: the
 token's log-prob always, and when the server sent `top_logprobs`, its rank within
 them and a lower bound on the entropy (the mass outside the top list counted as
@@ -37,7 +37,8 @@ class TokenUncertaintyResult(AnalysisResult):
         step: trajectory step per token (-1 for a single prompt).
         position: index of the token in its pass (-1 for API log-probs).
         tokens: decoded text per token (what a page shades).
-        source: "teacher_forced" or "api_logprobs".
+        source: "teacher_forced", "generation" (read from the run's own generate calls),
+            "mixed" (some passes each way) or "api_logprobs".
     """
 
     result_type = "token_uncertainty"
@@ -152,6 +153,7 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
 
     name = "token_uncertainty"
     requires = frozenset({Capability.LOGITS})
+    generation_capture = frozenset({"hidden_states"})  # its logits are the unembedding of the captured last layer
 
     def __init__(self, *, mode: str = "auto") -> None:
         self.mode = mode

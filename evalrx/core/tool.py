@@ -73,7 +73,9 @@ class ChatTurn:
     `text` is the raw generated text (for hf_local it still holds `<tool_call>` blocks);
     `tool_calls` are native calls from an API server in OpenAI wire format;
     `usage` has `prompt_tokens` / `completion_tokens`; `logprobs` is a list of
-    `{"token": str, "logprob": float}` when the backend returned them.
+    `{"token": str, "logprob": float}` when the backend returned them; `capture` is what a
+    local backend kept of its own forward passes when asked (`chat(..., capture=...)`, hf_local's
+    `GenerationCapture`), for the white-box analyzers; it is never stored with a trajectory.
     """
 
     text: str = ""
@@ -81,6 +83,7 @@ class ChatTurn:
     finish_reason: Optional[str] = None
     usage: dict = field(default_factory=dict)
     logprobs: Optional[list] = None
+    capture: Any = field(default=None, repr=False, compare=False)
 
 
 def normalize_call(call: Any) -> dict:

@@ -104,15 +104,46 @@ def load_model(cfg: ModelConfig, **runtime: Any) -> Any:
     return load(cfg.name, backend=cfg.backend, want=cfg.want, checkpoint=cfg.checkpoint, **{**placed, **runtime})
 
 
-def wrap(model: Any, tokenizer: Any = None, *, want: "Iterable[str | Capability]" = (), **runtime: Any) -> Any:
+def wrap(
+    model: Any,
+    tokenizer: Any = None,
+    *,
+    want: "Iterable[str | Capability]" = (),
+    tool_call_style: "str | None" = None,
+    **runtime: Any,
+) -> Any:
     """Wrap an already-loaded transformers causal LM and its tokenizer into an evalrx handle.
 
     The result is the same `HFLocalModel` that `load(...)` gives, so every analyzer
     works on it. Capabilities are read from the live model; wanting ATTENTION
     switches the model to eager attention when it can.
+
+    Args:
+        model: the transformers model.
+        tokenizer: its tokenizer or processor (found next to the weights when None).
+        want: capabilities the handle must provide.
+        tool_call_style: the codec style (`evalrx.models.toolcodec.CODECS`); detected from
+            the chat template and special tokens when None (see `codecs._detect`).
+        **runtime: `RuntimeConfig` settings (max_new_tokens, temperature, ...).
+
+    Raises:
+        ValueError: `tool_call_style` names a style without a codec.
     """
     from evalrx.models.backends.hf_local import HFLocalModel
+    from evalrx.models.codecs._detect import detect_style
+    from evalrx.models.toolcodec import CODECS
+    from evalrx.specs import style_key
 
+    if tool_call_style is not None and style_key(tool_call_style) not in CODECS:
+        raise ValueError(
+            f"No tool-call codec for style {tool_call_style!r}. Known styles: {', '.join(sorted(CODECS))}. "
+            "Register one with evalrx.models.toolcodec.register_codec."
+        )
     caps = _caps(want)
     handle = HFLocalModel.from_loaded(model, tokenizer, runtime=RuntimeConfig(**runtime), want=caps)
+    if tool_call_style is not None:
+        style = style_key(tool_call_style)
+    else:
+        style = detect_style(handle.tokenizer, getattr(model, "config", None), handle.processor)
+    handle.spec = replace(handle.spec, tool_call_style=style)
     return negotiate(handle, caps, model_id=handle.spec.key, where="wrap")

@@ -20,7 +20,16 @@ from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Traject
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 from evalrx.models.toolcodec import ToolCallCodec, codec_for
 
-__all__ = ["Agent", "ToolError", "ToolExecutor", "error_trajectory", "run_batch", "run_case"]
+__all__ = [
+    "Agent",
+    "ToolError",
+    "ToolExecutor",
+    "drop_generation_captures",
+    "error_trajectory",
+    "generation_captures",
+    "run_batch",
+    "run_case",
+]
 
 # Loop-policy nudges: scaffold messages the model sees, not task prompts.
 REPEAT_NUDGE = (
@@ -32,6 +41,22 @@ FINAL_NUDGE = (
     "give your final answer NOW as plain text."
 )
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+# A trajectory's generation captures ride on the object, outside its fields: never serialized or stored.
+_CAPTURES_ATTR = "_generation_captures"
+
+
+def generation_captures(trajectory: Any) -> dict:
+    """`{actor step index: ChatTurn.capture}` the agent loop kept of its generation (`chat_kwargs={"capture": ...}`).
+
+    Empty for a trajectory that was stored, imported or produced without capture.
+    """
+    return getattr(trajectory, _CAPTURES_ATTR, None) or {}
+
+
+def drop_generation_captures(trajectory: Any) -> None:
+    """Release a trajectory's generation captures (their tensors) once they have been analysed."""
+    if getattr(trajectory, _CAPTURES_ATTR, None) is not None:
+        setattr(trajectory, _CAPTURES_ATTR, None)
 
 
 class ToolError(str):
@@ -170,7 +195,9 @@ class Agent:
         block_repeat_calls: see above.
         force_final_answer: see above.
         chat_kwargs: extra keyword arguments for every `handle.chat` call
-            (e.g. `{"logprobs": True}`; returned logprobs land in the step span).
+            (e.g. `{"logprobs": True}`; returned logprobs land in the step span;
+            `{"capture": True}` on hf_local keeps each turn's `ChatTurn.capture` on the
+            returned trajectory, outside its fields: `generation_captures(trajectory)`).
 
     Raises:
         CapabilityError: the handle lacks GENERATE or TOOL_CALLS.
@@ -255,6 +282,7 @@ class Agent:
         messages.append({"role": "user", "content": _user_content(case)})
         steps: list = [Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})]
 
+        captures: dict = {}  # actor step index -> ChatTurn.capture, when the chat kwargs asked for them
         final_answer: Optional[str] = None
         terminated = "max_turns"
         prev_sig: Optional[tuple] = None
@@ -267,6 +295,8 @@ class Agent:
             span["turn"] = turn
             parsed = codec.parse(chat)
             calls, errors = parsed.calls, parsed.errors
+            if chat.capture is not None:
+                captures[len(steps)] = chat.capture
             steps.append(
                 Step(
                     idx=len(steps),
@@ -332,13 +362,16 @@ class Agent:
             messages.extend(image_messages)
 
         if self.force_final_answer and final_answer is None:
-            messages.append({"role": "user", "content": FINAL_NUDGE})
+            # The codec places the nudge: a user turn may break the family's template (Mistral's alternation).
+            messages.append(codec.final_nudge_message(messages, FINAL_NUDGE))
             chat, span = self._chat(messages, None)  # no tools: the reply is the answer
             span["forced_final"] = True
             parsed = codec.parse(chat)
             if parsed.calls or parsed.errors:  # the model still tried to call: recorded, not executed
                 span["ignored_calls"] = len(parsed.calls) + len(parsed.errors)
             final_answer = parsed.text
+            if chat.capture is not None:
+                captures[len(steps)] = chat.capture
             steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=chat.text or "", span=span))
             terminated = "forced_final"
 
@@ -358,7 +391,7 @@ class Agent:
             "total_prompt_tokens": sum(int(s.span.get("prompt_tokens") or 0) for s in actor),
             "total_completion_tokens": sum(int(s.span.get("completion_tokens") or 0) for s in actor),
         }
-        return Trajectory(
+        trajectory = Trajectory(
             sample_id=case.id,
             goal=goal,
             steps=steps,
@@ -367,6 +400,9 @@ class Agent:
             outcome=Label.UNKNOWN,  # grading is an analyzer's job
             metrics=metrics,
         )
+        if captures:
+            setattr(trajectory, _CAPTURES_ATTR, captures)
+        return trajectory
 
     def __repr__(self) -> str:
         return f"Agent(handle={self.handle!r}, tools={[t.name for t in self.tools]}, codec={self.codec.name})"

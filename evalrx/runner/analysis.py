@@ -18,6 +18,13 @@ written, outside the write transaction; their records are written with the case.
 A failing analysis is recorded (meta `error`) and never fails the case. The analyzer
 entries of one config run together through `evalrx.analyzers.analyze`: one teacher-forced
 forward per planned pass, read by every analyzer.
+
+On a local model the white-box analyzers read the agent's own generation instead where they
+can: `with_capture` switches capture on in the agent's chat kwargs for the analyzers the run
+asks for, the agent loop keeps each turn's capture on the trajectory object (never stored),
+`analyze` builds the passes the captures cover without running the model again, and `run_all`
+releases the captures once the case's analyses are done. Stored, imported and API
+trajectories (replay, analysis requests) carry no captures and stay teacher-forced.
 """
 
 from __future__ import annotations
@@ -122,6 +129,50 @@ def _shared_pass_hook(specs: list) -> Hook:
     return hook
 
 
+def capture_kinds(entries: Iterable[Any]) -> frozenset:
+    """What the agent's generation should capture for a run's analyzer entries (empty: nothing to capture).
+
+    The analyzers that run together through `analyze` and declare `generation_capture`
+    count; hooks and second configurations of an analyzer (run on their own) do not.
+    """
+    from evalrx.analyzers import get_analyzer
+
+    kinds: set = set()
+    seen: set = set()
+    for entry in entries or []:
+        name, kwargs = _spec(entry)
+        if (name in HOOKS and not kwargs) or name in seen:
+            continue
+        seen.add(name)
+        try:
+            analyzer = get_analyzer(name, **kwargs)
+        except (ValueError, TypeError):  # `resolve` reports a bad entry; capture just leaves it out
+            continue
+        kinds |= set(getattr(analyzer, "generation_capture", ()) or ())
+    return frozenset(kinds)
+
+
+def with_capture(agent_kwargs: dict, handle: Any, entries: Iterable[Any]) -> dict:
+    """`agent_kwargs` with generation capture switched on where the run's analyzers read it.
+
+    Only for a handle whose `chat` takes `capture` (hf_local); a run config that sets
+    `chat_kwargs["capture"]` itself keeps its choice.
+    """
+    import inspect
+
+    kinds = capture_kinds(entries)
+    chat = getattr(handle, "chat", None)
+    try:
+        takes = callable(chat) and "capture" in inspect.signature(chat).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a chat without a signature
+        takes = False
+    if not kinds or not takes:
+        return dict(agent_kwargs)
+    chat_kwargs = dict(agent_kwargs.get("chat_kwargs") or {})
+    chat_kwargs.setdefault("capture", sorted(kinds))
+    return {**agent_kwargs, "chat_kwargs": chat_kwargs}
+
+
 def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
     """Turn a run config's `analyzers` into (name, hook) pairs; unknown names raise ValueError.
 
@@ -146,12 +197,20 @@ def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
 
 
 def run_all(hooks: list, ctx: CaseContext) -> list[AnalysisRecord]:
-    """Run every hook on one case; a failure becomes a record with meta `error`."""
+    """Run every hook on one case; a failure becomes a record with meta `error`.
+
+    The trajectory's generation captures (if the agent kept any) are released afterwards.
+    """
+    from evalrx.models.agent import drop_generation_captures
+
     records: list = []
-    for name, hook in hooks:
-        try:
-            produced = hook(ctx)
-            records.extend(list(produced or []))
-        except Exception as exc:  # an analysis never fails the case
-            records.append(_error_record(name, exc))
+    try:
+        for name, hook in hooks:
+            try:
+                produced = hook(ctx)
+                records.extend(list(produced or []))
+            except Exception as exc:  # an analysis never fails the case
+                records.append(_error_record(name, exc))
+    finally:
+        drop_generation_captures(ctx.trajectory)
     return records

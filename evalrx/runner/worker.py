@@ -371,7 +371,9 @@ class Worker:
             traj, tools = error_trajectory(case, exc), []
             traj.outcome = Label.ERROR
         else:
-            traj = run_case(handle, case, tools, grade=True, **run.agent_kwargs())
+            # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
+            traj = run_case(handle, case, tools, grade=True,
+                            **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers))
         if traj.terminated == "error":
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
         return CaseResult(traj, tools, _images_by_step(traj, captured))

@@ -13,7 +13,6 @@ Three layers, each on the family's own format:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -573,7 +572,7 @@ def test_agent_runs_on_a_tiny_random_model_of_each_family(family):
     model, tok = make_family_model(family)
     handle = evalrx.wrap(model, tok, max_new_tokens=12)
     assert Capability.TOOL_CALLS in handle.capabilities
-    handle.spec = dataclasses.replace(handle.spec, tool_call_style=family)
+    assert handle.spec.tool_call_style == family  # detected from the family's tokenizer
     agent = Agent(handle, [CALC], max_turns=2)
     assert type(agent.codec) is FAMILY_CODECS[family]
 
@@ -588,6 +587,124 @@ def test_agent_runs_on_a_tiny_random_model_of_each_family(family):
     # Whatever the random model wrote, the turn was parsed into calls, errors or an answer.
     parsed = agent.codec.parse(ChatTurn(text=traj.steps[1].content))
     assert bool(parsed.calls or parsed.errors) == (traj.metrics["n_turns"] > 1)
+
+
+# --- the forced final answer and the codec-built messages ---------------------------------------
+
+
+@pytest.mark.parametrize("script", ["call", "malformed_only"])
+def test_forced_final_answer_nudge_renders_through_the_family_template(style, script):
+    first = CALL[style] if script == "call" else MALFORMED_ONLY[style]
+    h = TemplateScriptedHandle(style, [first, ANSWER[style]])
+    traj = Agent(h, [CALC], max_turns=1, force_final_answer=True).run("What is 3*4?")
+    assert traj.metrics["terminated"] == "forced_final" and traj.final_answer == "The answer is 12."
+    assert len(h.prompts) == 2 and h.seen[1][-1]["content"].startswith("You have used your entire tool budget")
+    assert "You have used your entire tool budget" in h.prompts[1]  # rendered, no template error
+    if style == "mistral":  # a user turn here would break [INST] alternation: the nudge is a tool result
+        assert h.seen[1][-1]["role"] == "tool" and len(h.seen[1][-1]["tool_call_id"]) == 9
+    else:
+        assert h.seen[1][-1]["role"] == "user"
+
+
+def test_mistral_nudge_is_a_user_turn_only_where_the_alternation_allows_one():
+    codec = MistralToolCodec()
+    user = {"role": "user", "content": "q"}
+    calls = {"role": "assistant", "content": "", "tool_calls": [{"id": "abcdefghi"}]}
+    result = {"role": "tool", "tool_call_id": "abcdefghi", "content": "12"}
+    text = {"role": "assistant", "content": "hi"}
+    system = {"role": "system", "content": "s"}
+    assert codec.final_nudge_message([system, user, text], "go")["role"] == "user"
+    after_results = codec.final_nudge_message([system, user, calls, result], "go")
+    assert after_results["role"] == "tool" and after_results["content"] == "go"
+    assert after_results["tool_call_id"] == codec.final_nudge_message([user, calls, result], "go")["tool_call_id"]
+    assert codec.final_nudge_message([user, text, user], "go")["role"] == "tool"
+
+
+@pytest.mark.parametrize(
+    "codec_cls, role",
+    [(QwenToolCodec, "tool"), (Qwen3ToolCodec, "tool"), (Llama3ToolCodec, "ipython"), (PythonicToolCodec, "ipython")],
+)
+def test_feedback_message_rebuilds_what_parse_error_message_sent(codec_cls, role):
+    codec = codec_cls()
+    sent = codec.parse_error_message(["call #1: bad"])
+    assert sent["role"] == role and codec.feedback_message(sent["content"]) == sent
+    assert codec.final_nudge_message([], "go") == {"role": "user", "content": "go"}
+
+
+def test_mistral_feedback_id_follows_the_text_so_a_rebuilt_conversation_has_the_same_id():
+    run, rebuilt = MistralToolCodec(), MistralToolCodec()
+    call = ToolCall("calculator", {}, id="abcdefghi")
+    run.parse(ChatTurn(text='[TOOL_CALLS] [{"name": "f", "arguments": {}}]'))  # the run's codec used ids already
+    run.assistant_message(ChatTurn(text=""), [call])
+    rebuilt.assistant_message(ChatTurn(text=""), [call])
+    sent = run.parse_error_message(["call #2: bad"])
+    assert sent["role"] == "tool" and rebuilt.feedback_message(sent["content"]) == sent
+
+
+def test_structured_message_puts_native_calls_where_the_template_writes_them():
+    call = ToolCall("calculator", {"expression": "3*4"}, id="call_7")
+    for codec in (QwenToolCodec(), Llama3ToolCodec(), PythonicToolCodec(), Qwen3ToolCodec()):
+        assert codec.structured_message(ChatTurn(text=""), [call]) == {
+            "role": "assistant", "content": "",
+            "tool_calls": [{"id": "call_7", "type": "function",
+                            "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}],
+        }
+    mistral = MistralToolCodec().structured_message(ChatTurn(text=""), [call])["tool_calls"][0]["id"]
+    assert len(mistral) == 9 and mistral.isalnum()
+
+
+def test_codecs_name_the_control_tokens_a_backend_must_keep():
+    assert "[TOOL_CALLS]" in MistralToolCodec.control_tokens
+    assert "<|python_tag|>" in Llama3ToolCodec.control_tokens
+    assert "<|python_tag|>" in PythonicToolCodec.control_tokens
+    assert "<|eot_id|>" not in Llama3ToolCodec.control_tokens and "</s>" not in MistralToolCodec.control_tokens
+
+
+# --- evalrx.wrap detects the family's style ------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILY_STYLES + ["hermes"])
+def test_wrap_detects_the_tool_call_style_from_the_tokenizer(family):
+    pytest.importorskip("torch")
+    from tiny_models import make_family_model, make_tiny_model, tiny_tokenizer
+
+    import evalrx
+
+    model, tok = (make_tiny_model("qwen2"), tiny_tokenizer()) if family == "hermes" else make_family_model(family)
+    handle = evalrx.wrap(model, tok)
+    assert handle.spec.tool_call_style == family
+    assert type(codec_for(handle)) is {**FAMILY_CODECS, "hermes": QwenToolCodec}[family]
+
+
+def test_wrap_takes_an_explicit_style_and_refuses_an_unknown_one():
+    pytest.importorskip("torch")
+    from tiny_models import make_family_model
+
+    import evalrx
+
+    model, tok = make_family_model("llama3")
+    assert evalrx.wrap(model, tok, tool_call_style="Pythonic").spec.tool_call_style == "pythonic"
+    with pytest.raises(ValueError, match="No tool-call codec for style 'nope'.*llama3"):
+        evalrx.wrap(model, tok, tool_call_style="nope")
+
+
+def test_style_detection_reads_published_template_markers():
+    from types import SimpleNamespace
+
+    from evalrx.models.codecs._detect import detect_style
+
+    def tok(template, specials=()):
+        return SimpleNamespace(chat_template=template, all_special_tokens=list(specials))
+
+    assert detect_style(tok("{{ bos_token }}[INST]", ["[TOOL_CALLS]"])) == "mistral"
+    assert detect_style(tok("[INST] {{ m }} [/INST]"), SimpleNamespace(model_type="mistral")) == "mistral"
+    assert detect_style(tok("<|start_header_id|>ipython<|end_header_id|>")) == "llama3"
+    assert detect_style(tok("x", ["<|python_tag|>"])) == "llama3"
+    assert detect_style(tok("respond with a python list of the calls", ["<|python_tag|>"])) == "pythonic"
+    assert detect_style(tok("<tool_call>{{ x }}</tool_call><think>")) == "qwen3"
+    assert detect_style(tok("<tool_call>{{ x }}</tool_call>")) == "hermes"
+    assert detect_style(tok({"default": "<tool_call>", "tool_use": "<think>"})) == "qwen3"
+    assert detect_style(tok(None)) == "hermes"
 
 
 # --- any model output: never an exception --------------------------------------------------------

@@ -9,12 +9,13 @@ functions so registering the backend stays light.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import mmap
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -60,6 +61,79 @@ class ForwardOutput:
     logits: Any
     hidden_states: Optional[tuple] = None
     attentions: Optional[tuple] = None
+
+
+CAPTURE_KINDS = ("hidden_states", "attention")
+
+
+@dataclass
+class GenerationCapture:
+    """What one `chat(..., capture=...)` call kept of its own forward passes, for the white-box analyzers.
+
+    Positions are the turn's own: the prompt holds positions ``0 .. P-1``, generated token ``j``
+    sits at ``P + j``. The captured positions are those that predict a generated token:
+    ``P - 1`` (the prefill's last position) and each position fed back by a decoding step,
+    ``n_positions`` in all (one more when the turn ran out of tokens: the last generated
+    token is then run once more, for the end-of-turn token a rebuilt conversation adds).
+    Nothing else is kept: no prompt positions, no per-step vocabulary logits (the final
+    layer's logits are the unembedding of ``hidden[-1]``, checked once per handle).
+
+    Attributes:
+        prompt_ids: the token ids the model was given.
+        generated_ids: the ids it generated (its end-of-turn token included when it stopped).
+        hidden: ``[L + 1, n, D]`` fp32 on CPU: every layer's residual stream at the captured
+            positions (layer 0 the embeddings, layer L after the final norm, as
+            ``output_hidden_states`` gives them); None when not captured.
+        attention: ``[L, n, P + n - 1]`` fp32 on CPU: each layer's attention row at the captured
+            positions, averaged over heads, zero past the row's own length; None when not
+            captured (it needs eager attention).
+        attn_implementation: the attention kernel generation ran with.
+        notes: why something asked for was not captured.
+        model_ref: ``id`` of the transformers model that generated (a capture is read only on it).
+    """
+
+    prompt_ids: list
+    generated_ids: list
+    hidden: Any = None
+    attention: Any = None
+    attn_implementation: Optional[str] = None
+    notes: list = field(default_factory=list)
+    model_ref: int = 0
+
+    @property
+    def first_position(self) -> int:
+        """The position of the first captured row (the prompt's last token)."""
+        return len(self.prompt_ids) - 1
+
+    @property
+    def n_positions(self) -> int:
+        """Captured positions (rows of `hidden` / `attention`)."""
+        for rows in (self.hidden, self.attention):
+            if rows is not None:
+                return int(rows.shape[1])
+        return 0
+
+    @property
+    def fed_ids(self) -> list:
+        """The generated ids the captured positions were computed from (each row's own token is fed)."""
+        return list(self.generated_ids[: max(0, self.n_positions - 1)])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(t.numel() * t.element_size()) for t in (self.hidden, self.attention) if t is not None)
+
+
+def _capture_kinds(capture: Any) -> frozenset:
+    """The kinds `chat(capture=...)` asks for: True (all), False/None (none), a kind or kinds."""
+    if capture is None or capture is False:
+        return frozenset()
+    if capture is True:
+        return frozenset(CAPTURE_KINDS)
+    kinds = frozenset([capture] if isinstance(capture, str) else capture)
+    unknown = kinds - set(CAPTURE_KINDS)
+    if unknown:
+        raise ValueError(f"capture= takes True, False or kinds from {list(CAPTURE_KINDS)}; got {sorted(unknown)}")
+    return kinds
 
 
 def _truthy_env(*names: str) -> bool:
@@ -246,6 +320,161 @@ def _text_only(messages: list[dict]) -> list[dict]:
     return out
 
 
+def _decode_generated(tokenizer: Any, ids: list) -> str:
+    """Generated text without special tokens (end of turn, padding), but with the tool-call control
+    tokens of the registered codecs (`[TOOL_CALLS]`, `<|python_tag|>`) kept: they belong to the
+    call, and without them the stored turn no longer re-tokenizes into the ids the model generated."""
+    from evalrx.models.toolcodec import CODECS
+
+    keep = {t for factory in CODECS.values() for t in getattr(factory, "control_tokens", ())}
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special = {i for i, t in added.items() if getattr(t, "special", False)} | set(tokenizer.all_special_ids)
+    kept = {i for i in special if getattr(added.get(i), "content", None) in keep}
+    if kept.isdisjoint(ids):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    return tokenizer.decode([i for i in ids if i in kept or i not in special], skip_special_tokens=False)
+
+
+class _CaptureRecorder:
+    """One capturing generate call: its attention hooks and the `GenerationCapture` built from its outputs.
+
+    Hidden states come from generate's own `output_hidden_states` (the same collection a
+    teacher-forced forward uses), cut to each forward's last position at once. Attention rows
+    come from hooks on each layer's attention module that keep the last query row averaged
+    over heads, so the prefill's ``[heads, P, P]`` weights are never held.
+    """
+
+    def __init__(self, handle: "HFLocalModel", kinds: frozenset) -> None:
+        self.handle = handle
+        self.impl = _attn_impl(handle.model)
+        self.hidden = "hidden_states" in kinds
+        self.attention = "attention" in kinds and self.impl == "eager"
+        self.notes: list = []
+        if "attention" in kinds and not self.attention:
+            self.notes.append(f"attention needs eager attention; generation ran with {self.impl!r}")
+        # Whether the final layer's logits are the unembedding of hidden[-1] is checked once per handle.
+        self.check_head = self.hidden and handle._head_reproduces_logits is None
+        self.rows: list = []
+        self._hooks: list = []
+
+    def __enter__(self) -> "_CaptureRecorder":
+        if self.attention:
+            from evalrx.models._discover import _ATTN_ATTRS
+
+            for i, layer in enumerate(self.handle.parts.layers):
+                module = next((getattr(layer, a) for a in _ATTN_ATTRS if hasattr(layer, a)), None)
+                if module is None:
+                    self.notes.append(f"decoder layer {i} has no attention module to hook")
+                    self.attention = False
+                    break
+                self.rows.append([])
+                self._hooks.append(module.register_forward_hook(self._keep_last_row(self.rows[-1])))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    @staticmethod
+    def _keep_last_row(rows: list) -> Any:
+        def hook(module: Any, args: Any, output: Any) -> None:
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if weights is None:
+                return
+            # [1, heads, q, kv]: the last query is this forward's newest position. The prefill's row is
+            # copied out of its [heads, P, P] weights; a decoding step's is its only row. Averaging over
+            # heads waits for the end of the call (one operation per layer, not one per step).
+            rows.append(weights[0, :, -1, :].clone() if weights.shape[2] > 1 else weights[0, :, 0, :])
+
+        return hook
+
+    def _run_last_token(self, out: Any) -> Optional[tuple]:
+        """One more decoding step on the last generated token (a turn cut by the token limit): its hidden states."""
+        import inspect
+
+        model = self.handle.model
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        if cache is None or self.handle.processor is not None:
+            self.notes.append("the last token of a turn cut by the token limit was not run (no cache to extend)")
+            return None
+        try:
+            params = inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+            params = {}
+        kwargs = {"cache" if "cache" in params else "past_key_values": cache}
+        try:
+            step = model(input_ids=out.sequences[:, -1:], use_cache=True, output_hidden_states=self.hidden,
+                         return_dict=True, **kwargs)
+        except Exception as exc:  # a model that cannot extend its cache: the analysis falls back, the turn stands
+            self.notes.append("the last token of a turn cut by the token limit was not run: "
+                              f"{type(exc).__name__}: {exc}")
+            return None
+        return tuple(step.hidden_states) if self.hidden else ()
+
+    def finish(self, enc: dict, out: Any, new_ids: list, finish: str) -> GenerationCapture:
+        import torch
+
+        prompt_ids = enc["input_ids"][0].tolist()
+        extra = self._run_last_token(out) if finish == "length" and new_ids else None
+        n = len(new_ids) + (extra is not None)
+        hidden = attention = None
+        if self.hidden:
+            steps = list(getattr(out, "hidden_states", None) or ()) + ([extra] if extra is not None else [])
+            if len(steps) != n or not n:
+                self.notes.append(f"generate returned hidden states for {len(steps)} of {n} positions")
+            else:
+                # The prefill's layers are [1, P, D]: only the last position is kept, before anything is stacked.
+                rows = [torch.stack([layer[0, -1] for layer in steps[0]])]
+                rows += [torch.stack(step)[:, 0, -1] for step in steps[1:]]
+                hidden = torch.stack(rows, dim=1).float().cpu()  # [L + 1, n, D]
+                if self.check_head:
+                    self.handle._head_reproduces_logits = self._head_matches(steps, out)
+                if not self.handle._head_reproduces_logits:
+                    self.notes.append("the model's logits are not the unembedding of its last hidden state; "
+                                      "hidden states were not captured")
+                    hidden = None
+        if self.attention:
+            attention = self._attention_rows(len(prompt_ids), n)
+        return GenerationCapture(prompt_ids, list(new_ids), hidden, attention, self.impl, list(self.notes),
+                                 id(self.handle.model))
+
+    def _head_matches(self, steps: list, out: Any) -> bool:
+        """Whether the model's own logits at its last generate step equal unembed(hidden[-1]) (softcap included)."""
+        import torch
+
+        logits = getattr(out, "logits", None)
+        if not logits:
+            return False
+        parts = self.handle.parts
+        last = steps[len(logits) - 1][-1][0, -1:]
+        ours = parts.unembed(last)
+        if parts.logit_softcap:
+            ours = torch.tanh(ours / parts.logit_softcap) * parts.logit_softcap
+        theirs = logits[-1].to(ours.device)
+        return bool(torch.allclose(ours.float(), theirs.float(), rtol=1e-3, atol=1e-3))
+
+    def _attention_rows(self, n_prompt: int, n: int) -> Any:
+        """``[L, n, P + n - 1]`` rows from the hooks; None (with a note) when they do not line up with the positions."""
+        import torch
+
+        for layer, rows in enumerate(self.rows):
+            lengths = [int(r.shape[-1]) for r in rows]
+            if lengths != [n_prompt + j for j in range(n)]:
+                # A sliding-window cache (or a layer that returned no weights) breaks the position mapping.
+                self.notes.append(f"layer {layer} returned attention rows of lengths {lengths[:3]}... "
+                                  f"for {n} positions")
+                return None
+        out = []
+        for rows in self.rows:  # [heads, kv] per position -> [n, P + n - 1] averaged over heads, zero-padded
+            padded = torch.nn.utils.rnn.pad_sequence([r.transpose(0, 1) for r in rows], batch_first=True)
+            out.append(padded.float().mean(-1))
+        return torch.stack(out).cpu()
+
+
+_NO_RECORDER = contextlib.nullcontext()
+
+
 class HFLocalModel:
     """A transformers causal LM and its tokenizer, with chat and white-box forward passes.
 
@@ -283,6 +512,7 @@ class HFLocalModel:
         self.runtime = runtime or RuntimeConfig()
         self.load_ms: Optional[float] = None
         self._parts: Any = None
+        self._head_reproduces_logits: Optional[bool] = None  # see `_CaptureRecorder.check_head`
 
     # ----------------------------------------------------------------- building
 
@@ -490,6 +720,7 @@ class HFLocalModel:
         max_new_tokens: Optional[int] = None,
         logprobs: bool = False,
         temperature: Optional[float] = None,
+        capture: Any = False,
     ) -> ChatTurn:
         """Generate the next assistant turn.
 
@@ -499,15 +730,23 @@ class HFLocalModel:
             max_new_tokens: generation limit (default `runtime.max_new_tokens`).
             logprobs: also return each generated token's log-probability under the model (fp32).
             temperature: > 0 samples; default `runtime.temperature` (0 = greedy, deterministic).
+            capture: keep what this generate call computed at the positions that predict its
+                tokens, on `ChatTurn.capture` (a `GenerationCapture`): True, or kinds from
+                `CAPTURE_KINDS` ("hidden_states": every layer; "attention": head-averaged
+                rows, only under eager attention, else a note says why not).
 
         Returns:
             A `ChatTurn` with the raw generated text (tool-call markup kept, control tokens
-            stripped), `tool_calls=[]`, finish_reason "stop"/"length", usage and optional logprobs.
+            stripped), `tool_calls=[]`, finish_reason "stop"/"length", usage, optional logprobs
+            and the optional capture.
 
         Raises:
             CapabilityError: image content sent to a model without VISION.
+            ValueError: an unknown capture kind.
         """
         import torch
+
+        kinds = _capture_kinds(capture)
 
         enc = self.encode_messages(messages, tools, add_generation_prompt=True)
         prompt_len = int(enc["input_ids"].shape[1])
@@ -517,7 +756,8 @@ class HFLocalModel:
         sampling = dict(do_sample=True, temperature=float(temp), top_k=None, top_p=None) if temp and temp > 0 else dict(
             do_sample=False, temperature=None, top_k=None, top_p=None
         )
-        with torch.no_grad():
+        recorder = _CaptureRecorder(self, kinds) if kinds else None
+        with torch.no_grad(), (recorder or _NO_RECORDER):
             out = self.model.generate(
                 **enc,
                 max_new_tokens=int(max_new_tokens or self.runtime.max_new_tokens),
@@ -530,12 +770,14 @@ class HFLocalModel:
                 no_repeat_ngram_size=0,
                 min_new_tokens=0,
                 return_dict_in_generate=True,
-                output_logits=bool(logprobs),
+                output_logits=bool(logprobs) or (recorder is not None and recorder.check_head),
+                output_hidden_states=recorder is not None and recorder.hidden,
                 **sampling,
             )
-        new_ids = out.sequences[0, prompt_len:].tolist()
-        finish = "stop" if new_ids and new_ids[-1] in eos else "length"
-        text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+            new_ids = out.sequences[0, prompt_len:].tolist()
+            finish = "stop" if new_ids and new_ids[-1] in eos else "length"
+            turn_capture = recorder.finish(enc, out, new_ids, finish) if recorder is not None else None
+        text = _decode_generated(self.tokenizer, new_ids)
         lp = None
         if logprobs:
             lp = []
@@ -548,6 +790,7 @@ class HFLocalModel:
             finish_reason=finish,
             usage={"prompt_tokens": prompt_len, "completion_tokens": len(new_ids)},
             logprobs=lp,
+            capture=turn_capture,
         )
 
     # --------------------------------------------------------------- white box
@@ -644,4 +887,11 @@ register_backend(
     )
 )
 
-__all__ = ["CheckpointNotFoundError", "ForwardOutput", "HFLocalModel", "locate_checkpoint"]
+__all__ = [
+    "CAPTURE_KINDS",
+    "CheckpointNotFoundError",
+    "ForwardOutput",
+    "GenerationCapture",
+    "HFLocalModel",
+    "locate_checkpoint",
+]

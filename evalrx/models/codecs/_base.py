@@ -164,6 +164,10 @@ class ToolCallCodec:
     """
 
     name = "base"
+    # Special tokens that belong to the call format (`[TOOL_CALLS]`, `<|python_tag|>`): a
+    # backend keeps them in the generated text, so the stored turn re-tokenizes into the ids
+    # the model generated and the parser sees the marker.
+    control_tokens: "tuple[str, ...]" = ()
 
     def encode(self, tools: "list[Tool]") -> list:
         """The tool schemas passed to `chat(tools=...)` (OpenAI function format)."""
@@ -186,6 +190,22 @@ class ToolCallCodec:
         """The assistant message that records this turn in the conversation."""
         return {"role": "assistant", "content": chat.text or ""}
 
+    def structured_message(self, chat: ChatTurn, calls: "list[ToolCall] | ToolCall | None") -> dict:
+        """The assistant message for calls made natively (recorded as calls, not written in the text).
+
+        The calls go in OpenAI-style `tool_calls` (arguments as dicts) for the family's chat
+        template to write in its own format; used when a turn made by another model (an API
+        run) is replayed on this family's model.
+        """
+        calls = as_call_list(calls)
+        msg: dict = {"role": "assistant", "content": chat.text or ""}
+        if calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}
+                for c in calls
+            ]
+        return msg
+
     def tool_message(self, call: ToolCall, text: str) -> dict:
         """The message carrying one tool's observation back to the model."""
         msg = {"role": "tool", "name": call.name, "content": text}
@@ -195,7 +215,22 @@ class ToolCallCodec:
 
     def parse_error_message(self, errors: "list[str]") -> dict:
         """The message telling the model its call could not be read, so it can retry."""
-        return {"role": "user", "content": parse_error_text(errors, self.call_format_hint())}
+        return self.feedback_message(parse_error_text(errors, self.call_format_hint()))
+
+    def feedback_message(self, text: str) -> dict:
+        """The message carrying parse-error feedback `text` (what `parse_error_message` sends).
+
+        Separate so a stored conversation rebuilds the same message from the stored text.
+        """
+        return {"role": "user", "content": text}
+
+    def final_nudge_message(self, messages: list, text: str) -> dict:
+        """The message asking for a final answer once the tool budget is spent, to append to `messages`.
+
+        A user turn by default; a family whose template forbids one at that point
+        (Mistral's user/assistant alternation after tool results) overrides it.
+        """
+        return {"role": "user", "content": text}
 
     def call_format_hint(self) -> str:
         """One line describing the expected call format, used in parse-error feedback."""

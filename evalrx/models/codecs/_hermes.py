@@ -14,7 +14,6 @@ from evalrx.models.codecs._base import (
     ToolCallCodec,
     call_from_object,
     decode_json_at,
-    parse_error_text,
     snippet,
     strip_think,
 )
@@ -33,6 +32,7 @@ class QwenToolCodec(ToolCallCodec):
     """
 
     name = "qwen"
+    control_tokens = ("<tool_call>", "</tool_call>")
 
     def parse(self, chat: ChatTurn) -> ParsedTurn:
         """Read every `<tool_call>` block; malformed ones become errors, never exceptions."""
@@ -88,9 +88,9 @@ class QwenToolCodec(ToolCallCodec):
         """The raw generated text verbatim, so re-rendering reproduces the model's own tokens."""
         return {"role": "assistant", "content": chat.text or ""}
 
-    def parse_error_message(self, errors: "list[str]") -> dict:
+    def feedback_message(self, text: str) -> dict:
         """Parse errors come back in the tool-response channel, where Hermes models expect feedback."""
-        return {"role": "tool", "name": "parse_error", "content": parse_error_text(errors, self.call_format_hint())}
+        return {"role": "tool", "name": "parse_error", "content": text}
 
     def call_format_hint(self) -> str:
         return 'Write each call as <tool_call>\n{"name": <tool name>, "arguments": {<JSON object>}}\n</tool_call>.'
@@ -108,6 +108,7 @@ class Qwen3ToolCodec(QwenToolCodec):
     """
 
     name = "qwen3"
+    control_tokens = ("<tool_call>", "</tool_call>", "<think>", "</think>")
 
     def assistant_message(self, chat: ChatTurn, calls: "list[ToolCall] | ToolCall | None") -> dict:
         """`content` after the last `</think>`, `reasoning_content` inside it (split as the template does)."""

@@ -27,7 +27,6 @@ from evalrx.models.codecs._base import (
     decode_json_at,
     join_answer,
     json_unclosed,
-    parse_error_text,
     snippet,
     strip_think,
 )
@@ -60,6 +59,7 @@ class Llama3ToolCodec(ToolCallCodec):
     """
 
     name = "llama3"
+    control_tokens = (PYTHON_TAG,)
 
     def parse(self, chat: ChatTurn) -> ParsedTurn:
         """Read every call; malformed ones become errors with a snippet, never exceptions."""
@@ -142,9 +142,9 @@ class Llama3ToolCodec(ToolCallCodec):
         """A result in the `ipython` role, where Llama 3 reads tool output."""
         return {"role": "ipython", "name": call.name, "content": text}
 
-    def parse_error_message(self, errors: "list[str]") -> dict:
+    def feedback_message(self, text: str) -> dict:
         """Parse errors come back where tool output does (`ipython`)."""
-        return {"role": "ipython", "name": "parse_error", "content": parse_error_text(errors, self.call_format_hint())}
+        return {"role": "ipython", "name": "parse_error", "content": text}
 
     def call_format_hint(self) -> str:
         return (

@@ -36,7 +36,6 @@ from evalrx.models.codecs._base import (
     decode_json_at,
     join_answer,
     json_unclosed,
-    parse_error_text,
     snippet,
     strip_think,
 )
@@ -71,6 +70,7 @@ class MistralToolCodec(ToolCallCodec):
     """
 
     name = "mistral"
+    control_tokens = (TOOL_CALLS, "[ARGS]", "[CALL_ID]")
 
     def __init__(self) -> None:
         self._ids = itertools.count(1)
@@ -200,18 +200,35 @@ class MistralToolCodec(ToolCallCodec):
         """A `tool` result answering the call's id."""
         return {"role": "tool", "name": call.name, "tool_call_id": self.call_id(call), "content": text}
 
-    def parse_error_message(self, errors: "list[str]") -> dict:
+    def structured_message(self, chat: ChatTurn, calls: "list[ToolCall] | ToolCall | None") -> dict:
+        """The same as `assistant_message`: the template always writes the calls from `tool_calls`."""
+        return self.assistant_message(chat, calls)
+
+    def feedback_message(self, text: str) -> dict:
         """Feedback where the template allows it.
 
         After tool results a user turn would break the template's user/assistant
         alternation, so the feedback is one more tool result; after a turn without
-        well-formed calls it is a user turn.
+        well-formed calls it is a user turn. The result's id is derived from the text,
+        so a stored conversation rebuilds with the id the model saw.
         """
-        content = parse_error_text(errors, self.call_format_hint())
         if getattr(self._turn, "sent_results", False):
             self._turn.sent_results = False
-            return {"role": "tool", "name": "parse_error", "tool_call_id": self.new_id(), "content": content}
-        return {"role": "user", "content": content}
+            return {"role": "tool", "name": "parse_error", "tool_call_id": _id_from(text), "content": text}
+        return {"role": "user", "content": text}
+
+    def final_nudge_message(self, messages: list, text: str) -> dict:
+        """A user turn where the template's user/assistant alternation allows one, else one more tool result.
+
+        The template counts every message but tool results and assistant calls; a user
+        turn must come at an even count (after tool results it usually does not).
+        """
+        counted = [m for m in messages if m.get("role") != "tool" and not m.get("tool_calls")]
+        if counted and counted[0].get("role") == "system":
+            counted = counted[1:]
+        if len(counted) % 2 == 0:
+            return {"role": "user", "content": text}
+        return {"role": "tool", "name": "tool_budget", "tool_call_id": _id_from(text), "content": text}
 
     def call_format_hint(self) -> str:
         return 'Write the calls as [TOOL_CALLS] [{"name": <tool name>, "arguments": {<JSON object>}}, ...].'

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from evalrx.core.tool import ChatTurn, ToolCall
-from evalrx.models.codecs._base import ParsedTurn, ToolCallCodec, as_call_list, coerce_args, snippet, strip_think
+from evalrx.models.codecs._base import ParsedTurn, ToolCallCodec, coerce_args, snippet, strip_think
 
 
 def _field(obj: Any, key: str) -> Any:
@@ -53,11 +53,4 @@ class OpenAIToolCodec(ToolCallCodec):
 
     def assistant_message(self, chat: ChatTurn, calls: "list[ToolCall] | ToolCall | None") -> dict:
         """Content plus the well-formed calls with their ids (arguments as dicts inside evalrx)."""
-        calls = as_call_list(calls)
-        msg: dict = {"role": "assistant", "content": chat.text or ""}
-        if calls:
-            msg["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}
-                for c in calls
-            ]
-        return msg
+        return self.structured_message(chat, calls)

@@ -21,7 +21,6 @@ from evalrx.models.codecs._base import (
     ParsedTurn,
     ToolCallCodec,
     join_answer,
-    parse_error_text,
     snippet,
     strip_think,
 )
@@ -104,6 +103,7 @@ class PythonicToolCodec(ToolCallCodec):
     """Pythonic call lists (style `pythonic`): keyword arguments, literal values only."""
 
     name = "pythonic"
+    control_tokens = ("<|python_tag|>", "<|python_start|>", "<|python_end|>")
 
     def parse(self, chat: ChatTurn) -> ParsedTurn:
         """Read every `[f(a=1), ...]` list; a bad list or call becomes an error with a snippet."""
@@ -183,9 +183,9 @@ class PythonicToolCodec(ToolCallCodec):
         """A result in the `ipython` role, where Llama reads tool output."""
         return {"role": "ipython", "name": call.name, "content": text}
 
-    def parse_error_message(self, errors: "list[str]") -> dict:
+    def feedback_message(self, text: str) -> dict:
         """Parse errors come back where tool output does (`ipython`)."""
-        return {"role": "ipython", "name": "parse_error", "content": parse_error_text(errors, self.call_format_hint())}
+        return {"role": "ipython", "name": "parse_error", "content": text}
 
     def call_format_hint(self) -> str:
         return "Write the calls as a Python list: [tool_name(argument=value, ...), ...], with literal values only."
