@@ -155,8 +155,8 @@ def capture_kinds(entries: Iterable[Any]) -> frozenset:
 def with_capture(agent_kwargs: dict, handle: Any, entries: Iterable[Any]) -> dict:
     """`agent_kwargs` with generation capture switched on where the run's analyzers read it.
 
-    Only for a handle whose `chat` takes `capture` (hf_local); a run config that sets
-    `chat_kwargs["capture"]` itself keeps its choice.
+    Only for a handle whose `chat` takes `capture` (hf_local), and not when attention is asked of
+    a model without eager attention; a run config that sets `chat_kwargs["capture"]` keeps its choice.
     """
     import inspect
 
@@ -167,6 +167,12 @@ def with_capture(agent_kwargs: dict, handle: Any, entries: Iterable[Any]) -> dic
     except (TypeError, ValueError):  # pragma: no cover - a chat without a signature
         takes = False
     if not kinds or not takes:
+        return dict(agent_kwargs)
+    from evalrx.core.capability import Capability
+
+    if "attention" in kinds and Capability.ATTENTION not in (getattr(handle, "capabilities", None) or ()):
+        # Without eager attention the teacher-forced pass runs anyway for attention; every analyzer
+        # shares it, and capturing during generation would only add its hooks (measured: no gain).
         return dict(agent_kwargs)
     chat_kwargs = dict(agent_kwargs.get("chat_kwargs") or {})
     chat_kwargs.setdefault("capture", sorted(kinds))

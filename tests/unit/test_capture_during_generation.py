@@ -291,12 +291,16 @@ def test_a_stored_trajectory_is_analysed_teacher_forced(eager, eager_runs):
 # ---------------------------------------------------------------- the runner
 
 
-def test_the_runner_switches_capture_on_for_local_white_box_runs_only(sdpa):
+def test_the_runner_switches_capture_on_for_local_white_box_runs_only(sdpa, eager):
     base = {"max_turns": 4, "chat_kwargs": None}
     assert analysis.capture_kinds(ALL_FOUR) == {"hidden_states", "attention"}
     assert analysis.capture_kinds(["token_uncertainty", "replay"]) == {"hidden_states"}
-    got = analysis.with_capture(base, sdpa, ALL_FOUR)
+    got = analysis.with_capture(base, eager, ALL_FOUR)
     assert got["chat_kwargs"] == {"capture": ["attention", "hidden_states"]} and got["max_turns"] == 4
+    # Attention on a model without eager attention needs the teacher-forced pass anyway: no capture.
+    assert analysis.with_capture(base, sdpa, ALL_FOUR) == base
+    got = analysis.with_capture(base, sdpa, ["logit_lens", "tool_decision", "token_uncertainty"])
+    assert got["chat_kwargs"] == {"capture": ["hidden_states"]}
     assert analysis.with_capture(base, sdpa, ["replay"]) == base  # nothing reads the generation
     assert analysis.with_capture(base, sdpa, []) == base
     kept = analysis.with_capture({"chat_kwargs": {"capture": False}}, sdpa, ALL_FOUR)
