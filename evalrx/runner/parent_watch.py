@@ -18,25 +18,12 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from evalrx.store.jobs import pid_alive  # one definition of "is this process running"
+
 log = logging.getLogger("evalrx.worker")
 
 POLL_S = 1.0
 GRACE_S = 60.0
-
-
-def pid_alive(pid: int) -> bool:
-    """True while `pid` is a running (not zombie) process."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):  # no /proc (not Linux): the signal check is all we have
-        return True
 
 
 def parent_gone(pid: int, started_under: int) -> bool:

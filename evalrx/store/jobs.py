@@ -35,7 +35,7 @@ def host_key() -> str:
     return f"{socket.gethostname()}|{ns}"[:200]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether a local process runs (a zombie, killed but not yet reaped, counts as dead)."""
     try:
         os.kill(pid, 0)
@@ -103,7 +103,7 @@ def alive_in(session: Session, within_s: float) -> list[dict]:
         {"id": w.id, "pid": w.pid, "host": w.hostname, "status": w.status, "job_id": w.job_id,
          "heartbeat_at": w.heartbeat_at}
         for w in rows
-        if w.hostname != here or _pid_alive(w.pid)
+        if w.hostname != here or pid_alive(w.pid)
     ]
 
 
@@ -261,7 +261,7 @@ def requeue_stale(
         ).all()
         for job, worker in rows:
             stale = job.heartbeat_at is None or job.heartbeat_at < cutoff
-            dead_here = worker is not None and worker.hostname == here and not _pid_alive(worker.pid)
+            dead_here = worker is not None and worker.hostname == here and not pid_alive(worker.pid)
             if not (stale or dead_here):
                 continue
             who = job.worker_id

@@ -9,9 +9,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -19,50 +17,11 @@ import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import enqueue_run, start_keyed_worker
 import scripted_backend  # noqa: F401  (registers the scripted spec in this process too)
+from loopback import ChatServer
 from storehelpers import make_case
 from workerhelpers import REPO, scripted_config, start_worker
 
 KEY_A, KEY_B, ENV_KEY = "sk-run-a-0123456789", "sk-run-b-9876543210", "sk-worker-env-5555"
-
-
-class ChatServer:
-    """A loopback OpenAI-compatible server that answers every chat with a final answer and records
-    the Authorization header of each request."""
-
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        seen = self.seen = []
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                seen.append(self.headers.get("Authorization"))
-                data = json.dumps({
-                    "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": "The answer is 7."}}],
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://{host}:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "ChatServer":
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _api_run(store, url: str, *, key_bound: bool = False, n: int = 2, name: str = "api") -> int:

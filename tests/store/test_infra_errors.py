@@ -4,51 +4,13 @@ the label queue offers, and the run itself `failed`."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import Worker, enqueue_run
 from evalrx.suites import load_cases
-
-
-class _Failing500:
-    """A real HTTP server on loopback whose every chat completion answers 500."""
-
-    def __init__(self) -> None:
-        hits = self.hits = []
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hits.append(self.path)
-                data = json.dumps({"error": {"message": "upstream exploded", "type": "server_error"}}).encode()
-                self.send_response(500)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "_Failing500":
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from loopback import ChatServer, failing_500
 
 
 @pytest.fixture
@@ -59,7 +21,7 @@ def api_key(monkeypatch):
 def test_an_api_run_against_a_failing_server_is_infra_errors_not_failures(store_url, api_key):
     store = S.connect(store_url)
     cases = load_cases("demo/arithmetic_easy")[:3]
-    with _Failing500() as server:
+    with failing_500() as server:
         cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
                         base_url=server.url, concurrency=1)
         run_id = enqueue_run(cfg, cases, runtime={"max_retries": 0, "timeout": 5.0}, store=store)
@@ -80,11 +42,10 @@ def test_an_api_run_against_a_failing_server_is_infra_errors_not_failures(store_
 
 def test_retry_runs_the_errored_cases_again_and_keeps_their_errors(sqlite_url, api_key):
     from evalrx.runner import retry_run
-    from test_hardening import ChatServer
 
     store = S.connect(sqlite_url)
     cases = load_cases("demo/arithmetic_easy")[:2]
-    with _Failing500() as down:
+    with failing_500() as down:
         cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
                         base_url=down.url, concurrency=1)
         run_id = enqueue_run(cfg, cases, runtime={"max_retries": 0, "timeout": 5.0}, store=store)

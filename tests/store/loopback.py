@@ -1,0 +1,57 @@
+"""A loopback OpenAI-compatible chat server for the store and worker tests (real sockets, no mocks)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Optional
+
+ANSWER = {
+    "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "The answer is 7."}}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+}
+
+
+class ChatServer:
+    """Answers every POST with `status` and `body` (default: a final answer) and records each request's
+    path and Authorization header (`seen`, in order)."""
+
+    def __init__(self, host: str = "127.0.0.1", *, status: int = 200, body: Optional[dict] = None) -> None:
+        seen = self.seen = []
+        paths = self.hits = []
+        data = json.dumps(ANSWER if body is None else body).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen.append(self.headers.get("Authorization"))
+                paths.append(self.path)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{host}:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "ChatServer":
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def failing_500() -> ChatServer:
+    """A server whose every chat completion answers HTTP 500."""
+    return ChatServer(status=500, body={"error": {"message": "upstream exploded", "type": "server_error"}})
