@@ -171,7 +171,7 @@ def main() -> None:
     from evalrx.analyzers import LogitLensAnalyzer
     from evalrx.analyzers._compute import local_model
     from evalrx.analyzers.logit_lens import lens_on_ids
-    from evalrx.analyzers.replay import plan_trajectory
+    from evalrx.analyzers import plan_trajectory
 
     if args.threads:
         torch.set_num_threads(args.threads)

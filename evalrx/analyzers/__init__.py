@@ -41,7 +41,7 @@ from evalrx.analyzers._base import (
     result_from_arrays,
 )
 from evalrx.analyzers._conversation import Conversation, conversation_from_trajectory, messages_from_trajectory
-from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan, plan_passes
+from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan, plan_passes, plan_trajectory
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult, analyze
 from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, AttentionResult
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
@@ -81,6 +81,7 @@ __all__ = [
     "messages_from_trajectory",
     "model_id",
     "plan_passes",
+    "plan_trajectory",
     "register_analyzer",
     "register_result",
     "result_from_arrays",
