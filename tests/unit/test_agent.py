@@ -20,6 +20,7 @@ from evalrx.core.tool import ChatTurn, Tool, ToolResult
 from evalrx.models.agent import Agent, ToolExecutor, run_batch
 from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec
 from evalrx.specs import ModelSpec
+from calc_tool import CALC, calculator
 
 FULL = frozenset({Capability.GENERATE, Capability.TOOL_CALLS})
 
@@ -53,19 +54,6 @@ def call(name, **args):
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
 
 
-def calculator(expression: str) -> str:
-    # eval restricted to arithmetic literals is enough for a test tool
-    if not set(expression) <= set("0123456789+-*/(). "):
-        raise ValueError(f"unsupported expression {expression!r}")
-    return str(eval(expression))
-
-
-CALC = Tool(
-    "calculator",
-    "Evaluate arithmetic.",
-    {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    fn=calculator,
-)
 
 
 def test_tool_call_then_final_answer():

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from evalrx.core.case import StepRole
-from evalrx.core.tool import ChatTurn, Tool, ToolCall
+from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.agent import Agent
 from evalrx.models.toolcodec import (
     Llama3ToolCodec,
@@ -29,21 +29,9 @@ from evalrx.models.toolcodec import (
     codec_for,
 )
 from evalrx.specs import ModelSpec
+from calc_tool import CALC  # noqa: E402
 
 
-def calculator(expression: str) -> str:
-    # eval restricted to arithmetic characters is enough for a test tool
-    if not set(expression) <= set("0123456789+-*/(). "):
-        raise ValueError(f"unsupported expression {expression!r}")
-    return str(eval(expression))
-
-
-CALC = Tool(
-    "calculator",
-    "Evaluate arithmetic.",
-    {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    fn=calculator,
-)
 
 
 def parse(codec, text: str):

@@ -27,24 +27,11 @@ import evalrx  # noqa: E402
 from evalrx.analyzers._conversation import conversation_from_trajectory, replay_style  # noqa: E402
 from evalrx.analyzers._passes import describe_passes, plan_passes  # noqa: E402
 from evalrx.core.case import StepRole, Step, Trajectory  # noqa: E402
-from evalrx.core.tool import Tool  # noqa: E402
 from evalrx.models.agent import FINAL_NUDGE, Agent  # noqa: E402
 from tiny_models import FAMILIES, make_family_model, make_tiny_model, tiny_tokenizer  # noqa: E402
+from calc_tool import CALC  # noqa: E402
 
 
-def calculator(expression: str) -> str:
-    # eval restricted to arithmetic characters is enough for a test tool
-    if not set(expression) <= set("0123456789+-*/(). "):
-        raise ValueError(f"unsupported expression {expression!r}")
-    return str(eval(expression))
-
-
-CALC = Tool(
-    "calculator",
-    "Evaluate arithmetic.",
-    {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
-    fn=calculator,
-)
 STYLES = ["hermes", *sorted(FAMILIES)]
 
 # Each family's call as its model writes it, with the control tokens a backend must keep:

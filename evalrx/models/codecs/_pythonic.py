@@ -19,11 +19,11 @@ from typing import Any
 from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.codecs._base import (
     ParsedTurn,
-    ToolCallCodec,
     join_answer,
     snippet,
     strip_think,
 )
+from evalrx.models.codecs._llama import Llama3ToolCodec
 
 _MARKERS = re.compile(r"<\|(?:python_start|python_end|python_tag|eom_id|eot_id|eom|eot)\|>")
 _LIST_START = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
@@ -99,8 +99,11 @@ def _list_end(text: str, start: int) -> "int | None":
     return None
 
 
-class PythonicToolCodec(ToolCallCodec):
-    """Pythonic call lists (style `pythonic`): keyword arguments, literal values only."""
+class PythonicToolCodec(Llama3ToolCodec):
+    """Pythonic call lists (style `pythonic`): keyword arguments, literal values only.
+
+    The messages are Llama's (the model's text verbatim, results in the `ipython` role); only the call syntax differs.
+    """
 
     name = "pythonic"
     control_tokens = ("<|python_tag|>", "<|python_start|>", "<|python_end|>")
@@ -174,18 +177,6 @@ class PythonicToolCodec(ToolCallCodec):
                 errors.append(f"{where} ({name}): {problem}: {snippet(segment)}")
                 continue
             calls.append(ToolCall(name=name, args=args, raw=segment))
-
-    def assistant_message(self, chat: ChatTurn, calls: "list[ToolCall] | ToolCall | None") -> dict:
-        """The raw generated text verbatim, so re-rendering reproduces the model's own tokens."""
-        return {"role": "assistant", "content": chat.text or ""}
-
-    def tool_message(self, call: ToolCall, text: str) -> dict:
-        """A result in the `ipython` role, where Llama reads tool output."""
-        return {"role": "ipython", "name": call.name, "content": text}
-
-    def feedback_message(self, text: str) -> dict:
-        """Parse errors come back where tool output does (`ipython`)."""
-        return {"role": "ipython", "name": "parse_error", "content": text}
 
     def call_format_hint(self) -> str:
         return "Write the calls as a Python list: [tool_name(argument=value, ...), ...], with literal values only."
