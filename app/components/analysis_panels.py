@@ -1,4 +1,4 @@
-"""White-box analysis panels of the Trajectory page, read from the store with numpy only.
+"""White-box analysis panels of the Trajectory page, decoded from the store without torch.
 
 Per model turn: a logit-lens heatmap (layers by decision tokens, coloured by the
 probability of the finally chosen token, its top alternative and the top-k on hover), the
@@ -7,10 +7,11 @@ strongest alternative), attention mass by conversation segment, and the generate
 shaded by uncertainty, each with a line on how to read it. Plus a
 "Request analysis" button whose request a worker runs (status shown live).
 
-Never imports `evalrx.analyzers` (the app process stays free of torch): the stored arrays
-are interpreted here. Model text is untrusted: charts get it as data (Vega escapes it),
-captions get it `md_escape`d, and the only HTML built here comes from `html.escape`d token
-strings.
+Each stored record is rebuilt into its result object (`decode`: `evalrx.analyzers.result_from_arrays`,
+the one decoder of stored results) and the panels read its attributes; `evalrx.analyzers`
+imports no torch, so the app process stays free of it. Model text is untrusted: charts get
+it as data (Vega escapes it), captions get it `md_escape`d, and the only HTML built here
+comes from `html.escape`d token strings.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import numpy as np
 import streamlit as st
 
 from components.safe import md_escape
+from evalrx.analyzers import (RUNNER_UP, AnalysisResult, AttentionResult, LensResult, TokenUncertaintyResult,
+                              ToolDecisionResult, result_from_arrays)
 from evalrx.store import analyses as A
-from evalrx.store.runs import load_analyses
+from evalrx.store import load_analyses
 
 ACTIVE = ("queued", "running")
 
@@ -36,6 +39,16 @@ def _latest(records: list) -> dict:
     for rec in records:
         out[rec["analyzer"]] = rec
     return out
+
+
+def decode(rec: dict) -> AnalysisResult:
+    """The result object of one stored record (as `load_analyses` returns it).
+
+    Raises:
+        ValueError: the record names no known result type.
+        KeyError: an array the result type needs is missing.
+    """
+    return result_from_arrays(rec["arrays"], rec["meta"])
 
 
 def _piece(vocab: dict, token_id: Any) -> str:
@@ -69,28 +82,25 @@ def _tick(text: str, n: int = TICK_CHARS) -> str:
 # ---------------------------------------------------------------- lens
 
 
-def lens_rows(rec: dict, step: int) -> list[dict]:
+def lens_rows(lens: LensResult, step: int) -> list[dict]:
     """Heatmap cells of one turn: per layer and decision token, p(chosen) and the top alternative."""
-    a, meta = rec["arrays"], rec["meta"]
-    if "label_step" not in a or "topk_ids" not in a:
+    if not lens.labels:  # a single-prompt result: no turns
         return []
-    vocab, kinds = meta.get("vocab") or {}, meta.get("kinds") or []
-    cols = np.nonzero(a["label_step"] == step)[0]
+    turn = lens.for_step(step)
+    vocab = turn.vocab
     rows = []
-    n_layers = a["topk_ids"].shape[0]
-    for order, p in enumerate(cols):
-        kind = kinds[int(a["label_kind"][p])] if int(a["label_kind"][p]) < len(kinds) else "?"
-        target_id = int(a["target_ids"][p])
+    for order, (kind, target) in enumerate(zip(turn.kinds, turn.target_ids)):
+        target_id = int(target)
         chosen = _visible(_piece(vocab, target_id))
-        for layer in range(n_layers):
-            ids, lps = a["topk_ids"][layer, p], a["topk_logprobs"][layer, p]
+        for layer in range(turn.num_layers + 1):
+            ids, lps = turn.topk_ids[layer, order], turn.topk_logprobs[layer, order]
             alt_id, alt_lp = _top_alternative(ids, lps, target_id)
             top = [f"{_visible(_piece(vocab, i))} {np.exp(lp):.2f}" for i, lp in zip(ids[:5], lps[:5])]
             rows.append({
                 "layer": layer, "order": order, "kind": kind, "chosen": chosen,
                 "token": f"{order:02d} {_tick(chosen)}", "label": f"{order:02d} {chosen} ({kind})",
-                "p_chosen": float(np.exp(a["target_logprob"][layer, p])),
-                "rank": int(a["target_rank"][layer, p]),
+                "p_chosen": float(np.exp(turn.target_logprob[layer, order])),
+                "rank": int(turn.target_rank[layer, order]),
                 "alternative": _visible(_piece(vocab, alt_id)) if alt_id is not None else "(none in top-k)",
                 "p_alternative": float(np.exp(alt_lp)) if alt_id is not None else None,
                 "top": " | ".join(top),
@@ -124,24 +134,18 @@ def lens_chart(rows: list[dict]) -> alt.Chart:
 
 # ---------------------------------------------------------------- tool decision
 
-# evalrx.analyzers.tool_decision.RUNNER_UP, restated: this module stays off the analyzers (see above).
-RUNNER_UP = "(best other token)"
-
-
-def decision_rows(rec: dict, step: int) -> list[dict]:
+def decision_rows(decision: ToolDecisionResult, step: int) -> list[dict]:
     """One row per (decision, layer, candidate) of a turn, with the layer's strongest alternative."""
-    a, meta = rec["arrays"], rec["meta"]
-    vocab = meta.get("vocab") or {}
+    vocab = decision.vocab
     rows = []
-    for d_i, d in enumerate(meta.get("decisions") or []):
-        if d.get("step") != step:
-            continue
-        cands = (d.get("candidates") or [])[: a["cand_logprob"][d_i].shape[1]]
-        lp = a["cand_logprob"][d_i]  # [layers, candidates]
+    for d_i in decision.for_step(step):
+        d = decision.decisions[d_i]
+        lp = decision.cand_logprob[d_i]  # [layers, candidates]
+        cands = list(d["candidates"])[: lp.shape[1]]
         for layer in range(lp.shape[0]):
-            runner_up = a["runner_up_id"][d_i, layer] if "runner_up_id" in a else None
+            runner_up = decision.runner_up_id[d_i, layer]
             alt_name, p_alt = _strongest_alternative(cands, lp[layer], runner_up, vocab)
-            margin = float(a["margin"][d_i, layer])
+            margin = float(decision.margin[d_i, layer])
             for c_i, cand in enumerate(cands):
                 v = float(lp[layer, c_i])
                 if np.isnan(v):
@@ -206,16 +210,16 @@ def decision_chart(rows: list[dict]) -> alt.Chart:
 # ---------------------------------------------------------------- attention
 
 
-def attention_rows(rec: dict, step: int) -> list[dict]:
+def attention_rows(attention: AttentionResult, step: int) -> list[dict]:
     """Mean attention mass of a turn's decision positions, per (layer, segment)."""
-    a, meta = rec["arrays"], rec["meta"]
-    if "label_step" not in a or "mass" not in a:
+    steps = attention.labels.get("label_step")
+    if steps is None:  # a single-prompt result: no turns
         return []
-    sel = np.nonzero(a["label_step"] == step)[0]
+    sel = np.nonzero(steps == step)[0]
     if not len(sel):
         return []
-    mass = a["mass"][sel].mean(axis=0)  # [layers, segments]
-    segs = meta.get("segments") or []
+    mass = attention.mass[sel].mean(axis=0)  # [layers, segments]
+    segs = attention.segments
     names = segment_names([segs[s].get("label") if s < len(segs) else str(s) for s in range(mass.shape[1])])
     return [{"layer": layer + 1, "segment": names[s], "order": s, "mass": float(mass[layer, s])}
             for layer in range(mass.shape[0]) for s in range(mass.shape[1])]
@@ -248,18 +252,17 @@ def attention_chart(rows: list[dict]) -> alt.Chart:
 # ---------------------------------------------------------------- uncertainty
 
 
-def uncertainty_html(rec: dict, step: int) -> Optional[str]:
+def uncertainty_html(uncertainty: TokenUncertaintyResult, step: int) -> Optional[str]:
     """The turn's generated tokens as escaped spans shaded by 1 - p (darker: less sure)."""
-    a, meta = rec["arrays"], rec["meta"]
-    tokens = meta.get("tokens") or []
-    sel = np.nonzero(a["step"] == step)[0] if "step" in a else []
+    tokens = uncertainty.tokens
+    sel = np.nonzero(uncertainty.step == step)[0]
     if not len(sel):
         return None
     spans = []
     for i in sel:
-        p = float(np.exp(a["logprob"][i]))
+        p = float(np.exp(uncertainty.logprob[i]))
         text = tokens[i] if i < len(tokens) else ""
-        title = f"p={p:.3f} entropy={float(a['entropy'][i]):.2f} rank={int(a['rank'][i])}"
+        title = f"p={p:.3f} entropy={float(uncertainty.entropy[i]):.2f} rank={int(uncertainty.rank[i])}"
         shown = html.escape(text.replace("\n", "↵\n"))
         spans.append(f'<span title="{html.escape(title)}" style="background: rgba(220,60,60,{min(1.0, 1 - p):.2f});'
                      f' white-space: pre-wrap; font-family: monospace">{shown}</span>')
@@ -308,21 +311,53 @@ def render_analysis(detail: Any, *, store: Any) -> None:
     st.markdown("#### Analysis")
     request_status(tid, store=store)
     records = _latest(load_analyses(tid, store=store))
-    usable = {k: v for k, v in records.items() if not v["meta"].get("error")}
     for name, rec in records.items():
         if rec["meta"].get("error"):
             st.caption(f"{name} failed: {str(rec['meta']['error'])[:200]}")
-    panels = [k for k in ("logit_lens", "tool_decision", "attention", "token_uncertainty") if k in usable]
-    if not panels:
+    results, unreadable = panel_results(records)
+    for name, why in unreadable.items():
+        st.caption(f"{name}: the stored result cannot be read ({why[:200]})")
+    if not results:
         st.caption("No white-box analysis stored for this trajectory yet.")
         return
-    scored = next((usable[k]["meta"].get("scored_on") for k in panels if usable[k]["meta"].get("scored_on")), None)
+    # Where it was scored is the worker's note on the record, not part of the result.
+    scored = next((records[k]["meta"].get("scored_on") for k in results if records[k]["meta"].get("scored_on")), None)
     if scored:
         st.caption(f"Scored on {scored} (teacher-forced).")
     turns = [s.idx for s in detail.trajectory.steps if s.role is StepRole.ACTOR]
     for idx in turns:
         with st.expander(f"Model turn at step {idx}", expanded=True):
-            _turn(usable, idx)
+            _turn(results, idx)
+
+
+# The panels: the analyzer name a result is stored under, and the result class the panel reads.
+PANELS = {"logit_lens": LensResult, "tool_decision": ToolDecisionResult, "attention": AttentionResult,
+          "token_uncertainty": TokenUncertaintyResult}
+
+
+def panel_results(records: dict) -> "tuple[dict, dict]":
+    """The results the panels show, decoded from the latest record per analyzer.
+
+    Returns:
+        `({name: result}, {name: why it cannot be read})` in panel order; failed analyses
+        (meta `error`) are in neither.
+    """
+    results: dict = {}
+    unreadable: dict = {}
+    for name, kind in PANELS.items():
+        rec = records.get(name)
+        if rec is None or rec["meta"].get("error"):
+            continue
+        try:
+            result = decode(rec)
+        except (KeyError, TypeError, ValueError) as exc:  # stored by an older or foreign version
+            unreadable[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if isinstance(result, kind):
+            results[name] = result
+        else:
+            unreadable[name] = f"a {type(result).__name__}, not a {kind.__name__}"
+    return results, unreadable
 
 
 # One line under each panel: what a mark is and how to read it.
@@ -338,17 +373,17 @@ HOW_TO_READ = {
 }
 
 
-def _turn(records: dict, idx: int) -> None:
+def _turn(results: dict, idx: int) -> None:
     shown = False
-    if "logit_lens" in records:
-        rows = lens_rows(records["logit_lens"], idx)
+    if "logit_lens" in results:
+        rows = lens_rows(results["logit_lens"], idx)
         if rows:
             st.markdown("**Logit lens**: probability of the chosen token at each layer")
             st.altair_chart(lens_chart(rows), width="stretch")
             st.caption(HOW_TO_READ["logit_lens"])
             shown = True
-    if "tool_decision" in records:
-        rows = decision_rows(records["tool_decision"], idx)
+    if "tool_decision" in results:
+        rows = decision_rows(results["tool_decision"], idx)
         if rows:
             st.markdown("**Tool decision**: alternatives by layer")
             for d in sorted({r["decision"] for r in rows}):
@@ -357,15 +392,15 @@ def _turn(records: dict, idx: int) -> None:
                 st.altair_chart(decision_chart(mine), width="stretch")
             st.caption(HOW_TO_READ["tool_decision"])
             shown = True
-    if "attention" in records:
-        rows = attention_rows(records["attention"], idx)
+    if "attention" in results:
+        rows = attention_rows(results["attention"], idx)
         if rows:
             st.markdown("**Attention by segment** (mean over this turn's decision tokens)")
             st.altair_chart(attention_chart(rows), width="stretch")
             st.caption(HOW_TO_READ["attention"])
             shown = True
-    if "token_uncertainty" in records:
-        body = uncertainty_html(records["token_uncertainty"], idx)
+    if "token_uncertainty" in results:
+        body = uncertainty_html(results["token_uncertainty"], idx)
         if body:
             st.markdown("**Generated tokens** shaded by uncertainty (darker: less likely)")
             st.html(body)

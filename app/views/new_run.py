@@ -35,10 +35,9 @@ def _suite_size(name: str) -> int:
 
 @st.cache_data(show_spinner=False)
 def _analyzer_names() -> list:
-    from evalrx.analyzers import ANALYZERS
-    from evalrx.runner.analysis import HOOKS
+    from evalrx.analyzers import known_analyzers
 
-    return sorted(set(ANALYZERS) | set(HOOKS))
+    return known_analyzers()
 
 
 specs = sorted(REGISTRY)

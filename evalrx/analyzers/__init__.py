@@ -21,7 +21,9 @@ trajectory by the agent loop: `Agent(..., chat_kwargs={"capture": True})`), `ana
 each pass the captures cover from them with no forward at all, and falls back to the
 teacher-forced pass where they do not; `result.info["source"]` says which.
 
-Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`.
+Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`. One registry,
+`ANALYZERS`, holds them, any added with `register_analyzer`, and the worker hooks of
+`evalrx.runner.register_hook` (`HookAnalyzer`); `known_analyzers()` lists every name.
 The mechanism they share: `_conversation` (rebuild the conversation a trajectory came
 from), `_passes` (plan the teacher-forced passes over it), `_shared_pass` (run each
 pass once for every analyzer that reads it), `_capture` (build a pass from the
@@ -34,7 +36,10 @@ from evalrx.analyzers._base import (
     RESULT_TYPES,
     AnalysisResult,
     Analyzer,
+    HookAnalyzer,
+    analyzer_class,
     get_analyzer,
+    known_analyzers,
     model_id,
     register_analyzer,
     register_result,
@@ -47,13 +52,14 @@ from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, Attenti
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
 from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
 from evalrx.analyzers.replay import ReplayAnalyzer, ReplayResult
-from evalrx.analyzers.tool_decision import ToolDecisionAnalyzer, ToolDecisionResult
+from evalrx.analyzers.tool_decision import RUNNER_UP, ToolDecisionAnalyzer, ToolDecisionResult
 from evalrx.analyzers.uncertainty import TokenUncertaintyAnalyzer, TokenUncertaintyResult, uncertainty_from_logprobs
 
 __all__ = [
     "ANALYZERS",
     "KINDS",
     "RESULT_TYPES",
+    "RUNNER_UP",
     "SEGMENT_KINDS",
     "AnalysisResult",
     "Analyzer",
@@ -61,6 +67,7 @@ __all__ = [
     "AttentionResult",
     "Conversation",
     "DecisionPoint",
+    "HookAnalyzer",
     "LensResult",
     "LogitLensAnalyzer",
     "PassAnalyzer",
@@ -75,9 +82,11 @@ __all__ = [
     "ToolDecisionResult",
     "TrajectoryPlan",
     "analyze",
+    "analyzer_class",
     "conversation_from_trajectory",
     "find_decision_points",
     "get_analyzer",
+    "known_analyzers",
     "messages_from_trajectory",
     "model_id",
     "plan_passes",

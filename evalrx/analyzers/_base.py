@@ -1,5 +1,9 @@
 """The analyzer contract, its registry, and the storable result base class.
 
+`ANALYZERS` is the one registry of analysis names: the analyzer classes, and the worker
+hooks (`HookAnalyzer`, registered by `evalrx.runner.register_hook`) that a run config,
+the queue's check and the New run page name the same way (`known_analyzers`).
+
 An analyzer declares the capabilities it needs; they are checked before it runs, so
 asking a black-box handle for a logit lens fails at once with a `CapabilityError`
 naming the analyzer, the model and what is missing. Results are storable: every
@@ -10,7 +14,7 @@ and back (`result_from_arrays`). Nothing here imports torch.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Optional, Type
+from typing import Any, Callable, ClassVar, Optional, Type
 
 import numpy as np
 
@@ -21,7 +25,10 @@ __all__ = [
     "RESULT_TYPES",
     "AnalysisResult",
     "Analyzer",
+    "HookAnalyzer",
+    "analyzer_class",
     "get_analyzer",
+    "known_analyzers",
     "model_id",
     "register_analyzer",
     "register_result",
@@ -135,6 +142,27 @@ class Analyzer:
         return f"{type(self).__name__}()"
 
 
+class HookAnalyzer(Analyzer):
+    """A worker hook in the analyzer registry: a callable run on each finished case, not on model passes.
+
+    `evalrx.runner.register_hook(name, hook)` registers a subclass holding `hook`; the worker
+    calls `run_case(ctx)` with its `CaseContext` and stores the `AnalysisRecord`s it returns.
+    """
+
+    hook: ClassVar[Callable[[Any], Any]]
+
+    def run_case(self, ctx: Any) -> Any:
+        """Run the hook on one finished case: an iterable of `AnalysisRecord` (or None)."""
+        return self.hook(ctx)
+
+    def run_trajectory(self, model: Any, trajectory: Any, *, tools: Optional[list] = None,
+                       system: Optional[str] = None) -> AnalysisResult:
+        raise NotImplementedError(
+            f"{self.name!r} is a worker hook: it runs on each finished case of a run that lists it, "
+            "not on a stored trajectory."
+        )
+
+
 ANALYZERS: "dict[str, Type[Analyzer]]" = {}
 
 
@@ -159,14 +187,27 @@ def register_analyzer(cls: "Type[Analyzer]" = None, *, replace: bool = False) ->
     return add if cls is None else add(cls)
 
 
+def known_analyzers() -> "list[str]":
+    """Every registered analysis name (analyzers and worker hooks), sorted."""
+    return sorted(ANALYZERS)
+
+
+def analyzer_class(name: Any) -> "Type[Analyzer]":
+    """The class registered under `name` (case and surrounding spaces ignored).
+
+    Raises:
+        ValueError: the name is unknown (or not a string); the message lists the known ones.
+    """
+    cls = ANALYZERS.get(name.strip().lower()) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"Unknown analyzer {name!r}. Known analyzers: {', '.join(known_analyzers())}.")
+    return cls
+
+
 def get_analyzer(name: str, **kwargs: Any) -> Analyzer:
     """Instantiate a registered analyzer by name, forwarding `kwargs` to its constructor.
 
     Raises:
         ValueError: the name is unknown; the message lists the known ones.
     """
-    key = name.strip().lower()
-    cls = ANALYZERS.get(key)
-    if cls is None:
-        raise ValueError(f"Unknown analyzer {name!r}. Known analyzers: {', '.join(sorted(ANALYZERS))}.")
-    return cls(**kwargs)
+    return analyzer_class(name)(**kwargs)

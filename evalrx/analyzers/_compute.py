@@ -18,7 +18,6 @@ hook, so the `[heads, T, T]` tensors of all layers are never held at once.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -88,13 +87,6 @@ def local_model(handle: Any, analyzer: str) -> LocalModel:
     return LocalModel(handle, hf, tok)
 
 
-def _accepts(hf: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(hf.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return False
-
-
 def forward(
     local: LocalModel,
     ids: Sequence[int],
@@ -102,7 +94,7 @@ def forward(
     *,
     hidden: bool = True,
 ) -> "tuple[Any, Any]":
-    """One teacher-forced pass over `ids`.
+    """One teacher-forced pass over `ids`: `hf_local.teacher_forced_forward`, the pass `HFLocalModel.forward` runs.
 
     Args:
         local: the model.
@@ -118,21 +110,12 @@ def forward(
     """
     import torch
 
-    hf = local.hf
+    from evalrx.models.backends.hf_local import teacher_forced_forward
+
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
-    kwargs: dict = {"input_ids": input_ids, "use_cache": False, "return_dict": True}
-    if hidden:
-        kwargs["output_hidden_states"] = True
-    sliced = False
-    if keep is not None and _accepts(hf, "logits_to_keep"):
-        kwargs["logits_to_keep"] = torch.tensor(list(keep), dtype=torch.long, device=local.device)
-        sliced = True
-    with torch.inference_mode():
-        out = hf(**kwargs)
-    logits = out.logits[0]
-    if keep is not None and not sliced:
-        logits = logits[torch.tensor(list(keep), dtype=torch.long, device=logits.device)]
-    return logits, (out.hidden_states if hidden else None)
+    with torch.inference_mode():  # the analyzers only read the pass: no autograd bookkeeping at all
+        out = teacher_forced_forward(local.hf, input_ids, keep=keep, output_hidden_states=hidden)
+    return out.logits[0], out.hidden_states
 
 
 @contextlib.contextmanager

@@ -31,8 +31,9 @@ from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.core.capability import Capability
 
-__all__ = ["ToolDecisionAnalyzer", "ToolDecisionResult"]
+__all__ = ["RUNNER_UP", "ToolDecisionAnalyzer", "ToolDecisionResult"]
 
+# The alternative of an argument value without an enum: the best token other than the chosen one.
 RUNNER_UP = "(best other token)"
 
 

@@ -1,10 +1,11 @@
 """The extension point for analyses that run after each case of a run.
 
-A run config's `analyzers` lists names (or `{"name": ..., **kwargs}` dicts). Each name
-resolves first to a hook registered here, then to an analyzer of `evalrx.analyzers`
-(its `run_trajectory(handle, trajectory, tools=..., system=...)` result is stored as
-compact arrays plus meta). A hook is any callable `hook(ctx) -> iterable of
-AnalysisRecord` (or None), for analyses that are not `Analyzer` classes:
+A run config's `analyzers` lists names (or `{"name": ..., **kwargs}` dicts) of the one
+registry `evalrx.analyzers.ANALYZERS`: an analyzer (its `run_trajectory(handle, trajectory,
+tools=..., system=...)` result is stored as compact arrays plus meta) or a hook registered
+here. A hook is any callable `hook(ctx) -> iterable of AnalysisRecord` (or None), for
+analyses that are not `Analyzer` classes; `register_hook` enters it in that registry as a
+`HookAnalyzer`, so the queue's check and the New run page know it by name:
 
     from evalrx.runner.analysis import AnalysisRecord, register_hook
 
@@ -34,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 
-
 @dataclass
 class CaseContext:
     """What an analysis gets: the live handle, the case, its trajectory and the run's setup."""
@@ -59,15 +59,35 @@ class AnalysisRecord:
 
 
 Hook = Callable[[CaseContext], Optional[Iterable[AnalysisRecord]]]
-HOOKS: dict = {}
 
 
 def register_hook(name: str, hook: Hook, *, replace: bool = False) -> None:
-    """Register a per-case analysis hook under `name` (usable in a run config's `analyzers`)."""
+    """Register a per-case analysis hook under `name` (usable in a run config's `analyzers`).
+
+    Raises:
+        ValueError: the name is taken (by a hook or an analyzer) and `replace` is False.
+    """
+    from evalrx.analyzers import HookAnalyzer, register_analyzer
+
     key = name.strip().lower()
-    if key in HOOKS and not replace:
-        raise ValueError(f"Analysis hook {key!r} is already registered; pass replace=True to override it.")
-    HOOKS[key] = hook
+    entry = type(f"Hook_{key}", (HookAnalyzer,), {"name": key, "hook": staticmethod(hook), "__doc__": hook.__doc__})
+    register_analyzer(entry, replace=replace)
+
+
+def _hook(name: str, kwargs: dict) -> Optional[Hook]:
+    """The registered hook behind `name`, or None when `name` is an analyzer.
+
+    Raises:
+        ValueError: `name` is unknown (the message lists the known ones), or a hook is given arguments.
+    """
+    from evalrx.analyzers import HookAnalyzer, analyzer_class
+
+    cls = analyzer_class(name)
+    if not issubclass(cls, HookAnalyzer):
+        return None
+    if kwargs:
+        raise ValueError(f"the analysis hook {name!r} takes no arguments, got {sorted(kwargs)}")
+    return cls().run_case
 
 
 def _spec(entry: Any) -> tuple[str, dict]:
@@ -141,10 +161,12 @@ def capture_kinds(entries: Iterable[Any]) -> frozenset:
     seen: set = set()
     for entry in entries or []:
         name, kwargs = _spec(entry)
-        if (name in HOOKS and not kwargs) or name in seen:
+        if name in seen:
             continue
         seen.add(name)
         try:
+            if _hook(name, kwargs) is not None:
+                continue
             analyzer = get_analyzer(name, **kwargs)
         except (ValueError, TypeError):  # `resolve` reports a bad entry; capture just leaves it out
             continue
@@ -190,8 +212,9 @@ def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
     at = None
     for entry in entries or []:
         name, kwargs = _spec(entry)
-        if name in HOOKS and not kwargs:
-            out.append((name, HOOKS[name]))
+        hook = _hook(name, kwargs)
+        if hook is not None:
+            out.append((name, hook))
         elif any(name == n for n, _ in shared):
             out.append((name, _analyzer_hook(name, kwargs)))
         else:

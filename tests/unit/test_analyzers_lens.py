@@ -15,12 +15,15 @@ from evalrx.analyzers import (  # noqa: E402
     ANALYZERS,
     Analyzer,
     AttentionAnalyzer,
+    HookAnalyzer,
     LensResult,
     LogitLensAnalyzer,
     ReplayAnalyzer,
     TokenUncertaintyAnalyzer,
     ToolDecisionAnalyzer,
+    analyzer_class,
     get_analyzer,
+    known_analyzers,
     register_analyzer,
     result_from_arrays,
     settle_layer,
@@ -204,6 +207,40 @@ def test_registry_lists_builtins_builds_by_name_and_rejects_duplicates():
             register_analyzer(Other)
     finally:
         ANALYZERS.pop("custom_probe_for_test", None)
+
+
+def test_a_worker_hook_joins_the_one_registry_of_analysis_names():
+    from evalrx.runner import enqueue
+    from evalrx.runner.analysis import register_hook, resolve
+
+    def answer_length(ctx):
+        return []
+
+    try:
+        register_hook("Answer_Length_For_Test", answer_length)
+        assert "answer_length_for_test" in known_analyzers() and issubclass(ANALYZERS["answer_length_for_test"],
+                                                                           HookAnalyzer)
+        with pytest.raises(ValueError, match="already registered"):  # one namespace: hooks and analyzers
+            register_hook("logit_lens", answer_length)
+        with pytest.raises(ValueError, match="already registered"):
+            register_hook("answer_length_for_test", answer_length)
+        (name, hook), (shared, _) = resolve(["answer_length_for_test", "logit_lens"])
+        assert name == "answer_length_for_test" and hook(None) == [] and shared == "logit_lens"
+        with pytest.raises(ValueError, match="takes no arguments"):
+            resolve([{"name": "answer_length_for_test", "top_k": 3}])
+        with pytest.raises(NotImplementedError, match="worker hook"):
+            get_analyzer("answer_length_for_test").run_trajectory(None, None)
+        # The queue's check and the registry name the same known analyzers in the same words.
+        with pytest.raises(ValueError) as from_registry:
+            analyzer_class("mind_reader")
+        with pytest.raises(ValueError) as from_queue:
+            enqueue._check({"model": {"name": "evalrx-tiny"}, "analyzers": ["mind_reader"]})
+        assert str(from_queue.value) == str(from_registry.value)
+        assert "answer_length_for_test" in str(from_registry.value) and "logit_lens" in str(from_registry.value)
+        enqueue._check({"model": {"name": "evalrx-tiny"}, "analyzers": ["answer_length_for_test", "logit_lens"]})
+    finally:
+        ANALYZERS.pop("answer_length_for_test", None)
+    assert "answer_length_for_test" not in known_analyzers()
 
 
 def test_importing_analyzers_does_not_import_torch():

@@ -213,33 +213,86 @@ def test_concurrent_app_processes_start_one_worker(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- white-box panels
+#
+# The panels get what the Trajectory page gets: real result objects, saved as the worker saves
+# them and read back with `load_analyses`, then decoded by the panels' own `decode`.
 
 _VOCAB = {"1": " calc", "2": " look", "3": "{", "4": " London", "5": "\n"}
 
 
-def _lens_rec(n_layers: int) -> dict:
-    """A lens record of two decision tokens at step 3 (and one at step 5) over `n_layers` rows."""
+@pytest.fixture(scope="module")
+def analysis_store(tmp_path_factory):
+    """A store with one trajectory to keep analysis results on: (url, trajectory id)."""
+    from appdata import fill_run
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('analyses') / 'a.sqlite'}"
+    S.upgrade(url)
+    _, ids = fill_run(url, 1)
+    yield url, ids[0]
+    S.forget(url)
+
+
+def _stored(analysis_store, result) -> dict:
+    """`result` stored as the worker stores it, and its record as the Trajectory page loads it."""
+    from evalrx.runner.analysis import AnalysisRecord
+    from evalrx.store.analyses import replace_analyses
+
+    url, tid = analysis_store
+    name = result.meta["analyzer"]
+    with S.connect(url).write() as s:
+        replace_analyses(s, tid, [AnalysisRecord(name, arrays=result.to_arrays(), meta=dict(result.meta))])
+    (rec,) = S.load_analyses(tid, name, store=url)
+    return rec
+
+
+def _decoded(analysis_store, result):
+    from components.analysis_panels import decode
+
+    return decode(_stored(analysis_store, result))
+
+
+def _lens_result(n_layers: int, vocab: dict = _VOCAB):
+    """A lens result of two decision tokens at step 3 (and one at step 5) over `n_layers` rows."""
+    from evalrx.analyzers import LensResult
+
     positions = 3
     topk_ids = np.zeros((n_layers, positions, 3), dtype=np.int32)
     topk_lp = np.log(np.tile([0.6, 0.3, 0.1], (n_layers, positions, 1))).astype(np.float32)
     topk_ids[:] = [2, 1, 3]  # early layers: the alternative " look" leads, the chosen " calc" second
     topk_ids[-1] = [1, 2, 3]  # the output layer picks " calc"; " look" is then the top alternative
-    return {
-        "arrays": {
-            "label_step": np.array([3, 3, 5]), "label_kind": np.array([0, 1, 0]),
-            "target_ids": np.array([1, 1, 1]), "topk_ids": topk_ids, "topk_logprobs": topk_lp,
-            "target_logprob": np.log(np.full((n_layers, positions), 0.3, dtype=np.float32)),
-            "target_rank": np.ones((n_layers, positions), dtype=np.int32),
-        },
-        "meta": {"vocab": _VOCAB, "kinds": ["tool_name", "arg_value"]},
-    }
+    per_layer = np.zeros((n_layers, positions), dtype=np.float32)
+    labels = {"label_step": [3, 3, 5], "label_kind": [0, 1, 0], "label_call": [0, 0, 0], "label_piece": [0, 0, 0],
+              "label_pass": [0, 0, 0], "label_token_index": [10, 11, 20], "label_arg": ["", "x", ""]}
+    return LensResult(
+        positions=[9, 10, 19], token_ids=[3, 1, 3], target_ids=[1, 1, 1], target_is_actual=[True] * positions,
+        topk_ids=topk_ids, topk_logprobs=topk_lp, entropy=per_layer,
+        target_logprob=np.log(np.full((n_layers, positions), 0.3, dtype=np.float32)),
+        target_rank=np.ones((n_layers, positions), dtype=np.int32), hidden_norm=per_layer,
+        labels=labels, info={"model": "test"}, vocab=vocab,
+    )
 
 
-def test_lens_rows_carry_the_top_alternative_to_the_chosen_token():
+def test_panels_decode_stored_records_into_their_result_classes(analysis_store):
+    from components.analysis_panels import panel_results
+    from evalrx.analyzers import LensResult, ToolDecisionResult
+
+    lens, decision = _stored(analysis_store, _lens_result(3)), _stored(analysis_store, _decision_result())
+    failed = {"analyzer": "attention", "meta": {"error": "RuntimeError: no eager attention"}, "arrays": {}}
+    results, unreadable = panel_results({"tool_decision": decision, "logit_lens": lens, "attention": failed})
+    assert list(results) == ["logit_lens", "tool_decision"] and unreadable == {}  # panel order; no failed one
+    assert isinstance(results["logit_lens"], LensResult) and isinstance(results["tool_decision"], ToolDecisionResult)
+    swapped = {"logit_lens": dict(decision, analyzer="logit_lens"), "attention": dict(lens, arrays={})}
+    results, unreadable = panel_results(swapped)
+    assert results == {} and "ToolDecisionResult, not a LensResult" in unreadable["logit_lens"]
+    assert unreadable["attention"].startswith("KeyError")  # the lens arrays it needs are gone
+
+
+def test_lens_rows_carry_the_top_alternative_to_the_chosen_token(analysis_store):
     from components.analysis_panels import lens_rows
 
-    rows = lens_rows(_lens_rec(5), 3)
+    rows = lens_rows(_decoded(analysis_store, _lens_result(5)), 3)
     assert len(rows) == 2 * 5 and {r["order"] for r in rows} == {0, 1}
+    assert {r["kind"] for r in rows} == {"tool_name", "arg_value"}
     assert all(r["chosen"] == "·calc" and r["alternative"] == "·look" for r in rows)
     assert all(r["alternative"] != r["chosen"] for r in rows)
     early = next(r for r in rows if r["layer"] == 0)
@@ -248,12 +301,12 @@ def test_lens_rows_carry_the_top_alternative_to_the_chosen_token():
     assert last["p_alternative"] == pytest.approx(0.3) and last["p_chosen"] == pytest.approx(0.3)
 
 
-def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short():
+def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short(analysis_store):
     from components.analysis_panels import TICK_CHARS, lens_chart, lens_rows
 
-    rec = _lens_rec(5)
-    rec["meta"]["vocab"] = dict(_VOCAB, **{"1": " a_very_long_tool_name_that_would_eat_the_plot"})
-    small, large = (lens_chart(lens_rows(r, 3)).to_dict() for r in (rec, _lens_rec(33)))
+    long_name = _lens_result(5, vocab=dict(_VOCAB, **{"1": " a_very_long_tool_name_that_would_eat_the_plot"}))
+    small, large = (lens_chart(lens_rows(_decoded(analysis_store, r), 3)).to_dict()
+                    for r in (long_name, _lens_result(33)))
     assert small["height"] >= 100 and large["height"] > small["height"] + 200
     # Labels are drawn below the plot, not squeezed into its height (Streamlit's default "fit").
     assert small["autosize"]["type"] == "fit-x"
@@ -264,7 +317,9 @@ def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short():
     assert {"label", "chosen", "p_chosen", "alternative", "p_alternative"} <= tooltip
 
 
-def _decision_rec() -> dict:
+def _decision_result(tool_candidates: tuple = ("calculator", "lookup", "search")):
+    from evalrx.analyzers import RUNNER_UP, ToolDecisionResult
+
     layers = 3
     lp = np.full((2, layers, 3), np.nan, dtype=np.float32)
     lp[0, :, 0] = np.log([0.2, 0.5, 0.6])  # calculator, chosen
@@ -275,20 +330,24 @@ def _decision_rec() -> dict:
     margin = np.zeros((2, layers), dtype=np.float32)
     margin[0] = lp[0, :, 0] - np.nanmax(lp[0, :, 1:], axis=1)
     margin[1] = lp[1, :, 0] - lp[1, :, 1]
+    if len(tool_candidates) == 1:
+        lp[0, :, 1:] = np.nan
+        margin[0] = np.inf  # the analyzer's margin when nothing competes
     decisions = [
         {"step": 1, "call": 0, "kind": "tool_name", "arg": "", "chosen": "calculator",
-         "candidates": ["calculator", "lookup", "search"]},
+         "candidates": list(tool_candidates), "token_index": 12},
         {"step": 1, "call": 0, "kind": "arg_value", "arg": "city", "chosen": "<b>Paris</b>",
-         "candidates": ["<b>Paris</b>", "(best other token)"]},
+         "candidates": ["<b>Paris</b>", RUNNER_UP], "token_index": 20},
     ]
-    return {"arrays": {"cand_logprob": lp, "margin": margin, "runner_up_id": np.full((2, layers), 4)},
-            "meta": {"decisions": decisions, "vocab": _VOCAB}}
+    zeros = np.zeros((2, layers), dtype=np.float32)
+    return ToolDecisionResult(decisions, lp, lp, margin, zeros, zeros, np.full((2, layers), 4),
+                              info={"model": "test"}, vocab=_VOCAB)
 
 
-def test_decision_rows_and_caption_name_the_strongest_alternative():
+def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store):
     from components.analysis_panels import decision_chart, decision_rows, decision_summary
 
-    rows = decision_rows(_decision_rec(), 1)
+    rows = decision_rows(_decoded(analysis_store, _decision_result()), 1)
     tool = [r for r in rows if r["decision"] == 0]
     assert {r["alternative"] for r in tool if r["layer"] == 0} == {"lookup"}
     assert next(r for r in tool if r["layer"] == 2)["p_alternative"] == pytest.approx(0.6 / np.exp(0.42), abs=1e-4)
@@ -301,31 +360,72 @@ def test_decision_rows_and_caption_name_the_strongest_alternative():
     spec = decision_chart(tool).to_dict()
     assert {"chosen: calculator", "lookup", "search"} == {r["series"] for r in spec["data"]["values"]}
     assert {"chosen_name", "alternative", "p_alternative"} <= {t["field"] for t in spec["encoding"]["tooltip"]}
+    assert decision_rows(_decoded(analysis_store, _decision_result()), 2) == []  # another turn
 
 
-def test_decision_without_alternatives_says_so():
+def test_decision_without_alternatives_says_so(analysis_store):
     from components.analysis_panels import decision_rows, decision_summary
 
-    rec = _decision_rec()
-    rec["meta"]["decisions"][0]["candidates"] = ["calculator"]
-    rec["arrays"]["margin"][0] = np.inf  # the analyzer's margin when nothing competes
-    tool = [r for r in decision_rows(rec, 1) if r["decision"] == 0]
+    rows = decision_rows(_decoded(analysis_store, _decision_result(("calculator",))), 1)
+    tool = [r for r in rows if r["decision"] == 0]
     assert all(r["margin"] is None and r["alternative"] == "" for r in tool)
     assert decision_summary(tool).endswith("no alternative scored")
 
 
-def test_attention_chart_labels_every_segment_in_conversation_order():
+def test_attention_chart_labels_every_segment_in_conversation_order(analysis_store):
     from components.analysis_panels import attention_chart, attention_rows
+    from evalrx.analyzers import AttentionResult
 
-    segs = [{"label": x} for x in ("system", "user", "image", "turn@1", "image", "tool@2")]
-    rec = {"arrays": {"label_step": np.array([1, 1, 4]), "mass": np.full((3, 4, 6), 1 / 6, dtype=np.float32)},
-           "meta": {"segments": segs}}
-    rows = attention_rows(rec, 1)
+    segs = [{"kind": k, "step": None, "label": x} for k, x in
+            (("system", "system"), ("user", "user"), ("image", "image"), ("turn", "turn@1"), ("image", "image"),
+             ("observation", "tool@2"))]
+    labels = {"label_step": np.array([1, 1, 4]), "label_kind": np.array([0, 1, 0]), "label_arg": ["", "x", ""]}
+    result = AttentionResult([5, 6, 30], [1, 2, 3], np.full((3, 4, 6), 1 / 6, dtype=np.float32), segs, labels)
+    rows = attention_rows(_decoded(analysis_store, result), 1)
+    assert {r["layer"] for r in rows} == {1, 2, 3, 4} and all(r["mass"] == pytest.approx(1 / 6) for r in rows)
     spec = attention_chart(rows).to_dict()
     x = spec["encoding"]["x"]
     assert x["sort"] == ["system", "user", "image #1", "turn@1", "image #2", "tool@2"]  # repeats stay apart
     assert x["axis"]["labelOverlap"] is False and x["axis"]["labelLimit"] >= 120
     assert spec["height"] >= 100 and spec["autosize"]["type"] == "fit-x"
+
+
+def test_uncertainty_shades_the_turns_tokens_with_their_text_escaped(analysis_store):
+    from components.analysis_panels import uncertainty_html
+    from evalrx.analyzers import TokenUncertaintyResult
+
+    result = TokenUncertaintyResult(token_ids=[7, 8, 9], logprob=np.log([0.9, 0.2, 0.5]), entropy=[0.1, 1.5, 0.7],
+                                    rank=[0, 3, 0], step=[1, 1, 3], position=[4, 5, 9],
+                                    tokens=["<b>", "x\n", "later"], source="teacher_forced")
+    body = uncertainty_html(_decoded(analysis_store, result), 1)
+    assert body.count("<span") == 2 and "later" not in body
+    assert "&lt;b&gt;" in body and "<b>" not in body and "x↵" in body
+    assert 'title="p=0.200 entropy=1.50 rank=3"' in body and "rgba(220,60,60,0.80)" in body
+    assert uncertainty_html(_decoded(analysis_store, result), 2) is None
+
+
+def test_a_real_analysis_of_a_demo_trajectory_fills_every_panel(analysis_store):
+    """The four analyzers on the bundled demo model, stored and decoded as the page does, give each panel rows."""
+    import evalrx
+    from components.analysis_panels import attention_rows, decision_rows, lens_rows, panel_results, uncertainty_html
+    from evalrx.analyzers import analyze
+    from evalrx.models.agent import Agent
+    from evalrx.suites import load_cases
+    from evalrx.tools import get_tools
+
+    handle = evalrx.load("evalrx-tiny")
+    case = load_cases("demo/lookup_easy")[0]
+    tools = get_tools(["calculator", "lookup"], case=case)
+    traj = Agent(handle, tools).run(case)
+    names = ["logit_lens", "tool_decision", "attention", "token_uncertainty"]
+    analysed = analyze(handle, traj, names, tools=[t.to_openai() for t in tools])
+    results, unreadable = panel_results({n: _stored(analysis_store, analysed[n]) for n in names})
+    assert list(results) == names and unreadable == {}
+    calling = next(s for s in traj.steps if s.tool_calls)  # the model's turn that calls a tool
+    turn = calling.idx
+    assert lens_rows(results["logit_lens"], turn) and attention_rows(results["attention"], turn)
+    assert calling.tool_call["name"] in {r["chosen_name"] for r in decision_rows(results["tool_decision"], turn)}
+    assert uncertainty_html(results["token_uncertainty"], turn).count("<span") > 1
 
 
 def test_every_analysis_panel_has_a_how_to_read_line():

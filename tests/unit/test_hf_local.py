@@ -168,6 +168,21 @@ def test_forward_shapes_and_input_forms_agree(handle):
         handle.forward(ids, text="x")
 
 
+def test_forward_is_the_pass_the_analyzers_run(handle):
+    from evalrx.analyzers._compute import forward, local_model
+
+    ids = handle.tokenize(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True)[0].tolist()
+    keep = [0, len(ids) // 2, len(ids) - 1]
+    whole = handle.forward(ids)
+    logits, hidden = forward(local_model(handle, "test"), ids, keep)
+    # The same pass, only the kept rows projected (a smaller matrix product: equal up to float rounding).
+    torch.testing.assert_close(logits, whole.logits[0, keep], atol=1e-6, rtol=1e-5)
+    assert len(hidden) == len(whole.hidden_states)
+    assert all(torch.equal(a, b) for a, b in zip(hidden, whole.hidden_states))
+    no_hidden, none = forward(local_model(handle, "test"), ids, hidden=False)
+    assert none is None and torch.equal(no_hidden, whole.logits[0])
+
+
 def test_render_and_tokenize_match_the_chat_template(handle):
     text = handle.render(MESSAGES, tools=TOOLS, add_generation_prompt=True)
     assert text.endswith("<|im_start|>assistant\n") and '"name": "calculator"' in text

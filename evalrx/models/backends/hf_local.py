@@ -808,6 +808,8 @@ class HFLocalModel:
     ) -> ForwardOutput:
         """One teacher-forced forward pass over ids, raw text or a templated conversation.
 
+        The pass itself is `teacher_forced_forward`, the one the analyzers run too.
+
         Args:
             input_ids: a list of ids, a 1-D or ``[1, T]`` tensor.
             text: raw text, tokenized with the tokenizer's own special tokens.
@@ -843,17 +845,8 @@ class HFLocalModel:
             if ids.dim() == 1:
                 ids = ids.unsqueeze(0)
             ids = ids.to(self.device)
-        with torch.no_grad():
-            out = self.model(
-                input_ids=ids,
-                output_hidden_states=output_hidden_states,
-                output_attentions=output_attentions,
-                use_cache=False,
-                **extra,
-            )
-        hidden = tuple(out.hidden_states) if output_hidden_states and out.hidden_states is not None else None
-        attn = tuple(out.attentions) if output_attentions and out.attentions else None
-        return ForwardOutput(input_ids=ids, logits=out.logits, hidden_states=hidden, attentions=attn)
+        return teacher_forced_forward(self.model, ids, output_hidden_states=output_hidden_states,
+                                      output_attentions=output_attentions, inputs=extra)
 
     def __repr__(self) -> str:
         caps = ",".join(sorted(c.value for c in self.capabilities))
@@ -866,6 +859,58 @@ class HFLocalModel:
             f"attn={_attn_impl(self.model)!r}, capabilities=[{caps}])"
         )
 
+
+def _takes(model: Any, name: str) -> bool:
+    """Whether the model's `forward` has a parameter `name`."""
+    import inspect
+
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return False
+
+
+def teacher_forced_forward(
+    model: Any,
+    input_ids: Any,
+    *,
+    keep: Optional[Iterable[int]] = None,
+    output_hidden_states: bool = True,
+    output_attentions: bool = False,
+    inputs: Optional[dict] = None,
+) -> ForwardOutput:
+    """The one teacher-forced pass of evalrx: `HFLocalModel.forward` and every analyzer run it.
+
+    Args:
+        model: a transformers model.
+        input_ids: ``[1, T]`` token ids on the model's device.
+        keep: positions whose logits are needed (all when None); passed as `logits_to_keep`
+            when the model takes it, so the vocabulary projection runs only there.
+        output_hidden_states: return the residual stream of every layer.
+        output_attentions: return attention maps (the model must run eager attention).
+        inputs: further model inputs (a VLM's pixel values).
+
+    Returns:
+        `ForwardOutput`, its logits ``[1, len(keep) or T, V]`` in the model's dtype.
+    """
+    import torch
+
+    kwargs: dict = {"input_ids": input_ids, "use_cache": False, "return_dict": True,
+                    "output_hidden_states": output_hidden_states, **(inputs or {})}
+    if output_attentions:
+        kwargs["output_attentions"] = True
+    keep = None if keep is None else torch.tensor(list(keep), dtype=torch.long, device=input_ids.device)
+    sliced = keep is not None and _takes(model, "logits_to_keep")
+    if sliced:
+        kwargs["logits_to_keep"] = keep
+    with torch.no_grad():
+        out = model(**kwargs)
+    logits = out.logits
+    if keep is not None and not sliced:
+        logits = logits[:, keep.to(logits.device)]
+    hidden = tuple(out.hidden_states) if output_hidden_states and out.hidden_states is not None else None
+    attn = tuple(out.attentions) if output_attentions and out.attentions else None
+    return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn)
 
 def _provides(spec: ModelSpec) -> frozenset:
     if spec.api_only:
