@@ -1,0 +1,34 @@
+"""Run-level statistics: pass@k and flakiness, paired A/B comparison, step alignment, failure
+predictors and annotator agreement.
+
+Pure compute on plain Python data; numpy, scipy and statsmodels load only inside the functions that use them.
+"""
+
+from evalrx.runstats.agreement import agreement, cohen_kappa, fleiss_kappa, kind_confusion, step_agreement
+from evalrx.runstats.align import Alignment, align, changed_keys, normalize_args
+from evalrx.runstats.paired import PairedComparison, bootstrap_mean_ci, compare_outcomes
+from evalrx.runstats.passk import CaseRate, Reliability, pass_at_k, pass_hat_k, reliability
+from evalrx.runstats.predictors import Predictor, predictors, signal_value
+
+__all__ = [
+    "Alignment",
+    "CaseRate",
+    "PairedComparison",
+    "Predictor",
+    "Reliability",
+    "agreement",
+    "align",
+    "bootstrap_mean_ci",
+    "changed_keys",
+    "cohen_kappa",
+    "compare_outcomes",
+    "fleiss_kappa",
+    "kind_confusion",
+    "normalize_args",
+    "pass_at_k",
+    "pass_hat_k",
+    "predictors",
+    "reliability",
+    "signal_value",
+    "step_agreement",
+]
