@@ -42,6 +42,16 @@ def _retries(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_RETRIES}, not {text!r}") from None
 
 
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 5.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a temperature from 0 to 5")
+    return value
+
+
 def _whole(low: int, high: int):
     """An argparse type: a whole number in [low, high], else one line saying the range."""
     def parse(text: str) -> int:
@@ -67,13 +77,16 @@ def _choose_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     elif spec.api_only and args.backend != "api":
         parser.error(f"{spec.key} is API-only: use --backend api (with --base-url for your server), "
                      f"not {args.backend!r}")
+    if args.out and args.repeats > 1:
+        parser.error("--repeats needs the store (attempts are kept per case there): drop --out, then "
+                     "`evalrx export RUN FILE`")
     if args.out and Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a directory; give a file path such as {Path(args.out) / 'run.jsonl'}")
 
 
 def _call_budget(args: argparse.Namespace) -> dict:
-    """The RuntimeConfig settings `--timeout` / `--retries` ask for (none when not given)."""
-    asked = {"timeout": args.timeout, "max_retries": args.retries}
+    """The RuntimeConfig settings `--timeout` / `--retries` / `--temperature` ask for (none when not given)."""
+    asked = {"timeout": args.timeout, "max_retries": args.retries, "temperature": args.temperature}
     return {k: v for k, v in asked.items() if v is not None}
 
 
@@ -129,7 +142,7 @@ def _enqueue(args: argparse.Namespace) -> int:
         tools=[t.strip() for t in args.tools.split(",") if t.strip()],
         suite=args.suite, case_file=args.cases, max_turns=args.max_turns, system=args.system,
         block_repeat_calls=args.block_repeat_calls, force_final_answer=args.force_final_answer,
-        concurrency=args.concurrency, base_url=args.base_url,
+        concurrency=args.concurrency, base_url=args.base_url, repeats=args.repeats, seed=args.seed,
     )
     cases = None
     if args.limit:
@@ -210,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retries", type=_retries, metavar="N",
                      help=f"api backend: tries after the first within that budget, 0-{MAX_RETRIES} "
                           f"(default {RuntimeConfig.max_retries})")
+    run.add_argument("--repeats", type=_whole(1, 100), default=1, metavar="K",
+                     help="attempts per case, 1-100 (pass@k, flaky cases); pair with --temperature > 0")
+    run.add_argument("--temperature", type=_temperature, metavar="T",
+                     help="sampling temperature (0 = greedy, the default)")
+    run.add_argument("--seed", type=_whole(0, 2**31 - 1), default=0,
+                     help="local models: base of every attempt's sampling seed, so a run reproduces")
     run.add_argument("--system", help="system prompt")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser

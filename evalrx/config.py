@@ -35,6 +35,14 @@ class RunConfig:
     base_url: Optional[str] = None  # the API key is never part of a run config
     runtime: dict = field(default_factory=dict)  # RuntimeConfig settings: max_new_tokens, timeout, max_retries, ...
     chat_kwargs: dict = field(default_factory=dict)  # extra arguments of every model call
+    repeats: int = 1  # attempts per case (pass@k needs k <= repeats); sample with runtime temperature > 0
+    seed: int = 0  # local models: each attempt's sampling seed derives from it (see `attempt_seed`)
+
+    def attempt_seed(self, case_id: str, attempt: int) -> int:
+        """The sampling seed of one attempt at one case: the same run config reproduces the same attempts."""
+        import zlib
+
+        return zlib.crc32(f"{self.seed}:{case_id}:{attempt}".encode())
 
     def agent_kwargs(self) -> dict:
         """What `Agent` (and `evalrx.models.agent.run_case`) takes from this run."""

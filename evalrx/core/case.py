@@ -108,6 +108,7 @@ class Trajectory:
     ground_truth: Any = None
     outcome: Label = Label.UNKNOWN
     metrics: dict = field(default_factory=dict)
+    attempt: int = 1  # which of a run's repeated attempts at this case (1..repeats)
 
     @property
     def terminated(self) -> str:
@@ -122,6 +123,7 @@ class Trajectory:
             "ground_truth": self.ground_truth,
             "outcome": self.outcome.value,
             "metrics": self.metrics,
+            "attempt": self.attempt,
         }
 
     @classmethod
@@ -134,6 +136,7 @@ class Trajectory:
             ground_truth=d.get("ground_truth"),
             outcome=Label(d.get("outcome") or "unknown"),
             metrics=dict(d.get("metrics") or {}),
+            attempt=int(d.get("attempt") or 1),
         )
 
     def to_json(self) -> str:

@@ -11,6 +11,7 @@ Torch-free.
 from __future__ import annotations
 
 import inspect
+import sys
 import time
 import warnings
 from typing import Any, Callable, Iterable, Optional
@@ -425,7 +426,8 @@ def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
     )
 
 
-def run_case(handle: Any, case: Any, tools: Iterable[Tool], *, grade: bool = False, **agent_kwargs: Any) -> Trajectory:
+def run_case(handle: Any, case: Any, tools: Iterable[Tool], *, grade: bool = False, seed: Optional[int] = None,
+             **agent_kwargs: Any) -> Trajectory:
     """Run one case through the agent loop: the one place `run_batch`, the worker and the offline runner run a case.
 
     A run that raises (a server down, a limit) becomes an error trajectory instead of an exception.
@@ -435,9 +437,12 @@ def run_case(handle: Any, case: Any, tools: Iterable[Tool], *, grade: bool = Fal
         case: a prompt, `Inputs` or `FailureCase`.
         tools: the case's tools.
         grade: also grade it against the case's expected answer (`evalrx.grade.grade_trajectory`).
+        seed: seeds torch's sampler first, so a local model's sampled attempt can be reproduced.
         **agent_kwargs: `Agent` arguments (max_turns, system, codec, loop policies, chat_kwargs).
     """
     case = _as_case(case)
+    if seed is not None and "torch" in sys.modules:  # only local models sample with torch; API runs never load it
+        sys.modules["torch"].manual_seed(seed)
     try:
         trajectory = Agent(handle, list(tools), **agent_kwargs).run(case)
     except Exception as exc:  # the case fails, its caller goes on

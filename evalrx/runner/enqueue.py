@@ -14,13 +14,13 @@ def _check(cfg: dict) -> None:
     """Fail at enqueue, not minutes later in the worker, on unknown spec, backend, tool or analyzer."""
     from evalrx.models import resolve_spec_key
     from evalrx.models.backends import get_backend
-    from evalrx.runner.analysis import HOOKS
     from evalrx.tools import TOOLS
 
     model = cfg.get("model") or {}
     if not model.get("name"):
         raise ValueError("the run config names no model (model.name)")
-    for key, low, high in (("max_turns", 1, 100), ("concurrency", 1, 64)):
+    for key, low, high in (("max_turns", 1, 100), ("concurrency", 1, 64), ("repeats", 1, 100),
+                           ("seed", 0, 2**31 - 1)):
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
             raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
@@ -33,13 +33,10 @@ def _check(cfg: dict) -> None:
     unknown = [t for t in cfg.get("tools") or [] if t not in TOOLS]
     if unknown:
         raise ValueError(f"Unknown tool(s) {unknown}. Known tools: {sorted(TOOLS)}.")
-    from evalrx.analyzers import ANALYZERS
+    from evalrx.analyzers import analyzer_class
 
     for entry in cfg.get("analyzers") or []:
-        name = entry if isinstance(entry, str) else (entry or {}).get("name")
-        if not isinstance(name, str) or (name.lower() not in HOOKS and name.lower() not in ANALYZERS):
-            known = sorted(set(HOOKS) | set(ANALYZERS))
-            raise ValueError(f"Unknown analyzer {name!r}. Known analyzers: {', '.join(known)}.")
+        analyzer_class(entry if isinstance(entry, str) else (entry or {}).get("name"))  # unknown: lists the known
 
 
 def enqueue_run(
@@ -92,7 +89,8 @@ def enqueue_run(
         name = f"{cfg['model']['name']} on {source}"
     st = resolve(store)
     with st.write() as s:
-        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound)
+        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound,
+                                       repeats=int(cfg.get("repeats") or 1))
         store_jobs.enqueue_job(s, run_id)
     return run_id
 
@@ -109,8 +107,8 @@ def cancel_run(run_id: int, *, store: "Store | str | None" = None) -> str:
 def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" = None) -> int:
     """Queue a new job for a run: its cases without a trajectory and, with `errors`, those that errored.
 
-    An errored case (server, harness, a worker that died on it) is run again as a new attempt: its
-    error trajectory is removed and its error kept in the run's meta (`retried`), its start count reset.
+    An errored attempt (server, harness, a worker that died on it) is run again: its error trajectory
+    is removed and its error kept in the run's meta (`retried`), its start count reset.
 
     Returns:
         The new job id.
@@ -130,13 +128,13 @@ def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" =
             raise ValueError(f"run {run_id} already has a queued or running job")
         if errors:
             T = t.Trajectory
-            rows = s.execute(select(T.id, T.case_id, T.sample_id, T.error)
+            rows = s.execute(select(T.id, T.case_id, T.attempt, T.sample_id, T.error)
                              .where(T.run_id == run_id, T.outcome == "error")).all()
             if rows:
                 s.execute(delete(T).where(T.id.in_([r.id for r in rows])))
-                s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id,
-                                                  t.RunCase.case_id.in_([r.case_id for r in rows]))
-                          .values(attempts=0))
+                for r in rows:
+                    s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id, t.RunCase.case_id == r.case_id,
+                                                      t.RunCase.attempt == r.attempt).values(starts=0))
                 retried = list((run.meta or {}).get("retried") or [])
                 retried.append({"at": t.utcnow().isoformat(), "errors": {r.sample_id: (r.error or "")[:500]
                                                                          for r in rows}})

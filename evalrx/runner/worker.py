@@ -150,6 +150,9 @@ def load_handle(cfg: dict, run_key: Optional[str] = None) -> Any:
 
     run = RunConfig.from_dict(cfg)
     runtime = _runtime_kwargs(run)
+    if (run.model.backend or "hf_local") == "hf_local" and "attention" in analysis.capture_kinds(run.analyzers):
+        # Eager attention from the start: generation then captures attention too, and no second pass runs.
+        run.model.want = tuple(run.model.want) + ("attention",)
     if (run.model.backend or "hf_local") == "api":
         key, url = api_key_for(cfg, run_key)
         runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
@@ -305,23 +308,23 @@ class Worker:
         from evalrx.store.runs import pending_work
 
         cfg, cases, starts = pending_work(job.run_id, store=self.store)
-        for _, case in cases:  # stored image bytes become what tools expect
+        for _, _, case in cases:  # stored image bytes become what tools expect
             case.inputs.image = _case_image(case.inputs.image)
         return cfg, cases, starts
 
     def _run_job(self, job: Any) -> str:
         cfg, cases, starts = self._load_job(job)
-        # A case that killed its worker max_case_attempts times is recorded as an error; the run goes on.
-        for case_id, case in [c for c in cases if starts.get(c[0], 0) >= self.max_case_attempts]:
-            died = RuntimeError(f"the worker died {starts[case_id]} times on this case; not run again "
+        # An attempt that killed its worker max_case_attempts times is recorded as an error; the run goes on.
+        for case_id, attempt, case in [c for c in cases if starts.get(c[:2], 0) >= self.max_case_attempts]:
+            died = RuntimeError(f"the worker died {starts[case_id, attempt]} times on this case; not run again "
                                 "(`evalrx runs retry` runs it once more)")
             from evalrx.models.agent import error_trajectory
 
             traj = error_trajectory(case, died)
-            traj.outcome = Label.ERROR
+            traj.outcome, traj.attempt = Label.ERROR, attempt
             if self._record(job, None, cfg, [], case_id, case, CaseResult(traj, [])):
                 raise JobCancelled()
-        cases = [c for c in cases if starts.get(c[0], 0) < self.max_case_attempts]
+        cases = [c for c in cases if starts.get(c[:2], 0) < self.max_case_attempts]
         if not cases:
             jobs.finish_job(self.store, job.id, self.worker_id, "done")
             return "done"
@@ -357,7 +360,7 @@ class Worker:
 
     # ------------------------------------------------------------ cases
 
-    def _run_case(self, handle: Any, cfg: dict, case: FailureCase) -> CaseResult:
+    def _run_case(self, handle: Any, cfg: dict, case: FailureCase, attempt: int = 1) -> CaseResult:
         from evalrx.config import RunConfig
         from evalrx.models.agent import error_trajectory, run_case
         from evalrx.tools import get_tools
@@ -372,18 +375,19 @@ class Worker:
             traj.outcome = Label.ERROR
         else:
             # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
-            traj = run_case(handle, case, tools, grade=True,
+            traj = run_case(handle, case, tools, grade=True, seed=run.attempt_seed(case.id, attempt),
                             **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers))
+        traj.attempt = attempt
         if traj.terminated == "error":
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
     def _results_serial(self, run_id: int, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
-        for case_id, case in cases:
+        for case_id, attempt, case in cases:
             if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
-            jobs.start_case(self.store, run_id, case_id)
-            yield case_id, case, self._run_case(handle, cfg, case)
+            jobs.start_case(self.store, run_id, case_id, attempt)
+            yield case_id, case, self._run_case(handle, cfg, case, attempt)
 
     def _results_parallel(self, run_id: int, handle: Any, cfg: dict, cases: list, width: int) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
@@ -395,9 +399,9 @@ class Worker:
                 nxt = next(pending, None)
                 if nxt is None:
                     return False
-                case_id, case = nxt
-                jobs.start_case(self.store, run_id, case_id)
-                running[pool.submit(self._run_case, handle, cfg, case)] = (case_id, case)
+                case_id, attempt, case = nxt
+                jobs.start_case(self.store, run_id, case_id, attempt)
+                running[pool.submit(self._run_case, handle, cfg, case, attempt)] = (case_id, case)
                 return True
 
             for _ in range(width):

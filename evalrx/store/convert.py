@@ -248,6 +248,7 @@ def trajectory_fields(traj: Trajectory) -> dict:
     outcome = traj.outcome.value if isinstance(traj.outcome, Label) else str(traj.outcome or "unknown")
     return {
         "sample_id": str(traj.sample_id)[:300],
+        "attempt": max(1, int(getattr(traj, "attempt", 1) or 1)),
         "goal": clean(traj.goal or ""),
         "final_answer": clean(traj.final_answer),
         "ground_truth": jsonable(traj.ground_truth),
@@ -286,6 +287,7 @@ def trajectory_from_rows(row: Any, steps: Iterable[Any]) -> Trajectory:
         ground_truth=row.ground_truth,
         outcome=Label(row.outcome) if row.outcome in Label._value2member_map_ else Label.UNKNOWN,
         metrics=dict(row.metrics or {}),
+        attempt=int(getattr(row, "attempt", 1) or 1),
     )
 
 

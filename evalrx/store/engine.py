@@ -249,6 +249,15 @@ def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
     Returns:
         The revision the store is at afterwards.
     """
+    return _migrate(url, revision, down=False)
+
+
+def downgrade(url: Optional[str], revision: str) -> str:
+    """Take the store's schema back to `revision` (what a newer revision added is dropped)."""
+    return _migrate(url, revision, down=True)
+
+
+def _migrate(url: Optional[str], revision: str, *, down: bool) -> str:
     from alembic import command
     from alembic.config import Config
 
@@ -259,5 +268,5 @@ def upgrade(url: Optional[str] = None, revision: str = "head") -> str:
     cfg.set_main_option("sqlalchemy.url", target.replace("%", "%%"))
     with migration_connection(store.engine) as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        (command.downgrade if down else command.upgrade)(cfg, revision)
     return store.schema_revision() or ""

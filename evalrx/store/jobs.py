@@ -56,7 +56,7 @@ def _info(job: t.Job) -> JobInfo:
         run_id=job.run_id,
         status=job.status,
         worker_id=job.worker_id,
-        attempts=job.attempts,
+        claims=job.attempts,
         progress_done=job.progress_done,
         progress_total=job.progress_total,
         cancel_requested=job.cancel_requested,
@@ -327,18 +327,19 @@ def release_job(store: Store, job_id: int, worker_id: str) -> None:
         s.execute(update(t.Run).where(t.Run.id == owned.run_id).values(status="queued"))
 
 
-def start_case(store: Store, run_id: int, case_id: int) -> int:
-    """Count one more start of a case (before it runs); returns how many starts it has had, this one included."""
+def start_case(store: Store, run_id: int, case_id: int, attempt: int = 1) -> int:
+    """Count one more start of a case's attempt (before it runs); returns its starts, this one included."""
+    R = t.RunCase
+    key = (R.run_id == run_id, R.case_id == case_id, R.attempt == attempt)
     with store.write() as s:
-        s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id, t.RunCase.case_id == case_id)
-                  .values(attempts=t.RunCase.attempts + 1))
-        return s.execute(select(t.RunCase.attempts).where(t.RunCase.run_id == run_id,
-                                                          t.RunCase.case_id == case_id)).scalar_one()
+        s.execute(update(R).where(*key).values(starts=R.starts + 1))
+        return s.execute(select(R.starts).where(*key)).scalar_one()
 
 
-def case_attempts(session: Session, run_id: int) -> dict:
-    """{case id: starts} of a run's cases."""
-    return dict(session.execute(select(t.RunCase.case_id, t.RunCase.attempts).where(t.RunCase.run_id == run_id)).all())
+def case_starts(session: Session, run_id: int) -> dict:
+    """{(case id, attempt): starts} of a run's work list."""
+    R = t.RunCase
+    return {(c, a): n for c, a, n in session.execute(select(R.case_id, R.attempt, R.starts).where(R.run_id == run_id))}
 
 
 def get_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[JobInfo]:

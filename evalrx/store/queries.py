@@ -10,7 +10,7 @@ import base64
 import json
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import Select, and_, exists, func, or_, select, tuple_
+from sqlalchemy import Select, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
 
 from evalrx.core.failures import canonical_kind
@@ -300,7 +300,7 @@ def _run_info(run: t.Run, job: Optional[t.Job]) -> RunInfo:
         started_at=run.started_at, finished_at=run.finished_at, error=run.error,
         job_id=job.id if job else None, job_status=job.status if job else None,
         worker_id=job.worker_id if job else None, heartbeat_at=job.heartbeat_at if job else None,
-        cancel_requested=bool(job.cancel_requested) if job else False, attempts=job.attempts if job else 0,
+        cancel_requested=bool(job.cancel_requested) if job else False, job_claims=job.attempts if job else 0,
     )
 
 
@@ -401,52 +401,15 @@ def run_stats(run_id: int, *, store: "Store | str | None" = None) -> RunStats:
         )
 
 
-def compare_runs(run_a: int, run_b: int, *, store: "Store | str | None" = None) -> list[dict]:
-    """Pair two runs' trajectories by case key: one dict per case present in either run."""
-    A = t.Trajectory.__table__.alias("a")
-    B = t.Trajectory.__table__.alias("b")
-    cols = lambda X, p: [  # noqa: E731
-        X.c.id.label(f"{p}_id"), X.c.outcome.label(f"{p}_outcome"), X.c.label.label(f"{p}_label"),
-        X.c.terminated.label(f"{p}_terminated"), X.c.latency_ms.label(f"{p}_latency_ms"),
-    ]
-    with resolve(store).read() as s:
-        left = s.execute(
-            select(A.c.sample_id, *cols(A, "a"), *cols(B, "b"))
-            .select_from(A.outerjoin(B, and_(B.c.sample_id == A.c.sample_id, B.c.run_id == run_b)))
-            .where(A.c.run_id == run_a)
-            .order_by(A.c.sample_id)
-        ).mappings().all()
-        only_b = s.execute(
-            select(B.c.sample_id, *cols(B, "b"))
-            .where(B.c.run_id == run_b)
-            .where(~exists().where(A.c.run_id == run_a, A.c.sample_id == B.c.sample_id))
-            .order_by(B.c.sample_id)
-        ).mappings().all()
-    keys = ["sample_id"] + [f"{p}_{c}" for p in ("a", "b") for c in ("id", "outcome", "label", "terminated", "latency_ms")]
-    out = [dict(r) for r in left]
-    for r in only_b:
-        d = dict.fromkeys(keys)
-        d.update(dict(r))
-        out.append(d)
-    return out
-
-
-def run_case_ids(run_id: int, *, store: "Store | str | None" = None) -> list[tuple[int, int]]:
-    """A run's (position, case id) list, in order."""
-    with resolve(store).read() as s:
-        return [tuple(r) for r in s.execute(
-            select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id).order_by(t.RunCase.position)
-        ).all()]
-
-
-def pending_cases(session: Any, run_id: int) -> list[tuple[int, int]]:
-    """(position, case id) of a run's cases that have no trajectory yet, in order."""
-    T = t.Trajectory
+def pending_cases(session: Any, run_id: int) -> list[tuple[int, int, int]]:
+    """(position, case id, attempt) of a run's attempts that have no trajectory yet: every case's first
+    attempt in order, then every second attempt, ..."""
+    T, R = t.Trajectory, t.RunCase
     return [tuple(r) for r in session.execute(
-        select(t.RunCase.position, t.RunCase.case_id)
-        .where(t.RunCase.run_id == run_id)
-        .where(~exists().where(T.run_id == run_id, T.case_id == t.RunCase.case_id))
-        .order_by(t.RunCase.position)
+        select(R.position, R.case_id, R.attempt)
+        .where(R.run_id == run_id)
+        .where(~exists().where(T.run_id == run_id, T.case_id == R.case_id, T.attempt == R.attempt))
+        .order_by(R.attempt, R.position)
     ).all()]
 
 

@@ -32,7 +32,7 @@ class RunInfo:
     worker_id: Optional[str] = None
     heartbeat_at: Optional[datetime] = None
     cancel_requested: bool = False
-    attempts: int = 0
+    job_claims: int = 0  # times workers claimed the run's job (a resumed job counts again)
 
     @property
     def progress(self) -> float:
@@ -142,7 +142,7 @@ class JobInfo:
     run_id: int
     status: str
     worker_id: Optional[str]
-    attempts: int
+    claims: int  # times workers claimed this job (the `jobs.attempts` column)
     progress_done: int
     progress_total: int
     cancel_requested: bool

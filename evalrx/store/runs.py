@@ -65,7 +65,7 @@ def upsert_case(session: Session, case: FailureCase) -> int:
 # What a queued run's stored config may hold: an allow-list, so a header, token or key never gets in.
 RUN_CONFIG_KEYS = frozenset({
     "model", "tools", "suite", "case_file", "max_turns", "system", "block_repeat_calls", "force_final_answer",
-    "concurrency", "analyzers", "base_url", "runtime", "chat_kwargs",
+    "concurrency", "analyzers", "base_url", "runtime", "chat_kwargs", "repeats", "seed",
 })
 MODEL_KEYS = frozenset({"name", "backend", "want", "checkpoint", "device", "dtype"})
 # RuntimeConfig's fields less the key (a test keeps the two lists in step).
@@ -153,8 +153,14 @@ def create_run(
     status: str = "queued",
     meta: Optional[dict] = None,
     key_bound: bool = False,
+    repeats: int = 1,
+    attempts: Optional[Sequence[int]] = None,
 ) -> int:
-    """Insert a run and its ordered case list; return the run id."""
+    """Insert a run and its ordered work list; return the run id.
+
+    Each case is run `repeats` times (attempts 1..repeats); or, for imports, `attempts[i]` names the
+    attempt of `cases[i]` (the same case may then appear once per attempt). `n_cases` counts attempts.
+    """
     cfg = config_dict(config)
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
     run = t.Run(
@@ -165,19 +171,26 @@ def create_run(
         backend=model.get("backend") or cfg.get("backend"),
         config=cfg,
         meta=convert.jsonable(meta or {}),
-        n_cases=len(cases),
+        n_cases=len(cases) * repeats if attempts is None else len(cases),
         key_bound=key_bound,
     )
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1 (got {repeats})")
     session.add(run)
     session.flush()
     seen: dict = {}
+    positions: dict = {}
     rows = []
-    for pos, case in enumerate(cases):
+    for i, case in enumerate(cases):
         case_id = upsert_case(session, case)
-        if case_id in seen:
-            raise ValueError(f"case {case.id!r} appears twice in the run (positions {seen[case_id]} and {pos})")
-        seen[case_id] = pos
-        rows.append({"run_id": run.id, "case_id": case_id, "position": pos})
+        pos = positions.setdefault(case_id, len(positions))  # a case keeps one place whatever its attempts
+        for attempt in (range(1, repeats + 1) if attempts is None else [int(attempts[i])]):
+            if (case_id, attempt) in seen:
+                where = f"attempt {attempt} " if attempts is not None else ""
+                raise ValueError(f"case {case.id!r} {where}appears twice in the run (positions {seen[case_id, attempt]} "
+                                 f"and {i})")
+            seen[case_id, attempt] = i
+            rows.append({"run_id": run.id, "case_id": case_id, "attempt": attempt, "position": pos})
     if rows:
         session.execute(insert(t.RunCase), rows)
     return run.id
@@ -195,7 +208,7 @@ def save_trajectory(
 ) -> int:
     """Insert one trajectory with its steps, tools used and diagnoses; return its id.
 
-    The (run, case) pair is unique: a second insert raises `IntegrityError`, which
+    The (run, case, attempt) triple is unique: a second insert raises `IntegrityError`, which
     rolls the caller's transaction back. `labels` are label dicts (as exported) to
     restore, oldest first; `diagnoses` are `Diagnosis` objects, best first.
     """
@@ -321,20 +334,22 @@ def update_run_meta(run_id: int, *, store: "Store | str | None" = None, **meta: 
 
 
 def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[dict, list, dict]":
-    """What a worker needs to run a job: (run config, [(case id, FailureCase with image bytes)] of the cases
-    without a trajectory in run order, {case id: starts so far})."""
-    from evalrx.store.jobs import case_attempts
+    """What a worker needs to run a job: (run config, [(case id, attempt, FailureCase with image bytes)] of the
+    attempts without a trajectory, in run order, {(case id, attempt): starts so far})."""
+    from evalrx.store.jobs import case_starts
     from evalrx.store.queries import pending_cases
 
     with resolve(store).read() as s:
         cfg = dict(s.get(t.Run, run_id).config or {})
         todo = pending_cases(s, run_id)
-        rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_([cid for _, cid in todo]))).scalars()}
+        rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_({cid for _, cid, _ in todo}))).scalars()}
         shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
         blobs = {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()} \
             if shas else {}
-        cases = [(cid, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256))) for _, cid in todo]
-        return cfg, cases, case_attempts(s, run_id)
+        # Each attempt gets its own case object: tools and the worker may change it while it runs.
+        cases = [(cid, attempt, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256)))
+                 for _, cid, attempt in todo]
+        return cfg, cases, case_starts(s, run_id)
 
 
 def trajectory_ids(run_id: Optional[int] = None, *, store: "Store | str | None" = None) -> "list[int]":

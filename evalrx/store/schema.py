@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0005"
+SCHEMA_VERSION = "0006"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -100,6 +100,8 @@ class Run(Base):
     error: Mapped[Optional[str]] = mapped_column(Text)
     # The run's API key was given for it alone: only a worker started for this run (`--run ID`) claims it.
     key_bound: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # An imported file's content hash: importing the same file again is refused (unless asked).
+    source_sha256: Mapped[Optional[str]] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[Optional[datetime]]
     finished_at: Mapped[Optional[datetime]]
@@ -177,21 +179,22 @@ class Case(Base):
 
 
 class RunCase(Base):
-    """The ordered case list of a run (fixed when the run is enqueued)."""
+    """The ordered work list of a run (fixed when the run is enqueued): each case once per attempt (1..repeats)."""
 
     __tablename__ = "run_cases"
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
     case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(primary_key=True, default=1, server_default=text("1"))
     position: Mapped[int]
-    # Times a worker started this case; one that died on it leaves the count up (crash loops end per case).
-    attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    # Times a worker started this attempt; one that died on it leaves the count up (crash loops end per attempt).
+    starts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
 
-    __table_args__ = (UniqueConstraint("run_id", "position"), Index(None, "case_id"))
+    __table_args__ = (UniqueConstraint("run_id", "position", "attempt"), Index(None, "case_id"))
 
 
 class Trajectory(Base):
-    """One case's run. Unique per (run, case): a case is never stored twice in a run."""
+    """One attempt at a case. Unique per (run, case, attempt): an attempt is never stored twice."""
 
     __tablename__ = "trajectories"
 
@@ -199,6 +202,7 @@ class Trajectory(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
     case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"))
     sample_id: Mapped[str] = mapped_column(String(300))
+    attempt: Mapped[int] = mapped_column(default=1, server_default=text("1"))  # 1..the run's repeats
     goal: Mapped[str] = mapped_column(Text, default="")
     final_answer: Mapped[Optional[str]] = mapped_column(Text)
     ground_truth: Mapped[Optional[Any]] = mapped_column(JSONType)
@@ -223,7 +227,7 @@ class Trajectory(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
-        UniqueConstraint("run_id", "case_id"),
+        UniqueConstraint("run_id", "case_id", "attempt"),
         Index(None, "run_id", "failure_kind"),
         Index(None, "run_id", "id"),
         Index(None, "run_id", "sample_id"),

@@ -108,7 +108,7 @@ def fill_run(url: str, n: int, *, seed: int = 0, name: str = "run", prefix: str 
     with store.write() as s:
         run_id = runs.create_run(s, name=name, config={"model": {"name": "evalrx-tiny", "backend": "hf_local"}},
                                  cases=cases, status=status)
-        for pos, case_id in pending_cases(s, run_id):
+        for pos, case_id, _ in pending_cases(s, run_id):
             o = outcomes[pos] if outcomes else None
             ids.append(runs.save_trajectory(s, run_id, case_id, make_trajectory(cases[pos], rng, outcome=o)))
         from evalrx.store import schema as t
@@ -132,6 +132,6 @@ def add_xss_run(url: str) -> tuple[int, int]:
     with store.write() as s:
         run_id = runs.create_run(s, name=f"xss {XSS_SCRIPT}", config={"model": {"name": "evalrx-tiny"}},
                                  cases=[case], status="done")
-        (pos, case_id), = pending_cases(s, run_id)
+        (pos, case_id, _), = pending_cases(s, run_id)
         tid = runs.save_trajectory(s, run_id, case_id, xss_trajectory(case))
     return run_id, tid

@@ -24,7 +24,7 @@ def _labelled_run(store):
     with store.write() as s:
         run_id = runs.create_run(s, name="labelled", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"},
                                                              "tools": ["calculator"], "max_turns": 4}, cases=cases)
-        for pos, cid in pending_cases(s, run_id):
+        for pos, cid, _ in pending_cases(s, run_id):
             runs.save_trajectory(s, run_id, cid, trajs[pos])
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
     S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", note="n1", annotator="ana", store=store)

@@ -236,7 +236,7 @@ def test_compare_runs_pairs_cases_by_key(store_url):
     rng = random.Random(1)
     with store.write() as s:
         b = runs.create_run(s, cases=cases)
-        for pos, cid in pending_cases(s, b):
+        for pos, cid, _ in pending_cases(s, b):
             runs.save_trajectory(s, b, cid, make_trajectory(cases[pos], rng))
     pairs = {p["sample_id"]: p for p in S.compare_runs(a, b, store=store)}
     assert len(pairs) == 6

@@ -131,6 +131,10 @@ def test_foreign_keys_cascade_on_run_delete(store_url):
 
 def test_upgrade_from_0001_keeps_the_data(store_url):
     """0002 moves search text out of `trajectories` (a table copy on SQLite): no row is lost or cascaded."""
+    from evalrx.store.engine import downgrade
+
+    S.forget(store_url)
+    assert downgrade(store_url, "0005") == "0005"  # 0006 changes keys: Alembic's own downgrade undoes it
     S.forget(store_url)
     store = S.connect(store_url, check=False)
     with store.write() as s:  # back to an empty 0001 store (the fixture upgraded to head)

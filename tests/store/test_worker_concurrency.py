@@ -49,7 +49,7 @@ def test_three_workers_drain_a_queue_without_double_claims(backend, request, tmp
     assert len({m for m in re.findall(r"worker (\S+): job", text)}) >= 2  # the work was shared
     for run_id in run_ids:
         info = S.get_run(run_id, store=store)
-        assert (info.status, info.n_done, info.n_pass, info.attempts) == ("done", N_CASES, N_CASES, 1)
+        assert (info.status, info.n_done, info.n_pass, info.job_claims) == ("done", N_CASES, N_CASES, 1)
     report = integrity_report(store)
     assert report == dict.fromkeys(report, 0)
     assert S.count_trajectories(store=store) == N_JOBS * N_CASES

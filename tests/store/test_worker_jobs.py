@@ -51,7 +51,7 @@ def test_a_run_goes_from_queue_to_graded_trajectories(store_url, calls):
     assert (info.status, info.job_status, info.n_done, info.n_pass, info.n_fail) == ("done", "done", 6, 6, 0)
     assert info.finished_at >= info.started_at
     job = S.jobs_of_run(run_id, store=store)[0]
-    assert job.progress_done == job.progress_total == 6 and job.attempts == 1
+    assert job.progress_done == job.progress_total == 6 and job.claims == 1
     assert len(calls) == 1  # the model is loaded once per job
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
     detail = S.get_trajectory(rows[2].id, store=store)
@@ -86,7 +86,7 @@ def test_claims_are_in_order_and_exclusive(store_url):
     second = jobs.claim_next(store, "w2")
     assert (first.run_id, second.run_id) == (a, b)
     assert jobs.claim_next(store, "w1") is None
-    assert first.status == "running" and first.worker_id == "w1" and first.attempts == 1
+    assert first.status == "running" and first.worker_id == "w1" and first.claims == 1
     assert S.get_run(a, store=store).status == "running"
     assert jobs.heartbeat(store, "w1", first.id) is True
     assert jobs.heartbeat(store, "w2", first.id) is False  # not its job
@@ -106,7 +106,7 @@ def test_resume_runs_only_the_missing_cases(store_url, calls):
     w = _worker(store, worker_id="first")
     w.current_job = job.id
     cfg, todo, _ = w._load_job(job)
-    for case_id, case in todo[:2]:  # two cases finished before a crash
+    for case_id, _, case in todo[:2]:  # two cases finished before a crash
         w._record(job, None, cfg, [], case_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case))
     with store.write() as s:  # the worker dies: its job goes stale
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
@@ -116,7 +116,7 @@ def test_resume_runs_only_the_missing_cases(store_url, calls):
     (handle,) = calls
     assert handle._n == 3  # the scripted model started only the three missing cases
     info = S.get_run(run_id, store=store)
-    assert info.status == "done" and info.n_done == 5 and info.attempts == 2
+    assert info.status == "done" and info.n_done == 5 and info.job_claims == 2
     assert integrity_report(store)["duplicate_cases"] == 0
 
 
@@ -197,7 +197,7 @@ def test_a_worker_that_lost_its_job_writes_nothing(store_url):
     cfg, todo, _ = w._load_job(job)
     with store.write() as s:  # requeued and taken by another worker meanwhile
         s.execute(update(t.Job).values(status="running", worker_id="new"))
-    case_id, case = todo[0]
+    case_id, _, case = todo[0]
     result = w._run_case(worker_mod.load_handle(cfg), cfg, case)
     with pytest.raises(jobs.LeaseLost):
         w._record(job, None, cfg, [], case_id, case, result)
@@ -377,3 +377,30 @@ def test_tool_images_are_stored_once_per_content_with_their_step(store_url):
     assert [(idx, pos) for idx, pos, _ in media] == [(2, 0), (2, 1)] * 2
     assert S.get_blob(media[0][2], store=store) == (png, "image/png")
     assert S.get_run(run_id, store=store).n_done == 2
+
+
+def test_repeats_run_every_case_k_times_and_resume_per_attempt(store_url, calls):
+    from dataclasses import replace
+
+    store = S.connect(store_url)
+    run_id = enqueue_run(replace(scripted_config(), repeats=3), cases(4), store=store)
+    assert S.get_run(run_id, store=store).n_cases == 12
+    job = jobs.claim_next(store, "first")
+    w = _worker(store, worker_id="first")
+    w.current_job = job.id
+    cfg, todo, _ = w._load_job(job)
+    assert [a for _, a, _ in todo] == [1] * 4 + [2] * 4 + [3] * 4  # every first attempt, then every second...
+    for case_id, attempt, case in todo[:5]:  # five attempts finished before a crash
+        w._record(job, None, cfg, [], case_id, case,
+                  w._run_case(worker_mod.load_handle(cfg), cfg, case, attempt))
+    with store.write() as s:
+        s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
+    assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
+    calls.clear()
+    _worker(store, worker_id="second").run()
+    (handle,) = calls
+    assert handle._n == 7  # only the seven missing attempts ran
+    info = S.get_run(run_id, store=store)
+    assert info.status == "done" and info.n_done == 12
+    per_case = S.attempts_of(run_id, store=store)
+    assert len(per_case) == 4 and all(sorted(a for a, *_ in v) == [1, 2, 3] for v in per_case.values())

@@ -60,7 +60,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(sqlite_url, model
     info = S.get_run(run_id, store=store)
     assert info.status == "done" and info.n_done == N_CASES
     assert info.n_error == 0  # no kill cost a case: each was run again, none given up on
-    assert info.attempts == N_KILLS + 1  # each restart resumed the same job
+    assert info.job_claims == N_KILLS + 1  # each restart resumed the same job
     assert "database is locked" not in log.read_text()
     rows = S.list_trajectories(run_id=run_id, store=store, limit=1000).rows
     assert sorted(r.sample_id for r in rows) == sorted(c.id for c in cases)  # every case exactly once
@@ -97,7 +97,7 @@ def test_pg_sigkill_with_a_scripted_model(pg_url, tmp_path):
     final = start_worker(url, "--once", "--poll", "0.05", log=log)
     assert final.wait(timeout=120) == 0, log.read_text()[-3000:]
     info = S.get_run(run_id, store=store)
-    assert (info.status, info.n_done, info.n_pass, info.attempts) == ("done", 40, 40, PG_KILLS + 1)
+    assert (info.status, info.n_done, info.n_pass, info.job_claims) == ("done", 40, 40, PG_KILLS + 1)
     report = integrity_report(store)
     assert report == dict.fromkeys(report, 0), report
     assert S.count_trajectories(run_id=run_id, store=store) == 40

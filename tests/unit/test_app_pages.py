@@ -342,7 +342,7 @@ def test_long_output_is_collapsed_and_errors_shown(store_url):
     store = S.connect(store_url)
     with store.write() as s:
         rid = runs.create_run(s, name="long", cases=[case], status="done")
-        (_, cid), = pending_cases(s, rid)
+        (_, cid, _), = pending_cases(s, rid)
         tid = runs.save_trajectory(s, rid, cid, traj)
     at = open_page("trajectory", id=tid)
     codes = [c.value for c in at.code]
