@@ -56,6 +56,7 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--keep-errors", action="store_true",
                    help="retry: run only the cases without a trajectory (by default errored cases run again too)")
+    p.add_argument("--json", action="store_true", help="show: print the run's figures as JSON")
     _url_arg(p)
     args = p.parse_args(argv)
 
@@ -80,6 +81,15 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
             if info is None:
                 raise ValueError(f"no run with id {args.run_id}")
             st = S.run_stats(args.run_id, store=store)
+            rel = S.run_reliability(args.run_id, store=store)
+            agree = S.label_agreement(run_id=args.run_id, store=store)
+            if args.json:
+                import dataclasses
+                import json
+
+                print(json.dumps({"run": dataclasses.asdict(info), "stats": dataclasses.asdict(st), **rel.to_dict(),
+                                  "agreement": agree}, default=str, indent=1))
+                return 0
             rate = f"{st.success_rate:.1%}" if st.success_rate is not None else "-"
             lat = (f"{st.latency_p50_ms:.0f} / {st.latency_p95_ms:.0f} ms" if st.latency_p50_ms is not None else "-")
             print(f"run {info.id}: {info.name}\n  status {info.status}, {info.n_done}/{info.n_cases} cases, "
@@ -90,6 +100,10 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
             errors = st.outcomes.get("error", 0)
             kinds = {k: v for k, v in st.failure_kinds.items() if k != "infra_error"}
             print(f"  failures by kind {kinds or '{}'}" + (f"  ({errors} errored, counted apart)" if errors else ""))
+            _print_reliability(rel)
+            if agree["annotators"][1:]:
+                pairs = ", ".join(f"{q['a']}/{q['b']} {_num(q['kappa'])} (n={q['n']})" for q in agree["outcome"]["pairs"])
+                print(f"  agreement on outcome (Cohen's kappa): {pairs or '-'}")
             if info.error:
                 print(f"  error: {info.error}")
             return 0
@@ -103,6 +117,61 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
     return _guard(go, "evalrx runs")
+
+
+def _num(value: Optional[float], fmt: str = ".3f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _print_reliability(rel) -> None:
+    """pass@k and pass^k for every k the run's attempts allow, and the flaky cases."""
+    if not rel.case_rates:
+        return
+    ks = sorted(rel.pass_at_k, key=int)
+    print("  pass@k  " + "  ".join(f"k={k} {_num(rel.pass_at_k[k])}" for k in ks))
+    if rel.k_max > 1:
+        print("  pass^k  " + "  ".join(f"k={k} {_num(rel.pass_hat_k[k])}" for k in ks))
+        flaky = ", ".join(f"{cid} ({'/'.join(k or '?' for k in rel.flaky_kinds.get(cid, [])) or '-'})"
+                          for cid in rel.flaky_cases[:20])
+        more = f" and {len(rel.flaky_cases) - 20} more" if len(rel.flaky_cases) > 20 else ""
+        print(f"  flaky cases {len(rel.flaky_cases)}: {flaky or '-'}{more}")
+
+
+def compare_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx compare A B [--json]`: two runs paired case by case (B minus A)."""
+    p = argparse.ArgumentParser(prog="evalrx compare", description="Compare two runs case by case (B minus A).")
+    p.add_argument("run_a", type=int)
+    p.add_argument("run_b", type=int)
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000, at least 2000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    _url_arg(p)
+    args = p.parse_args(argv)
+    if args.resamples < 2000:
+        p.error("--resamples must be at least 2000")
+
+    def go() -> int:
+        import json
+
+        import evalrx.store as S
+
+        c = S.compare_runs(args.run_a, args.run_b, resamples=args.resamples, seed=args.seed,
+                           store=S.connect(args.url))
+        if args.json:
+            print(json.dumps(c, default=str))
+            return 0
+        print(f"run {args.run_a} (A) vs run {args.run_b} (B): {c['n_paired']} cases in both"
+              f" ({c['only_a']} only in A, {c['only_b']} only in B)")
+        print(f"  both pass {c['both_pass']}  both fail {c['both_fail']}  regressions (A pass, B fail) "
+              f"{c['regressions']}  fixes (A fail, B pass) {c['fixes']}" + (f"  mixed {c['mixed']}" if c["mixed"] else ""))
+        print(f"  McNemar exact p = {_num(c['mcnemar_p'], '.4g')}")
+        print(f"  success rate B - A = {_num(c['diff'], '+.3f')}  95% CI [{_num(c['diff_ci_low'], '+.3f')}, "
+              f"{_num(c['diff_ci_high'], '+.3f')}] (paired bootstrap, {args.resamples} resamples)")
+        shift = [f"{k} {v['a']}->{v['b']}" for k, v in c["kind_shift"].items() if v["change"]]
+        print(f"  failure kinds A->B: {', '.join(shift) or 'no change'}")
+        return 0
+
+    return _guard(go, "evalrx compare")
 
 
 def import_main(argv: Optional[Sequence[str]] = None) -> int:
@@ -175,6 +244,7 @@ COMMANDS: dict = {
     "db": (db_main, "manage the store's schema (`evalrx db upgrade`)"),
     "worker": (worker_command, "run queued jobs from the store"),
     "runs": (runs_main, "list runs; show, cancel or retry one"),
+    "compare": (compare_main, "compare two runs case by case (fixes, regressions, McNemar, bootstrap CI)"),
     "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .json)"),
     "export": (export_main, "export a run as JSONL or Parquet"),
     "diagnose": (diagnose_main, "diagnose stored trajectories again (why each one failed)"),

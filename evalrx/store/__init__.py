@@ -36,7 +36,6 @@ from evalrx.store.labels import (
 )
 from evalrx.store.queries import (
     SORTS,
-    compare_runs,
     count_trajectories,
     encode_cursor,
     find_trajectory,
@@ -58,6 +57,18 @@ from evalrx.store.records import (
     TrajectoryDetail,
     TrajectoryRow,
 )
+from evalrx.store.runlevel import (
+    annotator_labels,
+    attempts_of,
+    compare_runs,
+    disagreements,
+    label_agreement,
+    other_runs_of_case,
+    predictor_table,
+    run_reliability,
+    second_opinion_queue,
+    trajectories_of_case,
+)
 from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
@@ -69,7 +80,16 @@ __all__ = [
     "add_tag",
     "alive_workers",
     "all_tags",
+    "annotator_labels",
+    "attempts_of",
     "compare_runs",
+    "disagreements",
+    "label_agreement",
+    "other_runs_of_case",
+    "predictor_table",
+    "run_reliability",
+    "second_opinion_queue",
+    "trajectories_of_case",
     "connect",
     "count_trajectories",
     "current_labels",

@@ -229,22 +229,6 @@ def test_analyses_store_compact_arrays(store_url):
     assert S.get_trajectory(tid, store=store).analyses[0][0] == "logit_lens"
 
 
-def test_compare_runs_pairs_cases_by_key(store_url):
-    store = S.connect(store_url)
-    a, ca, _ = fill_run(store, 5, seed=3)
-    cases = ca[2:] + [make_case(99)]
-    rng = random.Random(1)
-    with store.write() as s:
-        b = runs.create_run(s, cases=cases)
-        for pos, cid, _ in pending_cases(s, b):
-            runs.save_trajectory(s, b, cid, make_trajectory(cases[pos], rng))
-    pairs = {p["sample_id"]: p for p in S.compare_runs(a, b, store=store)}
-    assert len(pairs) == 6
-    assert pairs[ca[0].id]["b_id"] is None and pairs[ca[0].id]["a_id"] is not None
-    assert pairs[ca[3].id]["a_id"] and pairs[ca[3].id]["b_id"]
-    assert pairs["q0099"]["a_id"] is None and pairs["q0099"]["b_outcome"] in ("pass", "fail")
-
-
 def test_list_runs_shows_job_progress(store_url):
     from evalrx.store import jobs
 

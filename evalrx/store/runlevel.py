@@ -1,0 +1,240 @@
+"""Run-level questions asked of the store: how reliable each case is over its attempts, what changed
+between two runs, which stored signals go with failure, and how far annotators agree.
+
+The numbers come from `evalrx.runstats`; this module only reads the rows they need, in few queries,
+so a 50k-trajectory run is answered in about a second. A case is known by its `sample_id` (the
+case id); only graded attempts (pass or fail) count: errors are the harness's, not the model's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Optional, Sequence
+
+from sqlalchemy import and_, select
+
+from evalrx.store import schema as t
+from evalrx.store.engine import Store, resolve
+
+GRADED = ("pass", "fail")
+# Stored numbers a predictor row carries, by the name the table shows (columns of `trajectories`).
+COLUMN_SIGNALS = {"turns": "n_turns", "tool_calls": "n_tool_calls", "parse_errors": "n_parse_errors",
+                  "prompt_tokens": "prompt_tokens", "latency_ms": "latency_ms"}
+AUTO = "auto"  # the automatic diagnosis, compared with the annotators as if it were one
+
+
+def _attempts(session: Any, run_id: int) -> dict:
+    """{case id: [(attempt, outcome, failure kind, trajectory id)]} of a run's graded attempts."""
+    T = t.Trajectory
+    out: dict = defaultdict(list)
+    rows = session.execute(select(T.sample_id, T.attempt, T.outcome, T.failure_kind, T.id)
+                           .where(T.run_id == run_id, T.outcome.in_(GRADED)))
+    for sample_id, attempt, outcome, kind, tid in rows:
+        out[sample_id].append((attempt, outcome, kind, tid))
+    return out
+
+
+def _check_run(session: Any, run_id: int) -> t.Run:
+    run = session.get(t.Run, run_id)
+    if run is None:
+        raise ValueError(f"no run with id {run_id}")
+    return run
+
+
+def attempts_of(run_id: int, *, store: "Store | str | None" = None) -> dict:
+    """{case id: [(attempt, outcome, failure kind, trajectory id)], sorted by attempt} of a run."""
+    with resolve(store).read() as s:
+        _check_run(s, run_id)
+        return {k: sorted(v) for k, v in _attempts(s, run_id).items()}
+
+
+def run_reliability(run_id: int, *, store: "Store | str | None" = None) -> Any:
+    """pass@k, pass^k, each case's success rate and the flaky cases of a run (`runstats.Reliability`)."""
+    from evalrx.runstats import reliability
+
+    attempts = attempts_of(run_id, store=store)
+    passed = {cid: [o == "pass" for _, o, _, _ in rows] for cid, rows in attempts.items()}
+    kinds = {cid: [k if o == "fail" else None for _, o, k, _ in rows] for cid, rows in attempts.items()}
+    return reliability(passed, kinds)
+
+
+def compare_runs(run_a: int, run_b: int, *, resamples: int = 2000, seed: int = 0,
+            store: "Store | str | None" = None) -> dict:
+    """Two runs paired case by case (B minus A): the counts, McNemar's p, the bootstrap interval of the
+    success-rate difference, cases found in one run only, and how failure kinds shifted.
+
+    With repeats a case's value is its success rate over its graded attempts.
+    """
+    from evalrx.runstats import compare_outcomes
+
+    with resolve(store).read() as s:
+        _check_run(s, run_a)
+        _check_run(s, run_b)
+        att_a, att_b = _attempts(s, run_a), _attempts(s, run_b)
+
+    def rates(att: dict) -> dict:
+        return {cid: sum(o == "pass" for _, o, _, _ in rows) / len(rows) for cid, rows in att.items()}
+
+    out = compare_outcomes(rates(att_a), rates(att_b), resamples=resamples, seed=seed).to_dict()
+    paired = set(att_a) & set(att_b)
+    shift: dict = defaultdict(lambda: {"a": 0, "b": 0})
+    for side, att in (("a", att_a), ("b", att_b)):
+        for cid in paired:
+            for _, o, kind, _ in att[cid]:
+                if o == "fail":
+                    shift[kind or "undiagnosed"][side] += 1
+    out["kind_shift"] = {k: dict(v, change=v["b"] - v["a"]) for k, v in
+                         sorted(shift.items(), key=lambda kv: -abs(kv[1]["b"] - kv[1]["a"]))}
+    out["run_a"], out["run_b"] = run_a, run_b
+    return out
+
+
+def trajectories_of_case(run_id: int, case_id: str, *, store: "Store | str | None" = None) -> list[int]:
+    """Trajectory ids of one case in a run, by attempt (any outcome)."""
+    T = t.Trajectory
+    with resolve(store).read() as s:
+        return list(s.execute(select(T.id).where(T.run_id == run_id, T.sample_id == case_id)
+                              .order_by(T.attempt)).scalars())
+
+
+def other_runs_of_case(trajectory_id: int, *, limit: int = 20, store: "Store | str | None" = None) -> list[dict]:
+    """The same case (by case id) in other runs: [{run_id, run_name, trajectory_id, attempt, outcome}]."""
+    T = t.Trajectory
+    with resolve(store).read() as s:
+        me = s.get(T, trajectory_id)
+        if me is None:
+            raise ValueError(f"no trajectory with id {trajectory_id}")
+        rows = s.execute(select(T.run_id, t.Run.name, T.id, T.attempt, T.outcome)
+                         .join(t.Run, t.Run.id == T.run_id)
+                         .where(T.sample_id == me.sample_id, T.id != me.id)
+                         .order_by(T.run_id.desc(), T.attempt).limit(limit)).all()
+    return [{"run_id": r[0], "run_name": r[1], "trajectory_id": r[2], "attempt": r[3], "outcome": r[4]}
+            for r in rows]
+
+
+def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None) -> list[dict]:
+    """One row per graded trajectory of the runs: `failed`, the stored numbers (columns, indexed
+    analysis scores) and, per diagnosed kind, a 0/1 signal `kind=<kind>` over every ranked candidate."""
+    T = t.Trajectory
+    cols = [getattr(T, c) for c in COLUMN_SIGNALS.values()]
+    with resolve(store).read() as s:
+        for rid in run_ids:
+            _check_run(s, rid)
+        where = and_(T.run_id.in_(list(run_ids)), T.outcome.in_(GRADED))
+        rows = {r[0]: {"trajectory_id": r[0], "failed": r[1] == "fail",
+                       **{name: r[2 + i] for i, name in enumerate(COLUMN_SIGNALS)}}
+                for r in s.execute(select(T.id, T.outcome, *cols).where(where))}
+        for tid, name, value in s.execute(select(t.TrajectoryScore.trajectory_id, t.TrajectoryScore.name,
+                                                 t.TrajectoryScore.value)
+                                          .join(T, T.id == t.TrajectoryScore.trajectory_id).where(where)):
+            rows[tid][name] = value
+        kinds: dict = defaultdict(set)
+        for tid, kind in s.execute(select(t.DiagnosisRow.trajectory_id, t.DiagnosisRow.kind)
+                                   .join(T, T.id == t.DiagnosisRow.trajectory_id).where(where)):
+            if kind:
+                kinds[tid].add(kind)
+    every = sorted({k for ks in kinds.values() for k in ks})
+    for tid, row in rows.items():
+        for k in every:
+            row[f"kind={k}"] = k in kinds.get(tid, ())
+    return list(rows.values())
+
+
+def predictor_table(run_ids: Sequence[int], *, resamples: int = 1000, seed: int = 0,
+                    store: "Store | str | None" = None) -> list[dict]:
+    """For each stored signal: AUROC for failure with a bootstrap interval and the failure rate when
+    high vs low, strongest first (`runstats.predictors` over `predictor_rows`)."""
+    from evalrx.runstats import predictors
+
+    rows = predictor_rows(run_ids, store=store)
+    names = sorted({k for r in rows for k in r} - {"trajectory_id", "failed"})
+    return [p.to_dict() for p in predictors(rows, outcome_key="failed", signals=names, resamples=resamples,
+                                            seed=seed)]
+
+
+def annotator_labels(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None,
+                     store: "Store | str | None" = None) -> dict:
+    """{trajectory id: {annotator: (outcome, kind, first wrong step)}}: each annotator's latest word on a
+    whole trajectory (superseded labels count: the history keeps who said what), plus the automatic
+    diagnosis as annotator `auto` (kind and step) where a trajectory has one."""
+    L, T, D = t.LabelRow, t.Trajectory, t.DiagnosisRow
+    with resolve(store).read() as s:
+        q = select(L.trajectory_id, L.annotator, L.outcome, L.failure_mode, L.first_wrong_step, L.created_at,
+                   L.id).where(L.step_idx.is_(None))
+        dq = select(D.trajectory_id, D.kind, D.first_wrong_step).where(D.rank == 0)
+        if run_id is not None:
+            q = q.join(T, T.id == L.trajectory_id).where(T.run_id == run_id)
+            dq = dq.join(T, T.id == D.trajectory_id).where(T.run_id == run_id)
+        if trajectory_ids is not None:
+            q = q.where(L.trajectory_id.in_(list(trajectory_ids)))
+            dq = dq.where(D.trajectory_id.in_(list(trajectory_ids)))
+        out: dict = defaultdict(dict)
+        for tid, who, outcome, kind, step, _, _ in sorted(s.execute(q).all(), key=lambda r: (r[5], r[6])):
+            out[tid][who or "anonymous"] = (outcome, kind, step)  # later rows overwrite: the latest word
+        labelled = set(out)
+        for tid, kind, step in s.execute(dq):
+            if tid in labelled:
+                out[tid][AUTO] = (None, kind, step)
+    return dict(out)
+
+
+def label_agreement(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None,
+                    store: "Store | str | None" = None) -> dict:
+    """Agreement among annotators (Cohen's kappa per pair, Fleiss' kappa for three or more) on outcome and
+    on failure kind, agreement on the first wrong step (exact, within one), and the automatic diagnosis
+    against each annotator (kind kappa, step agreement, confusion matrix of kinds)."""
+    from evalrx.runstats import agreement, cohen_kappa, kind_confusion, step_agreement
+
+    labels = annotator_labels(trajectory_ids, run_id=run_id, store=store)
+    humans = sorted({a for v in labels.values() for a in v} - {AUTO})
+
+    def field(i: int, who: Sequence[str]) -> dict:
+        return {tid: {a: v[a][i] for a in who if a in v and v[a][i] is not None} for tid, v in labels.items()}
+
+    out: dict = {"annotators": humans, "n_items": len(labels)}
+    out["outcome"] = agreement({k: v for k, v in field(0, humans).items() if len(v) >= 2})
+    out["kind"] = agreement({k: v for k, v in field(1, humans).items() if len(v) >= 2})
+    steps = []
+    for i, a in enumerate(humans):
+        for b in humans[i + 1:]:
+            both = {tid: v for tid, v in labels.items() if a in v and b in v}
+            steps.append({"a": a, "b": b, **step_agreement({k: v[a][2] for k, v in both.items()},
+                                                           {k: v[b][2] for k, v in both.items()})})
+    out["steps"] = steps
+    auto = []
+    for a in humans:
+        both = {tid: v for tid, v in labels.items() if a in v and AUTO in v and v[a][0] == "fail"}
+        ka = {k: v[a][1] or "none" for k, v in both.items()}
+        kb = {k: v[AUTO][1] or "none" for k, v in both.items()}
+        auto.append({"annotator": a, "n": len(both), "kind_kappa": cohen_kappa(ka, kb) if both else None,
+                     **{f"step_{k}": v for k, v in step_agreement({k: v[a][2] for k, v in both.items()},
+                                                                   {k: v[AUTO][2] for k, v in both.items()}).items()
+                        if k != "n"},
+                     "confusion": kind_confusion(ka, kb) if both else None})
+    out["auto"] = auto
+    return out
+
+
+def disagreements(run_id: int, *, store: "Store | str | None" = None) -> list[dict]:
+    """Trajectories whose annotators' latest words differ on outcome or kind (the adjudication list)."""
+    out = []
+    for tid, words in sorted(annotator_labels(run_id=run_id, store=store).items()):
+        human = {a: v for a, v in words.items() if a != AUTO}
+        if len(human) >= 2 and len({(v[0], v[1]) for v in human.values()}) > 1:
+            out.append({"trajectory_id": tid, "labels": {a: {"outcome": v[0], "kind": v[1], "first_wrong_step": v[2]}
+                                                         for a, v in sorted(human.items())}})
+    return out
+
+
+def second_opinion_queue(run_id: int, annotator: str, *, fraction: float = 0.2, seed: int = 0,
+                         store: "Store | str | None" = None) -> list[int]:
+    """A fixed random sample (`fraction`) of a run's failures labelled by someone else and not yet by
+    `annotator`: what the label queue's second-opinion mode routes to them, blind to the first label."""
+    import random
+
+    words = annotator_labels(run_id=run_id, store=store)
+    failed = sorted(tid for tid, v in words.items()
+                    if any(w[0] == "fail" for a, w in v.items() if a != AUTO))
+    rng = random.Random(f"{seed}:{run_id}")  # the same sample for everyone, whoever asks first
+    sample = sorted(rng.sample(failed, max(1, round(len(failed) * fraction)))) if failed else []
+    return [tid for tid in sample if annotator not in words[tid]]
