@@ -2,8 +2,10 @@
 
 Two things the pages need beyond the raw `analyses` rows:
 
-- Filters: a tool-decision result records the smallest margin of the chosen tool
-  (`trajectory_scores`, name `tool_margin`, indexed on (name, value)).
+- Filters and predictors: a result's headline numbers go to `trajectory_scores` (indexed on
+  (name, value)): the smallest margin of the chosen tool (`tool_margin`), the layer where the
+  chosen tool settles in the logit lens, the entropy at decision tokens, and the attention share
+  on the latest observation.
 - Requests: the Trajectory page queues analyses for a stored trajectory
   (`request_analysis`); a worker claims them (`claim_request`), runs them and marks them
   done or failed (`finish_request`); the page shows their status (`requests_for`).
@@ -24,6 +26,11 @@ from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 
 MARGIN_SCORE = "tool_margin"
+LENS_SETTLE_SCORE = "lens_settle_layer"
+ENTROPY_SCORE = "decision_entropy"
+OBS_ATTENTION_SCORE = "obs_attention_share"
+SCORES_OF = {"tool_decision": (MARGIN_SCORE,), "logit_lens": (LENS_SETTLE_SCORE, ENTROPY_SCORE),
+             "attention": (OBS_ATTENTION_SCORE,)}
 REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
@@ -40,17 +47,66 @@ def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
     return min(values) if values else None
 
 
-def index_analysis(session: Session, trajectory_id: int, analyzer: str, meta: dict, arrays: dict) -> None:
-    """Derive the filterable facts of one stored result (the tool margin) in the caller's transaction."""
+def _lens_scores(result: Any) -> dict:
+    """The latest layer at which a chosen tool name settles as top-1 (never: layers + 1), and the mean
+    final-layer entropy at the decision tokens (tool names and argument values)."""
+    import numpy as np
+
+    kinds = np.array(result.kinds)
+    out: dict = {}
+    tool = kinds == "tool_name"
+    if tool.any():
+        settle = result.settles_at[tool]
+        out[LENS_SETTLE_SCORE] = float(np.where(settle < 0, result.num_layers + 1, settle).max())
+    decision = np.isin(kinds, ["tool_name", "arg_value"])
+    if decision.any():
+        out[ENTROPY_SCORE] = float(np.nanmean(result.entropy[-1][decision]))
+    return out
+
+
+def _attention_scores(result: Any) -> dict:
+    """At the decision tokens, the final layer's attention share on the latest tool observation before them."""
+    import numpy as np
+
+    steps = result.labels.get("label_step")
+    if steps is None or not len(result.positions):
+        return {}
+    shares = []
+    for p, step in enumerate(steps):
+        seen = [i for i, seg in enumerate(result.segments)
+                if seg["kind"] == "observation" and seg.get("step") is not None and seg["step"] < int(step)]
+        if seen:
+            shares.append(float(result.mass[p, -1, max(seen, key=lambda i: result.segments[i]["step"])]))
+    return {OBS_ATTENTION_SCORE: float(np.mean(shares))} if shares else {}
+
+
+def analysis_scores(analyzer: str, meta: dict, arrays: dict) -> dict:
+    """The numbers of one stored result that the list filters on and the predictors table reads."""
     if meta.get("error"):
-        return
+        return {}
     kind = meta.get("result_type") or analyzer
     if kind == "tool_decision":
         value = min_tool_margin(meta, arrays)
-        session.execute(delete(t.TrajectoryScore).where(
-            t.TrajectoryScore.trajectory_id == trajectory_id, t.TrajectoryScore.name == MARGIN_SCORE))
-        if value is not None:
-            session.add(t.TrajectoryScore(trajectory_id=trajectory_id, name=MARGIN_SCORE, value=value))
+        return {} if value is None else {MARGIN_SCORE: value}
+    if kind not in ("logit_lens", "attention"):
+        return {}
+    from evalrx.analyzers import result_from_arrays
+
+    result = result_from_arrays(arrays, meta)  # one decoder for stored results, as the pages use
+    return _lens_scores(result) if kind == "logit_lens" else _attention_scores(result)
+
+
+def index_analysis(session: Session, trajectory_id: int, analyzer: str, meta: dict, arrays: dict) -> None:
+    """Derive the indexed numbers of one stored result (`trajectory_scores`) in the caller's transaction."""
+    kind = meta.get("result_type") or analyzer
+    names = SCORES_OF.get(kind)
+    if not names or meta.get("error"):
+        return
+    session.execute(delete(t.TrajectoryScore).where(
+        t.TrajectoryScore.trajectory_id == trajectory_id, t.TrajectoryScore.name.in_(names)))
+    for name, value in analysis_scores(analyzer, meta, arrays).items():
+        if not math.isnan(value):
+            session.add(t.TrajectoryScore(trajectory_id=trajectory_id, name=name, value=value))
 
 
 def replace_analyses(session: Session, trajectory_id: int, records: Sequence[Any]) -> None:

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from sqlalchemy import select
 
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
@@ -74,6 +75,45 @@ def test_tool_margin_is_indexed_and_filters_the_list(demo_store):
     ids = lambda **f: [r.id for r in S.list_trajectories(run_id=run_id, store=store, **f).rows]  # noqa: E731
     assert ids(max_margin=expected + 1e-3) == [tid]
     assert ids(max_margin=expected - 1e-3) == []
+
+
+def test_lens_and_attention_numbers_are_indexed_for_the_predictors(demo_store):
+    from evalrx.analyzers import result_from_arrays
+
+    store, run_id, tid = demo_store
+    rec = S.load_analyses(tid, "logit_lens", store=store)[0]
+    lens = result_from_arrays(rec["arrays"], rec["meta"])
+    tool = np.array(lens.kinds) == "tool_name"
+    settle = lens.settles_at[tool]
+    expected_settle = float(np.where(settle < 0, lens.num_layers + 1, settle).max())
+    decision = np.isin(lens.kinds, ["tool_name", "arg_value"])
+    expected_entropy = float(np.nanmean(lens.entropy[-1][decision]))
+    with store.read() as s:
+        from evalrx.store import schema as t
+
+        scores = dict(s.execute(select(t.TrajectoryScore.name, t.TrajectoryScore.value)
+                                .where(t.TrajectoryScore.trajectory_id == tid)).all())
+    assert scores[A.LENS_SETTLE_SCORE] == expected_settle and 0 <= expected_settle <= lens.num_layers + 1
+    assert math.isclose(scores[A.ENTROPY_SCORE], expected_entropy, rel_tol=1e-6)
+    # Its only attention positions are the lookup call's, before any observation: no share to record.
+    assert A.OBS_ATTENTION_SCORE not in scores
+    # The predictors table reads the same stored numbers (one failing trajectory: no AUROC, but the rows exist).
+    signals = {r["signal"] for r in S.predictor_table([run_id], store=store)}
+    assert {A.MARGIN_SCORE, A.LENS_SETTLE_SCORE, A.ENTROPY_SCORE} <= signals
+
+
+def test_attention_share_on_the_latest_observation():
+    from evalrx.analyzers import AttentionResult
+
+    segments = [{"kind": "system", "step": None, "label": "system"}, {"kind": "observation", "step": 2, "label": "o2"},
+                {"kind": "observation", "step": 4, "label": "o4"}, {"kind": "turn", "step": 5, "label": "t5"}]
+    # Two positions: step 1 (before any observation) and step 5 (latest observation: step 4). Layers: 2.
+    mass = np.zeros((2, 2, 4), dtype=np.float32)
+    mass[1, -1] = [0.1, 0.2, 0.6, 0.1]
+    mass[1, 0] = [0.0, 0.0, 0.1, 0.9]  # an earlier layer does not count
+    result = AttentionResult([3, 40], [7, 8], mass, segments, labels={"label_step": [1, 5], "label_kind": [0, 0]})
+    scores = A.analysis_scores("attention", result.meta, result.to_arrays())
+    assert scores == {A.OBS_ATTENTION_SCORE: pytest.approx(0.6)}
 
 
 def _repeating_trajectory() -> Trajectory:
