@@ -37,7 +37,7 @@ _ROW_COLUMNS = (
     t.Trajectory.final_answer, t.Trajectory.outcome, t.Trajectory.terminated, t.Trajectory.n_steps,
     t.Trajectory.n_tool_calls, t.Trajectory.n_parse_errors, t.Trajectory.latency_ms, t.Trajectory.prompt_tokens,
     t.Trajectory.completion_tokens, t.Trajectory.label, t.Trajectory.failure_mode, t.Trajectory.created_at,
-    t.Trajectory.failure_kind,
+    t.Trajectory.failure_kind, t.Trajectory.attempt,
 )
 
 

@@ -62,6 +62,7 @@ class TrajectoryRow:
     failure_mode: Optional[str]
     created_at: datetime
     failure_kind: Optional[str] = None  # the top diagnosis's kind (None: passing or not diagnosed)
+    attempt: int = 1  # which of the run's repeated attempts at the case
 
 
 @dataclass
