@@ -175,38 +175,77 @@ def compare_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def import_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`evalrx import FILE`: trajectories from JSONL (evalrx or OpenAI chat format) or an Inspect `.json` log."""
-    p = argparse.ArgumentParser(prog="evalrx import", description="Import trajectories into the store as new run(s).")
-    p.add_argument("path", help=".jsonl (evalrx export, `evalrx run --out`, OpenAI chat messages) or Inspect .json")
-    p.add_argument("--name", help="name of the new run (default: the exported run's name or the file name)")
+    """`evalrx import FILE`: trajectories from an Inspect `.eval`/`.json` log, ATIF, evalrx or OpenAI chat JSONL."""
+    p = argparse.ArgumentParser(prog="evalrx import", description="Import trajectories into the store as new run(s). "
+                                "The format is told from the content: an Inspect AI .eval or .json log, ATIF (JSON "
+                                "or JSONL), an evalrx export or `evalrx run --out` JSONL, or OpenAI chat JSONL.")
+    p.add_argument("path", help="the file to import")
+    p.add_argument("--name", help="name of the new run (default: the exported run's name, the log's task, or the "
+                   "file name)")
+    p.add_argument("--again", action="store_true",
+                   help="import a file whose exact bytes were imported before (refused by default)")
+    p.add_argument("--max-record-mb", type=float, metavar="MB",
+                   help="largest record (a JSONL line, a log sample, a whole JSON document) to read; default 64")
+    p.add_argument("--max-depth", type=int, metavar="N", help="deepest JSON nesting to read; default 200")
     _url_arg(p)
     args = p.parse_args(argv)
 
     def go() -> int:
         import evalrx.store as S
 
-        res = S.import_file(args.path, run_name=args.name, store=S.connect(args.url))
-        print(f"imported {res.n_trajectories} trajectories ({res.format}) as run(s) "
-              f"{', '.join(map(str, res.run_ids))}")
+        try:
+            limits = S.ImportLimits.from_options(args.max_record_mb, args.max_depth)
+            res = S.import_file(args.path, run_name=args.name, store=S.connect(args.url), again=args.again,
+                                limits=limits)
+        except S.SchemaError:
+            raise
+        except (ValueError, FileNotFoundError, ImportError) as exc:  # one line, never a traceback
+            print(f"evalrx import: error: {exc}", file=sys.stderr)
+            return 2
+        runs = ", ".join(map(str, res.run_ids))
+        if res.already_imported:
+            print(f"{args.path}: already imported as run{'s' if len(res.run_ids) > 1 else ''} {runs}; nothing "
+                  "written (--again imports it again)")
+            return 0
+        for note in res.notes:
+            print(f"evalrx import: note: {note}", file=sys.stderr)
+        print(f"imported {res.n_trajectories} trajectories ({res.format}) as run(s) {runs}")
         return 0
 
     return _guard(go, "evalrx import")
 
 
 def export_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`evalrx export RUN_ID OUT`: a run's trajectories with grades, labels and tags as JSONL or Parquet."""
+    """`evalrx export RUN_ID OUT`: a run as JSONL, Parquet, ATIF or OpenTelemetry GenAI traces (OTLP JSON)."""
     p = argparse.ArgumentParser(prog="evalrx export", description="Export a run's trajectories.")
     p.add_argument("run_id", type=int)
-    p.add_argument("out", help="output file: .jsonl, or .parquet (needs pyarrow)")
-    p.add_argument("--format", choices=["jsonl", "parquet"], help="override the format the suffix implies")
+    p.add_argument("out", nargs="?", help="output file; the name implies the format: .jsonl, .parquet (needs "
+                   "pyarrow), .atif.jsonl / .atif.json, .otlp.json (needs opentelemetry-proto)")
+    p.add_argument("--format", choices=["jsonl", "parquet", "atif", "otel"],
+                   help="the format, when the file name does not say it")
+    p.add_argument("--otel-content", action="store_true",
+                   help="otel: put tool arguments and results and model output on the spans (off: they may be "
+                   "sensitive)")
+    p.add_argument("--otel-endpoint", metavar="URL",
+                   help="otel: also POST the traces as OTLP/HTTP protobuf to URL, e.g. http://localhost:4318/v1/traces "
+                   "(OUT may then be left out)")
     _url_arg(p)
     args = p.parse_args(argv)
+    fmt = args.format or ("otel" if args.otel_endpoint and args.out is None else None)
 
     def go() -> int:
         import evalrx.store as S
 
-        n = S.export_run(args.run_id, args.out, fmt=args.format, store=S.connect(args.url))
-        print(f"wrote {n} trajectories of run {args.run_id} to {args.out}")
+        try:
+            n = S.export_run(args.run_id, args.out, fmt=fmt, store=S.connect(args.url), otel_content=args.otel_content,
+                             otel_endpoint=args.otel_endpoint)
+        except S.SchemaError:
+            raise
+        except (ValueError, FileNotFoundError, ImportError) as exc:
+            print(f"evalrx export: error: {exc}", file=sys.stderr)
+            return 2
+        where = " and ".join(x for x in (args.out, args.otel_endpoint) if x)
+        print(f"wrote {n} trajectories of run {args.run_id} to {where}")
         return 0
 
     return _guard(go, "evalrx export")
@@ -245,7 +284,7 @@ COMMANDS: dict = {
     "worker": (worker_command, "run queued jobs from the store"),
     "runs": (runs_main, "list runs; show, cancel or retry one"),
     "compare": (compare_main, "compare two runs case by case (fixes, regressions, McNemar, bootstrap CI)"),
-    "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .json)"),
-    "export": (export_main, "export a run as JSONL or Parquet"),
+    "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .eval/.json, ATIF)"),
+    "export": (export_main, "export a run as JSONL, Parquet, ATIF or OpenTelemetry (OTLP JSON)"),
     "diagnose": (diagnose_main, "diagnose stored trajectories again (why each one failed)"),
 }

@@ -22,8 +22,19 @@ from evalrx.store.engine import (
     upgrade,
 )
 from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
-from evalrx.store.io import ImportFormatError, ImportResult, export_run, import_file, iter_export_rows, read_file
+from evalrx.store.import_errors import EncodingError, NestingTooDeepError, RecordTooLargeError, UnknownFormatError
+from evalrx.store.io import (
+    EXPORT_FORMATS,
+    ImportFormatError,
+    ImportResult,
+    export_format,
+    export_run,
+    import_file,
+    iter_export_rows,
+    read_file,
+)
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
+from evalrx.store.limits import ImportLimits
 from evalrx.store.labels import (
     add_tag,
     all_tags,
@@ -75,6 +86,8 @@ from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 
 __all__ = [
     "ENV_URL",
+    "EXPORT_FORMATS",
+    "EncodingError",
     "SCHEMA_VERSION",
     "SORTS",
     "add_tag",
@@ -97,6 +110,7 @@ __all__ = [
     "delete_kind",
     "delete_run",
     "encode_cursor",
+    "export_format",
     "export_run",
     "failure_kind_counts",
     "failure_modes",
@@ -109,6 +123,7 @@ __all__ = [
     "get_trajectory",
     "import_file",
     "ImportFormatError",
+    "ImportLimits",
     "ImportResult",
     "iter_export_rows",
     "JobInfo",
@@ -123,8 +138,10 @@ __all__ = [
     "list_trajectories",
     "load_analyses",
     "make_engine",
+    "NestingTooDeepError",
     "Page",
     "read_file",
+    "RecordTooLargeError",
     "remove_tag",
     "rename_run",
     "request_cancel",
@@ -143,5 +160,6 @@ __all__ = [
     "TrajectoryDetail",
     "TrajectoryRow",
     "undiagnosed",
+    "UnknownFormatError",
     "upgrade",
 ]

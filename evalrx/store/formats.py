@@ -183,7 +183,8 @@ def _metrics(steps: list, final: Optional[str], extra: Optional[dict] = None) ->
 
 
 def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
-    """One OpenAI chat-format record: `{"messages": [...], "tools"?, "id"?, "expected"?, "outcome"?}`."""
+    """One OpenAI chat-format record: `{"messages": [...], "tools"?, "id"?, "expected"?, "outcome"?,
+    "attempt"? | "epoch"?}`; without either the attempt is 0 (the reader numbers repeats of an id)."""
     steps, system, final, goal = messages_to_steps(row.get("messages"), style="openai")
     sample_id = str(row.get("id") or row.get("sample_id") or f"line-{line}")
     expected = next((row[k] for k in ("expected", "ideal", "target", "ground_truth") if k in row), None)
@@ -193,16 +194,26 @@ def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
         meta["system"] = system
     if row.get("tools") is not None:
         meta["tools"] = row["tools"]
+    attempt = next((row[k] for k in ("attempt", "epoch") if row.get(k) is not None), None)
+    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
+        raise ValueError(f"`attempt` / `epoch` must be a whole number from 1, not {attempt!r}")
     case = FailureCase(inputs=Inputs(prompt=goal), id=sample_id, expected=expected, meta=meta)
     traj = Trajectory(
         sample_id=sample_id, goal=goal, steps=steps, final_answer=final, ground_truth=expected,
-        outcome=outcome_of(verdict), metrics=_metrics(steps, final, {"source": "openai"}),
+        outcome=outcome_of(verdict), metrics=_metrics(steps, final, {"source": "openai"}), attempt=attempt or 0,
     )
     return case, traj
 
 
-def from_inspect_sample(sample: Any, log: dict, multi_epoch: bool) -> tuple[FailureCase, Trajectory]:
-    """One sample of an Inspect AI eval log."""
+def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
+    """One sample of an Inspect AI eval log (a `.json` log's `samples[i]` or a `.eval` log's sample entry).
+
+    The messages give the steps; the events add each model call's latency, tokens and logprobs
+    and each tool call's latency and error, matched by message and tool-call id. The epoch is
+    the trajectory's attempt: every epoch of a sample is the same case (id = the sample id),
+    so pass@k and comparisons pair epochs as they pair a run's repeated attempts.
+    `attachment://` references are resolved from the sample's `attachments`.
+    """
     if not isinstance(sample, dict):
         raise ValueError("the sample is not an object")
     if "id" not in sample:
@@ -213,21 +224,24 @@ def from_inspect_sample(sample: Any, log: dict, multi_epoch: bool) -> tuple[Fail
         inp = sample.get("input")
         messages = inp if isinstance(inp, list) else [{"role": "user", "content": inp or ""}]
     steps, system, final, goal = messages_to_steps(messages, style="inspect", attachments=attachments)
+    _add_event_spans(steps, messages, sample.get("events"), attachments)
     inp = sample.get("input")
     if isinstance(inp, str):
         goal = _resolve(inp, attachments)
     output = sample.get("output") or {}
     completion = output.get("completion") if isinstance(output, dict) else None
     if final is None and completion and steps and steps[-1].role is StepRole.ACTOR and not steps[-1].tool_calls:
-        final = completion
+        final = _resolve(completion, attachments)
     sid = str(sample["id"])
     epoch = sample.get("epoch", 1)
-    sample_id = f"{sid}#{epoch}" if multi_epoch else sid
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+        raise ValueError(f"`epoch` must be a whole number from 1, not {epoch!r}")
     scores = sample.get("scores") or {}
     if not isinstance(scores, dict):
         raise ValueError("`scores` must be an object")
-    first = next(iter(scores.values()), None)
-    outcome = outcome_of(first.get("value") if isinstance(first, dict) else None)
+    scorer, first = next(iter(scores.items()), (None, None))
+    value = first.get("value") if isinstance(first, dict) else None
+    outcome = outcome_of(value)
     extra: dict = {"source": "inspect"}
     usage = sample.get("model_usage") or {}
     if isinstance(usage, dict) and usage:
@@ -239,6 +253,7 @@ def from_inspect_sample(sample: Any, log: dict, multi_epoch: bool) -> tuple[Fail
         extra["total_time_s"] = float(sample["total_time"])
     if scores:
         extra["scores"] = scores
+        extra["grade"] = {"source": "inspect", "scorer": scorer, "value": value}
     if sample.get("error"):
         err = sample["error"]
         extra["terminated"] = "error"
@@ -249,15 +264,117 @@ def from_inspect_sample(sample: Any, log: dict, multi_epoch: bool) -> tuple[Fail
         extra["terminated"] = f"limit:{lim.get('type') if isinstance(lim, dict) else lim}"
     target = sample.get("target")
     meta = dict(sample.get("metadata") or {}) if isinstance(sample.get("metadata"), dict) else {}
-    meta.update({"inspect_id": sample["id"], "epoch": epoch})
+    meta["inspect_id"] = sample["id"]  # not the epoch: every epoch of a sample is the same case
     if system is not None:
         meta["system"] = system
-    case = FailureCase(inputs=Inputs(prompt=goal), id=sample_id, expected=target, meta=meta)
+    image = _first_image(messages, attachments)
+    case = FailureCase(inputs=Inputs(prompt=goal, image=image), id=sid, expected=target, meta=meta)
     traj = Trajectory(
-        sample_id=sample_id, goal=goal, steps=steps, final_answer=final, ground_truth=target,
-        outcome=outcome, metrics=_metrics(steps, final, extra),
+        sample_id=sid, goal=goal, steps=steps, final_answer=final,
+        ground_truth=target, outcome=outcome, metrics=_metrics(steps, final, extra), attempt=epoch,
     )
     return case, traj
+
+
+def _add_event_spans(steps: list, messages: list, events: Any, attachments: Optional[dict]) -> None:
+    """Copy model and tool events' timing, tokens, logprobs and errors onto the steps they produced."""
+    if not isinstance(events, list) or not events:
+        return
+    by_message: dict = {}  # message id -> step index
+    by_call: dict = {}  # tool call id -> the tool step answering it
+    k = 0
+    for msg in messages:
+        if not isinstance(msg, dict) or msg.get("role") in ("system", "developer"):
+            continue  # messages_to_steps makes no step of these
+        if msg.get("id"):
+            by_message[msg["id"]] = k
+        if msg.get("role") == "tool" and msg.get("tool_call_id"):
+            by_call[msg["tool_call_id"]] = k
+        k += 1
+    unmatched: list = []
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        kind = ev.get("event")
+        if kind == "model":
+            span, message_id = _model_span(ev, attachments)
+            if message_id in by_message:
+                steps[by_message[message_id]].span.update(span)
+            else:  # a scorer's or sub-agent's call, or a log from before messages had ids
+                unmatched.append(span)
+        elif kind == "tool" and ev.get("id") in by_call:
+            span = _timing(ev)
+            err = ev.get("error")
+            if err:
+                span["tool_error"] = True
+                if isinstance(err, dict) and err.get("type"):
+                    span["tool_error_type"] = str(err["type"])
+            steps[by_call[ev["id"]]].span.update(span)
+    plain = [s for s in steps if s.role is StepRole.ACTOR and "started_at" not in s.span]
+    if not by_message and len(unmatched) == len(plain):  # no ids at all: one model event per turn, in order
+        for step, span in zip(plain, unmatched):
+            step.span.update(span)
+
+
+def _timing(ev: dict) -> dict:
+    span: dict = {}
+    if ev.get("timestamp"):
+        span["started_at"] = str(ev["timestamp"])
+    if isinstance(ev.get("working_time"), (int, float)):
+        span["latency_ms"] = round(float(ev["working_time"]) * 1000, 3)
+    return span
+
+
+def _model_span(ev: dict, attachments: Optional[dict]) -> tuple[dict, Optional[str]]:
+    """A model event's span fields and the id of the message it produced."""
+    span = _timing(ev)
+    out = ev.get("output") if isinstance(ev.get("output"), dict) else {}
+    if "latency_ms" not in span and isinstance(out.get("time"), (int, float)):
+        span["latency_ms"] = round(float(out["time"]) * 1000, 3)
+    usage = out.get("usage") if isinstance(out.get("usage"), dict) else {}
+    for ours, theirs in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens"),
+                         ("cached_tokens", "input_tokens_cache_read"), ("reasoning_tokens", "reasoning_tokens")):
+        if isinstance(usage.get(theirs), int):
+            span[ours] = usage[theirs]
+    if ev.get("error"):
+        span["model_error"] = _resolve(str(ev["error"]), attachments)
+    choices = out.get("choices") if isinstance(out.get("choices"), list) else []
+    choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+    logprobs = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+    if isinstance(logprobs, list) and logprobs:
+        span["logprobs"] = [_logprob(lp) for lp in logprobs if isinstance(lp, dict)]
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    return span, message.get("id")
+
+
+def _logprob(lp: dict) -> dict:
+    """One token's logprob without its byte list (the token text says the same)."""
+    out = {"token": lp.get("token"), "logprob": lp.get("logprob")}
+    top = lp.get("top_logprobs")
+    if isinstance(top, list) and top:
+        out["top_logprobs"] = [{"token": t.get("token"), "logprob": t.get("logprob")}
+                               for t in top if isinstance(t, dict)]
+    return out
+
+
+def _first_image(messages: list, attachments: Optional[dict]) -> Optional[bytes]:
+    """The first image of the first user message, as bytes (a VLM case's input image), when it is inline."""
+    import base64
+
+    for msg in messages:
+        if not isinstance(msg, dict) or msg.get("role") != "user":
+            continue
+        blocks = msg.get("content") if isinstance(msg.get("content"), list) else []
+        for block in blocks:
+            if isinstance(block, dict) and block.get("type") == "image" and isinstance(block.get("image"), str):
+                uri = _resolve(block["image"], attachments)
+                if uri.startswith("data:") and ";base64," in uri:
+                    try:
+                        return base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
+                    except ValueError:
+                        raise ValueError("the input image is not valid base64") from None
+        return None
+    return None
 
 
 def inspect_run_info(log: dict) -> tuple[str, dict]:

@@ -81,6 +81,25 @@ def test_import_of_evalrx_run_out_rows(sqlite_url, tmp_path):
     assert detail.case["meta"]["suite"] == "test"
 
 
+def test_openai_records_that_repeat_a_case_become_its_attempts(sqlite_url, tmp_path):
+    def rec(outcome, **extra):
+        return {"id": "c1", "outcome": outcome, **extra, "messages": [
+            {"role": "user", "content": "What is 3*4?"}, {"role": "assistant", "content": "12"}]}
+
+    f = tmp_path / "repeats.jsonl"
+    rows = [rec("pass"), rec("fail"), rec("pass"), dict(rec("fail"), id="c2", epoch=2), dict(rec("pass"), id="c2", epoch=1)]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    res = S.import_file(f, store=sqlite_url)
+    got = S.attempts_of(res.run_ids[0], store=sqlite_url)
+    assert [(a, o) for a, o, _, _ in got["c1"]] == [(1, "pass"), (2, "fail"), (3, "pass")]
+    assert [(a, o) for a, o, _, _ in got["c2"]] == [(1, "pass"), (2, "fail")]
+    assert S.run_reliability(res.run_ids[0], store=sqlite_url).flaky_cases == ["c1", "c2"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rec("pass", attempt=0)) + "\n")
+    with pytest.raises(S.ImportFormatError, match="attempt"):
+        S.import_file(bad, store=sqlite_url)
+
+
 def test_import_openai_chat_messages(sqlite_url, tmp_path):
     f = tmp_path / "chats.jsonl"
     rows = [
@@ -149,7 +168,10 @@ def test_import_inspect_eval_log(store_url, tmp_path):
     assert info.name == "count_letters (openai/gpt-4o-mini)" and info.backend == "inspect"
     assert info.n_pass == 2 and info.n_fail == 1
     rows = S.list_trajectories(store=store_url, descending=False).rows
-    assert [r.sample_id for r in rows] == ["1#1", "1#2", "b#1"]  # epochs kept apart
+    # Epochs are attempts of one case: pass@k reads them as it reads a run's repeats.
+    assert [(r.sample_id, r.attempt) for r in rows] == [("1", 1), ("1", 2), ("b", 1)]
+    rel = S.run_reliability(res.run_ids[0], store=store_url)
+    assert rel.flaky_cases == ["1"] and rel.pass_at_k[1] == 0.75
     t = S.get_trajectory(rows[0].id, store=store_url).trajectory
     assert t.final_answer == "There are 3." and t.goal == "How many r in strawberry?"
     assert t.steps[1].content == "<think>count</think>\nLet me check."

@@ -1,0 +1,193 @@
+"""ATIF (Harbor's Agent Trajectory Interchange Format): export, import, and the byte-identical round trip."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from sqlalchemy import select
+
+import evalrx.store as S
+from evalrx.core import Label
+from evalrx.runner.commands import export_main, import_main
+from evalrx.store import runs
+from evalrx.store import schema as t
+from storehelpers import make_case, make_trajectory
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
+
+
+def _run_with_everything(store) -> int:
+    """Two attempts of six cases: an image, reasoning, raw call text, parse errors, labels, tags."""
+    cases = [make_case(i, image=PNG if i == 2 else None) for i in range(6)]
+    rng = random.Random(11)
+    with store.write() as s:
+        run_id = runs.create_run(s, name="atif run", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"},
+                                                             "system": "Use the tools."}, cases=cases, repeats=2)
+        work = s.execute(select(t.RunCase.position, t.RunCase.case_id, t.RunCase.attempt)
+                         .where(t.RunCase.run_id == run_id).order_by(t.RunCase.attempt, t.RunCase.position)).all()
+        for pos, case_id, attempt in work:
+            traj = make_trajectory(cases[pos], rng, n_turns=3)
+            traj.attempt = attempt
+            if pos == 1:
+                traj.steps[1].content = "<think>check the tool ✓</think>\nI will call it."
+                traj.steps[1].tool_calls = [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] \
+                    if traj.steps[1].tool_calls else []
+                traj.steps[0].span = {"has_image": False}
+            runs.save_trajectory(s, run_id, case_id, traj)
+    rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
+    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", note="picked lookup", annotator="ana", store=store)
+    S.set_label(rows[0].id, "pass", annotator="ben", store=store)
+    S.set_label(rows[1].id, "fail", step_idx=1, first_wrong_step=1, store=store)
+    S.add_tag(rows[1].id, "regression", store=store)
+    return run_id
+
+
+def test_atif_round_trip_is_byte_identical(store_url, sqlite_url, tmp_path):
+    src = S.connect(sqlite_url)
+    run_id = _run_with_everything(src)
+    first = tmp_path / "first.atif.jsonl"
+    assert S.export_run(run_id, first, store=src) == 12  # the suffix says ATIF
+    res = S.import_file(first, store=store_url)  # the other backend too
+    assert (res.format, res.n_trajectories, len(res.run_ids)) == ("atif", 12, 1)
+    second = tmp_path / "second.atif.jsonl"
+    assert S.export_run(res.run_ids[0], second, store=store_url) == 12
+    assert second.read_bytes() == first.read_bytes()
+    # everything evalrx keeps came back, not only what the ATIF file shows
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    S.export_run(run_id, a, store=src)
+    S.export_run(res.run_ids[0], b, store=store_url)
+    assert a.read_bytes() == b.read_bytes()
+    info = S.get_run(res.run_ids[0], store=store_url)
+    assert info.name == "atif run" and info.n_cases == 12 and info.source == "import"
+
+
+def test_atif_documents_follow_the_schema(sqlite_url, tmp_path):
+    store = S.connect(sqlite_url)
+    run_id = _run_with_everything(store)
+    out = tmp_path / "run.jsonl"
+    assert S.export_run(run_id, out, fmt="atif", store=store) == 12
+    docs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len({d["session_id"] for d in docs}) == 12
+    for d in docs:
+        assert d["schema_version"] == "ATIF-v1.4" and d["agent"] == {"name": "evalrx", "version": "0.2.0",
+                                                                     "model_name": "evalrx-tiny"}
+        assert [s["step_id"] for s in d["steps"]] == list(range(1, len(d["steps"]) + 1))
+        assert d["steps"][0] == {"step_id": 1, "source": "system", "message": "Use the tools."}
+        assert d["steps"][1]["source"] == "user" and d["final_metrics"]["total_steps"] == len(d["steps"])
+        for st in d["steps"]:
+            assert st["source"] in ("system", "user", "agent") and isinstance(st["message"], str)
+            ids = {c["tool_call_id"] for c in st.get("tool_calls", [])}
+            for c in st.get("tool_calls", []):
+                assert isinstance(c["arguments"], dict) and c["function_name"]
+            for r in (st.get("observation") or {}).get("results", []):
+                assert r.get("source_call_id") is None or r["source_call_id"] in ids  # ATIF's reference rule
+        evx = d["extra"]["evalrx"]
+        assert {"labels", "outcome", "attempt", "diagnosis", "case", "tags", "run"} <= set(evx)
+    by = {(d["extra"]["evalrx"]["case_id"], d["extra"]["evalrx"]["attempt"]): d for d in docs}
+    assert sorted(by) == [(f"q{i:04d}", a) for i in range(6) for a in (1, 2)]
+    thinking = by[("q0001", 1)]["steps"][2]
+    assert thinking["reasoning_content"] == "check the tool ✓" and thinking["message"] == "I will call it."
+    labelled = by[("q0000", 1)]["extra"]["evalrx"]["labels"]
+    assert [(lab["outcome"], lab["annotator"]) for lab in labelled] == [("fail", "ana"), ("pass", "ben")]
+    agent = next(st for st in by[("q0003", 1)]["steps"] if st["source"] == "agent" and "metrics" in st)
+    assert set(agent["metrics"]) >= {"prompt_tokens", "completion_tokens"}
+
+
+# The example trajectory of ATIF's RFC (v1.4), as a tool other than evalrx writes it.
+FOREIGN = {
+    "schema_version": "ATIF-v1.4",
+    "session_id": "025B810F-B3A2-4C67-93C0-FE7A142A947A",
+    "agent": {"name": "harbor-agent", "version": "1.0.0", "model_name": "gemini-2.5-flash", "extra": {}},
+    "notes": "financial data retrieval",
+    "extra": {"task": "googl-price"},
+    "final_metrics": {"total_prompt_tokens": 1120, "total_completion_tokens": 124, "total_steps": 3},
+    "steps": [
+        {"step_id": 1, "timestamp": "2025-10-11T10:30:00Z", "source": "user",
+         "message": "What is the current trading price of Alphabet (GOOGL)?"},
+        {"step_id": 2, "timestamp": "2025-10-11T10:30:02Z", "source": "agent", "model_name": "gemini-2.5-flash",
+         "message": "I will search for the price and the volume.", "reasoning_content": "Two data points.",
+         "tool_calls": [
+             {"tool_call_id": "call_price_1", "function_name": "financial_search",
+              "arguments": {"ticker": "GOOGL", "metric": "price"}},
+             {"tool_call_id": "call_volume_2", "function_name": "financial_search",
+              "arguments": {"ticker": "GOOGL", "metric": "volume"}}],
+         "observation": {"results": [
+             {"source_call_id": "call_volume_2", "content": "GOOGL volume: 1.5M shares traded."},
+             {"source_call_id": "call_price_1", "content": "GOOGL is currently trading at $185.35"}]},
+         "metrics": {"prompt_tokens": 520, "completion_tokens": 80, "cached_tokens": 200, "cost_usd": 0.00045}},
+        {"step_id": 3, "timestamp": "2025-10-11T10:30:05Z", "source": "agent",
+         "message": "Alphabet (GOOGL) is trading at $185.35.",
+         "metrics": {"prompt_tokens": 600, "completion_tokens": 44, "logprobs": [-0.1, -0.05]}},
+    ],
+}
+
+
+def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_path, capsys):
+    f = tmp_path / "trajectory.json"
+    f.write_text(json.dumps(FOREIGN, indent=2))  # a pretty-printed single document, as Harbor writes it
+    assert import_main([str(f), "--url", sqlite_url]) == 0
+    assert "imported 1 trajectories (atif) as run(s) 1" in capsys.readouterr().out
+    row = S.list_trajectories(run_id=1, store=sqlite_url).rows[0]
+    detail = S.get_trajectory(row.id, store=sqlite_url)
+    tr = detail.trajectory
+    assert [s.role.value for s in tr.steps] == ["user", "actor", "tool", "tool", "actor"]
+    assert tr.goal == FOREIGN["steps"][0]["message"] and tr.final_answer == "Alphabet (GOOGL) is trading at $185.35."
+    assert tr.steps[1].content == "<think>Two data points.</think>\nI will search for the price and the volume."
+    assert tr.steps[1].tool_calls[1] == {"name": "financial_search", "args": {"ticker": "GOOGL", "metric": "volume"},
+                                         "id": "call_volume_2"}
+    # results answered out of order: each tool step says which call it answers
+    assert [(s.content, s.observation, s.span["call"]) for s in tr.steps[2:4]] == [
+        ("financial_search", "GOOGL volume: 1.5M shares traded.", 1),
+        ("financial_search", "GOOGL is currently trading at $185.35", 0)]
+    assert tr.steps[1].span["prompt_tokens"] == 520 and tr.steps[1].span["started_at"] == "2025-10-11T10:30:02Z"
+    assert tr.steps[4].span["logprobs"] == [{"logprob": -0.1}, {"logprob": -0.05}]
+    assert row.prompt_tokens == 1120 and row.completion_tokens == 124 and tr.outcome is Label.UNKNOWN
+    assert S.get_run(1, store=sqlite_url).name == "harbor-agent (gemini-2.5-flash)"
+    assert detail.case["meta"]["atif_extra"] == {"task": "googl-price"}
+    # and out again, the standard fields as they came in
+    out = tmp_path / "out.atif.jsonl"
+    assert export_main(["1", str(out), "--url", sqlite_url]) == 0
+    again = json.loads(out.read_text())
+    strip = ("extra", "model_name", "notes", "cost_usd")
+    for ours, theirs in zip(again["steps"], FOREIGN["steps"]):
+        for key in ("source", "message", "reasoning_content", "tool_calls", "timestamp"):
+            assert ours.get(key) == theirs.get(key), key
+        assert sorted(ours.get("observation", {}).get("results", []), key=json.dumps) == sorted(
+            theirs.get("observation", {}).get("results", []), key=json.dumps)
+        assert {k: v for k, v in (ours.get("metrics") or {}).items() if k not in strip} == {
+            k: v for k, v in (theirs.get("metrics") or {}).items() if k not in strip}
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda d: d["steps"][1].update(source="robot"), "line 1: ATIF step 2 has source 'robot'"),
+    (lambda d: d["steps"][1]["tool_calls"][0].pop("function_name"), "line 1: ATIF step 2: tool call 0 has no"),
+    (lambda d: d["steps"][1]["tool_calls"][0].update(arguments=[1]), "`arguments` must be an object"),
+    (lambda d: d.pop("session_id"), "line 1: the ATIF document has no `session_id`"),
+    (lambda d: d.update(steps={}), "line 1: ATIF `steps` must be a list"),
+])
+def test_malformed_atif_is_one_line_and_writes_nothing(sqlite_url, tmp_path, change, problem):
+    doc = json.loads(json.dumps(FOREIGN))
+    change(doc)
+    f = tmp_path / "bad.atif.jsonl"
+    f.write_text(json.dumps(doc) + "\n")
+    with pytest.raises(S.ImportFormatError) as err:
+        S.import_file(f, store=sqlite_url)
+    assert problem in str(err.value) and "\n" not in str(err.value)
+    assert S.list_runs(store=sqlite_url) == []
+
+
+def test_export_format_from_the_name_or_asked(sqlite_url, tmp_path, capsys):
+    store = S.connect(sqlite_url)
+    run_id = _run_with_everything(store)
+    assert [S.export_format(n) for n in ("a.parquet", "a.otlp.json", "a.atif.jsonl", "a.atif.json", "a.jsonl")] == [
+        "parquet", "otel", "atif", "atif", "jsonl"]
+    for name in ("run.json", "run.txt", "run"):
+        assert export_main([str(run_id), str(tmp_path / name), "--url", sqlite_url]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot tell the export format from the name; add --format" in err
+        assert not (tmp_path / name).exists()
+    assert export_main([str(run_id), str(tmp_path / "run.txt"), "--format", "atif", "--url", sqlite_url]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote 12 trajectories of run {run_id} to {tmp_path / 'run.txt'}"
+    assert json.loads((tmp_path / "run.txt").read_text().splitlines()[0])["schema_version"] == "ATIF-v1.4"
