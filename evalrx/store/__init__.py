@@ -26,11 +26,13 @@ from evalrx.store.import_errors import EncodingError, NestingTooDeepError, Recor
 from evalrx.store.io import (
     EXPORT_FORMATS,
     ImportFormatError,
+    ImportPreview,
     ImportResult,
     export_format,
     export_run,
     import_file,
     iter_export_rows,
+    preview_file,
     read_file,
 )
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
@@ -122,6 +124,8 @@ __all__ = [
     "get_run",
     "get_trajectory",
     "import_file",
+    "preview_file",
+    "ImportPreview",
     "ImportFormatError",
     "ImportLimits",
     "ImportResult",

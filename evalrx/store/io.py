@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from sqlalchemy import insert, select
 
@@ -336,6 +336,50 @@ def read_file(path: "str | Path", *, limits: Optional[ImportLimits] = None) -> t
     return reading.format, items
 
 
+@dataclass
+class ImportPreview:
+    """What a file holds, read without writing: its format, how many trajectories, cases, attempts
+    (epochs) and models, notes, and the first few trajectories."""
+
+    format: str
+    n_trajectories: int
+    n_cases: int
+    max_attempt: int
+    models: list
+    notes: list
+    first: list  # [(FailureCase, Trajectory)]
+    already_imported_as: list = field(default_factory=list)  # runs the same bytes made before
+
+
+def preview_file(path: "str | Path", *, n_first: int = 5, limits: Optional[ImportLimits] = None,
+                 store: "Store | str | None" = None) -> ImportPreview:
+    """Read a whole file as `import_file` would (streaming, every record checked) and say what it holds.
+
+    Raises:
+        ImportFormatError: as `import_file` would, naming the file and the record.
+    """
+    path = _existing(path)
+    reading = _Reading()
+    first: list = []
+    cases: set = set()
+    models: set = set()
+    n = top = 0
+    for item in _items(path, limits or ImportLimits(), reading):
+        n += 1
+        cases.add(item.case.id)
+        top = max(top, int(item.traj.attempt or 1))
+        model = (item.run_config or {}).get("model")
+        name = model.get("name") if isinstance(model, dict) else model
+        if name:
+            models.add(str(name))
+        if len(first) < n_first:
+            first.append((item.case, item.traj))
+    with resolve(store).read() as s:
+        before = list(s.execute(select(t.Run.id).where(t.Run.source_sha256 == file_sha256(path))).scalars())
+    return ImportPreview(format=reading.format, n_trajectories=n, n_cases=len(cases), max_attempt=top,
+                         models=sorted(models), notes=list(reading.notes), first=first, already_imported_as=before)
+
+
 def _existing(path: "str | Path") -> Path:
     path = Path(path)
     if not path.is_file():
@@ -407,6 +451,7 @@ def import_file(
     store: "Store | str | None" = None,
     again: bool = False,
     limits: Optional[ImportLimits] = None,
+    on_progress: Optional[Callable[[int], None]] = None,
 ) -> ImportResult:
     """Import trajectories from a file into new run(s), streaming, all in one transaction.
 
@@ -419,6 +464,7 @@ def import_file(
         store: the store (default when None).
         again: import even if a run already came from a file with these exact bytes.
         limits: size and nesting limits of one record (default `ImportLimits()`).
+        on_progress: called with the number of trajectories read so far, after each one.
 
     Returns:
         The new run ids, the number of trajectories and the detected format; with nothing written
@@ -448,6 +494,8 @@ def import_file(
                                                    {"source_file": path.name}, meta=meta, sha=sha)
             try:
                 writer.add(item)
+                if on_progress is not None:
+                    on_progress(sum(w.n for w in writers.values()))
             except RecursionError:  # only past a raised --max-depth: Python's own limit, as one line
                 raise NestingTooDeepError(path, item.where, "JSON nested too deeply to store; flatten the record "
                                           "or lower --max-depth") from None

@@ -295,3 +295,15 @@ def test_entries_read_one_at_a_time_within_the_size_limit(tmp_path, sqlite_url):
         S.import_file(log, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=200_000))
     assert S.list_runs(store=sqlite_url) == []
     assert S.import_file(log, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=400_000)).n_trajectories == 3
+
+
+def test_preview_says_what_a_log_holds_without_writing_and_import_reports_progress(eval_logs, sqlite_url):
+    before = _counts(sqlite_url)
+    pre = S.preview_file(eval_logs["zstd"], n_first=3, store=sqlite_url)
+    assert (pre.format, pre.n_trajectories, pre.n_cases, pre.max_attempt) == ("inspect-eval", 4, 2, 2)
+    assert pre.models == ["mockllm/model"] and len(pre.first) == 3 and pre.already_imported_as == []
+    assert _counts(sqlite_url) == before  # a preview writes nothing
+    seen = []
+    res = S.import_file(eval_logs["zstd"], store=sqlite_url, on_progress=seen.append)
+    assert seen == [1, 2, 3, 4]
+    assert S.preview_file(eval_logs["zstd"], store=sqlite_url).already_imported_as == res.run_ids
