@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from sqlalchemy import insert, select
 
@@ -513,23 +513,24 @@ def iter_export_rows(run_id: int, *, store: "Store | str | None" = None) -> Iter
     return _export_rows(run_id, store=store)
 
 
-def _export_rows(run_id: int, *, store: "Store | str | None" = None, with_ids: bool = False) -> Iterator[dict]:
-    """Export rows; `with_ids` adds `_trajectory_id` and `_created_at` (for the OTLP export's ids and times)."""
+def _export_rows(run_id: Optional[int], *, store: "Store | str | None" = None, with_ids: bool = False,
+                 trajectory_ids: Optional[Sequence[int]] = None) -> Iterator[dict]:
+    """Export rows of a run, or of chosen trajectories (any runs; `run_id` then narrows them to one);
+    `with_ids` adds `_trajectory_id`, `_run_id` and `_created_at` (for the OTLP export's ids and times)."""
     st = resolve(store)
     with st.read() as s:
-        run = s.get(t.Run, run_id)
-        if run is None:
+        if run_id is not None and s.get(t.Run, run_id) is None:
             raise ValueError(f"no run with id {run_id}")
-        run_info = {"name": run.name, "config": run.config or {}}
-        ids = s.execute(
-            select(t.Trajectory.id)
-            .outerjoin(
-                t.RunCase, (t.RunCase.run_id == t.Trajectory.run_id) & (t.RunCase.case_id == t.Trajectory.case_id)
-                & (t.RunCase.attempt == t.Trajectory.attempt)
-            )
-            .where(t.Trajectory.run_id == run_id)
-            .order_by(t.RunCase.position, t.Trajectory.attempt, t.Trajectory.id)
-        ).scalars().all()
+        q = (select(t.Trajectory.id)
+             .outerjoin(t.RunCase, (t.RunCase.run_id == t.Trajectory.run_id)
+                        & (t.RunCase.case_id == t.Trajectory.case_id) & (t.RunCase.attempt == t.Trajectory.attempt))
+             .order_by(t.Trajectory.run_id, t.RunCase.position, t.Trajectory.attempt, t.Trajectory.id))
+        if run_id is not None:
+            q = q.where(t.Trajectory.run_id == run_id)
+        if trajectory_ids is not None:
+            q = q.where(t.Trajectory.id.in_(list(trajectory_ids)))
+        ids = s.execute(q).scalars().all()
+        runs_info: dict = {}
         for start in range(0, len(ids), EXPORT_BATCH):
             chunk = ids[start : start + EXPORT_BATCH]
             trajs = {r.id: r for r in s.execute(select(t.Trajectory).where(t.Trajectory.id.in_(chunk))).scalars()}
@@ -546,6 +547,10 @@ def _export_rows(run_id: int, *, store: "Store | str | None" = None, with_ids: b
             }
             for tid in chunk:
                 row = trajs[tid]
+                if row.run_id not in runs_info:
+                    run = s.get(t.Run, row.run_id)
+                    runs_info[row.run_id] = {"name": run.name, "config": run.config or {}}
+                run_info = runs_info[row.run_id]
                 case = case_rows[row.case_id]
                 traj = convert.trajectory_from_rows(row, steps[tid])
                 case_out = convert.case_dict(case)
@@ -565,7 +570,7 @@ def _export_rows(run_id: int, *, store: "Store | str | None" = None, with_ids: b
                     "diagnosis": export_diagnosis(diagnoses_in(s, tid)),
                 }
                 if with_ids:
-                    out["_trajectory_id"], out["_created_at"] = tid, row.created_at
+                    out["_trajectory_id"], out["_run_id"], out["_created_at"] = tid, row.run_id, row.created_at
                 yield out
             s.expunge_all()  # rows of finished chunks need not stay in the session's identity map
 
@@ -614,6 +619,29 @@ def export_run(
     """
     from evalrx.store.queries import get_run
 
+    if get_run(run_id, store=store) is None:
+        raise ValueError(f"no run with id {run_id}")
+    return _export(lambda ids: _export_rows(run_id, store=store, with_ids=ids), path, fmt=fmt, run_id=run_id,
+                   otel_content=otel_content, otel_endpoint=otel_endpoint)
+
+
+def export_trajectories(
+    trajectory_ids: Sequence[int],
+    path: "str | Path",
+    *,
+    fmt: Optional[str] = None,
+    store: "Store | str | None" = None,
+    otel_content: bool = False,
+) -> int:
+    """Write chosen trajectories (a filtered list; any runs) in any export format; returns how many."""
+    ids = list(trajectory_ids)
+    return _export(lambda with_ids: _export_rows(None, store=store, with_ids=with_ids, trajectory_ids=ids), path,
+                   fmt=fmt, run_id=None, otel_content=otel_content, otel_endpoint=None)
+
+
+def _export(rows_of: Callable[[bool], Iterator[dict]], path: "str | Path | None", *, fmt: Optional[str],
+            run_id: Optional[int],
+            otel_content: bool, otel_endpoint: Optional[str]) -> int:
     if path is None and not (fmt == "otel" and otel_endpoint):
         raise ValueError("give an output file (only --format otel with --otel-endpoint may go without one)")
     path = Path(path) if path is not None else None
@@ -623,23 +651,49 @@ def export_run(
     if otel_endpoint and fmt != "otel":
         raise ValueError("--otel-endpoint goes with --format otel")
     if path is not None and path.is_dir():
-        raise ValueError(f"{path} is a directory; give a file path such as {path / f'run{run_id}.jsonl'}")
-    if get_run(run_id, store=store) is None:
-        raise ValueError(f"no run with id {run_id}")
+        raise ValueError(f"{path} is a directory; give a file path such as {path / f'run{run_id or 1}.jsonl'}")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "otel":
         from evalrx.store import otel
 
-        rows = _export_rows(run_id, store=store, with_ids=True)
-        return otel.write_traces(otel.trace_requests(rows, run_id=run_id, content=otel_content), path,
+        return otel.write_traces(otel.trace_requests(rows_of(True), run_id=run_id, content=otel_content), path,
                                  endpoint=otel_endpoint)
-    rows = iter_export_rows(run_id, store=store)
+    rows = rows_of(False)
     if fmt == "parquet":
         return _write_parquet(rows, path)
     if fmt == "atif":
         return write_lines(path, (atif.dumps(atif.to_atif(row)) for row in rows))
     return write_lines(path, (json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) for row in rows))
+
+
+LABEL_COLUMNS = ("trajectory_id", "run_id", "case_id", "attempt", "outcome", "failure_kind", "first_wrong_step",
+                 "step_idx", "annotator", "note", "created_at")
+
+
+def export_labels_csv(path: "str | Path", *, run_id: Optional[int] = None,
+                      trajectory_ids: Optional[Sequence[int]] = None, store: "Store | str | None" = None) -> int:
+    """The current labels alone (of a run, or of chosen trajectories) as CSV; returns the rows written."""
+    import csv
+    import io as _io
+
+    L, T = t.LabelRow, t.Trajectory
+    q = (select(L.trajectory_id, T.run_id, T.sample_id, T.attempt, L.outcome, L.failure_mode, L.first_wrong_step,
+                L.step_idx, L.annotator, L.note, L.created_at)
+         .join(T, T.id == L.trajectory_id).where(L.is_current).order_by(L.trajectory_id, L.step_idx))
+    if run_id is not None:
+        q = q.where(T.run_id == run_id)
+    if trajectory_ids is not None:
+        q = q.where(L.trajectory_id.in_(list(trajectory_ids)))
+    with resolve(store).read() as s:
+        rows = s.execute(q).all()
+    buf = _io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(LABEL_COLUMNS)
+    for r in rows:  # a leading = + - @ would be read as a formula by spreadsheets: quote it inert
+        writer.writerow(["'" + v if isinstance(v, str) and v[:1] in "=+-@" else v for v in r])
+    write_lines(Path(path), [buf.getvalue().rstrip("\n")])
+    return len(rows)
 
 
 def write_lines(path: Path, lines: Iterable[str]) -> int:

@@ -38,7 +38,7 @@ def _proto() -> Any:
     return trace_service_pb2, trace_pb2, common_pb2, resource_pb2
 
 
-def trace_requests(rows: Iterable[dict], *, run_id: int, content: bool = False,
+def trace_requests(rows: Iterable[dict], *, run_id: Optional[int], content: bool = False,
                    batch: int = BATCH) -> Iterator[tuple[Any, int]]:
     """(ExportTraceServiceRequest, trajectories in it) for export rows carrying `_trajectory_id`/`_created_at`."""
     from evalrx import __version__
@@ -58,7 +58,7 @@ def trace_requests(rows: Iterable[dict], *, run_id: int, content: bool = False,
 
     for row in rows:
         run_name = (row.get("run") or {}).get("name")
-        spans.extend(_trajectory_spans(row, run_id, content, trace_pb2, common_pb2))
+        spans.extend(_trajectory_spans(row, row.get("_run_id", run_id), content, trace_pb2, common_pb2))
         n += 1
         if n == batch:
             yield request(), n
