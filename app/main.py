@@ -21,14 +21,17 @@ pages = {
     "Runs": [
         st.Page("views/runs.py", title="Runs", icon=":material/play_circle:", url_path="runs", default=True),
         st.Page("views/new_run.py", title="New run", icon=":material/add_circle:", url_path="new"),
+        st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     ],
     "Inspect": [
         st.Page("views/trajectories.py", title="Trajectories", icon=":material/list:", url_path="trajectories"),
         st.Page("views/trajectory.py", title="Trajectory", icon=":material/timeline:", url_path="trajectory"),
         st.Page("views/label.py", title="Label queue", icon=":material/label:", url_path="label"),
+        st.Page("views/adjudicate.py", title="Adjudicate", icon=":material/gavel:", url_path="adjudicate"),
         st.Page("views/dashboard.py", title="Dashboard", icon=":material/monitoring:", url_path="dashboard"),
     ],
     "Setup": [
+        st.Page("views/import_data.py", title="Import", icon=":material/upload_file:", url_path="import"),
         st.Page("views/models.py", title="Models", icon=":material/memory:", url_path="models"),
     ],
 }

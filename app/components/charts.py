@@ -100,3 +100,47 @@ def failure_kind_chart(rows: list[dict]) -> alt.Chart:
         .add_params(pick)
         .properties(height=alt.Step(26))
     )
+
+
+def case_rate_strip(rows: list[dict]) -> alt.Chart:
+    """Each case's success rate over its attempts, one bar per case, worst first (see `case_rate_rows`)."""
+    many = len(rows) > 60  # past this the case names are unreadable: the tooltip names each bar
+    return (
+        alt.Chart(alt.Data(values=rows), title="Success rate per case (worst first)")
+        .mark_bar()
+        .encode(
+            x=alt.X("case:N", sort=alt.SortField("order"), title=f"{len(rows)} cases",
+                    axis=alt.Axis(labels=not many, ticks=not many, labelAngle=-60)),
+            y=alt.Y("rate:Q", title="success rate", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+            color=alt.Color("rate:Q", scale=alt.Scale(domain=[0, 1], range=["#e45756", "#54a24b"]), legend=None),
+            tooltip=[alt.Tooltip("case:N"), alt.Tooltip("passes:Q", title="passed"),
+                     alt.Tooltip("n:Q", title="attempts"), alt.Tooltip("rate:Q", format=".0%")],
+        )
+        .properties(height=220)
+    )
+
+
+def pass_k_chart(rows: list[dict]) -> alt.Chart:
+    """pass@k and pass^k against k (see `pass_k_rows`)."""
+    return (
+        alt.Chart(alt.Data(values=rows), title="pass@k and pass^k")
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("k:Q", title="k (attempts)", axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("value:Q", title="mean over cases", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+            color=alt.Color("measure:N", title=None,
+                            scale=alt.Scale(domain=["pass@k", "pass^k"], range=["#4c78a8", "#f58518"])),
+            tooltip=["k:Q", "measure:N", alt.Tooltip("value:Q", format=".1%")],
+        )
+        .properties(height=220)
+    )
+
+
+def confusion_chart(rows: list[dict], title: str) -> alt.Chart:
+    """A confusion matrix as a heatmap with counts (see `confusion_rows`)."""
+    base = alt.Chart(alt.Data(values=rows)).encode(
+        x=alt.X("diagnosis:N", title="diagnosis"), y=alt.Y("annotator:N", title="annotator"))
+    cells = base.mark_rect().encode(color=alt.Color("n:Q", scale=alt.Scale(scheme="blues"), legend=None),
+                                    tooltip=["annotator:N", "diagnosis:N", "n:Q"])
+    text = base.mark_text().encode(text="n:Q")
+    return alt.layer(cells, text).properties(title=title, height=alt.Step(30))

@@ -79,10 +79,13 @@ def label_panel(
     annotator_key: str,
     key: str,
     on_saved: Optional[Callable[[int], None]] = None,
+    blind: bool = False,
 ) -> None:
     """Render the label form for one trajectory.
 
     The diagnosis's kind and first wrong step are preselected; Enter accepts both in one key.
+    `blind` (a second opinion) shows neither the earlier label nor the diagnosis's proposal and
+    preselects nothing, so the verdict is the annotator's own.
 
     Args:
         detail: the `TrajectoryDetail`.
@@ -91,12 +94,13 @@ def label_panel(
         annotator_key: the session-state key of the annotator name input (read when saving).
         key: widget-key prefix, unique on the page.
         on_saved: called with the trajectory id after a save (the queue moves on).
+        blind: hide the earlier label, the proposal and the grade (a second opinion).
     """
     from evalrx.store import set_label
 
     tid = detail.row.id
-    cur = current_label(detail)
-    proposal = proposal_of(detail)
+    cur = None if blind else current_label(detail)
+    proposal = None if blind else proposal_of(detail)
     steps = actor_steps(detail.trajectory)
     names = [k.key for k in kinds]
     if cur and cur.failure_mode and cur.failure_mode not in names:
@@ -133,18 +137,21 @@ def label_panel(
         pos = options.index(now) if now in options else 0
         st.session_state[fws_key] = options[(pos + 1) % len(options)]
 
-    st.markdown(describe_label(cur))
+    if blind:
+        st.caption("Blind: earlier labels and the diagnosis are hidden until you give yours.")
+    else:
+        st.markdown(describe_label(cur))
     if proposal is not None:
         where = f" at step {proposal.first_wrong_step}" if proposal.first_wrong_step is not None else ""
         st.button(f"Accept: {md_escape(proposal.kind)}{where}", key=f"{key}-accept", shortcut="Enter", type="primary",
                   icon=":material/done_all:", on_click=save, args=("fail", proposal.kind, proposal.first_wrong_step),
                   width="stretch", help="label it a failure of the proposed kind, with its first wrong step")
-    elif detail.row.outcome == "error":
+    elif detail.row.outcome == "error" and not blind:
         st.caption("This case errored (server or harness): not a model failure, so nothing is proposed.")
-    graded_fail = detail.row.outcome == "fail"
+    graded_fail = detail.row.outcome == "fail" and not blind  # the primary button would give the grade away
     c1, c2, c3 = st.columns(3)
     c1.button("Pass", key=f"{key}-pass", shortcut="P", icon=":material/check:",
-              type="secondary" if graded_fail or proposal is not None else "primary",
+              type="secondary" if graded_fail or proposal is not None or blind else "primary",
               on_click=save, args=("pass", None), width="stretch")
     c2.button("Fail", key=f"{key}-fail", shortcut="F", icon=":material/close:", on_click=save_selected_kind,
               width="stretch", type="primary" if graded_fail and proposal is None else "secondary",

@@ -1,4 +1,9 @@
-"""Label queue: unlabelled trajectories one at a time, labelled from the keyboard."""
+"""Label queue: unlabelled trajectories one at a time, labelled from the keyboard.
+
+Second opinion (`?second=true`, with a run and your name): a fixed sample of the run's failures that
+someone else labelled and you have not, shown blind (no grade, diagnosis or earlier label), so the
+Agreement tab of the run measures independent verdicts.
+"""
 
 import streamlit as st
 
@@ -9,7 +14,7 @@ from components.diagnosis_card import render_diagnosis
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 from evalrx.store import (
     count_trajectories, delete_kind, encode_cursor, get_trajectory, list_kinds, list_runs, list_trajectories,
-    save_kind, step_media,
+    save_kind, second_opinion_queue, step_media,
 )
 
 S = store()
@@ -17,6 +22,7 @@ ss = st.session_state
 ss.setdefault("q_after", None)  # id of the last skipped trajectory: the queue continues after it
 ss.setdefault("q_seen", [])  # ids labelled or skipped in this session, for Back
 ss.setdefault("q_pin", None)  # an id brought back with Back (shown even if labelled)
+ss.setdefault("so_skipped", [])  # second-opinion ids skipped in this session
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -25,19 +31,21 @@ def _runs(url: str) -> dict:
 
 
 def _reset_queue() -> None:
-    ss.q_after, ss.q_pin = None, None
+    ss.q_after, ss.q_pin, ss.so_skipped = None, None, []
 
 
 runs = _runs(S.url)
 st.title("Label queue")
-top = st.columns([2, 1, 1, 2], vertical_alignment="bottom")
+top = st.columns([2, 1.3, 0.8, 1.4, 1.6], vertical_alignment="bottom")
 run_key = top[0].selectbox("Run", list(runs), index=None, key="run", bind="query-params", accept_new_options=True,
                            placeholder="all runs", on_change=_reset_queue)
 only_fail = top[1].toggle("Only failures", key="fails", bind="query-params", on_change=_reset_queue,
                           help="only trajectories the automatic grader failed (errored cases are not failures)")
 blind = top[2].toggle("Blind", key="blind", bind="query-params",
                       help="hide the automatic grade while you label")
-annotator = top[3].text_input("Annotator", key="annotator", bind="query-params", persist_state="session",
+second = top[3].toggle("Second opinion", key="second", bind="query-params", on_change=_reset_queue,
+                       help="blind: a sample of this run's failures labelled by someone else, not yet by you")
+annotator = top[4].text_input("Annotator", key="annotator", bind="query-params", persist_state="session",
                               placeholder="your name (saved with each label)")
 
 if run_key in runs:
@@ -47,16 +55,30 @@ if run_key and run_key.isdigit():
     filters["run_id"] = int(run_key)
 if only_fail:
     filters["outcome"] = "fail"
-remaining = count_trajectories(store=S, **filters)
-
-tid = ss.q_pin
-if tid is None:
-    after = encode_cursor(ss.q_after, ss.q_after) if ss.q_after else None
-    page = list_trajectories(sort="id", descending=False, limit=1, after=after, store=S, **filters)
-    tid = page.rows[0].id if page.rows else None
-
-st.caption(f"{remaining:,} unlabelled" + (" failures" if only_fail else "") + " in this queue"
-           + (f" · {len(ss.q_seen)} done this session" if ss.q_seen else ""))
+me = (annotator or "").strip()
+if second:
+    blind = True
+    if not (run_key and run_key.isdigit()) or not me:
+        st.info("A second opinion needs a run and your annotator name (above).")
+        st.stop()
+    queue = [t for t in second_opinion_queue(int(run_key), me, store=S) if t not in ss.so_skipped]
+    tid = queue[0] if queue else None
+    st.caption(f"{len(queue):,} trajectories wait for your second opinion in run {run_key}"
+               + (f" · {len(ss.so_skipped)} skipped" if ss.so_skipped else ""))
+    if tid is None:
+        st.success("No second opinion left for you in this run.")
+        if ss.so_skipped:
+            st.button("Start again from the skipped ones", on_click=_reset_queue)
+        st.stop()
+else:
+    remaining = count_trajectories(store=S, **filters)
+    tid = ss.q_pin
+    if tid is None:
+        after = encode_cursor(ss.q_after, ss.q_after) if ss.q_after else None
+        page = list_trajectories(sort="id", descending=False, limit=1, after=after, store=S, **filters)
+        tid = page.rows[0].id if page.rows else None
+    st.caption(f"{remaining:,} unlabelled" + (" failures" if only_fail else "") + " in this queue"
+               + (f" · {len(ss.q_seen)} done this session" if ss.q_seen else ""))
 if tid is None:
     if ss.q_after:
         st.info("No unlabelled trajectory after the ones you skipped.")
@@ -75,6 +97,9 @@ def _done(t: int) -> None:
 
 
 def _skip() -> None:
+    if second:
+        ss.so_skipped.append(tid)
+        return
     _done(tid)
     if ss.q_pin is None:
         ss.q_after = max(tid, ss.q_after or 0)
@@ -123,22 +148,23 @@ left, right = st.columns([3, 2], gap="large")
 with right:
     with st.container(border=True):
         st.markdown(f"#### Trajectory {tid}")
-        label_panel(detail, store=S, kinds=kinds, annotator_key="annotator", key="lq", on_saved=_done)
+        label_panel(detail, store=S, kinds=kinds, annotator_key="annotator", key="lq", on_saved=_done, blind=second)
         n1, n2 = st.columns(2)
-        n1.button("Back", key="lq-back", icon=":material/undo:", shortcut="B", on_click=_back, disabled=not ss.q_seen,
-                  width="stretch")
+        n1.button("Back", key="lq-back", icon=":material/undo:", shortcut="B", on_click=_back,
+                  disabled=second or not ss.q_seen, width="stretch")
         n2.button("Skip", key="lq-skip", icon=":material/skip_next:", shortcut="N", on_click=_skip, width="stretch")
     st.caption("Keys: Enter accept the proposal · P pass · F fail · U unknown · 1–9 fail with that kind · "
                "W first wrong step → next model turn · N skip · B back · ? all keys")
-    st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",
-                 query_params={"id": str(tid)})
-    with st.expander("Label history"):
-        history_table(tid, store=S)
+    if not second:  # its own page and the history show the earlier labels
+        st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",
+                     query_params={"id": str(tid)})
+        with st.expander("Label history"):
+            history_table(tid, store=S)
     with st.expander("Failure taxonomy"):
         taxonomy_editor(kinds)
 with left:
     row = detail.row
-    cur = current_label(detail)
+    cur = None if second else current_label(detail)
     st.markdown(f"run {row.run_id} · case {md_escape(row.sample_id)} · " + facts_line(row, cur, blind=blind))
     if not blind:
         render_diagnosis(detail, {k.key: k.definition for k in kinds})

@@ -9,7 +9,7 @@ from components.safe import md_escape
 from evalrx.core.capability import Capability
 from evalrx.models.backends import RuntimeConfig, backends_for
 from evalrx.models.backends.api import MAX_RETRIES, MAX_TIMEOUT_S
-from evalrx.specs import REGISTRY
+from evalrx.specs import REGISTRY, weights_installed
 from evalrx.suites import CaseFileError, list_suites, load_cases
 from evalrx.tools import TOOLS
 
@@ -41,13 +41,26 @@ def _analyzer_names() -> list:
 
 
 specs = sorted(REGISTRY)
+REAL_CASES_HINT = 10  # a real model on CPU takes seconds per turn: more cases than this is a long wait
+
+
+def _is_real(key: str) -> bool:
+    return "real" in REGISTRY[key].tags
+
+
 left, right = st.columns([3, 2], gap="large")
 with left:
     spec_key = st.selectbox("Model", specs, index=specs.index(DEMO_SPEC) if DEMO_SPEC in specs else 0, key="spec",
-                            help="The spec registry (see the Models page).")
+                            format_func=lambda k: f"{k} · real model, slow" if _is_real(k) else k,
+                            help="The spec registry (see the Models page). A real model gives white-box "
+                                 "results worth reading; on CPU it is slow, so keep its suites small.")
     spec = REGISTRY[spec_key]
     if spec.notes:
         st.caption(md_escape(spec.notes))
+    model_problem = None
+    if spec.weights_package and not weights_installed(spec):
+        model_problem = f"{spec_key} is not installed. Install it: {spec.install_hint}"
+        st.warning(md_escape(model_problem))
     preference = {"hf_local": 0, "vllm_offline": 1, "api": 2}  # local first: full access to internals
     backends = sorted(backends_for(spec), key=lambda b: preference.get(b.name, 9))
     names = [b.name for b in backends]
@@ -90,6 +103,12 @@ with left:
                              key="suite")
         st.caption(f"{_suite_size(suite)} cases")
     limit = st.number_input("Run only the first N cases (0 = all)", min_value=0, value=0, step=1, key="limit")
+    if _is_real(spec_key):
+        n_cases = len(cases) if cases is not None else (_suite_size(suite) if suite else 0)
+        n_run = min(n_cases, int(limit)) if limit else n_cases
+        if n_run > REAL_CASES_HINT:
+            st.info(f"{spec_key} is a real model running on CPU (seconds per model turn): {n_run} cases will take "
+                    f"a while. It is best on small suites: set the first N cases to {REAL_CASES_HINT} or fewer.")
     name = st.text_input("Run name", key="name", placeholder="default: model on suite")
 
 with right:
@@ -130,8 +149,8 @@ with right:
         from evalrx.runner import enqueue_run
 
         try:
-            if problem:
-                raise ValueError(problem)
+            if problem or model_problem:
+                raise ValueError(model_problem or problem)
             chosen = cases if cases is not None else load_cases(suite)
             if limit:
                 chosen = chosen[: int(limit)]

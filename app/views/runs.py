@@ -1,9 +1,12 @@
-"""Runs: every run with status, live progress, cancel, and its figures."""
+"""Runs: every run with status, live progress, cancel, and its figures: an overview, reliability over
+repeated attempts, what predicts failure, and annotator agreement (tabs, `?view=` in the URL)."""
 
 import streamlit as st
 
 from components.data import store
+from components.export_panel import export_controls
 from components.labelling import flash
+from components.runlevel_panels import render_agreement, render_predictors, render_reliability
 from components.runs_view import is_active, progress_text, run_row
 from components.safe import md_escape
 from evalrx.store import list_runs, request_cancel, run_stats
@@ -65,10 +68,10 @@ def live() -> None:
         selected = runs[picked[0]]
     else:
         selected = next((r for r in runs if str(r.id) == wanted), runs[0])
-    details(selected)
+    details(selected, runs)
 
 
-def details(r) -> None:
+def details(r, runs: list) -> None:
     st.subheader(f"Run {r.id}: {md_escape(r.name or '')}")
     stats = _stats(r.id, r.n_done, r.status, S.url)
     c = st.columns(6)
@@ -79,7 +82,7 @@ def details(r) -> None:
     c[4].metric("latency p95", "—" if stats.latency_p95_ms is None else f"{stats.latency_p95_ms:,.0f} ms")
     c[5].metric("tokens", f"{stats.prompt_tokens + stats.completion_tokens:,}",
                 help=f"prompt {stats.prompt_tokens:,}, completion {stats.completion_tokens:,}")
-    links = st.columns(4)
+    links = st.columns(5)
     links[0].page_link("views/trajectories.py", label="All trajectories", icon=":material/list:",
                        query_params={"run": str(r.id)})
     links[1].page_link("views/trajectories.py", label="Failures", icon=":material/error:",
@@ -88,6 +91,29 @@ def details(r) -> None:
                        query_params={"run": str(r.id)})
     links[3].page_link("views/dashboard.py", label="Dashboard", icon=":material/monitoring:",
                        query_params={"run": str(r.id)})
+    older = next((o.id for o in runs if o.id < r.id), None)  # the run before it, the natural baseline
+    if older is not None:
+        links[4].page_link("views/compare.py", label=f"Compare with run {older}", icon=":material/compare_arrows:",
+                           query_params={"a": str(older), "b": str(r.id)})
+    with st.expander("Export this run", icon=":material/download:"):
+        export_controls(f"export-run-{r.id}", f"run{r.id}", run_id=r.id, store=S)
+    tabs = st.tabs(["Overview", "Reliability", "Predictors", "Agreement"], key="view", bind="query-params")
+    with tabs[0]:
+        if tabs[0].open is not False:
+            overview(r, stats)
+    with tabs[1]:
+        if tabs[1].open:
+            render_reliability(r.id, url=S.url)
+    with tabs[2]:
+        if tabs[2].open:
+            st.markdown("**What predicts failure** in this run: each stored signal, strongest first.")
+            render_predictors([r.id], url=S.url, link_run=r.id, stamp=(r.n_done, r.status))
+    with tabs[3]:
+        if tabs[3].open:
+            render_agreement(r.id, url=S.url)
+
+
+def overview(r, stats) -> None:
     left, mid, right = st.columns(3)
     with left:
         st.markdown("**Ended by**")

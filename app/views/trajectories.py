@@ -5,11 +5,12 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from components.data import store
+from components.export_panel import export_controls
 from components.filters import (
     FILTER_KEYS, LABEL_CHOICES, OUTCOMES, SORT_CHOICES, as_context, describe, sort_args, store_filters,
 )
 from components.safe import md_escape, short
-from evalrx.store import failure_modes, list_kinds, list_runs, list_trajectories
+from evalrx.store import failure_modes, list_kinds, list_runs, list_trajectories, matching_ids
 
 S = store()
 PAGE_SIZE = 50
@@ -100,6 +101,8 @@ event = st.dataframe(
     },
 )
 st.caption("Click a row to open it; the id link opens it in a new tab (a shareable URL).")
+with st.expander("Export this list", icon=":material/download:"):
+    export_controls("export-list", "trajectories", trajectory_ids=lambda: matching_ids(store=S, **filters), store=S)
 picked = event.selection.rows if event and event.selection else []
 if picked:
     st.switch_page("views/trajectory.py", query_params={"id": str(result.rows[picked[0]].id), **keep})

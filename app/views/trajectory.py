@@ -7,9 +7,9 @@ from components.data import store
 from components.diagnosis_card import highlight_step, render_diagnosis
 from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
-from components.safe import md_escape
+from components.safe import md_escape, short
 from components.timeline import facts_line, render_case, render_charts, render_timeline
-from evalrx.store import get_trajectory, list_kinds, step_media
+from evalrx.store import get_trajectory, list_kinds, other_runs_of_case, step_media
 
 S = store()
 qp = st.query_params
@@ -52,6 +52,22 @@ st.caption(
     f"run {row.run_id} · case {md_escape(row.sample_id)} · {row.created_at:%Y-%m-%d %H:%M} UTC"
     + (f" · tags: {md_escape(', '.join(detail.tags))}" if detail.tags else "")
 )
+others = other_runs_of_case(row.id, store=S)
+if others:
+    o = next((x for x in others if x["run_id"] != row.run_id), others[0])  # another run before another attempt
+    where = f"run {o['run_id']}" if o["run_id"] != row.run_id else "this run"
+    same = st.columns([2, 2, 3], vertical_alignment="center")
+    same[0].page_link("views/trajectory.py", label=f"Same case in {where} (attempt {o['attempt']}, {o['outcome']})",
+                      icon=":material/call_split:", query_params={"id": str(o["trajectory_id"])})
+    lo, hi = sorted((o["run_id"], row.run_id))
+    same[1].page_link("views/compare.py", label="Compare the two side by side", icon=":material/compare_arrows:",
+                      query_params={"a": str(lo), "b": str(hi), "case": row.sample_id})
+    if len(others) > 1:
+        with same[2].popover(f"All {len(others)} elsewhere", icon=":material/list:"):
+            for x in others:
+                st.page_link("views/trajectory.py", query_params={"id": str(x["trajectory_id"])},
+                             label=f"run {x['run_id']} · {md_escape(short(x['run_name'] or '', 30))} · attempt {x['attempt']} "
+                                   f"· {x['outcome']}")
 cur = current_label(detail)
 st.markdown(facts_line(row, cur))
 err = detail.trajectory.metrics.get("error")

@@ -114,3 +114,37 @@ def align(actions_a: Sequence[Any], actions_b: Sequence[Any]) -> Alignment:
 
     first = next((r for r, row in enumerate(rows) if row[2] != SAME), None)
     return Alignment(rows, first, diffs)
+
+
+def _role_of(step: Any) -> str:
+    role = getattr(step, "role", "")
+    return str(getattr(role, "value", role))
+
+
+def _walk(trajectory: Any) -> list[tuple[Optional[int], tuple[str, Optional[str], Any]]]:
+    """(step index, action) of a stored trajectory: each tool call of a model turn, then the final answer."""
+    out: list = []
+    answer_step = None
+    for s in trajectory.steps:
+        if _role_of(s) != "actor":
+            continue
+        calls = [c for c in (s.tool_calls or []) if isinstance(c, Mapping)]
+        for c in calls:
+            out.append((int(s.idx), ("call", str(c.get("name") or "?"), c.get("args", c.get("arguments")))))
+        if not calls and not s.parse_error:
+            answer_step = int(s.idx)  # the last model turn without calls gave the answer
+    if trajectory.final_answer is not None:
+        out.append((answer_step, ("answer", None, trajectory.final_answer)))
+    return out
+
+
+def actions_of(trajectory: Any) -> list[tuple[str, Optional[str], Any]]:
+    """The actions `align` compares, from a core `Trajectory`: ("call", tool, args) per tool call of a
+    model turn, in order, then ("answer", None, final answer) when there is one. Malformed calls
+    (parse errors) are no action: nothing was called."""
+    return [a for _, a in _walk(trajectory)]
+
+
+def action_steps(trajectory: Any) -> list[Optional[int]]:
+    """The step index each of `actions_of(trajectory)` comes from (None: an answer with no plain model turn)."""
+    return [i for i, _ in _walk(trajectory)]

@@ -59,6 +59,7 @@ from evalrx.store.queries import (
     label_counts_by_annotator,
     list_runs,
     list_trajectories,
+    matching_ids,
     run_stats,
     step_latency_sample,
     step_media,
@@ -73,6 +74,7 @@ from evalrx.store.records import (
     TrajectoryRow,
 )
 from evalrx.store.runlevel import (
+    ADJUDICATOR,
     annotator_labels,
     attempts_of,
     compare_runs,
@@ -89,6 +91,7 @@ from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 
 __all__ = [
+    "ADJUDICATOR",
     "ENV_URL",
     "EXPORT_FORMATS",
     "EncodingError",
@@ -144,6 +147,7 @@ __all__ = [
     "list_kinds",
     "list_runs",
     "list_trajectories",
+    "matching_ids",
     "load_analyses",
     "make_engine",
     "NestingTooDeepError",

@@ -401,6 +401,13 @@ def run_stats(run_id: int, *, store: "Store | str | None" = None) -> RunStats:
         )
 
 
+def matching_ids(*, store: "Store | str | None" = None, limit: Optional[int] = None, **filters: Any) -> list[int]:
+    """Ids of every trajectory a list filter matches (what the Trajectories page exports), oldest first."""
+    with resolve(store).read() as s:
+        q = filter_trajectories(select(t.Trajectory.id), session=s, **filters).order_by(t.Trajectory.id)
+        return list(s.execute(q.limit(limit) if limit else q).scalars())
+
+
 def pending_cases(session: Any, run_id: int) -> list[tuple[int, int, int]]:
     """(position, case id, attempt) of a run's attempts that have no trajectory yet: every case's first
     attempt in order, then every second attempt, ..."""

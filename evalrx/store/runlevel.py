@@ -21,6 +21,7 @@ GRADED = ("pass", "fail")
 COLUMN_SIGNALS = {"turns": "n_turns", "tool_calls": "n_tool_calls", "parse_errors": "n_parse_errors",
                   "prompt_tokens": "prompt_tokens", "latency_ms": "latency_ms"}
 AUTO = "auto"  # the automatic diagnosis, compared with the annotators as if it were one
+ADJUDICATOR = "adjudicator"  # who an adjudicated label is saved as: a verdict on a disagreement, not a rater
 
 
 def _attempts(session: Any, run_id: int) -> dict:
@@ -186,7 +187,7 @@ def label_agreement(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: O
     from evalrx.runstats import agreement, cohen_kappa, kind_confusion, step_agreement
 
     labels = annotator_labels(trajectory_ids, run_id=run_id, store=store)
-    humans = sorted({a for v in labels.values() for a in v} - {AUTO})
+    humans = sorted({a for v in labels.values() for a in v} - {AUTO, ADJUDICATOR})
 
     def field(i: int, who: Sequence[str]) -> dict:
         return {tid: {a: v[a][i] for a in who if a in v and v[a][i] is not None} for tid, v in labels.items()}
@@ -216,9 +217,12 @@ def label_agreement(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: O
 
 
 def disagreements(run_id: int, *, store: "Store | str | None" = None) -> list[dict]:
-    """Trajectories whose annotators' latest words differ on outcome or kind (the adjudication list)."""
+    """Trajectories whose annotators' latest words differ on outcome or kind and that no adjudicator has
+    resolved yet (the adjudication list)."""
     out = []
     for tid, words in sorted(annotator_labels(run_id=run_id, store=store).items()):
+        if ADJUDICATOR in words:
+            continue  # already resolved
         human = {a: v for a, v in words.items() if a != AUTO}
         if len(human) >= 2 and len({(v[0], v[1]) for v in human.values()}) > 1:
             out.append({"trajectory_id": tid, "labels": {a: {"outcome": v[0], "kind": v[1], "first_wrong_step": v[2]}
@@ -234,7 +238,7 @@ def second_opinion_queue(run_id: int, annotator: str, *, fraction: float = 0.2, 
 
     words = annotator_labels(run_id=run_id, store=store)
     failed = sorted(tid for tid, v in words.items()
-                    if any(w[0] == "fail" for a, w in v.items() if a != AUTO))
+                    if any(w[0] == "fail" for a, w in v.items() if a not in (AUTO, ADJUDICATOR)))
     rng = random.Random(f"{seed}:{run_id}")  # the same sample for everyone, whoever asks first
     sample = sorted(rng.sample(failed, max(1, round(len(failed) * fraction)))) if failed else []
     return [tid for tid in sample if annotator not in words[tid]]

@@ -135,3 +135,48 @@ def add_xss_run(url: str) -> tuple[int, int]:
         (pos, case_id, _), = pending_cases(s, run_id)
         tid = runs.save_trajectory(s, run_id, case_id, xss_trajectory(case))
     return run_id, tid
+
+
+def call_trajectory(case: FailureCase, calls: list, *, outcome: str, answer: object = None,
+                    attempt: int = 1) -> Trajectory:
+    """A trajectory that makes `calls` ([(tool, args)]), one per model turn, then answers `answer`."""
+    steps = [Step(idx=0, role=StepRole.USER, content=case.inputs.prompt)]
+    for turn, (tool, args) in enumerate(calls, start=1):
+        steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=f"calling {tool}",
+                          tool_calls=[{"name": tool, "args": args}],
+                          span={"latency_ms": 10.0 * turn, "prompt_tokens": 50 * turn, "completion_tokens": 8,
+                                "turn": turn}))
+        steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=tool, observation={"text": "42", "n_images": 0},
+                          span={"turn": turn, "call": 0, "latency_ms": 0.5}))
+    answer = case.expected if answer is None else answer
+    steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=f"The answer is {answer}.",
+                      span={"latency_ms": 5.0, "prompt_tokens": 60, "completion_tokens": 6, "turn": len(calls) + 1}))
+    return Trajectory(sample_id=case.id, goal=case.inputs.prompt, steps=steps, final_answer=f"The answer is {answer}.",
+                      ground_truth=case.expected, outcome=Label(outcome), attempt=attempt,
+                      metrics={"terminated": "final", "n_tool_calls": len(calls), "n_parse_errors": 0,
+                               "total_latency_ms": 10.0 * len(calls) + 5.0})
+
+
+def fill_attempts(url: str, cases: list, make: object, *, repeats: int = 1, name: str = "run",
+                  diagnose: object = None) -> tuple[int, dict]:
+    """A finished run whose attempt `a` of case `pos` is `make(pos, a)` (a Trajectory), diagnosed with
+    `diagnose(pos, a)` (a list of Diagnosis, or None); returns (run id, {(case id, attempt): trajectory id})."""
+    import evalrx.store as S
+    from evalrx.store import runs
+    from evalrx.store import schema as t
+    from evalrx.store.queries import pending_cases
+
+    store = S.connect(url)
+    ids = {}
+    with store.write() as s:
+        run_id = runs.create_run(s, name=name, config={"model": {"name": "evalrx-tiny", "backend": "hf_local"}},
+                                 cases=cases, repeats=repeats, status="done")
+        for pos, case_id, attempt in pending_cases(s, run_id):
+            traj = make(pos, attempt)
+            traj.attempt = attempt
+            ids[(cases[pos].id, attempt)] = runs.save_trajectory(
+                s, run_id, case_id, traj, diagnoses=(diagnose(pos, attempt) or []) if diagnose else [])
+        run = s.get(t.Run, run_id)
+        outcomes = [s.get(t.Trajectory, i).outcome for i in ids.values()]
+        run.n_done, run.n_pass, run.n_fail = len(ids), outcomes.count("pass"), outcomes.count("fail")
+    return run_id, ids

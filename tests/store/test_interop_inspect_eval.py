@@ -9,13 +9,11 @@ other's tool raises `ToolError`.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import subprocess
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -24,69 +22,11 @@ from sqlalchemy import text
 import evalrx.store as S
 from evalrx.core.case import StepRole
 from evalrx.runner.commands import import_main
+from inspect_logs import LONG, PNG, inspect_env, write_eval_log
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "interop"
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(48))
-LONG = "value of a: " + "x" * 150  # over Inspect's 100 characters: events hold it as an attachment
-
-
-def _write_log(log_dir: Path) -> Path:
-    from inspect_ai import Task, eval as inspect_eval
-    from inspect_ai.dataset import Sample
-    from inspect_ai.model import (ChatMessageUser, ContentImage, ContentText, Logprob, Logprobs, ModelOutput,
-                                  ModelUsage, TopLogprob)
-    from inspect_ai.scorer import includes
-    from inspect_ai.solver import generate, use_tools
-    from inspect_ai.tool import ToolError, tool
-
-    @tool
-    def lookup():
-        async def execute(key: str) -> str:
-            """Look a key up.
-
-            Args:
-                key: The key.
-
-            Returns:
-                The value.
-            """
-            if key == "missing":
-                raise ToolError("no such key: missing")
-            return LONG
-
-        return execute
-
-    def model(messages, tools, tool_choice, config):
-        question = next(m.text for m in messages if m.role == "user")
-        if not any(m.role == "tool" for m in messages):
-            out = ModelOutput.for_tool_call("mockllm/model", "lookup",
-                                            {"key": "missing" if "missing" in question else "a"}, content="Looking.")
-        else:
-            out = ModelOutput.from_content("mockllm/model", "The answer is 42.")
-            out.choices[0].logprobs = Logprobs(content=[
-                Logprob(token="The", logprob=-0.25, top_logprobs=[TopLogprob(token="The", logprob=-0.25),
-                                                                 TopLogprob(token="A", logprob=-1.5)]),
-                Logprob(token=" answer", logprob=-0.5)])
-        # set so mockllm does not count tokens itself (that loads a tiktoken encoding from the network)
-        out.usage = ModelUsage(input_tokens=20, output_tokens=8, total_tokens=28)
-        return out
-
-    image = "data:image/png;base64," + base64.b64encode(PNG).decode()
-    task = Task(
-        dataset=[Sample(id="look", input=[ChatMessageUser(content=[ContentText(text="Find a"),
-                                                                   ContentImage(image=image)])], target="42"),
-                 Sample(id="missing", input="Find missing", target="7")],
-        solver=[use_tools(lookup()), generate()], scorer=includes(), name="lookup_task", epochs=2,
-    )
-    # In a thread of its own: Inspect starts an event loop, and another test's browser may hold this thread's.
-    with ThreadPoolExecutor(1) as pool:
-        logs = pool.submit(inspect_eval, task, model="mockllm/model", model_args={"custom_outputs": model},
-                           log_dir=str(log_dir), display="none").result()
-    assert logs[0].status == "success", logs[0].error
-    (found,) = log_dir.glob("*.eval")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +35,12 @@ def eval_logs(tmp_path_factory):
     from inspect_ai._util import zipfile as inspect_zipfile
 
     root = tmp_path_factory.mktemp("inspect")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("INSPECT_DISPLAY", "none")
-        mp.setenv("XDG_DATA_HOME", str(root / "xdg-data"))  # Inspect's traces, not the developer's
-        mp.setenv("XDG_CACHE_HOME", str(root / "xdg-cache"))
-        logs = {"zstd": _write_log(root / "zstd")}
+    with inspect_env(root) as mp:
+        logs = {"zstd": write_eval_log(root / "zstd")}
         # older Inspect wrote Deflate entries: the same recorder, its compression switched
         mp.setitem(inspect_zipfile.zipfile_compress_kwargs, "compression", zipfile.ZIP_DEFLATED)
         mp.setitem(inspect_zipfile.zipfile_compress_kwargs, "compresslevel", 5)
-        logs["deflate"] = _write_log(root / "deflate")
+        logs["deflate"] = write_eval_log(root / "deflate")
     return logs
 
 

@@ -1,0 +1,81 @@
+"""Imports started from the Import page, run in a background thread so the page (and every other
+page) stays responsive; the page polls their progress.
+
+One job per browser session: an uploaded file is saved under the store's upload folder, previewed,
+then imported by `evalrx.store.import_file` with a progress callback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+_JOBS: dict = {}
+_LOCK = threading.Lock()
+
+
+@dataclass
+class ImportJob:
+    """An import running (or finished) in the background."""
+
+    path: Path
+    total: int
+    done: int = 0
+    finished: bool = False
+    result: Any = None
+    error: Optional[str] = None
+    thread: Optional[threading.Thread] = field(default=None, repr=False)
+
+
+def upload_dir() -> Path:
+    """Where uploaded files wait to be imported (a temp folder of this machine)."""
+    path = Path(tempfile.gettempdir()) / "evalrx-uploads"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def save_upload(name: str, data: bytes) -> Path:
+    """Keep an uploaded file under its content hash (the same bytes are saved once), keeping its suffix."""
+    suffix = "".join(Path(name).suffixes[-2:])[:20]
+    path = upload_dir() / (hashlib.sha256(data).hexdigest()[:32] + suffix)
+    if not path.exists():
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    return path
+
+
+def start(key: str, path: Path, total: int, store: Any, *, again: bool = False, name: Optional[str] = None) -> ImportJob:
+    """Start importing `path` in a thread (one job per `key`); returns the job to poll."""
+    from evalrx.store import import_file
+
+    job = ImportJob(path=path, total=max(total, 1))
+
+    def run() -> None:
+        try:
+            job.result = import_file(path, store=store, again=again, run_name=name or None,
+                                     on_progress=lambda n: setattr(job, "done", n))
+        except Exception as exc:  # one line for the page: what failed, not a traceback
+            job.error = str(exc) or type(exc).__name__
+        finally:
+            job.finished = True
+
+    job.thread = threading.Thread(target=run, name=f"evalrx-import-{key[:8]}", daemon=True)
+    with _LOCK:
+        _JOBS[key] = job
+    job.thread.start()
+    return job
+
+
+def current(key: str) -> Optional[ImportJob]:
+    with _LOCK:
+        return _JOBS.get(key)
+
+
+def forget(key: str) -> None:
+    with _LOCK:
+        _JOBS.pop(key, None)

@@ -1,0 +1,143 @@
+"""Compare: two runs case by case (`?a=1&b=2`), and one case's two trajectories aligned (`&case=q0003`).
+
+The counts pair the cases both runs graded; cases graded in one run only are counted and listed apart,
+never dropped. The same run on both sides (`?a=3&b=3&case=...`) sets two attempts of a case side by side.
+"""
+
+import streamlit as st
+
+from components.data import store
+from components.runlevel_panels import render_predictors
+from components.runlevel_view import change_rows, default_attempts, kind_shift_rows, only_cases
+from components.safe import md_escape
+from components.side_by_side import render_side_by_side
+from evalrx.store import annotator_labels, attempts_of, compare_runs, get_trajectory, list_runs
+
+S = store()
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _runs(url: str) -> dict:
+    return {r.id: r for r in list_runs(limit=500, store=S)}
+
+
+@st.cache_data(ttl=10, show_spinner=False)
+def _attempts(run_id: int, n_done: int, url: str) -> dict:
+    return attempts_of(run_id, store=S)
+
+
+@st.cache_data(ttl=10, show_spinner="Comparing…")
+def _compare(a: int, b: int, stamp: tuple, url: str) -> dict:
+    return compare_runs(a, b, store=S)
+
+
+st.title("Compare")
+runs = _runs(S.url)
+if not runs:
+    st.info("No runs yet.")
+    st.stop()
+ids = list(runs)  # most recent first: B is the newest run, A the one before it
+pick_a, pick_b = st.columns(2)
+a = pick_a.selectbox("Run A (before)", ids, index=min(1, len(ids) - 1), key="a", bind="query-params")
+b = pick_b.selectbox("Run B (after)", ids, index=0, key="b", bind="query-params")
+pick_a.caption(md_escape(runs[a].name or runs[a].spec_key or ""))
+pick_b.caption(md_escape(runs[b].name or runs[b].spec_key or ""))
+att_a, att_b = _attempts(a, runs[a].n_done, S.url), _attempts(b, runs[b].n_done, S.url)
+
+
+def _open_case() -> None:
+    picked = st.session_state["changes"].selection.rows
+    if picked:  # the table's rows are stored with it: the case picker below is bound to ?case=
+        st.session_state["case"] = st.session_state["change-cases"][picked[0]]
+
+
+if a == b:
+    st.info(f"Run {a} on both sides: pick a case to set two of its attempts side by side.")
+    cases = sorted(att_a, key=lambda c: (len({o for _, o, _, _ in att_a[c]}) < 2, c))  # flaky cases first
+else:
+    cmp = _compare(a, b, (runs[a].n_done, runs[b].n_done), S.url)
+    c = st.columns(6)
+    c[0].metric("paired cases", f"{cmp['n_paired']:,}")
+    c[1].metric("both pass", f"{cmp['both_pass']:,}")
+    c[2].metric("both fail", f"{cmp['both_fail']:,}")
+    c[3].metric("regressions", f"{cmp['regressions']:,}", help="passed every attempt in A, failed every one in B")
+    c[4].metric("fixes", f"{cmp['fixes']:,}", help="failed every attempt in A, passed every one in B")
+    c[5].metric("mixed", f"{cmp['mixed']:,}", help="some attempts pass and some fail in A or in B")
+    d = st.columns(3)
+    if cmp["diff"] is None:
+        d[0].metric("success rate B − A", "—")
+    else:
+        d[0].metric("success rate B − A", f"{100 * cmp['diff']:+.1f} pp",
+                    help="mean over paired cases of B's success rate minus A's (percentage points)")
+        d[1].metric("95% interval", f"{100 * cmp['diff_ci_low']:+.1f} to {100 * cmp['diff_ci_high']:+.1f} pp",
+                    help="paired bootstrap over cases")
+    d[2].metric("McNemar p", f"{cmp['mcnemar_p']:.3g}", help="exact test on regressions against fixes")
+    only_a, only_b = only_cases(att_a, att_b)
+    if only_a or only_b:
+        st.warning(f"{len(only_a)} case(s) only in A and {len(only_b)} only in B: not paired, so not in the "
+                   "counts above.")
+        for side, names in (("A", only_a), ("B", only_b)):
+            if names:
+                with st.expander(f"Cases only in {side} ({len(names)})"):
+                    st.code(", ".join(names), language=None, wrap_lines=True)
+    rows = change_rows(cmp, a, b)
+    st.session_state["change-cases"] = [r["case"] for r in rows]
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown(f"**Cases that changed ({len(rows)})**: click a row to set its two trajectories side by side.")
+        if rows:
+            st.dataframe(rows, hide_index=True, width="stretch", key="changes", on_select=_open_case,
+                         selection_mode="single-row",
+                         column_config={"open": st.column_config.LinkColumn("link", display_text="link",
+                                                                            width="small")})
+        else:
+            st.caption("No paired case changed.")
+    with right:
+        shift = kind_shift_rows(cmp)
+        st.markdown("**Failure kinds, A → B** (failed attempts on paired cases)")
+        if shift:
+            st.dataframe(shift, hide_index=True, width="stretch", key="kind-shift")
+        else:
+            st.caption("No failures on the paired cases.")
+    cases = [r["case"] for r in rows] + sorted((set(att_a) | set(att_b)) - {r["case"] for r in rows})
+
+with st.expander("What predicts failure" + (f" in runs {a} and {b}" if a != b else f" in run {a}")):
+    render_predictors(sorted({a, b}), url=S.url, link_run=b, stamp=(runs[a].n_done, runs[b].n_done))
+
+st.subheader("Side by side")
+case = st.selectbox("Case", cases, index=None, key="case", bind="query-params",
+                    placeholder="pick a case (or click a changed one above)")
+if case is None:
+    st.stop()
+rows_a, rows_b = att_a.get(case, []), att_b.get(case, [])
+if not rows_a or not rows_b:
+    side, tid = ("A", rows_a[0][3]) if rows_a else ("B", rows_b[0][3])
+    st.info(f"Case {md_escape(case)} was graded in run {side} only: there is nothing to set beside it.")
+    st.page_link("views/trajectory.py", label=f"Trajectory {tid}", query_params={"id": str(tid)})
+    st.stop()
+if a == b and len(rows_a) < 2:
+    st.info(f"Case {md_escape(case)} has one graded attempt in run {a}: there is no other attempt to set beside it.")
+    st.page_link("views/trajectory.py", label=f"Trajectory {rows_a[0][3]}", query_params={"id": str(rows_a[0][3])})
+    st.stop()
+first_a, first_b = default_attempts(rows_a, rows_b, same_run=a == b)  # one run: rows_b is rows_a
+
+
+def _attempt(col, side: str, rows: list, default: int) -> tuple:
+    """The attempt shown on one side: picked when the case has several, else its only one."""
+    wanted = st.query_params.get("t" + side.lower())  # ?ta=2&tb=3 opens those attempts
+    numbers = [r[0] for r in rows]
+    start = int(wanted) if wanted and wanted.isdigit() and int(wanted) in numbers else default
+    if len(rows) == 1:
+        return rows[0]
+    n = col.selectbox(f"Attempt in {side}", numbers, index=numbers.index(start), key=f"att-{side}-{a}-{b}-{case}",
+                      format_func=lambda x: f"attempt {x} · " + next(r[1] for r in rows if r[0] == x))
+    return next(r for r in rows if r[0] == n)
+
+
+pa, pb = st.columns(2)
+row_a = _attempt(pa, "A", rows_a, first_a)
+row_b = _attempt(pb, "B", rows_b, first_b)
+detail_a, detail_b = get_trajectory(row_a[3], store=S), get_trajectory(row_b[3], store=S)
+words = annotator_labels([row_a[3], row_b[3]], store=S)
+render_side_by_side(detail_a, detail_b, words=words,
+                    titles=(f"A · run {a} · attempt {row_a[0]}", f"B · run {b} · attempt {row_b[0]}"))

@@ -1,0 +1,67 @@
+"""The Import page in a real Chromium: drop a real Inspect `.eval` log (written by inspect_ai), see what
+it holds, import it with the progress bar, open one of its failures, and export the run as ATIF."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from apphelpers import click_dataframe_row, goto, main_text, poll, settle
+from inspect_logs import inspect_env, write_eval_log
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")]
+
+
+@pytest.fixture(scope="module")
+def eval_log(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inspect-browser")
+    with inspect_env(root):
+        return write_eval_log(root / "logs")
+
+
+def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server, eval_log, page, tmp_path):
+    goto(page, f"{app_server.url}/import")
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(eval_log))
+    page.locator("[data-testid='stMetric']", has_text="Format").wait_for(timeout=30_000)
+    settle(page)
+    text = main_text(page)
+    assert "inspect-eval" in text and "mockllm/model" in text
+    assert page.locator("[data-testid='stMetric']", has_text="Trajectories").inner_text().split()[-1] == "4"
+    assert page.locator("[data-testid='stMetric']", has_text="Attempts").inner_text().split()[-1] == "2"
+
+    page.get_by_role("button", name="Import", exact=True).click()
+    done = page.get_by_text(re.compile(r"Imported 4 trajectories \(inspect-eval\) into run \d+"))
+    done.wait_for(timeout=30_000)
+    run_id = re.search(r"into run (\d+)", done.inner_text()).group(1)
+    assert "Imported 4 of 4 trajectories" in main_text(page)
+
+    # One of its failures: the sample whose tool raised an error.
+    goto(page, f"{app_server.url}/trajectories?run={run_id}&outcome=fail")
+    assert "2 trajectories" in main_text(page)
+    click_dataframe_row(page, 0)
+    page.wait_for_url(re.compile(r"/trajectory\?id=\d+"))
+    settle(page)
+    assert "no such key: missing" in main_text(page)
+
+    goto(page, f"{app_server.url}/?run={run_id}")
+    page.get_by_text("Export this run").click()
+    settle(page)
+    box = page.get_by_role("combobox", name="Export as")
+    box.click()
+    box.fill("ATIF")  # the selectbox filters its options as one types
+    page.keyboard.press("Enter")
+    settle(page)
+    assert box.input_value() == "ATIF"
+    page.get_by_role("button", name="Prepare").click()
+    button = page.get_by_role("button", name=re.compile(r"Download run\d+\.atif\.jsonl \(4 rows\)"))
+    poll(lambda: button.count() == 1, what="the download button")
+    with page.expect_download() as dl:
+        button.click()
+    out = tmp_path / "run.atif.jsonl"
+    dl.value.save_as(str(out))
+    docs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(docs) == 4 and all(d["schema_version"].startswith("ATIF") for d in docs)
+    assert sorted(d["extra"]["evalrx"]["attempt"] for d in docs) == [1, 1, 2, 2]

@@ -1,0 +1,376 @@
+"""Run-level pages with Streamlit's AppTest on a real SQLite store built with the store API: the Compare
+page's numbers and its side-by-side view, the Runs page's Reliability, Predictors and Agreement tabs,
+the label queue's blind second opinion, adjudication by one key, and the Trajectory page's link to the
+same case in another run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
+sys.path.insert(0, str(ROOT / "app"))  # components
+
+from appdata import call_trajectory, fill_attempts, make_case  # noqa: E402
+
+import evalrx.store as S  # noqa: E402
+from evalrx.core import Diagnosis  # noqa: E402
+
+MAIN = str(ROOT / "app" / "main.py")
+
+
+@pytest.fixture
+def store_url(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'app.sqlite'}"
+    S.upgrade(url)
+    monkeypatch.setenv("EVALRX_DATABASE_URL", url)
+    monkeypatch.setenv("EVALRX_NO_LOCAL_WORKER", "1")
+    yield url
+    S.forget(url)
+
+
+def open_page(view: str, /, **query):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    at.switch_page(f"views/{view}.py")
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
+    parts += [t.value for t in at.title] + [s.value for s in at.subheader]
+    return "\n".join(str(p) for p in parts)
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def frame_with(at, column: str):
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def chart_rows(proto):
+    """The data a chart was drawn from (Streamlit sends it as Arrow next to the spec)."""
+    import pyarrow as pa
+
+    return pa.ipc.open_stream(proto.data.data).read_pandas()
+
+
+def diag(kind: str, step: int) -> list:
+    return [Diagnosis(kind=kind, first_wrong_step=step, evidence={"text": kind}, confidence=0.9, source="reference")]
+
+
+LOOKUP_A, LOOKUP_B = {"query": "fact 0", "limit": 3}, {"query": "fact zero", "limit": 3}
+CALC = ("calculator", {"expression": "2 * 7"})
+
+
+@pytest.fixture
+def two_runs(store_url):
+    """A (before) and B (after): case 0 regresses (B looks up other words), case 2 regresses (B makes one
+    more call), case 3 is fixed, case 1 passes and case 4 fails in both; case 5 is in A only, case 6 in B only."""
+    cases = [make_case(i) for i in range(7)]
+    a_plan = {0: ([("lookup", LOOKUP_A)], "pass", None), 1: ([CALC], "pass", None), 2: ([CALC], "pass", None),
+              3: ([("lookup", LOOKUP_A)], "fail", ("wrong_tool", 1)), 4: ([CALC], "fail", ("bad_arguments", 1)),
+              5: ([CALC], "pass", None)}
+    b_plan = {0: ([("lookup", LOOKUP_B)], "fail", ("bad_arguments", 1)), 1: ([CALC], "pass", None),
+              2: ([CALC, ("lookup", {"query": "again"})], "fail", ("repeated_calls", 3)),
+              3: ([CALC], "pass", None), 4: ([CALC], "fail", ("bad_arguments", 1)), 6: ([CALC], "pass", None)}
+
+    def build(plan: dict, name: str):
+        chosen = [cases[i] for i in sorted(plan)]
+        order = sorted(plan)
+
+        def make(pos, attempt):
+            calls, outcome, _ = plan[order[pos]]
+            return call_trajectory(chosen[pos], calls, outcome=outcome)
+
+        def diagnose(pos, attempt):
+            d = plan[order[pos]][2]
+            return diag(*d) if d else None
+
+        return fill_attempts(store_url, chosen, make, name=name, diagnose=diagnose)
+
+    ra, ids_a = build(a_plan, "before")
+    rb, ids_b = build(b_plan, "after")
+    return {"url": store_url, "a": ra, "b": rb, "ids_a": ids_a, "ids_b": ids_b}
+
+
+@pytest.fixture
+def repeated(store_url):
+    """Three attempts at four cases: q00000 always passes, q00001 and q00003 are flaky, q00002 always fails."""
+    cases = [make_case(i) for i in range(4)]
+    plan = [["pass"] * 3, ["pass", "fail", "pass"], ["fail"] * 3, ["fail", "pass", "fail"]]
+
+    def make(pos, attempt):
+        outcome = plan[pos][attempt - 1]
+        args = {"expression": f"{pos} * 7"} if outcome == "pass" else {"expression": f"{pos} + 7"}
+        return call_trajectory(cases[pos], [("calculator", args)], outcome=outcome)
+
+    def diagnose(pos, attempt):
+        return diag("bad_arguments", 1) if plan[pos][attempt - 1] == "fail" else None
+
+    rid, ids = fill_attempts(store_url, cases, make, repeats=3, name="repeated", diagnose=diagnose)
+    return {"url": store_url, "run": rid, "ids": ids}
+
+
+# ------------------------------------------------------------------ pure helpers
+
+def test_actions_of_a_stored_trajectory_and_their_alignment():
+    from components.runlevel_view import aligned_rows
+
+    from evalrx.runstats import action_steps, actions_of
+
+    case = make_case(0)
+    a = call_trajectory(case, [("lookup", LOOKUP_A)], outcome="pass")
+    b = call_trajectory(case, [("lookup", LOOKUP_B), ("calculator", {"expression": "1"})], outcome="fail")
+    assert actions_of(a) == [("call", "lookup", LOOKUP_A), ("answer", None, "The answer is 0.")]
+    assert action_steps(a) == [1, 3] and action_steps(b) == [1, 3, 5]
+    view = aligned_rows(a, b)
+    statuses = [r["status"] for r in view["rows"]]
+    assert statuses == ["changed", "inserted", "same"] and view["first_divergence"] == 0
+    first = view["rows"][0]
+    assert first["first"] and first["changed"] == ["query"]  # `limit` is equal on both sides
+    assert first["a"]["step"] == 1 and first["b"]["args"] == LOOKUP_B
+    assert view["rows"][1]["a"] is None and view["rows"][1]["b"]["name"] == "calculator"
+
+
+def test_predictor_rows_link_to_the_list_that_filters_on_the_signal():
+    from components.runlevel_view import predictor_link
+
+    assert predictor_link("kind=bad_arguments", 3, 0.0, 0.9) == "trajectories?run=3&kind=bad_arguments"
+    assert predictor_link("tool_margin", 3, 1.25, 0.2) == "trajectories?run=3&margin=1.25"
+    assert predictor_link("turns", 3, 2.0, 0.8) == "trajectories?run=3&sort=steps"
+    assert predictor_link("prompt_tokens", 3, 2.0, 0.3) == "trajectories?run=3&sort=prompt&asc=true"
+    assert predictor_link("parse_errors", 3, 0.0, 0.6) is None
+
+
+# ------------------------------------------------------------------ Compare
+
+def test_compare_page_counts_pairs_and_never_drops_unpaired_cases(two_runs):
+    a, b = two_runs["a"], two_runs["b"]
+    at = open_page("compare", a=a, b=b)
+    m = metrics(at)
+    assert (m["paired cases"], m["both pass"], m["both fail"], m["regressions"], m["fixes"], m["mixed"]) == (
+        "5", "1", "1", "2", "1", "0")
+    assert m["success rate B − A"] == "-20.0 pp"  # (-1 + 0 - 1 + 1 + 0) / 5
+    cmp = S.compare_runs(a, b, store=two_runs["url"])
+    assert m["McNemar p"] == f"{cmp['mcnemar_p']:.3g}" == "1"  # 2 regressions against 1 fix
+    assert m["95% interval"] == f"{100 * cmp['diff_ci_low']:+.1f} to {100 * cmp['diff_ci_high']:+.1f} pp"
+    assert any("1 case(s) only in A and 1 only in B" in w.value for w in at.warning)
+    assert {e.label for e in at.expander} >= {"Cases only in A (1)", "Cases only in B (1)"}
+    assert "q00005" in [c.value for c in at.code] and "q00006" in [c.value for c in at.code]
+    changes = frame_with(at, "change")
+    assert list(changes["case"]) == ["q00000", "q00002", "q00003"]
+    assert list(changes["change"]) == ["regression", "regression", "fix"]
+    assert changes["open"][0] == f"compare?a={a}&b={b}&case=q00000"
+    shift = frame_with(at, "kind")
+    assert dict(zip(shift["kind"], shift["change"])) == {"bad_arguments": 1, "repeated_calls": 1, "wrong_tool": -1}
+
+
+def test_compare_defaults_to_the_two_most_recent_runs(two_runs):
+    at = open_page("compare")
+    assert (at.selectbox(key="a").value, at.selectbox(key="b").value) == (two_runs["a"], two_runs["b"])
+    assert metrics(at)["regressions"] == "2"
+
+
+def test_side_by_side_marks_the_first_divergence_and_the_changed_argument(two_runs):
+    a, b = two_runs["a"], two_runs["b"]
+    at = open_page("compare", a=a, b=b, case="q00000")
+    shown = texts(at)
+    assert "**A · run %d · attempt 1**" % a in shown.replace("\\", "")
+    assert "first divergence" in shown and "they part at row 1 of 2" in shown
+    changed = [m.value for m in at.markdown if m.value.startswith(":orange-badge[changed] **")]
+    assert changed == [":orange-badge[changed] **query** = \\\"fact 0\\\"",
+                       ":orange-badge[changed] **query** = \\\"fact zero\\\""]
+    assert "**limit** = 3" in shown  # equal arguments are shown, not highlighted
+    assert "diagnosis :red-badge[bad\\_arguments] · first wrong step **1**" in shown  # B's diagnosis
+    assert "passed: nothing to diagnose" in shown  # A passed
+
+
+def test_side_by_side_shows_an_extra_call_as_only_in_b(two_runs):
+    at = open_page("compare", a=two_runs["a"], b=two_runs["b"], case="q00002")
+    shown = texts(at)
+    assert ":blue-badge[only in B]" in shown and "calls **lookup**" in shown
+    assert "they part at row 2 of 3" in shown  # the calculator call is the same on both sides
+
+
+def test_side_by_side_shows_each_annotators_label(two_runs):
+    tid = two_runs["ids_b"][("q00000", 1)]
+    S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=two_runs["url"])
+    at = open_page("compare", a=two_runs["a"], b=two_runs["b"], case="q00000")
+    assert ":material/label: ann: fail · bad\\_arguments · first wrong step 1" in texts(at)
+
+
+def test_same_run_sets_a_passing_and_a_failing_attempt_side_by_side(repeated):
+    rid = repeated["run"]
+    at = open_page("compare", a=rid, b=rid, case="q00001")
+    assert not at.metric or "regressions" not in metrics(at)  # no paired counts for one run
+    shown = texts(at).replace("\\", "")
+    assert f"A · run {rid} · attempt 1" in shown and f"B · run {rid} · attempt 2" in shown
+    assert ":orange-badge[changed] **expression**" in shown.replace("\\", "")
+    at.selectbox(key=f"att-B-{rid}-{rid}-q00001").set_value(3).run()
+    assert "they are the same action for action" in texts(at)  # attempts 1 and 3 both pass the same way
+
+
+# ------------------------------------------------------------------ Runs tabs
+
+def test_reliability_tab_shows_rates_pass_at_k_and_flaky_cases(repeated):
+    rid = repeated["run"]
+    at = open_page("runs", run=rid, view="Reliability")
+    m = metrics(at)
+    assert m["pass@1"] == "50.0%" and m["flaky cases"] == "2" and m["graded attempts"] == "12"
+    charts = {json.loads(c.proto.spec).get("title"): c.proto for c in at.get("vega_lite_chart")}
+    assert {"Success rate per case (worst first)", "pass@k and pass^k"} <= set(charts)
+    strip = chart_rows(charts["Success rate per case (worst first)"])
+    assert list(strip["case"]) == ["q00002", "q00003", "q00001", "q00000"]  # worst first
+    assert list(strip["rate"].round(3)) == [0.0, 0.333, 0.667, 1.0]
+    curve = chart_rows(charts["pass@k and pass^k"])
+    at_k = dict(zip(curve[curve["measure"] == "pass@k"]["k"], curve[curve["measure"] == "pass@k"]["value"]))
+    assert at_k[1] == pytest.approx(0.5) and at_k[3] == pytest.approx(0.75)  # three of four cases pass once
+    flaky = frame_with(at, "failing attempts' kinds")
+    assert list(flaky["case"]) == ["q00001", "q00003"]
+    assert list(flaky["open"]) == [f"compare?a={rid}&b={rid}&case=q00001", f"compare?a={rid}&b={rid}&case=q00003"]
+
+
+def test_predictors_tab_ranks_signals_with_links(two_runs):
+    at = open_page("runs", run=two_runs["b"], view="Predictors")
+    table = frame_with(at, "signal")
+    assert "kind=bad_arguments" in list(table["signal"])
+    strengths = [s for s in table["strength"] if s == s and s is not None]
+    assert strengths == sorted(strengths, reverse=True)
+    row = table[table["signal"] == "kind=bad_arguments"].iloc[0]
+    assert row["list"] == f"trajectories?run={two_runs['b']}&kind=bad_arguments" and row["AUROC"] == 0.833
+    # Two of B's three failures are diagnosed bad_arguments, none of its passes: (2 + 0.5) / 3.
+
+
+def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
+    url, rid = two_runs["url"], two_runs["b"]
+    fails = [two_runs["ids_b"][(c, 1)] for c in ("q00000", "q00002", "q00004")]
+    for tid in fails:
+        S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
+    S.set_label(fails[0], "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="bob", store=url)
+    S.set_label(fails[1], "fail", failure_mode="repeated_calls", first_wrong_step=3, annotator="bob", store=url)
+    at = open_page("runs", run=rid, view="Agreement")
+    pairs = frame_with(at, "annotators")
+    assert list(pairs["annotators"]) == ["ann · bob"]
+    assert pairs["outcome n"][0] == 2 and pairs["kind n"][0] == 2 and pairs["step exact"][0] == 0.5
+    auto = frame_with(at, "annotator")
+    ann = auto[auto["annotator"] == "ann"].iloc[0]
+    assert ann["n"] == 3 and ann["step exact"] == 0.667  # q00002's diagnosis says step 3
+    cm = next(c.proto for c in at.get("vega_lite_chart") if json.loads(c.proto.spec).get("title") == (
+        "Failure kind: ann (rows) vs the diagnosis"))
+    cells = {(r.annotator, r.diagnosis): r.n for r in chart_rows(cm).itertuples()}
+    assert cells == {("bad_arguments", "bad_arguments"): 2, ("bad_arguments", "repeated_calls"): 1,
+                     ("repeated_calls", "bad_arguments"): 0, ("repeated_calls", "repeated_calls"): 0}
+    assert "Adjudicate (1 open)" in [p.proto.label for p in at.get("page_link")]
+
+
+# ------------------------------------------------------------------ second opinion and adjudication
+
+def test_second_opinion_is_blind_and_saves_under_my_name(two_runs):
+    url, rid = two_runs["url"], two_runs["b"]
+    tid = two_runs["ids_b"][("q00000", 1)]
+    S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
+    assert S.second_opinion_queue(rid, "cy", store=url) == [tid]
+    at = open_page("label", run=rid, second="true", annotator="cy")
+    shown = texts(at)
+    assert f"Trajectory {tid}" in shown and "1 trajectories wait for your second opinion" in shown
+    assert "graded" not in shown and "by ann" not in shown and "bad\\_arguments" not in shown.split("Failure kind")[0]
+    assert not [b for b in at.button if b.key == "lq-accept"]  # no proposal to accept
+    assert at.selectbox(key=f"lq-kind-{tid}").value is None  # nothing preselected
+    assert {at.button(key=k).proto.type for k in ("lq-pass", "lq-fail")} == {"secondary"}  # no hint either way
+    at.button(key="lq-mode-3").click().run()
+    words = S.annotator_labels([tid], store=url)[tid]
+    assert words["cy"] == ("fail", "wrong_tool", None) and words["ann"][1] == "bad_arguments"
+    assert any("No second opinion left" in s.value for s in at.success)
+
+
+def test_adjudication_keeps_one_annotators_label_with_one_key(two_runs):
+    url, rid = two_runs["url"], two_runs["b"]
+    tid = two_runs["ids_b"][("q00002", 1)]
+    S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
+    S.set_label(tid, "fail", failure_mode="repeated_calls", first_wrong_step=3, annotator="bob", store=url)
+    at = open_page("adjudicate", run=rid)
+    assert f"Trajectory {tid}" in texts(at)
+    keep = {b.key: b for b in at.button if b.key and b.key.startswith("adj-keep-")}
+    assert keep["adj-keep-2"].proto.shortcut == "2" and "bob" in keep["adj-keep-2"].label
+    keep["adj-keep-2"].click().run()
+    cur = next(lab for lab in S.current_labels(tid, store=url) if lab.step_idx is None)
+    assert (cur.annotator, cur.outcome, cur.failure_mode, cur.first_wrong_step) == (
+        "adjudicator", "fail", "repeated_calls", 3)
+    assert any("No open disagreement" in s.value for s in at.success)
+
+
+def test_annotator_names_and_arguments_are_shown_inert(two_runs):
+    import re
+
+    from appdata import XSS_IMG
+
+    url, rid = two_runs["url"], two_runs["b"]
+    tid = two_runs["ids_b"][("q00000", 1)]
+    S.set_label(tid, "fail", failure_mode="bad_arguments", annotator="ann", store=url)
+    S.set_label(tid, "fail", failure_mode=f"kind {XSS_IMG}", annotator=XSS_IMG, store=url)
+    for at in (open_page("adjudicate", run=rid), open_page("compare", a=two_runs["a"], b=rid, case="q00000"),
+               open_page("runs", run=rid, view="Agreement")):
+        shown = [str(m.value) for m in list(at.markdown) + list(at.caption)]
+        shown += [b.label for b in at.button] + [p.proto.label for p in at.get("page_link")]
+        assert any("img src" in v for v in shown)  # the name is shown ...
+        for v in shown:
+            assert not re.search(r"(?<!\\)<", v), v  # ... with every < backslash-escaped
+
+
+# ------------------------------------------------------------------ Trajectory
+
+def test_trajectory_links_the_same_case_in_another_run_and_the_comparison(two_runs):
+    a, b = two_runs["a"], two_runs["b"]
+    tid_b, tid_a = two_runs["ids_b"][("q00000", 1)], two_runs["ids_a"][("q00000", 1)]
+    at = open_page("trajectory", id=tid_b)
+    links = {p.proto.label: p.proto for p in at.get("page_link")}
+    same = links[f"Same case in run {a} (attempt 1, pass)"]
+    assert same.page.endswith("trajectory") and f"id={tid_a}" in same.query_string
+    comp = links["Compare the two side by side"]
+    assert comp.page.endswith("compare") and f"a={a}&b={b}&case=q00000" in comp.query_string
+
+
+LIGHT = """
+import os, sys, tempfile
+url = f"sqlite:///{tempfile.mkdtemp()}/light.sqlite"
+os.environ["EVALRX_DATABASE_URL"], os.environ["EVALRX_NO_LOCAL_WORKER"] = url, "1"
+sys.path.insert(0, "tests/e2e")
+import evalrx.store as S
+S.upgrade(url)
+from appdata import fill_run
+a, ids = fill_run(url, 4, seed=1, outcomes=["pass", "fail", "fail", "pass"])
+b, _ = fill_run(url, 4, seed=2, outcomes=["fail", "pass", "fail", "pass"])
+S.set_label(ids[1], "fail", failure_mode="wrong_tool", annotator="ann", store=url)
+S.set_label(ids[1], "fail", failure_mode="bad_arguments", annotator="bob", store=url)
+from streamlit.testing.v1 import AppTest
+for view, query in [("compare", {"a": a, "b": b, "case": "q00000"}), ("runs", {"run": a, "view": "Reliability"}),
+                    ("runs", {"run": a, "view": "Predictors"}), ("runs", {"run": a, "view": "Agreement"}),
+                    ("adjudicate", {"run": a}), ("label", {"run": a, "second": "true", "annotator": "cy"})]:
+    at = AppTest.from_file("app/main.py", default_timeout=60)
+    at.switch_page(f"views/{view}.py")
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    at.run()
+    assert not at.exception, (view, at.exception)
+print("HEAVY", sorted(m for m in ("torch", "transformers", "openai", "vllm") if m in sys.modules))
+"""
+
+
+def test_run_level_pages_never_import_torch():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", LIGHT], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "HEAVY []" in out.stdout
