@@ -14,6 +14,7 @@ from components.side_by_side import render_side_by_side
 from evalrx.store import annotator_labels, attempts_of, compare_runs, get_trajectory, list_runs
 
 S = store()
+OTHER_CASES = 200  # unchanged cases offered in the picker besides every changed one
 
 
 @st.cache_data(ttl=10, show_spinner=False)
@@ -53,7 +54,10 @@ def _open_case() -> None:
 
 if a == b:
     st.info(f"Run {a} on both sides: pick a case to set two of its attempts side by side.")
-    cases = sorted(att_a, key=lambda c: (len({o for _, o, _, _ in att_a[c]}) < 2, c))  # flaky cases first
+    flaky = sorted(c for c in att_a if len({o for _, o, _, _ in att_a[c]}) > 1)
+    others = sorted(set(att_a) - set(flaky))
+    wanted = st.query_params.get("case")
+    cases = flaky + others[:OTHER_CASES] + ([wanted] if wanted in others[OTHER_CASES:] else [])  # flaky first
 else:
     cmp = _compare(a, b, (runs[a].n_done, runs[b].n_done), S.url)
     c = st.columns(6)
@@ -99,7 +103,13 @@ else:
             st.dataframe(shift, hide_index=True, width="stretch", key="kind-shift")
         else:
             st.caption("No failures on the paired cases.")
-    cases = [r["case"] for r in rows] + sorted((set(att_a) | set(att_b)) - {r["case"] for r in rows})
+    changed = {r["case"] for r in rows}
+    # The picker lists the changed cases, then a few others (a 50k-case list would weigh on every rerun);
+    # any case opens by its URL (?case=...).
+    others = sorted((set(att_a) | set(att_b)) - changed)
+    wanted = st.query_params.get("case")
+    cases = [r["case"] for r in rows] + others[:OTHER_CASES] + (
+        [wanted] if wanted in others[OTHER_CASES:] else [])
 
 with st.expander("What predicts failure" + (f" in runs {a} and {b}" if a != b else f" in run {a}")):
     render_predictors(sorted({a, b}), url=S.url, link_run=b, stamp=(runs[a].n_done, runs[b].n_done))
