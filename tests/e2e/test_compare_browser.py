@@ -86,3 +86,35 @@ def test_the_side_by_side_has_its_own_url_and_hostile_arguments_stay_inert(app_s
     assert "<script>" in changed.inner_text()  # shown as text ...
     assert page.evaluate("() => window.__evalrx_xss") is None  # ... never run
     assert page.locator("[data-testid='stMain'] a[href^='javascript']").count() == 0
+
+
+@pytest.fixture(scope="module")
+def demo_runs(app_env):
+    """Two real runs of the bundled demo model on six two-step cases: 4 model turns (A) and 2 (B)."""
+    import evalrx.store as S
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner import Worker, enqueue_run
+    from evalrx.suites import load_cases
+
+    store = S.connect(app_env["EVALRX_DATABASE_URL"])
+    cases = load_cases("demo/two_step")[:6]
+    ids = [enqueue_run(RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=turns),
+                       cases, name=f"demo, {turns} turns", store=store) for turns in (4, 2)]
+    Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    return ids
+
+
+def test_two_demo_runs_a_regression_from_fewer_turns(app_server, demo_runs, page):
+    run_a, run_b = demo_runs
+    goto(page, f"{app_server.url}/compare?a={run_a}&b={run_b}")
+    assert page.locator("[data-testid='stMetric']", has_text="regressions").inner_text().split()[-1] == "3"
+    assert page.locator("[data-testid='stMetric']", has_text="fixes").inner_text().split()[-1] == "0"
+    click_dataframe_row(page, 0)
+    page.wait_for_url(re.compile(r"case=two_step-00"))
+    first = page.locator(".st-key-cmp-first-divergence")
+    first.wait_for()
+    # With two turns B looks the value up and calls the calculator, then runs out of turns: A's answer is
+    # the first step it lacks.
+    assert "first divergence" in first.inner_text() and "only in A" in first.inner_text()
+    assert "graded fail" in page.locator(".st-key-cmp-side-b").inner_text()
+    assert "graded pass" in page.locator(".st-key-cmp-side-a").inner_text()

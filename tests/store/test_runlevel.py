@@ -144,3 +144,21 @@ def test_agreement_between_annotators_and_with_the_diagnosis(sqlite_url, capsys)
     assert runs_main(["show", str(rid), "--json", "--url", sqlite_url]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["agreement"]["outcome"]["pairs"][0]["kappa"] == pytest.approx(0.0)
+
+
+def test_compare_two_imported_runs(sqlite_url, tmp_path, capsys):
+    def write(name, outcomes):
+        f = tmp_path / name
+        f.write_text("\n".join(json.dumps({"id": f"c{i}", "outcome": o, "messages": [
+            {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]})
+            for i, o in enumerate(outcomes)) + "\n")
+        return S.import_file(f, store=sqlite_url).run_ids[0]
+
+    # 12 cases: c0-c4 pass in both, c5 regresses, c6-c10 are fixed, c11 fails in both.
+    a = write("a.jsonl", ["pass"] * 6 + ["fail"] * 6)
+    b = write("b.jsonl", ["pass"] * 5 + ["fail"] + ["pass"] * 5 + ["fail"])
+    c = S.compare_runs(a, b, store=sqlite_url)
+    assert (c["n_paired"], c["both_pass"], c["both_fail"], c["regressions"], c["fixes"]) == (12, 5, 1, 1, 5)
+    assert c["mcnemar_p"] == pytest.approx(2 * 7 / 64)  # 1 of 6 discordant: 2 * P(X <= 1), X ~ Bin(6, 0.5)
+    assert compare_main([str(a), str(b), "--json", "--url", sqlite_url]) == 0
+    assert json.loads(capsys.readouterr().out)["mcnemar_p"] == pytest.approx(0.21875)
