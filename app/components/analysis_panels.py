@@ -293,7 +293,7 @@ def request_status(trajectory_id: int, *, store: Any) -> None:
                 st.rerun(scope="app")  # show the fresh results
         else:
             cols[1].caption("No analysis requested yet. A worker runs it on a local model "
-                            f"(API runs are replayed on {A.DEFAULT_REPLAY_MODEL}).")
+                            f"(API runs are replayed on {A.default_replay_model()}).")
 
     box()
 

@@ -37,24 +37,28 @@ def cases_from_upload(name: str, data: bytes) -> list:
 def build_config(
     *, spec: str, backend: str, tools: list, suite: Optional[str], case_file: Optional[str], max_turns: int,
     block_repeat_calls: bool, force_final_answer: bool, analyzers: list, concurrency: int,
-    base_url: Optional[str], system: Optional[str], checkpoint: Optional[str] = None,
+    base_url: Optional[str], system: Optional[str], checkpoint: Optional[str] = None, repeats: int = 1,
+    seed: int = 0,
 ) -> RunConfig:
     """The RunConfig the page's choices describe (never holds an API key)."""
     return RunConfig(
         model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None), tools=list(tools), suite=suite, case_file=case_file,
         max_turns=int(max_turns), system=system or None, block_repeat_calls=block_repeat_calls,
         force_final_answer=force_final_answer, concurrency=int(concurrency), analyzers=list(analyzers),
-        base_url=base_url or None,
+        base_url=base_url or None, repeats=int(repeats), seed=int(seed),
     )
 
 
-def runtime_settings(*, max_new_tokens: int, backend: Optional[str], timeout: float, retries: int) -> dict:
+def runtime_settings(*, max_new_tokens: int, backend: Optional[str], timeout: float, retries: int,
+                     temperature: float = 0.0) -> dict:
     """The model's RuntimeConfig settings; the call budget (timeout, retries) for the api backend only.
 
     Raises:
         ValueError: timeout not in (0, 3600] seconds or retries not in 0..10.
     """
     runtime: dict = {"max_new_tokens": int(max_new_tokens)}
+    if temperature:
+        runtime["temperature"] = float(temperature)
     if backend == "api":
         runtime["timeout"], runtime["max_retries"] = check_call_budget(timeout, int(retries))
     return runtime

@@ -117,6 +117,17 @@ with right:
     block = st.toggle("Block repeated identical calls", key="block", help="the model gets a nudge instead")
     force = st.toggle("Force a final answer after the last turn", key="force")
     system = st.text_area("System prompt", key="system", placeholder="optional", height=80)
+    st.markdown("**Attempts**")
+    rep_col, temp_col, seed_col = st.columns(3)
+    repeats = rep_col.number_input("Attempts per case", min_value=1, max_value=100, value=1, key="repeats",
+                                   help="Run each case K times: pass@k, pass^k and the flaky cases (Runs → "
+                                        "Reliability). Sample (temperature > 0) so attempts can differ.")
+    temperature = temp_col.number_input("Temperature", min_value=0.0, max_value=5.0, value=0.0, step=0.1,
+                                        key="temperature", help="0 = greedy (every attempt the same on a "
+                                                                "local model)")
+    seed = seed_col.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="seed",
+                                 help="Local models: each attempt's sampling seed comes from it, so the run "
+                                      "reproduces.")
     local = backend == "hf_local"
     analyzers = st.multiselect("Analyzers", _analyzer_names(), key="analyzers", disabled=not local,
                                help="White-box analyzers run on the worker after each case (hf_local only).")
@@ -159,10 +170,10 @@ with right:
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),
                 max_turns=max_turns, block_repeat_calls=block, force_final_answer=force,
                 analyzers=analyzers if local else [], concurrency=concurrency, base_url=base_url, system=system,
-                checkpoint=checkpoint.strip() or None,
+                checkpoint=checkpoint.strip() or None, repeats=repeats, seed=seed,
             )
             runtime = runtime_settings(max_new_tokens=max_new_tokens, backend=backend, timeout=timeout,
-                                       retries=retries)
+                                       retries=retries, temperature=temperature)
             run_id = enqueue_run(config, cases=chosen, name=name or None, store=S, runtime=runtime,
                                  key_bound=bool(api_key))
         except (CaseFileError, ValueError) as exc:

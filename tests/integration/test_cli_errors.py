@@ -174,7 +174,7 @@ def test_bad_store_url_and_malformed_imports_get_one_line(tmp_path):
     assert run_cli("db", "upgrade", "--url", store, tmp_path=tmp_path).returncode == 0
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"sample_id": "a", "steps": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
-    _one_line(run_cli("import", str(deep), "--url", store, tmp_path=tmp_path), "line 1", "nested too deeply")
+    _one_line(run_cli("import", str(deep), "--url", store, tmp_path=tmp_path), "line 1", "levels deep, over the limit")
     dup = tmp_path / "dup.jsonl"
     dup.write_text('{"sample_id": "a", "goal": "g", "steps": [{"idx": 0, "role": "user", "content": "g"}, '
                    '{"idx": 0, "role": "actor", "content": "h"}]}\n')

@@ -127,7 +127,8 @@ def _repeating_trajectory() -> Trajectory:
                       ground_truth=4, metrics={"terminated": "final"})
 
 
-def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_store):
+def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_store, monkeypatch):
+    monkeypatch.setenv("EVALRX_REPLAY_MODEL", "evalrx-tiny")  # fast here; tests/integration/test_smollm2.py replays on the real one
     store, _, _ = demo_store
     case = load_cases("demo/arithmetic_easy")[0]
     with store.write() as s:
@@ -150,7 +151,7 @@ def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_
     assert failed["status"] == "failed" and "Unknown analyzer 'nope'" in failed["error"]
     assert [r["id"] for r in A.requests_for(tid, store=store)] == [bad, ok]
     got = {a["analyzer"]: a for a in S.load_analyses(tid, store=store)}
-    assert got["logit_lens"]["meta"]["scored_on"] == A.DEFAULT_REPLAY_MODEL
+    assert got["logit_lens"]["meta"]["scored_on"] == "evalrx-tiny" == A.default_replay_model()
     assert got["logit_lens"]["meta"]["source_model"] == "gpt-4o-mini on api"
     assert got["logit_lens"]["arrays"]["topk_ids"].shape[0] == 5
     # The finished request diagnoses the trajectory again: the repeated call, at its second call.

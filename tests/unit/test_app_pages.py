@@ -243,6 +243,19 @@ def test_new_run_enqueues_the_demo_spec_on_a_suite(store_url):
     assert run.config["tools"] == ["calculator", "lookup"]
 
 
+def test_new_run_with_repeated_sampled_attempts(store_url):
+    at = open_page("new_run")
+    at.number_input(key="limit").set_value(2)
+    at.number_input(key="repeats").set_value(3)
+    at.number_input(key="temperature").set_value(0.7)
+    at.number_input(key="seed").set_value(11)
+    at.button(key="launch").click().run()
+    assert not at.exception
+    (run,) = S.list_runs(store=store_url)
+    assert run.n_cases == 6  # two cases, three attempts each
+    assert (run.config["repeats"], run.config["seed"], run.config["runtime"]["temperature"]) == (3, 11, 0.7)
+
+
 def test_new_run_api_key_never_reaches_the_store(store_url, monkeypatch):
     import components.launch as launch
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Optional
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.tool import ChatTurn
 from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
-from evalrx.specs import ModelSpec
+from evalrx.specs import ModelSpec, WeightsNotInstalledError, resolve_weights
 
 # Capabilities every live causal LM gives in process, whatever its attention kernel.
 _ALWAYS = frozenset({Capability.GENERATE, Capability.LOGPROBS, Capability.LOGITS, Capability.HIDDEN_STATES})
@@ -180,7 +180,8 @@ def _fix_hint(repo: str, is_path: bool = False) -> str:
     if is_path:
         return (
             "Fix: pass checkpoint= an existing local directory holding config.json, the tokenizer and the "
-            "weights (evalrx.load(key, checkpoint='/path/to/model')), or a hub id already in the local cache."
+            "weights (evalrx.load(key, checkpoint='/path/to/model')), a GGUF file (checkpoint='model.gguf'), "
+            "or a hub id already in the local cache."
         )
     return (
         f"Fix: pass checkpoint= a local directory holding the weights (evalrx.load(key, checkpoint='/path/to/model')), "
@@ -192,7 +193,10 @@ def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
     """Decide where to load `repo` from, failing fast with one clear error.
 
     Args:
-        repo: a local directory or a hub id (``org/name``).
+        repo: a local directory, a GGUF file (``.gguf``) or a hub id (``org/name``). A GGUF
+            file is converted once into a cached safetensors directory, which is returned
+            (`evalrx.models.gguf.converted_dir`: the first call takes as long as transformers
+            needs to read the file, later ones only hash it).
 
     Returns:
         ``(name_or_path, from_pretrained_kwargs)``.
@@ -200,12 +204,17 @@ def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
     Raises:
         CheckpointNotFoundError: the path does not exist, or the hub id is not cached and
             no hub is reachable (offline mode or no connection).
+        ImportError: a GGUF file without the `gguf` package installed.
     """
     if not repo:
         raise CheckpointNotFoundError(
             "This spec has no hf_repo to load. Pass checkpoint= a local model directory."
         )
     path = Path(repo).expanduser()
+    from evalrx.models import gguf
+
+    if gguf.is_gguf(path):
+        return str(gguf.converted_dir(path)), {}
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise CheckpointNotFoundError(
@@ -294,6 +303,101 @@ def _page_in(model: Any) -> None:
         # Consecutive strided bytes sit in consecutive pages; the last byte covers the tail page.
         raw[:: mmap.PAGESIZE].sum()
         raw[-1].item()
+
+
+THREADS_ENV = "EVALRX_NUM_THREADS"
+# Below this many parameters a step costs milliseconds whatever the thread count, so the process's
+# threads are left as they are unless asked (`threads="auto"`): the demo model's runs stay as they were.
+AUTO_THREADS_MIN_PARAMS = 50_000_000
+
+
+def _decode_probe(model: Any, prompt: int = 8, steps: int = 3) -> float:
+    """Seconds for a short greedy-decode-shaped workload: a prefill, then single-token steps on its cache."""
+    import torch
+
+    vocab = int(getattr(model.get_input_embeddings(), "num_embeddings", 1000) or 1000)
+    ids = (torch.arange(prompt, dtype=torch.long).unsqueeze(0) * 7919 + 11) % vocab
+    ids = ids.to(next(model.parameters()).device)
+    cache_arg = "cache" if _takes(model, "cache") else "past_key_values"
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model(input_ids=ids, use_cache=True, **({"logits_to_keep": 1} if _takes(model, "logits_to_keep") else {}))
+        for _ in range(steps):
+            cache = getattr(out, "cache", None) or out.past_key_values
+            out = model(input_ids=out.logits[:, -1:].argmax(-1), use_cache=True, **{cache_arg: cache})
+    return time.perf_counter() - t0
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _settle_cpu_threads(model: Any, runtime: RuntimeConfig) -> Optional[dict]:
+    """Choose torch's intra-op thread count for a CPU model; returns what was chosen and why.
+
+    torch runs every op on all cores by default (OpenMP). When other processes keep some of
+    those cores busy, each parallel op waits at its barrier for a thread the OS has
+    descheduled: a 135M model then spends milliseconds per op instead of microseconds (the
+    attention kernel of one decoding step: 37 us on one thread, 5.5 ms on two threads of two
+    busy cores) and a forward costs a second or more whatever its length. So, unless told,
+    for a model of `AUTO_THREADS_MIN_PARAMS` or more:
+
+    * at most the cores the load average leaves free (runnable tasks beyond this one,
+      rounded) are used: one on a 2-core machine that something else keeps busy;
+    * with more than one free, a short decode is timed on that count, half of it and one
+      thread (interleaved, best of two), and more threads are kept only when at least 25%
+      faster: a wrong "more" costs several times over once the machine gets busy, a wrong
+      "fewer" at most the parallel speed-up.
+
+    The setting is torch's and so process-wide; it is not revisited when the load changes.
+    Told: `RuntimeConfig.extra["threads"]` or `$EVALRX_NUM_THREADS` (a number, or "auto" to
+    decide even for a small model); `OMP_NUM_THREADS` / `MKL_NUM_THREADS` set by the user are
+    left alone.
+    """
+    import torch
+
+    asked = runtime.extra.get("threads") if isinstance(runtime.extra, dict) else None
+    if asked is None:
+        asked = os.environ.get(THREADS_ENV) or None
+    before = torch.get_num_threads()
+    if asked is not None and str(asked).strip().lower() != "auto":
+        n = int(asked)
+        if n < 1:
+            raise ValueError(f"threads must be a whole number >= 1 or 'auto', got {asked!r}")
+        torch.set_num_threads(n)
+        return {"threads": n, "how": "asked", "default": before}
+    if asked is None and (os.environ.get("OMP_NUM_THREADS") or os.environ.get("MKL_NUM_THREADS")):
+        return {"threads": before, "how": "OMP_NUM_THREADS", "default": before}
+    params = sum(p.numel() for p in model.parameters())
+    if before <= 1 or (asked is None and params < AUTO_THREADS_MIN_PARAMS):
+        return {"threads": before, "how": "default", "default": before}
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    free = max(1, min(before, _usable_cpus() - max(0, round(load1 - 1))))
+    info: dict = {"default": before, "loadavg": round(load1, 2), "free_cpus": free}
+    candidates = sorted({free, max(1, free // 2), 1})
+    if len(candidates) == 1:
+        torch.set_num_threads(1)
+        return dict(info, threads=1, how="load average: no other core free")
+    timings: dict = {n: [] for n in candidates}
+    try:
+        _decode_probe(model, steps=1)  # warm-up: first-call allocations, lazy inits
+        for _ in range(2):
+            for n in reversed(candidates):
+                torch.set_num_threads(n)
+                timings[n].append(_decode_probe(model))
+    except Exception as exc:  # a model the probe cannot drive keeps the default
+        torch.set_num_threads(before)
+        return dict(info, threads=before, how=f"default (probe failed: {type(exc).__name__})")
+    best = {n: min(ts) for n, ts in timings.items()}
+    chosen = 1
+    for n in candidates:
+        if best[n] * 1.25 <= best[chosen]:
+            chosen = n
+    torch.set_num_threads(chosen)
+    return dict(info, threads=chosen, how="timed", probe_ms={n: round(v * 1000, 1) for n, v in best.items()})
 
 
 def _is_vision_model(model: Any) -> bool:
@@ -511,6 +615,7 @@ class HFLocalModel:
         self.spec = spec
         self.runtime = runtime or RuntimeConfig()
         self.load_ms: Optional[float] = None
+        self.cpu_threads: Optional[dict] = None  # what `from_spec` chose for torch's CPU threads, and why
         self._parts: Any = None
         self._head_reproduces_logits: Optional[bool] = None  # see `_CaptureRecorder.check_head`
 
@@ -520,10 +625,15 @@ class HFLocalModel:
     def from_spec(
         cls, spec: ModelSpec, runtime: Optional[RuntimeConfig] = None, want: Iterable[Capability] = ()
     ) -> "HFLocalModel":
-        """Load `spec.hf_repo` from a local directory or the hub cache.
+        """Load the spec's weights (`resolve_weights`: `hf_repo`, or a file of its `weights_package`)
+        from a local directory, a GGUF file (converted once, cached) or the hub cache.
+
+        On CPU the intra-op thread count is settled here too (`_settle_cpu_threads`), and a
+        spec's `chat_template` replaces the tokenizer's.
 
         Raises:
-            CheckpointNotFoundError: the checkpoint cannot be found (one clear message).
+            CheckpointNotFoundError: the checkpoint cannot be found, or the package holding
+                it is not installed (one clear message, with the install command).
         """
         import torch  # noqa: F401  (fail here, not deep inside transformers, when torch is missing)
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -531,7 +641,11 @@ class HFLocalModel:
         t0 = time.perf_counter()
         runtime = runtime or RuntimeConfig()
         want = frozenset(Capability.parse(w) for w in want)
-        name, where = locate_checkpoint(spec.hf_repo)
+        try:
+            repo = resolve_weights(spec)
+        except WeightsNotInstalledError as exc:
+            raise CheckpointNotFoundError(str(exc)) from None
+        name, where = locate_checkpoint(repo)
         device = _resolve_device(runtime)
         kwargs: dict = dict(where, dtype=_resolve_dtype(runtime, device), trust_remote_code=runtime.trust_remote_code)
         attn = "eager" if Capability.ATTENTION in want else runtime.attn_implementation
@@ -554,13 +668,19 @@ class HFLocalModel:
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CheckpointNotFoundError(
-                f"Could not load {spec.hf_repo!r}: {first} " + _fix_hint(spec.hf_repo, is_path=Path(name).is_dir())
+                f"Could not load {repo!r}: {first} " + _fix_hint(repo or "", is_path=Path(name).is_dir())
             ) from None
         if device != "auto":
             model = model.to(device)
         model.eval()
+        if spec.chat_template:
+            for owner in (tokenizer, processor):
+                if owner is not None:
+                    owner.chat_template = spec.chat_template
         _page_in(model)
+        threads = _settle_cpu_threads(model, runtime) if device == "cpu" else None
         handle = cls(model, tokenizer, spec, runtime, processor=processor)
+        handle.cpu_threads = threads
         handle.load_ms = _elapsed_ms(t0)
         return handle
 
