@@ -42,7 +42,7 @@ def export_controls(key: str, stem: str, *, run_id: Optional[int] = None,
     """A format choice, a Prepare button and, once written, the download button. `trajectory_ids` is
     called only when Prepare is pressed (a filter's ids are not read on every rerun)."""
     pick, go = st.columns([3, 1], vertical_alignment="bottom")
-    label = pick.selectbox("Export as", list(FORMATS), key=f"{key}-fmt")
+    label = pick.radio("Export as", list(FORMATS), key=f"{key}-fmt", horizontal=True)
     if go.button("Prepare", key=f"{key}-prepare", icon=":material/download:", width="stretch"):
         out = Path(tempfile.mkdtemp(prefix="evalrx-export-"))
         try:

@@ -34,6 +34,10 @@ def _compare(a: int, b: int, stamp: tuple, url: str) -> dict:
 
 st.title("Compare")
 runs = _runs(S.url)
+wanted_runs = {st.query_params.get(k) for k in ("a", "b")} - {None}
+if any(not w.isdigit() or int(w) not in runs for w in wanted_runs):
+    _runs.clear()  # a run newer than the cached list (or a bad id: then the pickers say so)
+    runs = _runs(S.url)
 if not runs:
     st.info("No runs yet.")
     st.stop()

@@ -49,12 +49,9 @@ def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server
     goto(page, f"{app_server.url}/?run={run_id}")
     page.get_by_text("Export this run").click()
     settle(page)
-    box = page.get_by_role("combobox", name="Export as")
-    box.click()
-    box.fill("ATIF")  # the selectbox filters its options as one types
-    page.keyboard.press("Enter")
+    page.get_by_test_id("stRadio").get_by_text("ATIF", exact=True).click()
     settle(page)
-    assert box.input_value() == "ATIF"
+    assert page.get_by_role("radio", name="ATIF", exact=True).is_checked()
     page.get_by_role("button", name="Prepare").click()
     button = page.get_by_role("button", name=re.compile(r"Download run\d+\.atif\.jsonl \(4 rows\)"))
     poll(lambda: button.count() == 1, what="the download button")
