@@ -10,7 +10,7 @@ import re
 import pytest
 
 from appdata import XSS, call_trajectory, fill_attempts, make_case
-from apphelpers import click_dataframe_row, goto, main_text
+from apphelpers import click_dataframe_row, goto, main_text, poll
 from evalrx.core import Diagnosis
 
 pytestmark = pytest.mark.browser
@@ -61,12 +61,15 @@ def test_a_regression_opens_aligned_with_the_first_divergence_and_the_changed_ar
     first = page.locator(".st-key-cmp-first-divergence")
     first.wait_for()
     assert "first divergence" in first.inner_text()
-    assert first.evaluate("e => getComputedStyle(e).borderTopColor") == "rgb(221, 51, 51)"  # outlined in red
+    # outlined in red (the page's style block may land a moment after the element)
+    poll(lambda: first.evaluate("e => getComputedStyle(e).borderTopColor") == "rgb(221, 51, 51)", timeout=10,
+         what="the first divergence's red outline")
     changed = page.locator("[class*='st-key-cmp-argdiff-']")
     assert changed.count() == 2  # the query on each side; `limit` is the same
     left, right = changed.nth(0).inner_text(), changed.nth(1).inner_text()
     assert "query" in left and QUERY_A in left and QUERY_B in right and "changed" in right
-    assert changed.nth(0).evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 235, 211)"
+    poll(lambda: changed.nth(0).evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 235, 211)",
+         timeout=10, what="the changed argument's highlight")
     side_b = page.locator(".st-key-cmp-side-b").inner_text()
     assert "graded fail" in side_b and "bad_arguments" in side_b and "first wrong step 1" in side_b
     assert "graded pass" in page.locator(".st-key-cmp-side-a").inner_text()
