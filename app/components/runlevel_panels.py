@@ -20,7 +20,7 @@ from components.safe import md_escape
 LINK = st.column_config.LinkColumn("open", display_text="open", width="small")
 
 
-@st.cache_data(ttl=60, show_spinner="Ranking the signals…", max_entries=200)
+@st.cache_data(ttl=600, show_spinner="Ranking the signals…", max_entries=200)
 def _predictors(run_ids: tuple, url: str, stamp: tuple) -> list:
     """`predictor_table` (bootstrap intervals), cached until the runs' progress (`stamp`) changes."""
     from evalrx.store import predictor_table

@@ -22,12 +22,14 @@ def _runs(url: str) -> dict:
     return {r.id: r for r in list_runs(limit=500, store=S)}
 
 
-@st.cache_data(ttl=10, show_spinner=False)
+# Keyed by the runs' progress, so a finished run's figures never go stale; held as objects (cache_resource),
+# not pickled copies: a 50k-case comparison would cost a copy per rerun. Pages only read them.
+@st.cache_resource(ttl=600, max_entries=64, show_spinner=False)
 def _attempts(run_id: int, n_done: int, url: str) -> dict:
     return attempts_of(run_id, store=S)
 
 
-@st.cache_data(ttl=10, show_spinner="Comparing…")
+@st.cache_resource(ttl=600, max_entries=64, show_spinner="Comparing…")
 def _compare(a: int, b: int, stamp: tuple, url: str) -> dict:
     return compare_runs(a, b, store=S)
 
@@ -115,8 +117,11 @@ else:
     cases = [r["case"] for r in rows] + others[:OTHER_CASES] + (
         [wanted] if wanted in others[OTHER_CASES:] else [])
 
-with st.expander("What predicts failure" + (f" in runs {a} and {b}" if a != b else f" in run {a}")):
-    render_predictors(sorted({a, b}), url=S.url, link_run=b, stamp=(runs[a].n_done, runs[b].n_done))
+predict = st.expander("What predicts failure" + (f" in runs {a} and {b}" if a != b else f" in run {a}"),
+                      key="predict", on_change="rerun")
+with predict:
+    if predict.open:  # ranked only when asked: two seconds on two 50k-trajectory runs
+        render_predictors(sorted({a, b}), url=S.url, link_run=b, stamp=(runs[a].n_done, runs[b].n_done))
 
 st.subheader("Side by side")
 case = st.selectbox("Case", cases, index=None, key="case", bind="query-params",

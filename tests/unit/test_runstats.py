@@ -290,3 +290,20 @@ def test_step_agreement_and_kind_confusion():
         {"i1": "wrong_tool", "i2": "wrong_tool", "i3": "wrong_tool", "i5": "y"},
     )
     assert conf == {"labels": ["bad_args", "wrong_tool"], "matrix": [[0, 1], [0, 2]]}
+
+
+def test_mcnemar_p_equals_scipys_exact_binomial_test():
+    import random
+
+    from scipy.stats import binomtest
+
+    from evalrx.runstats import compare_outcomes
+
+    rng = random.Random(0)
+    for _ in range(60):
+        reg, fix = rng.randint(0, 40), rng.randint(0, 40)
+        a = {i: 1.0 for i in range(reg)} | {reg + i: 0.0 for i in range(fix)}
+        b = {i: 0.0 for i in range(reg)} | {reg + i: 1.0 for i in range(fix)}
+        got = compare_outcomes(a, b, resamples=2000).mcnemar_p
+        want = binomtest(reg, reg + fix, 0.5).pvalue if reg + fix else 1.0
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-15)
