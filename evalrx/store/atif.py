@@ -15,6 +15,8 @@ import json
 import uuid
 from typing import Any, Optional
 
+from evalrx.store import convert
+
 SCHEMA_VERSION = "ATIF-v1.4"
 _SOURCES = ("system", "user", "agent")
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
@@ -142,7 +144,7 @@ def _result(tool_step: dict, position: Optional[int], ids: list) -> dict:
     out: dict = {}
     if call is not None:
         out["source_call_id"] = ids[call]
-    out["content"] = _text(tool_step.get("observation"))
+    out["content"] = convert.observation_text(tool_step.get("observation"))
     return out
 
 
@@ -175,17 +177,6 @@ def _join_reasoning(message: str, reasoning: Optional[str]) -> str:
     if reasoning is None:
         return message
     return f"{_THINK_OPEN}{reasoning}{_THINK_CLOSE}" + (f"\n{message}" if message else "")
-
-
-def _text(value: Any) -> str:
-    """ATIF result content (a string) for an evalrx observation."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def _int(value: Any, default: int) -> int:

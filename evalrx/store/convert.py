@@ -209,7 +209,8 @@ def tools_used(steps: Iterable[Step]) -> list[str]:
     return list(seen)
 
 
-def _observation_text(obs: Any) -> str:
+def observation_text(obs: Any) -> str:
+    """A tool observation as text: its text as is, a `{"text": ...}` observation's text, else canonical JSON."""
     if obs is None:
         return ""
     if isinstance(obs, str):
@@ -227,7 +228,7 @@ def search_text(traj: Trajectory) -> str:
             parts.append(s.content or "")
         for call in s.tool_calls or []:
             parts.append(canonical_json(call))
-        parts.append(_observation_text(s.observation))
+        parts.append(observation_text(s.observation))
         if s.parse_error:
             parts.append(s.parse_error)
     return clean("\n".join(p for p in parts if p).lower()[:SEARCH_TEXT_LIMIT])

@@ -22,6 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from evalrx.store import convert
+
 BATCH = 100  # trajectories per ExportTraceServiceRequest (a line of the file, a POST)
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 SCOPE = "evalrx.store.otel"
@@ -129,12 +131,12 @@ def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, com
                 args = (actor.get("tool_calls") or [])[call].get("args") if call is not None else None
                 attrs["gen_ai.tool.call.arguments"] = (json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
                                                        if args is not None else None)
-                attrs["gen_ai.tool.call.result"] = _text(step.get("observation"))
+                attrs["gen_ai.tool.call.result"] = convert.observation_text(step.get("observation"))
             if span.get("tool_error") or span.get("parse_error"):
                 attrs["error.type"] = str(span.get("tool_error_type") or ("tool_error" if span.get("tool_error")
                                                                             else "parse_error"))
                 status = trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR,
-                                          message=_text(step.get("observation"))[:1000])
+                                          message=convert.observation_text(step.get("observation"))[:1000])
         sp = Span(trace_id=trace_id, span_id=_hash_id(8, "span", run_id, tid, step.get("idx")), parent_span_id=root_id,
                   name=name, kind=kind, start_time_unix_nano=begin, end_time_unix_nano=end,
                   attributes=_attributes(common_pb2, attrs))
@@ -245,16 +247,6 @@ def _ns(value: Any) -> Optional[int]:
         value = value.replace(tzinfo=timezone.utc)
     delta = value - datetime(1970, 1, 1, tzinfo=timezone.utc)
     return (delta.days * 86_400 + delta.seconds) * 10**9 + delta.microseconds * 1000
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 # ---------------------------------------------------------------- OTLP JSON and HTTP

@@ -19,18 +19,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 from appdata import XSS, XSS_IMG, XSS_SCRIPT, add_xss_run, fill_run  # noqa: E402
 
 import evalrx.store as S  # noqa: E402
-
-MAIN = str(ROOT / "app" / "main.py")
-
-
-@pytest.fixture
-def store_url(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'app.sqlite'}"
-    S.upgrade(url)
-    monkeypatch.setenv("EVALRX_DATABASE_URL", url)
-    monkeypatch.setenv("EVALRX_NO_LOCAL_WORKER", "1")
-    yield url
-    S.forget(url)
+from apppages import MAIN, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 
 @pytest.fixture
@@ -40,27 +29,6 @@ def seeded(store_url):
                                      "fail", "pass"])
     xss_run, xss_id = add_xss_run(store_url)
     return {"url": store_url, "run": run_id, "ids": ids, "xss_run": xss_run, "xss": xss_id}
-
-
-def open_page(view: str, **query):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    if view == "new_run":  # registered under url_path "new": AppTest finds it only after a first run
-        at.run()
-    at.switch_page(f"views/{view}.py")
-    for k, v in query.items():
-        at.query_params[k] = str(v)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def texts(at) -> str:
-    """Everything the page shows as Markdown, captions and code, joined."""
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
-    parts += [t.value for t in at.title]
-    return "\n".join(str(p) for p in parts)
 
 
 def current(url: str, tid: int):

@@ -18,37 +18,8 @@ sys.path.insert(0, str(ROOT / "app"))  # components
 from appdata import call_trajectory, fill_attempts, make_case  # noqa: E402
 
 import evalrx.store as S  # noqa: E402
+from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 from evalrx.core import Diagnosis  # noqa: E402
-
-MAIN = str(ROOT / "app" / "main.py")
-
-
-@pytest.fixture
-def store_url(tmp_path, monkeypatch):
-    url = f"sqlite:///{tmp_path / 'app.sqlite'}"
-    S.upgrade(url)
-    monkeypatch.setenv("EVALRX_DATABASE_URL", url)
-    monkeypatch.setenv("EVALRX_NO_LOCAL_WORKER", "1")
-    yield url
-    S.forget(url)
-
-
-def open_page(view: str, /, **query):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.switch_page(f"views/{view}.py")
-    for k, v in query.items():
-        at.query_params[k] = str(v)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def texts(at) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
-    parts += [t.value for t in at.title] + [s.value for s in at.subheader]
-    return "\n".join(str(p) for p in parts)
 
 
 def metrics(at) -> dict:

@@ -1,0 +1,45 @@
+"""Driving the app's pages with Streamlit's AppTest over a real SQLite store (shared by the page tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import evalrx.store as S
+
+ROOT = Path(__file__).resolve().parents[2]
+MAIN = str(ROOT / "app" / "main.py")
+
+
+@pytest.fixture
+def store_url(tmp_path, monkeypatch):
+    """An upgraded, empty store the app reads (no local worker)."""
+    url = f"sqlite:///{tmp_path / 'app.sqlite'}"
+    S.upgrade(url)
+    monkeypatch.setenv("EVALRX_DATABASE_URL", url)
+    monkeypatch.setenv("EVALRX_NO_LOCAL_WORKER", "1")
+    yield url
+    S.forget(url)
+
+
+def open_page(view: str, /, **query):
+    """Run one page (`views/<view>.py`) with these query parameters; fails on any exception it shows."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(MAIN, default_timeout=60)
+    if view == "new_run":  # registered under url_path "new": AppTest finds it only after a first run
+        at.run()
+    at.switch_page(f"views/{view}.py")
+    for k, v in query.items():
+        at.query_params[k] = str(v)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at) -> str:
+    """Everything the page shows as Markdown, captions, code, titles and subheaders, joined."""
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
+    parts += [t.value for t in at.title] + [s.value for s in at.subheader]
+    return "\n".join(str(p) for p in parts)
