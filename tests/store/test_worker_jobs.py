@@ -404,3 +404,20 @@ def test_repeats_run_every_case_k_times_and_resume_per_attempt(store_url, calls)
     assert info.status == "done" and info.n_done == 12
     per_case = S.attempts_of(run_id, store=store)
     assert len(per_case) == 4 and all(sorted(a for a, *_ in v) == [1, 2, 3] for v in per_case.values())
+
+
+def test_the_crash_guard_counts_starts_per_attempt(store_url, calls):
+    from dataclasses import replace
+
+    store = S.connect(store_url)
+    run_id = enqueue_run(replace(scripted_config(), repeats=2), cases(2), store=store)
+    # Attempt 2 of the first case already killed its worker three times; attempt 1 never started.
+    with store.write() as s:
+        first_case = s.execute(select(t.RunCase.case_id).where(
+            t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1)).scalar_one()
+        s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id, t.RunCase.case_id == first_case,
+                                          t.RunCase.attempt == 2).values(starts=3))
+    _worker(store, max_case_attempts=3).run()
+    got = {(r.case_id, r.attempt): r.outcome for r in S.list_trajectories(run_id=run_id, store=store, limit=10).rows}
+    assert len(got) == 4 and got[first_case, 2] == "error"  # only that attempt is given up on
+    assert got[first_case, 1] != "error" and calls[0]._n == 3  # the other three attempts ran
