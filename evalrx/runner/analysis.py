@@ -178,7 +178,8 @@ def with_capture(agent_kwargs: dict, handle: Any, entries: Iterable[Any]) -> dic
     """`agent_kwargs` with generation capture switched on where the run's analyzers read it.
 
     Only for a handle whose `chat` takes `capture` (hf_local), and not when attention is asked of
-    a model without eager attention; a run config that sets `chat_kwargs["capture"]` keeps its choice.
+    a model whose attention kernel gives no rows (neither eager nor sdpa); a run config that sets
+    `chat_kwargs["capture"]` keeps its choice.
     """
     import inspect
 
@@ -190,11 +191,9 @@ def with_capture(agent_kwargs: dict, handle: Any, entries: Iterable[Any]) -> dic
         takes = False
     if not kinds or not takes:
         return dict(agent_kwargs)
-    from evalrx.core.capability import Capability
-
-    if "attention" in kinds and Capability.ATTENTION not in (getattr(handle, "capabilities", None) or ()):
-        # Without eager attention the teacher-forced pass runs anyway for attention; every analyzer
-        # shares it, and capturing during generation would only add its hooks (measured: no gain).
+    if "attention" in kinds and not getattr(handle, "captures_attention", False):
+        # A kernel that gives no attention rows: the teacher-forced pass runs anyway for attention, every
+        # analyzer shares it, and capturing during generation would only add its hooks.
         return dict(agent_kwargs)
     chat_kwargs = dict(agent_kwargs.get("chat_kwargs") or {})
     chat_kwargs.setdefault("capture", sorted(kinds))

@@ -150,9 +150,6 @@ def load_handle(cfg: dict, run_key: Optional[str] = None) -> Any:
 
     run = RunConfig.from_dict(cfg)
     runtime = _runtime_kwargs(run)
-    if (run.model.backend or "hf_local") == "hf_local" and "attention" in analysis.capture_kinds(run.analyzers):
-        # Eager attention from the start: generation then captures attention too, and no second pass runs.
-        run.model.want = tuple(run.model.want) + ("attention",)
     if (run.model.backend or "hf_local") == "api":
         key, url = api_key_for(cfg, run_key)
         runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key

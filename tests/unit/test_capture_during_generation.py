@@ -4,8 +4,9 @@ Real bundled demo model (`evalrx-tiny`, fp32, greedy), real agent runs of demo c
 `chat_kwargs={"capture": ...}`: every array `analyze` builds from the captures must equal the
 teacher-forced `analyze` of the same trajectory within 1e-4 (and the integer arrays exactly),
 with no forward run for a pass the captures cover; a capture that does not match the rebuilt
-conversation, a model that generated without eager attention, a stored trajectory, all fall
-back to the teacher-forced pass and say so in the result's meta."""
+conversation, another model's capture, a stored trajectory, all fall back to the teacher-forced
+pass and say so in the result's meta. Under sdpa the attention rows come from a kernel that adds
+the newest position's softmax row to sdpa's output: the same rows eager attention gives."""
 
 from __future__ import annotations
 
@@ -111,13 +112,21 @@ def test_chat_captures_the_hidden_states_a_teacher_forced_forward_has_at_the_gen
     # One row per position that predicts a generated token: the prompt's last, then each one fed back.
     assert cap.hidden.shape == (n_layers + 1, len(cap.generated_ids), sdpa.model.config.hidden_size)
     assert cap.hidden.dtype == torch.float32 and cap.hidden.device.type == "cpu"
-    assert cap.attention is None and "eager" in cap.notes[0]  # sdpa generation has no attention weights
+    assert cap.attn_implementation == "sdpa" and not cap.notes
     ids = cap.prompt_ids + cap.generated_ids
-    with torch.no_grad():
-        out = sdpa.model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
+    from evalrx.analyzers._compute import eager_attention
+
+    with torch.no_grad(), eager_attention(sdpa.model):  # the reference: eager attention's own maps
+        out = sdpa.model(input_ids=torch.tensor([ids]), output_hidden_states=True, output_attentions=True,
+                         use_cache=False)
+    assert sdpa.model.config._attn_implementation == "sdpa"
     p0 = cap.first_position
     forced = torch.stack([h[0, p0 : p0 + cap.n_positions] for h in out.hidden_states])
     torch.testing.assert_close(cap.hidden, forced, atol=2e-4, rtol=1e-5)
+    # Attention rows under sdpa: each position's head-averaged row, as eager attention gives it.
+    rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : len(ids) - 1].float().mean(0) for a in out.attentions])
+    assert cap.attention.shape == rows.shape
+    torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
 
 
 def test_a_turn_cut_by_the_token_limit_runs_its_last_token_once_more(eager):
@@ -188,21 +197,35 @@ def test_analyze_from_the_generation_equals_the_teacher_forced_pass_without_runn
     assert whole >= 4
 
 
-def test_on_an_sdpa_model_attention_keeps_the_teacher_forced_pass_and_says_why(sdpa, sdpa_runs):
+def test_on_an_sdpa_model_attention_comes_from_the_generation_too(sdpa, sdpa_runs):
+    """Under sdpa the newest position's attention row is computed beside the kernel's output: all four
+    analyzers come from the captures, no forward runs, every array within 1e-4 of the eager teacher-forced pass."""
     whole = 0
     for traj, tools in sdpa_runs:
-        gen = analyze(sdpa, traj, ALL_FOUR, tools=tools)
+        full = _fully_captured(sdpa, traj, tools)
+        calls, hook = _count_forwards(sdpa.model)
+        try:
+            gen = analyze(sdpa, traj, ALL_FOUR, tools=tools)
+        finally:
+            hook.remove()
         tf = analyze(sdpa, traj, ALL_FOUR, tools=tools, captures=None)
         for name in ALL_FOUR:
             _assert_close(tf[name], gen[name])
-        if _fully_captured(sdpa, traj, tools):
+        if full:
             whole += 1
-            assert {gen[n].info["source"] for n in TENSORS} == {"generation"}
-            assert gen["attention"].info["source"] == "teacher_forced"
-            assert "eager attention" in gen["attention"].info["source_notes"][0]
-            assert all("source_notes" not in gen[n].info for n in TENSORS)
+            assert calls == [] and {gen[n].info["source"] for n in ALL_FOUR} == {"generation"}
     assert whole >= 4
-    assert sdpa.model.config._attn_implementation == "sdpa"  # the attention pass switched back
+    assert sdpa.model.config._attn_implementation == "sdpa"  # the capture's kernel was switched back
+
+
+def test_sdpa_and_eager_generation_capture_the_same_attention_rows(sdpa, eager, sdpa_runs, eager_runs):
+    for (ts, _), (te, _) in zip(sdpa_runs, eager_runs):
+        assert [s.content for s in ts.steps] == [s.content for s in te.steps]  # the kernel changes no token
+        cs, ce = generation_captures(ts), generation_captures(te)
+        assert cs.keys() == ce.keys() and cs
+        for step in cs:
+            assert cs[step].attention is not None and cs[step].attention.shape == ce[step].attention.shape
+            torch.testing.assert_close(cs[step].attention, ce[step].attention, atol=1e-5, rtol=0)
 
 
 def test_without_attention_an_sdpa_run_needs_no_forward(sdpa, sdpa_runs):
@@ -297,8 +320,16 @@ def test_the_runner_switches_capture_on_for_local_white_box_runs_only(sdpa, eage
     assert analysis.capture_kinds(["token_uncertainty", "replay"]) == {"hidden_states"}
     got = analysis.with_capture(base, eager, ALL_FOUR)
     assert got["chat_kwargs"] == {"capture": ["attention", "hidden_states"]} and got["max_turns"] == 4
-    # Attention on a model without eager attention needs the teacher-forced pass anyway: no capture.
-    assert analysis.with_capture(base, sdpa, ALL_FOUR) == base
+    # sdpa keeps attention rows too (the newest position's, beside the kernel).
+    assert analysis.with_capture(base, sdpa, ALL_FOUR)["chat_kwargs"] == {"capture": ["attention", "hidden_states"]}
+
+    class FlashLike:  # a kernel that gives no rows: attention keeps its teacher-forced pass, so no capture
+        captures_attention = False
+
+        def chat(self, messages, tools=None, *, capture=False):
+            raise AssertionError("not called")
+
+    assert analysis.with_capture(base, FlashLike(), ALL_FOUR) == base
     got = analysis.with_capture(base, sdpa, ["logit_lens", "tool_decision", "token_uncertainty"])
     assert got["chat_kwargs"] == {"capture": ["hidden_states"]}
     assert analysis.with_capture(base, sdpa, ["replay"]) == base  # nothing reads the generation

@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.tool import ChatTurn
@@ -439,6 +439,57 @@ def _decode_generated(tokenizer: Any, ids: list) -> str:
     return tokenizer.decode([i for i in ids if i in kept or i not in special], skip_special_tokens=False)
 
 
+LAST_ROW_ATTENTION = "evalrx_last_row"
+
+
+def _last_row_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                        scaling: Optional[float] = None, **kwargs: Any) -> tuple:
+    """sdpa's output, plus the softmax weights of the newest query position only (`[b, heads, 1, kv]`).
+
+    What a capturing generate needs: eager attention would build every `[heads, P, P]` map of the
+    prefill to keep its last row. The row is computed as eager computes it (scaled q.k, the mask's
+    last row, an fp32 softmax).
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                    **kwargs)
+    keys = repeat_kv(key, getattr(module, "num_key_value_groups", 1))
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = torch.matmul(query[:, :, -1:], keys.transpose(2, 3)) * scale
+    if attention_mask is not None:  # None: causal, and the newest position sees every key
+        row = attention_mask[:, :, -1:, : keys.shape[-2]]
+        scores = scores.masked_fill(~row, float("-inf")) if row.dtype == torch.bool else scores + row
+    return out, torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+
+
+def _register_last_row_attention() -> None:
+    """Make `LAST_ROW_ATTENTION` an attention implementation transformers dispatches to (sdpa's masks)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if LAST_ROW_ATTENTION not in ALL_ATTENTION_FUNCTIONS:
+        ALL_ATTENTION_FUNCTIONS.register(LAST_ROW_ATTENTION, _last_row_attention)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(LAST_ROW_ATTENTION, sdpa_mask)
+
+
+@contextlib.contextmanager
+def _attention_kernel(model: Any, impl: str) -> Iterator[None]:
+    """Run the block with the model's language layers on attention implementation `impl`, then restore."""
+    cfg = getattr(model, "config", None)
+    configs = [c for c in {id(c): c for c in (cfg, cfg.get_text_config() if hasattr(cfg, "get_text_config")
+                                               else None) if c is not None}.values()]
+    before = [getattr(c, "_attn_implementation", None) for c in configs]
+    for c in configs:
+        c._attn_implementation = impl
+    try:
+        yield
+    finally:
+        for c, b in zip(configs, before):
+            c._attn_implementation = b
+
+
 class _CaptureRecorder:
     """One capturing generate call: its attention hooks and the `GenerationCapture` built from its outputs.
 
@@ -452,16 +503,24 @@ class _CaptureRecorder:
         self.handle = handle
         self.impl = _attn_impl(handle.model)
         self.hidden = "hidden_states" in kinds
-        self.attention = "attention" in kinds and self.impl == "eager"
+        # Under sdpa the newest position's row is computed beside sdpa's output (`_last_row_attention`):
+        # the same weights eager gives, without eager's [heads, P, P] prefill maps.
+        self.kernel = LAST_ROW_ATTENTION if "attention" in kinds and self.impl == "sdpa" else None
+        self.attention = "attention" in kinds and (self.impl == "eager" or self.kernel is not None)
         self.notes: list = []
         if "attention" in kinds and not self.attention:
-            self.notes.append(f"attention needs eager attention; generation ran with {self.impl!r}")
+            self.notes.append(f"attention needs eager or sdpa attention; generation ran with {self.impl!r}")
+        self._kernel_ctx: Any = None
         # Whether the final layer's logits are the unembedding of hidden[-1] is checked once per handle.
         self.check_head = self.hidden and handle._head_reproduces_logits is None
         self.rows: list = []
         self._hooks: list = []
 
     def __enter__(self) -> "_CaptureRecorder":
+        if self.kernel is not None:
+            _register_last_row_attention()
+            self._kernel_ctx = _attention_kernel(self.handle.model, self.kernel)
+            self._kernel_ctx.__enter__()
         if self.attention:
             from evalrx.models._discover import _ATTN_ATTRS
 
@@ -479,6 +538,9 @@ class _CaptureRecorder:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        if self._kernel_ctx is not None:
+            self._kernel_ctx.__exit__(*exc)
+            self._kernel_ctx = None
 
     @staticmethod
     def _keep_last_row(rows: list) -> Any:
@@ -732,6 +794,12 @@ class HFLocalModel:
         return handle
 
     # ------------------------------------------------------------- properties
+
+    @property
+    def captures_attention(self) -> bool:
+        """Whether `chat(capture=["attention"])` can keep attention rows: under eager attention, or under sdpa
+        (the newest position's row computed beside it, `_last_row_attention`)."""
+        return _attn_impl(self.model) in ("eager", "sdpa")
 
     @property
     def capabilities(self) -> frozenset:
