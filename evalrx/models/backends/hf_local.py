@@ -474,6 +474,34 @@ def _register_last_row_attention() -> None:
         ALL_MASK_ATTENTION_FUNCTIONS.register(LAST_ROW_ATTENTION, sdpa_mask)
 
 
+def _rows_after_supported(handle: Any) -> bool:
+    """Whether `_CaptureRecorder._rows_after` can rebuild this model's attention rows: a text decoder whose
+    layers attend the Llama way (input norm, q projection, optional q norm, rotary; no sliding window, no
+    logit softcap) with a rotary embedding on the decoder."""
+    import sys
+
+    model = handle.model
+    if handle.processor is not None:
+        return False
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if getattr(cfg, "attn_logit_softcapping", None) or (
+            getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) is not False):
+        return False
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ())):
+        return False
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    if decoder is None or not hasattr(decoder, "rotary_emb"):
+        return False
+    for layer in handle.parts.layers:
+        attn = getattr(layer, "self_attn", None)
+        if attn is None or not hasattr(layer, "input_layernorm") or not all(
+                hasattr(attn, a) for a in ("q_proj", "head_dim", "scaling", "num_key_value_groups")):
+            return False
+        if not hasattr(sys.modules.get(type(attn).__module__), "apply_rotary_pos_emb"):
+            return False
+    return True
+
+
 @contextlib.contextmanager
 def _attention_kernel(model: Any, impl: str) -> Iterator[None]:
     """Run the block with the model's language layers on attention implementation `impl`, then restore."""
@@ -505,8 +533,12 @@ class _CaptureRecorder:
         self.hidden = "hidden_states" in kinds
         # Under sdpa the newest position's row is computed beside sdpa's output (`_last_row_attention`):
         # the same weights eager gives, without eager's [heads, P, P] prefill maps.
-        self.kernel = LAST_ROW_ATTENTION if "attention" in kinds and self.impl == "sdpa" else None
-        self.attention = "attention" in kinds and (self.impl == "eager" or self.kernel is not None)
+        # With the hidden states captured too, a Llama-shaped model's rows are computed once per layer after
+        # generation from those states and the KV cache (`_rows_after`): no per-step work at all.
+        self.after = ("attention" in kinds and self.hidden and self.impl == "sdpa"
+                      and _rows_after_supported(handle))
+        self.kernel = LAST_ROW_ATTENTION if "attention" in kinds and self.impl == "sdpa" and not self.after else None
+        self.attention = "attention" in kinds and (self.impl == "eager" or self.kernel is not None or self.after)
         self.notes: list = []
         if "attention" in kinds and not self.attention:
             self.notes.append(f"attention needs eager or sdpa attention; generation ran with {self.impl!r}")
@@ -521,7 +553,7 @@ class _CaptureRecorder:
             _register_last_row_attention()
             self._kernel_ctx = _attention_kernel(self.handle.model, self.kernel)
             self._kernel_ctx.__enter__()
-        if self.attention:
+        if self.attention and not self.after:
             from evalrx.models._discover import _ATTN_ATTRS
 
             for i, layer in enumerate(self.handle.parts.layers):
@@ -593,17 +625,56 @@ class _CaptureRecorder:
                 # The prefill's layers are [1, P, D]: only the last position is kept, before anything is stacked.
                 rows = [torch.stack([layer[0, -1] for layer in steps[0]])]
                 rows += [torch.stack(step)[:, 0, -1] for step in steps[1:]]
-                hidden = torch.stack(rows, dim=1).float().cpu()  # [L + 1, n, D]
+                states = torch.stack(rows, dim=1)  # [L + 1, n, D]
+                hidden = states.float().cpu()
+                if self.after:
+                    attention = self._rows_after(states, out, len(prompt_ids), n)
                 if self.check_head:
                     self.handle._head_reproduces_logits = self._head_matches(steps, out)
                 if not self.handle._head_reproduces_logits:
                     self.notes.append("the model's logits are not the unembedding of its last hidden state; "
                                       "hidden states were not captured")
                     hidden = None
-        if self.attention:
+        if self.attention and not self.after:
             attention = self._attention_rows(len(prompt_ids), n)
         return GenerationCapture(prompt_ids, list(new_ids), hidden, attention, self.impl, list(self.notes),
                                  id(self.handle.model))
+
+    def _rows_after(self, states: Any, out: Any, n_prompt: int, n: int) -> Any:
+        """``[L, n, P + n - 1]`` head-averaged attention rows of the captured positions, from their residual
+        streams (`states`, ``[L + 1, n, D]``) and the call's KV cache: each layer's queries rebuilt as its
+        attention builds them (input norm, q projection, q norm, rotary), one matrix product per layer."""
+        import sys
+
+        import torch
+        from transformers.integrations.sdpa_attention import repeat_kv
+
+        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        layers = getattr(cache, "layers", None)
+        width = n_prompt + n - 1
+        if not layers or any(int(layer.keys.shape[-2]) < width for layer in layers):
+            self.notes.append("attention rows were not captured: the cache does not hold every position")
+            return None
+        model = self.handle.model
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+        positions = torch.arange(n_prompt - 1, n_prompt - 1 + n, device=states.device)
+        visible = torch.arange(width, device=states.device)[None, :] <= positions[:, None]  # causal, [n, width]
+        out_rows = []
+        with torch.inference_mode():
+            for i, layer in enumerate(self.handle.parts.layers):
+                attn = layer.self_attn
+                x = layer.input_layernorm(states[i])  # the residual stream entering layer i
+                q = attn.q_proj(x).view(n, -1, attn.head_dim)
+                if getattr(attn, "q_norm", None) is not None:
+                    q = attn.q_norm(q)
+                q = q.transpose(0, 1).unsqueeze(0)  # [1, heads, n, head_dim]
+                cos, sin = decoder.rotary_emb(x.unsqueeze(0), positions.unsqueeze(0))
+                q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q, cos, sin)
+                keys = repeat_kv(layers[i].keys[:, :, :width], attn.num_key_value_groups)
+                scores = torch.matmul(q, keys.transpose(2, 3)) * attn.scaling
+                scores = scores.masked_fill(~visible, float("-inf"))
+                out_rows.append(torch.softmax(scores, dim=-1, dtype=torch.float32)[0].mean(0))
+        return torch.stack(out_rows).cpu()
 
     def _head_matches(self, steps: list, out: Any) -> bool:
         """Whether the model's own logits at its last generate step equal unembed(hidden[-1]) (softcap included)."""
