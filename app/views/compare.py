@@ -11,7 +11,7 @@ from components.runlevel_panels import render_predictors
 from components.runlevel_view import change_rows, default_attempts, kind_shift_rows, only_cases
 from components.safe import md_escape
 from components.side_by_side import render_side_by_side
-from evalrx.store import annotator_labels, attempts_of, compare_runs, get_trajectory, list_runs
+from evalrx.store import annotator_labels, attempts_of, compare_attempts, get_trajectory, list_runs
 
 S = store()
 OTHER_CASES = 200  # unchanged cases offered in the picker besides every changed one
@@ -31,7 +31,7 @@ def _attempts(run_id: int, n_done: int, url: str) -> dict:
 
 @st.cache_resource(ttl=600, max_entries=64, show_spinner="Comparing…")
 def _compare(a: int, b: int, stamp: tuple, url: str) -> dict:
-    return compare_runs(a, b, store=S)
+    return compare_attempts(_attempts(a, stamp[0], url), _attempts(b, stamp[1], url))
 
 
 st.title("Compare")

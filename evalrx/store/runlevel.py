@@ -60,18 +60,22 @@ def run_reliability(run_id: int, *, store: "Store | str | None" = None) -> Any:
 
 
 def compare_runs(run_a: int, run_b: int, *, resamples: int = 2000, seed: int = 0,
-            store: "Store | str | None" = None) -> dict:
+                 store: "Store | str | None" = None) -> dict:
     """Two runs paired case by case (B minus A): the counts, McNemar's p, the bootstrap interval of the
     success-rate difference, cases found in one run only, and how failure kinds shifted.
 
     With repeats a case's value is its success rate over its graded attempts.
     """
-    from evalrx.runstats import compare_outcomes
-
     with resolve(store).read() as s:
         _check_run(s, run_a)
         _check_run(s, run_b)
         att_a, att_b = _attempts(s, run_a), _attempts(s, run_b)
+    return dict(compare_attempts(att_a, att_b, resamples=resamples, seed=seed), run_a=run_a, run_b=run_b)
+
+
+def compare_attempts(att_a: dict, att_b: dict, *, resamples: int = 2000, seed: int = 0) -> dict:
+    """`compare_runs` from two runs' `attempts_of` (a page that already holds them reads nothing again)."""
+    from evalrx.runstats import compare_outcomes
 
     def rates(att: dict) -> dict:
         return {cid: sum(o == "pass" for _, o, _, _ in rows) / len(rows) for cid, rows in att.items()}
@@ -86,7 +90,6 @@ def compare_runs(run_a: int, run_b: int, *, resamples: int = 2000, seed: int = 0
                     shift[kind or "undiagnosed"][side] += 1
     out["kind_shift"] = {k: dict(v, change=v["b"] - v["a"]) for k, v in
                          sorted(shift.items(), key=lambda kv: -abs(kv[1]["b"] - kv[1]["a"]))}
-    out["run_a"], out["run_b"] = run_a, run_b
     return out
 
 
@@ -160,8 +163,8 @@ def annotator_labels(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: 
     diagnosis as annotator `auto` (kind and step) where a trajectory has one."""
     L, T, D = t.LabelRow, t.Trajectory, t.DiagnosisRow
     with resolve(store).read() as s:
-        q = select(L.trajectory_id, L.annotator, L.outcome, L.failure_mode, L.first_wrong_step, L.created_at,
-                   L.id).where(L.step_idx.is_(None))
+        q = (select(L.trajectory_id, L.annotator, L.outcome, L.failure_mode, L.first_wrong_step)
+             .where(L.step_idx.is_(None)).order_by(L.created_at, L.id))
         dq = select(D.trajectory_id, D.kind, D.first_wrong_step).where(D.rank == 0)
         if run_id is not None:
             q = q.join(T, T.id == L.trajectory_id).where(T.run_id == run_id)
@@ -170,7 +173,7 @@ def annotator_labels(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: 
             q = q.where(L.trajectory_id.in_(list(trajectory_ids)))
             dq = dq.where(D.trajectory_id.in_(list(trajectory_ids)))
         out: dict = defaultdict(dict)
-        for tid, who, outcome, kind, step, _, _ in sorted(s.execute(q).all(), key=lambda r: (r[5], r[6])):
+        for tid, who, outcome, kind, step in s.execute(q):
             out[tid][who or "anonymous"] = (outcome, kind, step)  # later rows overwrite: the latest word
         labelled = set(out)
         for tid, kind, step in s.execute(dq):

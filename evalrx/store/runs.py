@@ -154,12 +154,10 @@ def create_run(
     meta: Optional[dict] = None,
     key_bound: bool = False,
     repeats: int = 1,
-    attempts: Optional[Sequence[int]] = None,
 ) -> int:
-    """Insert a run and its ordered work list; return the run id.
+    """Insert a run and its ordered work list, each case once per attempt (1..repeats); return the run id.
 
-    Each case is run `repeats` times (attempts 1..repeats); or, for imports, `attempts[i]` names the
-    attempt of `cases[i]` (the same case may then appear once per attempt). `n_cases` counts attempts.
+    `n_cases` counts attempts. (An import adds its cases and attempts as it reads them: `io._RunWriter`.)
     """
     cfg = config_dict(config)
     model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
@@ -171,7 +169,7 @@ def create_run(
         backend=model.get("backend") or cfg.get("backend"),
         config=cfg,
         meta=convert.jsonable(meta or {}),
-        n_cases=len(cases) * repeats if attempts is None else len(cases),
+        n_cases=len(cases) * repeats,
         key_bound=key_bound,
     )
     if repeats < 1:
@@ -179,18 +177,13 @@ def create_run(
     session.add(run)
     session.flush()
     seen: dict = {}
-    positions: dict = {}
     rows = []
-    for i, case in enumerate(cases):
+    for pos, case in enumerate(cases):
         case_id = upsert_case(session, case)
-        pos = positions.setdefault(case_id, len(positions))  # a case keeps one place whatever its attempts
-        for attempt in (range(1, repeats + 1) if attempts is None else [int(attempts[i])]):
-            if (case_id, attempt) in seen:
-                where = f"attempt {attempt} " if attempts is not None else ""
-                raise ValueError(f"case {case.id!r} {where}appears twice in the run (positions {seen[case_id, attempt]} "
-                                 f"and {i})")
-            seen[case_id, attempt] = i
-            rows.append({"run_id": run.id, "case_id": case_id, "attempt": attempt, "position": pos})
+        if case_id in seen:
+            raise ValueError(f"case {case.id!r} appears twice in the run (positions {seen[case_id]} and {pos})")
+        seen[case_id] = pos
+        rows += [{"run_id": run.id, "case_id": case_id, "attempt": a, "position": pos} for a in range(1, repeats + 1)]
     if rows:
         session.execute(insert(t.RunCase), rows)
     return run.id

@@ -535,8 +535,10 @@ class _CaptureRecorder:
         # the same weights eager gives, without eager's [heads, P, P] prefill maps.
         # With the hidden states captured too, a Llama-shaped model's rows are computed once per layer after
         # generation from those states and the KV cache (`_rows_after`): no per-step work at all.
-        self.after = ("attention" in kinds and self.hidden and self.impl == "sdpa"
-                      and _rows_after_supported(handle))
+        self.after = "attention" in kinds and self.hidden and self.impl == "sdpa"
+        if self.after and handle._rows_after_ok is None:  # the model's layout is checked once per handle
+            handle._rows_after_ok = _rows_after_supported(handle)
+        self.after = self.after and handle._rows_after_ok
         self.kernel = LAST_ROW_ATTENTION if "attention" in kinds and self.impl == "sdpa" and not self.after else None
         self.attention = "attention" in kinds and (self.impl == "eager" or self.kernel is not None or self.after)
         self.notes: list = []
@@ -751,6 +753,7 @@ class HFLocalModel:
         self.cpu_threads: Optional[dict] = None  # what `from_spec` chose for torch's CPU threads, and why
         self._parts: Any = None
         self._head_reproduces_logits: Optional[bool] = None  # see `_CaptureRecorder.check_head`
+        self._rows_after_ok: Optional[bool] = None  # see `_rows_after_supported`
 
     # ----------------------------------------------------------------- building
 
