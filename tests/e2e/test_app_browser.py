@@ -8,7 +8,7 @@ import re
 import pytest
 
 import evalrx.store as S
-from apphelpers import click_dataframe_row, goto, main_text, poll, press, press_until, settle
+from apphelpers import click_dataframe_row, goto, main_text, poll, press, press_label, press_until, settle
 
 pytestmark = pytest.mark.browser
 
@@ -63,20 +63,17 @@ def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server,
     goto(page, f"{app_server.url}/label?run={seeded['label_run']}&annotator=ana")
     page.get_by_role("heading", name=f"Trajectory {ids[0]}").wait_for()
     # One key: fail with the kind bound to 3.
-    press(page, "3")
-    page.get_by_role("heading", name=f"Trajectory {ids[1]}").wait_for()
+    press_label(page, "3", page.get_by_role("heading", name=f"Trajectory {ids[1]}"), lambda: current(url, ids[0]))
     lab = poll(lambda: current(url, ids[0]), what="label saved")
     assert (lab.outcome, lab.failure_mode, lab.annotator) == ("fail", "wrong_tool", "ana")
     # One key: pass.
-    press(page, "p")
-    page.get_by_role("heading", name=f"Trajectory {ids[2]}").wait_for()
+    press_label(page, "p", page.get_by_role("heading", name=f"Trajectory {ids[2]}"), lambda: current(url, ids[1]))
     assert poll(lambda: current(url, ids[1])).outcome == "pass"
     # Two keys: mark the first wrong step (W), then fail with the kind bound to 1.
     first_actor = next(s.idx for s in S.get_trajectory(ids[2], store=url).trajectory.steps if s.role.value == "actor")
     press(page, "w")
     page.locator(f".st-key-step-{first_actor}", has_text="first wrong step").wait_for()  # the timeline marks it
-    press(page, "1")
-    page.get_by_role("heading", name=f"Trajectory {ids[3]}").wait_for()
+    press_label(page, "1", page.get_by_role("heading", name=f"Trajectory {ids[3]}"), lambda: current(url, ids[2]))
     lab = poll(lambda: current(url, ids[2]))
     assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", "bad_arguments", first_actor)
     # Reload: the session is gone, the labels are in the store and the queue moves past them.
