@@ -18,6 +18,7 @@ hook, so the `[heads, T, T]` tensors of all layers are never held at once.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
@@ -368,16 +369,29 @@ def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray,
     return lp[0].astype(np.float32), rank[0].astype(np.int32), ent[0].astype(np.float32)
 
 
+_PIECES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> {id: text}, filled as ids appear
+
+
 def decode_pieces(tokenizer: Any, ids: Sequence[int]) -> dict:
-    """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer)."""
+    """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer).
+
+    A token's text never changes, so each tokenizer's pieces are decoded once per process.
+    """
     tok = getattr(tokenizer, "tokenizer", tokenizer)
     flat = np.unique(np.asarray(ids, dtype=np.int64).ravel())
     uniq = [int(i) for i in flat[flat >= 0]]
     if not uniq:
         return {}
-    backend = getattr(tok, "backend_tokenizer", None)
-    if backend is not None:  # one call into the Rust tokenizer instead of a Python loop per id
-        texts = backend.decode_batch([[i] for i in uniq], skip_special_tokens=False)
-    else:
-        texts = tok.batch_decode([[i] for i in uniq], skip_special_tokens=False)
-    return {str(i): t for i, t in zip(uniq, texts)}
+    try:
+        known = _PIECES.setdefault(tok, {})
+    except TypeError:  # a tokenizer that takes no weak reference: decode every time
+        known = {}
+    missing = [i for i in uniq if i not in known]
+    if missing:
+        backend = getattr(tok, "backend_tokenizer", None)
+        if backend is not None:  # one call into the Rust tokenizer instead of a Python loop per id
+            texts = backend.decode_batch([[i] for i in missing], skip_special_tokens=False)
+        else:
+            texts = tok.batch_decode([[i] for i in missing], skip_special_tokens=False)
+        known.update(zip(missing, texts))
+    return {str(i): known[i] for i in uniq}

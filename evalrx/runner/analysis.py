@@ -50,12 +50,17 @@ class CaseContext:
 
 @dataclass
 class AnalysisRecord:
-    """One stored analysis result: compact numpy arrays plus JSON meta, optionally for one step."""
+    """One stored analysis result: compact numpy arrays plus JSON meta, optionally for one step.
+
+    `result` is the analyzer's result object when there is one: never stored, it spares the store
+    decoding the arrays again to index the result's numbers.
+    """
 
     analyzer: str
     arrays: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     step_idx: Optional[int] = None
+    result: Any = field(default=None, repr=False, compare=False)
 
 
 Hook = Callable[[CaseContext], Optional[Iterable[AnalysisRecord]]]
@@ -107,7 +112,8 @@ def _analyzer_hook(name: str, kwargs: dict) -> Hook:
     def hook(ctx: CaseContext) -> list:
         result = analyzer.run_trajectory(ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system)
         meta = dict(result.meta)
-        return [AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"))]
+        return [AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"),
+                               result=result)]
 
     return hook
 
@@ -143,7 +149,7 @@ def _shared_pass_hook(specs: list) -> Hook:
                 continue
             meta = dict(results[name].meta)
             records.append(AnalysisRecord(name, arrays=results[name].to_arrays(), meta=meta,
-                                          step_idx=meta.get("step_idx")))
+                                          step_idx=meta.get("step_idx"), result=results[name]))
         return records
 
     return hook

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from evalrx.store import convert
@@ -104,8 +104,12 @@ def _attention_scores(result: Any) -> dict:
     return {OBS_ATTENTION_SCORE: float(np.mean(shares))} if shares else {}
 
 
-def analysis_scores(analyzer: str, meta: dict, arrays: dict) -> dict:
-    """The numbers of one stored result that the list filters on and the predictors table reads."""
+def analysis_scores(analyzer: str, meta: dict, arrays: dict, result: Any = None) -> dict:
+    """The numbers of one stored result that the list filters on and the predictors table reads.
+
+    `result` is the result object when the caller still has it (the worker does); otherwise it is
+    decoded from `arrays` with the result classes, as the pages decode it.
+    """
     if meta.get("error"):
         return {}
     kind = meta.get("result_type") or analyzer
@@ -114,39 +118,60 @@ def analysis_scores(analyzer: str, meta: dict, arrays: dict) -> dict:
         return {} if value is None else {MARGIN_SCORE: value}
     if kind not in ("logit_lens", "attention"):
         return {}
-    from evalrx.analyzers import result_from_arrays
+    if result is None:
+        from evalrx.analyzers import result_from_arrays
 
-    result = result_from_arrays(arrays, meta)  # one decoder for stored results, as the pages use
+        result = result_from_arrays(arrays, meta)  # one decoder for stored results, as the pages use
     return _lens_scores(result) if kind == "logit_lens" else _attention_scores(result)
 
 
-def index_analysis(session: Session, trajectory_id: int, analyzer: str, meta: dict, arrays: dict) -> None:
-    """Derive the indexed numbers of one stored result (`trajectory_scores`) in the caller's transaction."""
-    kind = meta.get("result_type") or analyzer
-    names = SCORES_OF.get(kind)
-    if not names or meta.get("error"):
-        return
-    session.execute(delete(t.TrajectoryScore).where(
-        t.TrajectoryScore.trajectory_id == trajectory_id, t.TrajectoryScore.name.in_(names)))
-    for name, value in analysis_scores(analyzer, meta, arrays).items():
-        if not math.isnan(value):
-            session.add(t.TrajectoryScore(trajectory_id=trajectory_id, name=name, value=value))
+def save_analyses(session: Session, trajectory_id: int, records: Sequence[Any], *, replace: bool = False,
+                  index: bool = True) -> list:
+    """Store a trajectory's analysis records and their indexed numbers in the caller's transaction.
+
+    `records` are `AnalysisRecord`-like objects (analyzer, arrays, meta, step_idx, and optionally the
+    `result` object the numbers are read from). Three statements whatever their number: the rows, their
+    arrays, their scores (a worker writes four results per case). With `replace`, the trajectory's older
+    results of the same analyzers, and the numbers they indexed, go first; with `index=False` the
+    results are stored as given and nothing is read from them. Returns the new rows' ids.
+    """
+    records = list(records)
+    if not records:
+        return []
+    if replace:
+        names = sorted({r.analyzer for r in records})
+        session.execute(delete(t.Analysis).where(t.Analysis.trajectory_id == trajectory_id,
+                                                 t.Analysis.analyzer.in_(names)))
+        indexed = sorted({n for r in records if not (r.meta or {}).get("error")
+                          for n in SCORES_OF.get((r.meta or {}).get("result_type") or r.analyzer, ())})
+        if indexed:
+            session.execute(delete(t.TrajectoryScore).where(t.TrajectoryScore.trajectory_id == trajectory_id,
+                                                            t.TrajectoryScore.name.in_(indexed)))
+    rows = [{"trajectory_id": trajectory_id, "analyzer": r.analyzer, "step_idx": r.step_idx,
+             "meta": convert.jsonable(r.meta or {}), "created_at": t.utcnow()} for r in records]
+    ids = list(session.execute(insert(t.Analysis).returning(t.Analysis.id, sort_by_parameter_order=True),
+                               rows).scalars())
+    arrays = []
+    scores: dict = {}
+    for aid, rec in zip(ids, records):
+        for name, array in (rec.arrays or {}).items():
+            dtype, shape, data = convert.encode_array(array)
+            arrays.append({"analysis_id": aid, "name": name, "dtype": dtype, "shape": shape, "data": data})
+        if not index:
+            continue
+        found = analysis_scores(rec.analyzer, rec.meta or {}, rec.arrays or {}, getattr(rec, "result", None))
+        scores.update({name: value for name, value in found.items() if not math.isnan(value)})
+    if arrays:
+        session.execute(insert(t.AnalysisArray), arrays)
+    if scores:
+        session.execute(insert(t.TrajectoryScore), [{"trajectory_id": trajectory_id, "name": name, "value": value}
+                                                    for name, value in scores.items()])
+    return ids
 
 
 def replace_analyses(session: Session, trajectory_id: int, records: Sequence[Any]) -> None:
-    """Store fresh results for a trajectory, dropping its older results of the same analyzers.
-
-    `records` are `AnalysisRecord`-like objects (analyzer, arrays, meta, step_idx).
-    """
-    from evalrx.store.runs import save_analysis
-
-    names = sorted({r.analyzer for r in records})
-    if names:
-        session.execute(delete(t.Analysis).where(t.Analysis.trajectory_id == trajectory_id,
-                                                 t.Analysis.analyzer.in_(names)))
-    for rec in records:
-        save_analysis(session, trajectory_id, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
-        index_analysis(session, trajectory_id, rec.analyzer, rec.meta or {}, rec.arrays or {})
+    """Store fresh results for a trajectory, dropping its older results of the same analyzers."""
+    save_analyses(session, trajectory_id, records, replace=True)
 
 
 # ---------------------------------------------------------------- requests

@@ -294,8 +294,8 @@ def record_case(store: Store, job_id: int, worker_id: str, run_id: int, case_id:
         LeaseLost: the job is no longer this worker's (nothing is written).
         IntegrityError: the case is already stored (the transaction rolls back).
     """
-    from evalrx.store.analyses import index_analysis
-    from evalrx.store.runs import save_analysis, save_step_media, save_trajectory
+    from evalrx.store.analyses import save_analyses
+    from evalrx.store.runs import save_step_media, save_trajectory
 
     outcome = traj.outcome.value
     error = outcome == "error" or traj.terminated == "error"
@@ -304,9 +304,7 @@ def record_case(store: Store, job_id: int, worker_id: str, run_id: int, case_id:
         tid = save_trajectory(s, run_id, case_id, traj, diagnoses=diagnoses)
         if media:
             save_step_media(s, tid, media)
-        for rec in records:
-            save_analysis(s, tid, rec.analyzer, rec.arrays, step_idx=rec.step_idx, meta=rec.meta)
-            index_analysis(s, tid, rec.analyzer, rec.meta or {}, rec.arrays or {})
+        save_analyses(s, tid, records)
         s.execute(update(t.Run).where(t.Run.id == run_id).values(
             n_done=t.Run.n_done + 1,
             n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),

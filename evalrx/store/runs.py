@@ -248,30 +248,6 @@ def save_step_media(session: Session, trajectory_id: int, images: dict) -> None:
         session.execute(insert(t.StepMedia.__table__), rows)
 
 
-def save_analysis(
-    session: Session,
-    trajectory_id: int,
-    analyzer: str,
-    arrays: Optional[dict] = None,
-    *,
-    step_idx: Optional[int] = None,
-    meta: Optional[dict] = None,
-) -> int:
-    """Store one analyzer result: named numpy arrays as compact binary, plus JSON meta."""
-    row = t.Analysis(
-        trajectory_id=trajectory_id, analyzer=analyzer, step_idx=step_idx, meta=convert.jsonable(meta or {})
-    )
-    session.add(row)
-    session.flush()
-    items = []
-    for name, array in (arrays or {}).items():
-        dtype, shape, data = convert.encode_array(array)
-        items.append({"analysis_id": row.id, "name": name, "dtype": dtype, "shape": shape, "data": data})
-    if items:
-        session.execute(insert(t.AnalysisArray), items)
-    return row.id
-
-
 def load_analyses(
     trajectory_id: int,
     analyzer: Optional[str] = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 import evalrx.store as S
 from evalrx.core import Label, Step, StepRole, Trajectory
 from evalrx.store import runs
+from evalrx.store.analyses import save_analyses
 from evalrx.store.queries import pending_cases
 from storehelpers import fill_run, make_case, make_trajectory
 
@@ -217,8 +219,9 @@ def test_analyses_store_compact_arrays(store_url):
     topk = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
     lp = np.linspace(-5, 0, 24, dtype=np.float16).reshape(2, 3, 4)
     with store.write() as s:
-        runs.save_analysis(s, tid, "logit_lens", {"topk_ids": topk, "topk_logprobs": lp}, step_idx=1,
-                           meta={"layers": [0, 1]})
+        record = SimpleNamespace(analyzer="logit_lens", arrays={"topk_ids": topk, "topk_logprobs": lp}, step_idx=1,
+                                 meta={"layers": [0, 1]})
+        save_analyses(s, tid, [record], index=False)  # raw arrays: not a result to read numbers from
     (got,) = S.load_analyses(tid, "logit_lens", store=store)
     assert got["step_idx"] == 1 and got["meta"] == {"layers": [0, 1]}
     assert got["arrays"]["topk_ids"].dtype == np.int32 and np.array_equal(got["arrays"]["topk_ids"], topk)

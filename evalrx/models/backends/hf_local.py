@@ -477,7 +477,7 @@ def _register_last_row_attention() -> None:
 def _rows_after_supported(handle: Any) -> bool:
     """Whether `_CaptureRecorder._rows_after` can rebuild this model's attention rows: a text decoder whose
     layers attend the Llama way (input norm, q projection, optional q norm, rotary; no sliding window, no
-    logit softcap) with a rotary embedding on the decoder."""
+    logit softcap), all with the same head layout, with a rotary embedding on the decoder."""
     import sys
 
     model = handle.model
@@ -492,6 +492,7 @@ def _rows_after_supported(handle: Any) -> bool:
     decoder = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
     if decoder is None or not hasattr(decoder, "rotary_emb"):
         return False
+    shapes = set()
     for layer in handle.parts.layers:
         attn = getattr(layer, "self_attn", None)
         if attn is None or not hasattr(layer, "input_layernorm") or not all(
@@ -499,7 +500,8 @@ def _rows_after_supported(handle: Any) -> bool:
             return False
         if not hasattr(sys.modules.get(type(attn).__module__), "apply_rotary_pos_emb"):
             return False
-    return True
+        shapes.add((type(attn), attn.head_dim, float(attn.scaling), attn.num_key_value_groups))
+    return len(shapes) == 1  # the rows of every layer are computed in one batch
 
 
 @contextlib.contextmanager
@@ -625,9 +627,12 @@ class _CaptureRecorder:
                 self.notes.append(f"generate returned hidden states for {len(steps)} of {n} positions")
             else:
                 # The prefill's layers are [1, P, D]: only the last position is kept, before anything is stacked.
-                rows = [torch.stack([layer[0, -1] for layer in steps[0]])]
-                rows += [torch.stack(step)[:, 0, -1] for step in steps[1:]]
-                states = torch.stack(rows, dim=1)  # [L + 1, n, D]
+                first = torch.stack([layer[0, -1] for layer in steps[0]]).unsqueeze(1)  # [L + 1, 1, D]
+                if n > 1:  # every decoding step's layers are [1, 1, D]: one concatenation for all of them
+                    rest = torch.cat([layer for step in steps[1:] for layer in step]).view(n - 1, len(steps[0]), -1)
+                    states = torch.cat([first, rest.transpose(0, 1)], dim=1)  # [L + 1, n, D]
+                else:
+                    states = first
                 hidden = states.float().cpu()
                 if self.after:
                     attention = self._rows_after(states, out, len(prompt_ids), n)
@@ -645,7 +650,7 @@ class _CaptureRecorder:
     def _rows_after(self, states: Any, out: Any, n_prompt: int, n: int) -> Any:
         """``[L, n, P + n - 1]`` head-averaged attention rows of the captured positions, from their residual
         streams (`states`, ``[L + 1, n, D]``) and the call's KV cache: each layer's queries rebuilt as its
-        attention builds them (input norm, q projection, q norm, rotary), one matrix product per layer."""
+        attention builds them (input norm, q projection, q norm, rotary), then one batched product for all layers."""
         import sys
 
         import torch
@@ -661,22 +666,24 @@ class _CaptureRecorder:
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         positions = torch.arange(n_prompt - 1, n_prompt - 1 + n, device=states.device)
         visible = torch.arange(width, device=states.device)[None, :] <= positions[:, None]  # causal, [n, width]
-        out_rows = []
         with torch.inference_mode():
+            queries = []
             for i, layer in enumerate(self.handle.parts.layers):
                 attn = layer.self_attn
                 x = layer.input_layernorm(states[i])  # the residual stream entering layer i
                 q = attn.q_proj(x).view(n, -1, attn.head_dim)
                 if getattr(attn, "q_norm", None) is not None:
                     q = attn.q_norm(q)
-                q = q.transpose(0, 1).unsqueeze(0)  # [1, heads, n, head_dim]
-                cos, sin = decoder.rotary_emb(x.unsqueeze(0), positions.unsqueeze(0))
-                q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q, cos, sin)
-                keys = repeat_kv(layers[i].keys[:, :, :width], attn.num_key_value_groups)
-                scores = torch.matmul(q, keys.transpose(2, 3)) * attn.scaling
-                scores = scores.masked_fill(~visible, float("-inf"))
-                out_rows.append(torch.softmax(scores, dim=-1, dtype=torch.float32)[0].mean(0))
-        return torch.stack(out_rows).cpu()
+                queries.append(q.transpose(0, 1))  # [heads, n, head_dim]
+            # Every layer has the same shape (checked once per handle): the rest is one batch over layers.
+            attn = self.handle.parts.layers[0].self_attn
+            q = torch.stack(queries)  # [L, heads, n, head_dim]
+            cos, sin = decoder.rotary_emb(states[:1], positions.unsqueeze(0))
+            q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q, cos, sin)
+            keys = repeat_kv(torch.cat([layer.keys[:, :, :width] for layer in layers]), attn.num_key_value_groups)
+            scores = torch.matmul(q, keys.transpose(2, 3)) * attn.scaling  # [L, heads, n, width]
+            scores = scores.masked_fill(~visible, float("-inf"))
+            return torch.softmax(scores, dim=-1, dtype=torch.float32).mean(1).cpu()
 
     def _head_matches(self, steps: list, out: Any) -> bool:
         """Whether the model's own logits at its last generate step equal unembed(hidden[-1]) (softcap included)."""
