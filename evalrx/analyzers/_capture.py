@@ -53,13 +53,20 @@ class CapturedStates:
     def device(self) -> Any:
         return self.tensor.device
 
-    def rows(self, layer: int, positions: Any) -> Any:
-        """Layer `layer` at `positions` (a LongTensor of pass positions)."""
+    def _index(self, positions: Any) -> Any:
         index = self._lookup[positions.to(self._lookup.device)]
         if bool((index < 0).any()):
             missing = positions[index < 0].tolist()[:5]
             raise KeyError(f"hidden states at positions {missing} were not captured during generation")
-        return self.tensor[layer].index_select(0, index)
+        return index
+
+    def rows(self, layer: int, positions: Any) -> Any:
+        """Layer `layer` at `positions` (a LongTensor of pass positions)."""
+        return self.tensor[layer].index_select(0, self._index(positions))
+
+    def all_rows(self, positions: Any) -> Any:
+        """Every layer at `positions`: `[L + 1, len(positions), D]`."""
+        return self.tensor.index_select(1, self._index(positions))
 
 
 def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:

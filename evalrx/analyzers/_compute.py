@@ -218,6 +218,16 @@ def layer_rows(hidden_states: Any, layer: int, positions: Any) -> Any:
     return hidden_states[layer][0].index_select(0, positions)
 
 
+def all_layer_rows(hidden_states: Any, positions: Any) -> Any:
+    """`[L + 1, len(positions), D]`: every hidden state at `positions` (see `layer_rows`)."""
+    import torch
+
+    rows = getattr(hidden_states, "all_rows", None)
+    if callable(rows):
+        return rows(positions)
+    return torch.stack([h[0].index_select(0, positions) for h in hidden_states])
+
+
 @dataclass
 class LensStats:
     """Per layer (0 = embeddings ... L = final) and position: top-k, entropy, target statistics.
@@ -295,29 +305,25 @@ def lens_stats(
         return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
 
     with torch.inference_mode():
-        # [L, P, D]: the residual stream of every layer but the last at the chosen positions.
-        stacked = torch.stack([layer_rows(hidden_states, i, pos) for i in range(n_layers)])
-        norms[:n_layers] = stacked.float().norm(dim=-1).cpu().numpy()
-        norms[n_layers] = layer_rows(hidden_states, n_layers, pos).float().norm(dim=-1).cpu().numpy()
-        chunk = max(1, MAX_BLOCK_ELEMS // (n_out * vocab))
+        # [L + 1, P, D]: the residual stream of every layer at the chosen positions.
+        stacked = all_layer_rows(hidden_states, pos)
+        norms[:] = stacked.float().norm(dim=-1).cpu().numpy()
+        # A block holds the lens logits and, beside them, the model's own last layer: twice the elements.
+        chunk = max(1, MAX_BLOCK_ELEMS // (2 * n_out * vocab))
         for c0 in range(0, n_pos, chunk):
             c1 = min(n_pos, c0 + chunk)
-            tgt = tgt_all[c0:c1]
-            gat = gat_all[c0:c1] if n_gather else None
-
-            def reduce(rows: slice, logits: Any) -> None:
-                st = _block_stats(logits.float(), tgt.to(logits.device), k, None if gat is None else gat.to(logits.device))
-                entropy[rows, c0:c1], topk_lp[rows, c0:c1], topk_ids[rows, c0:c1] = st[0], st[1], st[2]
-                t_lp[rows, c0:c1], t_rank[rows, c0:c1] = st[3], st[4]
-                if n_gather:
-                    gathered[rows, c0:c1] = st[5]
-
-            # The lens layers and the model's own last layer are reduced apart (no [L+1, P, V] copy).
             # A 2-D contiguous input keeps the unembedding one matrix product (a strided 3-D slice
             # makes torch batch it and copy the weight per layer).
-            flat = stacked[:, c0:c1].reshape(n_layers * (c1 - c0), stacked.shape[-1])
-            reduce(slice(0, n_layers), parts.lens_logits(flat).view(n_layers, c1 - c0, -1))
-            reduce(slice(n_layers, n_out), final_logits[c0:c1].unsqueeze(0))
+            flat = stacked[:n_layers, c0:c1].reshape(n_layers * (c1 - c0), stacked.shape[-1])
+            lens = parts.lens_logits(flat).view(n_layers, c1 - c0, -1).float()
+            # The lens layers and the model's own last layer are reduced in one block (few, larger operations).
+            block = torch.cat([lens, final_logits[c0:c1].float().to(lens.device).unsqueeze(0)])
+            gat = gat_all[c0:c1].to(block.device) if n_gather else None
+            st = _block_stats(block, tgt_all[c0:c1].to(block.device), k, gat)
+            entropy[:, c0:c1], topk_lp[:, c0:c1], topk_ids[:, c0:c1] = st[0], st[1], st[2]
+            t_lp[:, c0:c1], t_rank[:, c0:c1] = st[3], st[4]
+            if n_gather:
+                gathered[:, c0:c1] = st[5]
     return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
 
 

@@ -117,8 +117,22 @@ def _own_pass(tokenizer: Any, prompt: str, completion: str, turn: ActorTurn, eos
     return TeacherForcedPass(text, ids, offs, turns, turn.tools)
 
 
+def _known_prompt(ids: Optional[list], full_ids: list, full_off: list, prompt_end: int) -> Optional[list]:
+    """`ids` when they are the full pass's first tokens and end where the prompt's text ends, else None."""
+    if not ids or full_ids[: len(ids)] != list(ids):
+        return None
+    g0 = len(ids)
+    after = full_off[g0][0] if g0 < len(full_off) else prompt_end
+    return list(ids) if full_off[g0 - 1][1] <= prompt_end <= after else None
+
+
 def plan_passes(
-    tokenizer: Any, conversation: Conversation, *, mode: str = "auto", renderer: Any = None
+    tokenizer: Any,
+    conversation: Conversation,
+    *,
+    mode: str = "auto",
+    renderer: Any = None,
+    prompt_ids: Optional[dict] = None,
 ) -> "list[TeacherForcedPass]":
     """Group the conversation's model turns into as few teacher-forced passes as the template allows.
 
@@ -128,6 +142,9 @@ def plan_passes(
         mode: "auto" (one pass for every prefix-stable turn, own passes for the rest)
             or "per_step" (one pass per turn; the reference the one-pass result must match).
         renderer: what renders the chat template (a local handle's `render`); the tokenizer when None.
+        prompt_ids: `{step: ids}` of prompts already tokenized on this model (the generation
+            captures'): a turn whose ids are the full pass's first tokens, ending where its
+            rendered prompt ends, is not tokenized again.
 
     Returns:
         The passes; the shared pass (if any) first, truncated after its last turn.
@@ -151,13 +168,15 @@ def plan_passes(
         as_written = not getattr(turn, "verbatim", True) or upto.startswith(prompt + turn.content + (eos or ""))
         candidate = mode == "auto" and as_written and upto.startswith(prompt) and full_text.startswith(upto)
         rendered.append((turn, prompt, upto, candidate, as_written))
-    # One batched call tokenizes every candidate prompt (the fast tokenizer runs it in parallel).
-    texts = [prompt for _, prompt, _, candidate, _ in rendered if candidate]
-    prompt_ids = iter(_batch_ids(tokenizer, texts) if texts else [])
+    known = {turn.step_idx: _known_prompt((prompt_ids or {}).get(turn.step_idx), full_ids, full_off, len(prompt))
+             for turn, prompt, _, candidate, _ in rendered if candidate}
+    # One batched call tokenizes every other candidate prompt (the fast tokenizer runs it in parallel).
+    texts = [prompt for turn, prompt, _, candidate, _ in rendered if candidate and known[turn.step_idx] is None]
+    tokenized = iter(_batch_ids(tokenizer, texts) if texts else [])
     shared: list = []
     own: list = []
     for turn, prompt, upto, candidate, as_written in rendered:
-        p_ids = next(prompt_ids) if candidate else None
+        p_ids = (known[turn.step_idx] or next(tokenized)) if candidate else None
         if p_ids is not None and full_ids[: len(p_ids)] == p_ids:
             gen_end = _generated_chars(full_text, len(prompt), len(upto), turn.content, eos)
             g0 = len(p_ids)
@@ -195,17 +214,18 @@ def plan_trajectory(
     system: Optional[str] = None,
     mode: str = "auto",
     renderer: Any = None,
+    prompt_ids: Optional[dict] = None,
 ) -> "tuple[Conversation, list]":
     """Rebuild the conversation of `trajectory` and plan its teacher-forced passes.
 
     Image blocks are dropped (trajectories do not keep the pixels a vision model would
-    need); the turns are still scored on their text.
+    need); the turns are still scored on their text. `prompt_ids` as `plan_passes` takes them.
     """
     style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
     conv = conversation_from_trajectory(trajectory, system, tools, style=style)
     if has_images(conv.messages):
         conv = drop_images(conv)
-    return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer)
+    return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids)
 
 
 def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> list:
@@ -264,10 +284,17 @@ class TrajectoryPlan:
         tools: Optional[Sequence[Any]] = None,
         system: Optional[str] = None,
         mode: str = "auto",
+        captures: Optional[dict] = None,
     ) -> "TrajectoryPlan":
-        """Rebuild the conversation of `trajectory` and plan its passes on `local`'s tokenizer and template."""
+        """Rebuild the conversation of `trajectory` and plan its passes on `local`'s tokenizer and template.
+
+        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model.
+        """
+        known = {step: cap.prompt_ids for step, cap in (captures or {}).items()
+                 if getattr(cap, "model_ref", None) == id(local.hf) and getattr(cap, "prompt_ids", None)}
         conv, passes = plan_trajectory(
-            local.tokenizer, trajectory, tools=tools, system=system, mode=mode, renderer=local.renderer
+            local.tokenizer, trajectory, tools=tools, system=system, mode=mode, renderer=local.renderer,
+            prompt_ids=known,
         )
         return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode)
 

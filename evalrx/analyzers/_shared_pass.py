@@ -258,7 +258,7 @@ def _run_group(local, trajectory, group, tools, system, mode, results, fail, cap
         fail(name, exc)
 
     try:
-        plan = TrajectoryPlan.build(local, trajectory, tools=tools, system=system, mode=mode)
+        plan = TrajectoryPlan.build(local, trajectory, tools=tools, system=system, mode=mode, captures=captures)
     except Exception as exc:
         for name, _ in group:
             failure(name, exc)

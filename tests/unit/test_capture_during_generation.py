@@ -425,3 +425,25 @@ def test_rows_rebuilt_after_generation_match_eager_on_each_family(style):
     rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : p0 + cap.n_positions].float().mean(0)
                         for a in out.attentions])
     torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
+
+
+def _shape(plan) -> list:
+    return [(p.ids, p.offsets, p.text, [(t.step_idx, t.gen_chars, t.gen_tokens) for t in p.turns])
+            for p in plan.passes]
+
+
+def test_the_plan_takes_the_prompts_the_generation_tokenized_and_equals_the_plan_without_them(
+        sdpa, sdpa_runs, monkeypatch):
+    from evalrx.analyzers import _passes
+
+    tokenized: list = []
+    real = _passes._batch_ids
+    monkeypatch.setattr(_passes, "_batch_ids", lambda tok, texts: tokenized.extend(texts) or real(tok, texts))
+    local = local_model(sdpa, "test")
+    for traj, tools in sdpa_runs:
+        tokenized.clear()
+        lent = TrajectoryPlan.build(local, traj, tools=tools, captures=generation_captures(traj))
+        assert tokenized == []  # every shared turn's prompt came from its capture
+        own = TrajectoryPlan.build(local, traj, tools=tools)
+        assert tokenized  # without captures the prompts are tokenized
+        assert _shape(lent) == _shape(own)
