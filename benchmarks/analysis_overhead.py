@@ -1,22 +1,24 @@
 """What the white-box analyzers add to a demo-model run, through the real worker and store.
 
-The same 40+ demo cases run twice per repeat, in shuffled order: once with no analyzers and
-once with `logit_lens`, `tool_decision`, `attention` and `token_uncertainty` (run together by
+The same 40+ demo cases run two ways: with no analyzers, and with `logit_lens`,
+`tool_decision`, `attention` and `token_uncertainty` (run together by
 `evalrx.analyzers.analyze`, read from the generation's own captures, as the worker runs them).
-Each variant gets a fresh SQLite store; the model is loaded once per worker and its load time
-left out (the worker records it apart). The ratio is taken within each repeat, so machine
-noise hits both sides; the median and the spread over repeats, and the load average, go to
-`benchmarks/results/analysis_overhead.json`.
+The model is loaded once per worker and its load time left out (the worker records it apart);
+every run gets a fresh SQLite store.
 
-This machine's noise comes in bursts of seconds, longer than a case, so a whole-run ratio
-swings by +-15% between repeats. Each case's own time is read from the store too (the gap
-between its trajectory's write and the one before: its run, analyses and write), and the
-ratio of the sums of each case's fastest time over the repeats is reported beside it
-(`ratio_of_fastest`): a burst that slows one variant's run of a case is not its cost. The
-first case of a run (its gap includes the job's start) is left out of that sum.
+This machine's speed drifts over seconds (a whole 80-case run of the same variant took 9.4 s
+in one repeat and 11.6 s in the next), so whole runs of one variant after the other give
+ratios that swing by +-15%. The variants are therefore interleaved in blocks of `--block`
+cases (each block runs both ways, in shuffled order, about a second apart), and each case's
+own time is read from the store: the gap between its trajectory's write and the one before
+(its agent run, analyses and write). The first case of a block (its gap includes the job's
+start) is left out, the same case for both variants. Per repeat, the ratio is the sum of the
+analyzers' case times over the plain ones; the median and spread over repeats, the ratio of
+the sums of each case's fastest time over the repeats (`ratio_of_fastest`), the whole-run
+seconds and the load average go to `benchmarks/results/analysis_overhead.json`.
 
 Usage:
-    .venv/bin/python benchmarks/analysis_overhead.py [--cases 40] [--repeats 5]
+    .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 10]
 """
 
 from __future__ import annotations
@@ -67,8 +69,9 @@ def one_run(cases: list, analyzers: list) -> "tuple[float, list]":
 
 def main(argv: list | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--cases", type=int, default=80)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--block", type=int, default=10, help="cases per block; both variants run each block")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -81,30 +84,44 @@ def main(argv: list | None = None) -> dict:
     rng = random.Random(0)
     pool = load_cases("demo")
     cases = rng.sample(pool, args.cases)
-    one_run(cases[:2], [])  # warm caches (tokenizer, template, imports) before timing
-    one_run(cases[:2], ANALYZERS)
+    variants = {"plain": [], "analyzers": ANALYZERS}
+    for analyzers in variants.values():  # warm caches (tokenizer, template, imports) before timing
+        one_run(cases[:2], analyzers)
+    blocks = [list(range(i, min(i + args.block, len(cases)))) for i in range(0, len(cases), args.block)]
+    timed = [i for block in blocks for i in block[1:]]
     rows = []
-    fastest: dict = {"plain": [float("inf")] * len(cases), "analyzers": [float("inf")] * len(cases)}
+    fastest = {name: {i: float("inf") for i in timed} for name in variants}
     for r in range(args.repeats):
-        order = [("plain", []), ("analyzers", ANALYZERS)]
-        rng.shuffle(order)
-        got = {}
-        for name, analyzers in order:
-            got[name], per_case = one_run(cases, analyzers)
-            fastest[name] = [min(f, c) if c is not None else f for f, c in zip(fastest[name], per_case)]
-        rows.append({"repeat": r, "order": [n for n, _ in order], **{k: round(v, 3) for k, v in got.items()},
-                     "ratio": round(got["analyzers"] / got["plain"], 4), "load_avg": round(os.getloadavg()[0], 2)})
+        per_case: dict = {name: {} for name in variants}
+        whole = {name: 0.0 for name in variants}
+        for block in blocks:
+            order = list(variants)
+            rng.shuffle(order)
+            for name in order:
+                seconds, gaps = one_run([cases[i] for i in block], variants[name])
+                whole[name] += seconds
+                per_case[name].update({i: g for i, g in zip(block[1:], gaps[1:])})
+        for name in variants:
+            for i in timed:
+                fastest[name][i] = min(fastest[name][i], per_case[name][i])
+        sums = {name: sum(per_case[name][i] for i in timed) for name in variants}
+        rows.append({"repeat": r, **{f"{k}_cases_s": round(v, 3) for k, v in sums.items()},
+                     **{f"{k}_whole_s": round(v, 3) for k, v in whole.items()},
+                     "ratio": round(sums["analyzers"] / sums["plain"], 4),
+                     "ratio_whole": round(whole["analyzers"] / whole["plain"], 4),
+                     "load_avg": round(os.getloadavg()[0], 2)})
         print(json.dumps(rows[-1]))
     ratios = [row["ratio"] for row in rows]
-    timed = [i for i in range(len(cases)) if fastest["plain"][i] != float("inf")]
-    of_fastest = sum(fastest["analyzers"][i] for i in timed) / sum(fastest["plain"][i] for i in timed)
+    of_fastest = sum(fastest["analyzers"].values()) / sum(fastest["plain"].values())
     result = {
-        "cases": args.cases, "repeats": args.repeats, "analyzers": ANALYZERS,
+        "cases": args.cases, "timed_cases": len(timed), "block": args.block, "repeats": args.repeats,
+        "analyzers": ANALYZERS,
         "ratio_median": round(statistics.median(ratios), 4), "ratio_min": min(ratios), "ratio_max": max(ratios),
         "ratio_of_fastest": round(of_fastest, 4),
-        "fastest_ms_per_case": {k: round(1000 * sum(v[i] for i in timed) / len(timed), 2) for k, v in fastest.items()},
-        "plain_s_median": round(statistics.median(r["plain"] for r in rows), 3),
-        "analyzers_s_median": round(statistics.median(r["analyzers"] for r in rows), 3),
+        "ms_per_case_median": {name: round(1000 * statistics.median(row[f"{name}_cases_s"] for row in rows)
+                                           / len(timed), 2) for name in variants},
+        "fastest_ms_per_case": {name: round(1000 * sum(v.values()) / len(timed), 2) for name, v in fastest.items()},
+        "ratio_whole_median": round(statistics.median(row["ratio_whole"] for row in rows), 4),
         "rows": rows,
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
@@ -114,7 +131,7 @@ def main(argv: list | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: result[k] for k in ("ratio_median", "ratio_min", "ratio_max", "ratio_of_fastest",
-                                             "fastest_ms_per_case", "plain_s_median", "analyzers_s_median")}))
+                                             "ms_per_case_median", "fastest_ms_per_case", "ratio_whole_median")}))
     return result
 
 

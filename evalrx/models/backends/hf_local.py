@@ -521,12 +521,15 @@ def _attention_kernel(model: Any, impl: str) -> Iterator[None]:
 
 
 class _CaptureRecorder:
-    """One capturing generate call: its attention hooks and the `GenerationCapture` built from its outputs.
+    """One capturing generate call: what it records of each forward and the `GenerationCapture` built from it.
 
-    Hidden states come from generate's own `output_hidden_states` (the same collection a
-    teacher-forced forward uses), cut to each forward's last position at once. Attention rows
-    come from hooks on each layer's attention module that keep the last query row averaged
-    over heads, so the prefill's ``[heads, P, P]`` weights are never held.
+    Hidden states are what `output_hidden_states` gives (each decoder layer's input, then the
+    final norm's output), recorded by wrapping those modules' `forward` for the call: transformers'
+    own collection installs module hooks that stay on the model for good and put every later
+    forward, capturing or not, on torch's slower hooked call path (+3.5% on a plain demo run).
+    Each forward's last position is kept at the end. Attention rows come from hooks on each layer's
+    attention module that keep the last query row averaged over heads (eager), from a kernel that
+    adds that row to sdpa's output, or are rebuilt after generation (`_rows_after`).
     """
 
     def __init__(self, handle: "HFLocalModel", kinds: frozenset) -> None:
@@ -551,8 +554,38 @@ class _CaptureRecorder:
         self.check_head = self.hidden and handle._head_reproduces_logits is None
         self.rows: list = []
         self._hooks: list = []
+        self._states: list = []  # per hidden state (L + 1), what each forward gave
+        self._wrapped: list = []
+
+    def _record_states(self) -> None:
+        """Wrap each decoder layer's `forward` to keep its input, and the final norm's to keep its output."""
+        parts = self.handle.parts
+
+        def keep_input(forward: Any, states: list) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                states.append(args[0] if args else kwargs["hidden_states"])
+                return forward(*args, **kwargs)
+
+            return wrapped
+
+        def keep_output(forward: Any, states: list) -> Any:
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                out = forward(*args, **kwargs)
+                states.append(out)
+                return out
+
+            return wrapped
+
+        modules = list(parts.layers) + [parts.final_norm]
+        self._states = [[] for _ in modules]
+        for i, module in enumerate(modules):
+            wrap = keep_output if i == len(modules) - 1 else keep_input
+            self._wrapped.append((module, module.__dict__.get("forward")))  # an accelerate hook's forward stays
+            module.forward = wrap(module.forward, self._states[i])
 
     def __enter__(self) -> "_CaptureRecorder":
+        if self.hidden:
+            self._record_states()
         if self.kernel is not None:
             _register_last_row_attention()
             self._kernel_ctx = _attention_kernel(self.handle.model, self.kernel)
@@ -574,6 +607,12 @@ class _CaptureRecorder:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        for module, own in self._wrapped:
+            if own is None:
+                del module.forward
+            else:
+                module.forward = own
+        self._wrapped.clear()
         if self._kernel_ctx is not None:
             self._kernel_ctx.__exit__(*exc)
             self._kernel_ctx = None
@@ -591,40 +630,40 @@ class _CaptureRecorder:
 
         return hook
 
-    def _run_last_token(self, out: Any) -> Optional[tuple]:
-        """One more decoding step on the last generated token (a turn cut by the token limit): its hidden states."""
+    def _run_last_token(self, out: Any) -> bool:
+        """One more decoding step on the last generated token (a turn cut by the token limit), recorded as
+        generation's steps are; False (with a note) when it cannot run."""
         import inspect
 
         model = self.handle.model
         cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
         if cache is None or self.handle.processor is not None:
             self.notes.append("the last token of a turn cut by the token limit was not run (no cache to extend)")
-            return None
+            return False
         try:
             params = inspect.signature(model.forward).parameters
         except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
             params = {}
         kwargs = {"cache" if "cache" in params else "past_key_values": cache}
         try:
-            step = model(input_ids=out.sequences[:, -1:], use_cache=True, output_hidden_states=self.hidden,
-                         return_dict=True, **kwargs)
+            model(input_ids=out.sequences[:, -1:], use_cache=True, return_dict=True, **kwargs)
         except Exception as exc:  # a model that cannot extend its cache: the analysis falls back, the turn stands
             self.notes.append("the last token of a turn cut by the token limit was not run: "
                               f"{type(exc).__name__}: {exc}")
-            return None
-        return tuple(step.hidden_states) if self.hidden else ()
+            return False
+        return True
 
     def finish(self, enc: dict, out: Any, new_ids: list, finish: str) -> GenerationCapture:
         import torch
 
         prompt_ids = enc["input_ids"][0].tolist()
-        extra = self._run_last_token(out) if finish == "length" and new_ids else None
-        n = len(new_ids) + (extra is not None)
+        extra = self._run_last_token(out) if finish == "length" and new_ids else False
+        n = len(new_ids) + extra
         hidden = attention = None
         if self.hidden:
-            steps = list(getattr(out, "hidden_states", None) or ()) + ([extra] if extra is not None else [])
-            if len(steps) != n or not n:
-                self.notes.append(f"generate returned hidden states for {len(steps)} of {n} positions")
+            steps = list(zip(*self._states))  # per forward, its L + 1 hidden states
+            if len(steps) != n or not n or any(len(kept) != len(steps) for kept in self._states):
+                self.notes.append(f"generation recorded hidden states for {len(steps)} of {n} positions")
             else:
                 # The prefill's layers are [1, P, D]: only the last position is kept, before anything is stacked.
                 first = torch.stack([layer[0, -1] for layer in steps[0]]).unsqueeze(1)  # [L + 1, 1, D]
@@ -1040,7 +1079,6 @@ class HFLocalModel:
                 min_new_tokens=0,
                 return_dict_in_generate=True,
                 output_logits=bool(logprobs) or (recorder is not None and recorder.check_head),
-                output_hidden_states=recorder is not None and recorder.hidden,
                 **sampling,
             )
             new_ids = out.sequences[0, prompt_len:].tolist()
