@@ -115,7 +115,7 @@ def forward(
 
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
     with torch.inference_mode():  # the analyzers only read the pass: no autograd bookkeeping at all
-        out = teacher_forced_forward(local.hf, input_ids, keep=keep, output_hidden_states=hidden)
+        out = teacher_forced_forward(local.hf, input_ids, keep=keep, output_hidden_states=hidden, parts=local.parts)
     return out.logits[0], out.hidden_states
 
 

@@ -449,12 +449,15 @@ def test_the_plan_takes_the_prompts_the_generation_tokenized_and_equals_the_plan
         assert _shape(lent) == _shape(own)
 
 
-def test_capturing_leaves_the_model_on_torchs_plain_call_path():
+def test_capturing_and_teacher_forcing_leave_the_model_on_torchs_plain_call_path():
     """Transformers' own hidden-state collection installs module hooks for good (every later forward takes
-    torch's slower hooked path); the capture wraps the modules' forward for the call only."""
+    torch's slower hooked path); capture and the teacher-forced pass wrap the modules' forward for the call only."""
     handle = evalrx.load("evalrx-tiny")
     turn = handle.chat([{"role": "user", "content": "What is 2 + 3?"}], capture=["hidden_states", "attention"])
     assert turn.capture.hidden is not None and turn.capture.attention is not None
+    out = handle.forward(text="What is 2 + 3?")
+    assert len(out.hidden_states) == handle.parts.num_layers + 1
+    torch.testing.assert_close(handle.parts.unembed(out.hidden_states[-1]), out.logits)
     modules = list(handle.model.modules())
     assert not [m for m in modules if m._forward_hooks or m._forward_pre_hooks]
     assert not [m for m in modules if "forward" in m.__dict__]

@@ -520,14 +520,52 @@ def _attention_kernel(model: Any, impl: str) -> Iterator[None]:
             c._attn_implementation = b
 
 
+@contextlib.contextmanager
+def recording_hidden_states(parts: Any) -> Iterator[list]:
+    """Within the block, keep every hidden state `output_hidden_states` would give, one entry per forward.
+
+    Yields `L + 1` lists: each decoder layer's input (the embeddings, then each layer's output), then
+    the final norm's output. The modules' `forward` are wrapped for the block only: transformers' own
+    collection installs module hooks that stay on the model for good and put every later forward,
+    recording or not, on torch's slower hooked call path (+3.5% on a plain demo-model run).
+    """
+    def keep_input(forward: Any, kept: list) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            kept.append(args[0] if args else kwargs["hidden_states"])
+            return forward(*args, **kwargs)
+
+        return wrapped
+
+    def keep_output(forward: Any, kept: list) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = forward(*args, **kwargs)
+            kept.append(out)
+            return out
+
+        return wrapped
+
+    modules = list(parts.layers) + [parts.final_norm]
+    states: list = [[] for _ in modules]
+    wrapped: list = []
+    try:
+        for i, module in enumerate(modules):
+            wrap = keep_output if i == len(modules) - 1 else keep_input
+            wrapped.append((module, module.__dict__.get("forward")))  # an accelerate hook's own forward stays
+            module.forward = wrap(module.forward, states[i])
+        yield states
+    finally:
+        for module, own in wrapped:
+            if own is None:
+                del module.forward
+            else:
+                module.forward = own
+
+
 class _CaptureRecorder:
     """One capturing generate call: what it records of each forward and the `GenerationCapture` built from it.
 
-    Hidden states are what `output_hidden_states` gives (each decoder layer's input, then the
-    final norm's output), recorded by wrapping those modules' `forward` for the call: transformers'
-    own collection installs module hooks that stay on the model for good and put every later
-    forward, capturing or not, on torch's slower hooked call path (+3.5% on a plain demo run).
-    Each forward's last position is kept at the end. Attention rows come from hooks on each layer's
+    Hidden states are what `output_hidden_states` gives, recorded for the call by
+    `recording_hidden_states`; each forward's last position is kept at the end. Attention rows come from hooks on each layer's
     attention module that keep the last query row averaged over heads (eager), from a kernel that
     adds that row to sdpa's output, or are rebuilt after generation (`_rows_after`).
     """
@@ -555,37 +593,12 @@ class _CaptureRecorder:
         self.rows: list = []
         self._hooks: list = []
         self._states: list = []  # per hidden state (L + 1), what each forward gave
-        self._wrapped: list = []
-
-    def _record_states(self) -> None:
-        """Wrap each decoder layer's `forward` to keep its input, and the final norm's to keep its output."""
-        parts = self.handle.parts
-
-        def keep_input(forward: Any, states: list) -> Any:
-            def wrapped(*args: Any, **kwargs: Any) -> Any:
-                states.append(args[0] if args else kwargs["hidden_states"])
-                return forward(*args, **kwargs)
-
-            return wrapped
-
-        def keep_output(forward: Any, states: list) -> Any:
-            def wrapped(*args: Any, **kwargs: Any) -> Any:
-                out = forward(*args, **kwargs)
-                states.append(out)
-                return out
-
-            return wrapped
-
-        modules = list(parts.layers) + [parts.final_norm]
-        self._states = [[] for _ in modules]
-        for i, module in enumerate(modules):
-            wrap = keep_output if i == len(modules) - 1 else keep_input
-            self._wrapped.append((module, module.__dict__.get("forward")))  # an accelerate hook's forward stays
-            module.forward = wrap(module.forward, self._states[i])
+        self._recording: Any = None
 
     def __enter__(self) -> "_CaptureRecorder":
         if self.hidden:
-            self._record_states()
+            self._recording = recording_hidden_states(self.handle.parts)
+            self._states = self._recording.__enter__()
         if self.kernel is not None:
             _register_last_row_attention()
             self._kernel_ctx = _attention_kernel(self.handle.model, self.kernel)
@@ -607,12 +620,9 @@ class _CaptureRecorder:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
-        for module, own in self._wrapped:
-            if own is None:
-                del module.forward
-            else:
-                module.forward = own
-        self._wrapped.clear()
+        if self._recording is not None:
+            self._recording.__exit__(*exc)
+            self._recording = None
         if self._kernel_ctx is not None:
             self._kernel_ctx.__exit__(*exc)
             self._kernel_ctx = None
@@ -1152,7 +1162,7 @@ class HFLocalModel:
             if ids.dim() == 1:
                 ids = ids.unsqueeze(0)
             ids = ids.to(self.device)
-        return teacher_forced_forward(self.model, ids, output_hidden_states=output_hidden_states,
+        return teacher_forced_forward(self.model, ids, output_hidden_states=output_hidden_states, parts=self.parts,
                                       output_attentions=output_attentions, inputs=extra)
 
     def __repr__(self) -> str:
@@ -1185,6 +1195,7 @@ def teacher_forced_forward(
     output_hidden_states: bool = True,
     output_attentions: bool = False,
     inputs: Optional[dict] = None,
+    parts: Any = None,
 ) -> ForwardOutput:
     """The one teacher-forced pass of evalrx: `HFLocalModel.forward` and every analyzer run it.
 
@@ -1196,26 +1207,43 @@ def teacher_forced_forward(
         output_hidden_states: return the residual stream of every layer.
         output_attentions: return attention maps (the model must run eager attention).
         inputs: further model inputs (a VLM's pixel values).
+        parts: the model's `ModelParts` (discovered when None): the hidden states are recorded
+            with `recording_hidden_states`; a model whose parts cannot be found returns them
+            through `output_hidden_states`.
 
     Returns:
         `ForwardOutput`, its logits ``[1, len(keep) or T, V]`` in the model's dtype.
     """
     import torch
 
-    kwargs: dict = {"input_ids": input_ids, "use_cache": False, "return_dict": True,
-                    "output_hidden_states": output_hidden_states, **(inputs or {})}
+    kwargs: dict = {"input_ids": input_ids, "use_cache": False, "return_dict": True, **(inputs or {})}
     if output_attentions:
         kwargs["output_attentions"] = True
+    recording: Any = contextlib.nullcontext()
+    if output_hidden_states:
+        if parts is None:
+            from evalrx.models._discover import discover
+
+            try:
+                parts = discover(model)
+            except Exception:  # an unknown layout: transformers collects them
+                kwargs["output_hidden_states"] = True
+        if parts is not None:
+            recording = recording_hidden_states(parts)
     keep = None if keep is None else torch.tensor(list(keep), dtype=torch.long, device=input_ids.device)
     sliced = keep is not None and _takes(model, "logits_to_keep")
     if sliced:
         kwargs["logits_to_keep"] = keep
-    with torch.no_grad():
+    with torch.no_grad(), recording as states:
         out = model(**kwargs)
     logits = out.logits
     if keep is not None and not sliced:
         logits = logits[:, keep.to(logits.device)]
-    hidden = tuple(out.hidden_states) if output_hidden_states and out.hidden_states is not None else None
+    hidden = None
+    if states is not None:
+        hidden = tuple(kept[-1] for kept in states)
+    elif output_hidden_states and getattr(out, "hidden_states", None) is not None:
+        hidden = tuple(out.hidden_states)
     attn = tuple(out.attentions) if output_attentions and out.attentions else None
     return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn)
 
