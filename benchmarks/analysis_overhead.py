@@ -62,7 +62,7 @@ def _keep_handles() -> None:
 
 
 def one_run(cases: list, analyzers: list) -> "tuple[float, list]":
-    """Seconds the worker spent on the cases (model load excluded), and each case's own seconds."""
+    """Seconds the worker spent on the cases (its model already loaded), and each case's own seconds."""
     import evalrx.store as S
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.runner import Worker, enqueue_run
@@ -83,13 +83,12 @@ def one_run(cases: list, analyzers: list) -> "tuple[float, list]":
         with store.read() as s:
             from evalrx.store import schema as t
 
-            load_ms = (s.get(t.Run, run_id).meta or {}).get("model_load_ms") or 0.0
             written = list(s.execute(select(t.Trajectory.created_at).where(t.Trajectory.run_id == run_id)
                                      .order_by(t.Trajectory.id)).scalars())
         assert S.get_run(run_id, store=store).n_done == len(cases)
         S.forget(url)
     per_case = [None] + [(b - a).total_seconds() for a, b in zip(written, written[1:])]
-    return seconds - load_ms / 1000.0, per_case
+    return seconds, per_case
 
 
 def main(argv: list | None = None) -> dict:

@@ -98,6 +98,15 @@ class Conversation:
     turns: list
     style: str
     message_info: list = field(default_factory=list)
+    _renders: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def render(self, renderer: Any, upto: int, tools: Optional[list], add_generation_prompt: bool) -> str:
+        """`render_conversation` of the first `upto` messages, rendered once per plan (the planner and the
+        attention segments ask for the same prefixes)."""
+        key = (id(renderer), upto, None if tools is None else id(tools), bool(add_generation_prompt))
+        if key not in self._renders:
+            self._renders[key] = render_conversation(renderer, self.messages[:upto], tools, add_generation_prompt)
+        return self._renders[key]
 
 
 def _observation_text(observation: Any) -> str:

@@ -23,7 +23,6 @@ from evalrx.analyzers._conversation import (
     conversation_from_trajectory,
     drop_images,
     has_images,
-    render_conversation,
     replay_style,
 )
 from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
@@ -154,13 +153,13 @@ def plan_passes(
     msgs = conversation.messages
     eos = eos_text(tokenizer)
     renderer = renderer if renderer is not None else tokenizer
-    full_text = render_conversation(renderer, msgs, conversation.tools, False)
+    full_text = conversation.render(renderer, len(msgs), conversation.tools, False)
     full_ids, full_off = tokenize_with_offsets(tokenizer, full_text) if mode == "auto" else ([], [])
     rendered = []
     for turn in conversation.turns:
         mi = turn.message_index
-        prompt = render_conversation(renderer, msgs[:mi], turn.tools, True)
-        upto = render_conversation(renderer, msgs[: mi + 1], turn.tools, False)
+        prompt = conversation.render(renderer, mi, turn.tools, True)
+        upto = conversation.render(renderer, mi + 1, turn.tools, False)
         # Stable when the full rendering starts with this turn as the model saw and wrote it:
         # the prompt (compared as tokens) and the turn itself (a template may rewrite past turns).
         # A turn the template renders otherwise than the model wrote it (an id it adds, a space)

@@ -21,7 +21,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
-from evalrx.analyzers._conversation import render_conversation
 from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS, tokenize_with_offsets
@@ -166,7 +165,7 @@ def _pass_segments(local: Any, conv: Any, tf_pass: Any) -> "tuple[np.ndarray, li
             continue  # the system turn is segment 0, from the first character
         boundary = None
         try:
-            rendered = render_conversation(local.renderer, conv.messages[:k], tools, False) if k else ""
+            rendered = conv.render(local.renderer, k, tools, False) if k else ""
         except Exception:  # some templates refuse partial conversations: place by content instead
             rendered = ""
         if rendered and text.startswith(rendered) and len(rendered) >= cursor:
