@@ -1,22 +1,23 @@
 """What the white-box analyzers add to a demo-model run, through the real worker and store.
 
-The same 40+ demo cases run two ways: with no analyzers, and with `logit_lens`,
-`tool_decision`, `attention` and `token_uncertainty` (run together by
-`evalrx.analyzers.analyze`, read from the generation's own captures, as the worker runs them).
-Each variant loads its model once for the whole benchmark, as a worker keeps its model over a
-job's cases (each block is a run of its own; loading per block would time cold starts); every
-run gets a fresh SQLite store.
+The same 40+ demo cases run three ways: with no analyzers ("plain"); with `logit_lens`,
+`tool_decision`, `attention` and `token_uncertainty` as the worker runs them by default, read
+from the generation's own captures ("capture"); and with the same analyzers and capture
+switched off in the run's chat kwargs, so `evalrx.analyzers.analyze` runs one teacher-forced
+pass per planned pass, shared by the four ("shared_pass"). Each variant loads its model once
+for the whole benchmark, as a worker keeps its model over a job's cases (each block is a run
+of its own; loading per block would time cold starts); every run gets a fresh SQLite store.
 
 This machine's speed drifts over seconds (a whole 80-case run of the same variant took 9.4 s
 in one repeat and 11.6 s in the next), so whole runs of one variant after the other give
 ratios that swing by +-15%. The variants are therefore interleaved in blocks of `--block`
-cases (each block runs both ways, in shuffled order, about a second apart), and each case's
+cases (each block runs every way, in shuffled order, about a second apart), and each case's
 own time is read from the store: the gap between its trajectory's write and the one before
 (its agent run, analyses and write). The first case of a block (its gap includes the job's
-start) is left out, the same case for both variants. Per repeat, the ratio is the sum of the
-analyzers' case times over the plain ones; the median and spread over repeats, the ratio of
-the sums of each case's fastest time over the repeats (`ratio_of_fastest`), the whole-run
-seconds and the load average go to `benchmarks/results/analysis_overhead.json`.
+start) is left out, the same case for every variant. Per repeat, a variant's ratio is the sum
+of its case times over the plain ones; the median and spread over repeats, the ratio of the
+sums of each case's fastest time over the repeats (`ratio_of_fastest`), the whole-run ratios
+and the load average go to `benchmarks/results/analysis_overhead.json`.
 
 Usage:
     .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 10]
@@ -52,7 +53,7 @@ def _keep_handles() -> None:
     load = worker.load_handle
 
     def kept(cfg: dict, run_key: "str | None" = None):
-        key = bool(cfg.get("analyzers"))
+        key = (bool(cfg.get("analyzers")), repr(cfg.get("chat_kwargs")))
         if key not in _HANDLES:
             _HANDLES[key] = load(cfg, run_key)
         return _HANDLES[key]
@@ -61,7 +62,7 @@ def _keep_handles() -> None:
     worker.load_handle = kept
 
 
-def one_run(cases: list, analyzers: list) -> "tuple[float, list]":
+def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> "tuple[float, list]":
     """Seconds the worker spent on the cases (its model already loaded), and each case's own seconds."""
     import evalrx.store as S
     from evalrx.config import ModelConfig, RunConfig
@@ -75,7 +76,7 @@ def one_run(cases: list, analyzers: list) -> "tuple[float, list]":
         S.upgrade(url)
         store = S.connect(url)
         cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=4,
-                        analyzers=list(analyzers))
+                        analyzers=list(analyzers), chat_kwargs=dict(chat_kwargs or {}))
         run_id = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
         t0 = time.perf_counter()
         Worker(store, exit_when_idle=True, poll_s=0.01, heartbeat_s=5).run()
@@ -95,7 +96,7 @@ def main(argv: list | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--block", type=int, default=10, help="cases per block; both variants run each block")
+    parser.add_argument("--block", type=int, default=10, help="cases per block; every variant runs each block")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -108,9 +109,9 @@ def main(argv: list | None = None) -> dict:
     rng = random.Random(0)
     pool = load_cases("demo")
     cases = rng.sample(pool, args.cases)
-    variants = {"plain": [], "analyzers": ANALYZERS}
-    for analyzers in variants.values():  # warm caches (tokenizer, template, imports) before timing
-        one_run(cases[:2], analyzers)
+    variants = {"plain": ([], None), "capture": (ANALYZERS, None), "shared_pass": (ANALYZERS, {"capture": False})}
+    for analyzers, chat_kwargs in variants.values():  # warm caches (tokenizer, template, imports) before timing
+        one_run(cases[:2], analyzers, chat_kwargs)
     blocks = [list(range(i, min(i + args.block, len(cases)))) for i in range(0, len(cases), args.block)]
     timed = [i for block in blocks for i in block[1:]]
     rows = []
@@ -122,7 +123,7 @@ def main(argv: list | None = None) -> dict:
             order = list(variants)
             rng.shuffle(order)
             for name in order:
-                seconds, gaps = one_run([cases[i] for i in block], variants[name])
+                seconds, gaps = one_run([cases[i] for i in block], *variants[name])
                 whole[name] += seconds
                 per_case[name].update({i: g for i, g in zip(block[1:], gaps[1:])})
         for name in variants:
@@ -130,22 +131,26 @@ def main(argv: list | None = None) -> dict:
                 fastest[name][i] = min(fastest[name][i], per_case[name][i])
         sums = {name: sum(per_case[name][i] for i in timed) for name in variants}
         rows.append({"repeat": r, **{f"{k}_cases_s": round(v, 3) for k, v in sums.items()},
-                     **{f"{k}_whole_s": round(v, 3) for k, v in whole.items()},
-                     "ratio": round(sums["analyzers"] / sums["plain"], 4),
-                     "ratio_whole": round(whole["analyzers"] / whole["plain"], 4),
+                     **{f"ratio_{k}": round(sums[k] / sums["plain"], 4) for k in variants if k != "plain"},
+                     **{f"ratio_whole_{k}": round(whole[k] / whole["plain"], 4) for k in variants if k != "plain"},
                      "load_avg": round(os.getloadavg()[0], 2)})
         print(json.dumps(rows[-1]))
-    ratios = [row["ratio"] for row in rows]
-    of_fastest = sum(fastest["analyzers"].values()) / sum(fastest["plain"].values())
+    summary: dict = {}
+    for k in variants:
+        if k == "plain":
+            continue
+        ratios = [row[f"ratio_{k}"] for row in rows]
+        summary[k] = {
+            "ratio_median": round(statistics.median(ratios), 4), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "ratio_of_fastest": round(sum(fastest[k].values()) / sum(fastest["plain"].values()), 4),
+            "ratio_whole_median": round(statistics.median(row[f"ratio_whole_{k}"] for row in rows), 4),
+        }
     result = {
         "cases": args.cases, "timed_cases": len(timed), "block": args.block, "repeats": args.repeats,
-        "analyzers": ANALYZERS,
-        "ratio_median": round(statistics.median(ratios), 4), "ratio_min": min(ratios), "ratio_max": max(ratios),
-        "ratio_of_fastest": round(of_fastest, 4),
+        "analyzers": ANALYZERS, **summary,
         "ms_per_case_median": {name: round(1000 * statistics.median(row[f"{name}_cases_s"] for row in rows)
                                            / len(timed), 2) for name in variants},
         "fastest_ms_per_case": {name: round(1000 * sum(v.values()) / len(timed), 2) for name, v in fastest.items()},
-        "ratio_whole_median": round(statistics.median(row["ratio_whole"] for row in rows), 4),
         "rows": rows,
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
@@ -154,8 +159,7 @@ def main(argv: list | None = None) -> dict:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("ratio_median", "ratio_min", "ratio_max", "ratio_of_fastest",
-                                             "ms_per_case_median", "fastest_ms_per_case", "ratio_whole_median")}))
+    print(json.dumps({k: result[k] for k in ("capture", "shared_pass", "ms_per_case_median", "fastest_ms_per_case")}))
     return result
 
 
