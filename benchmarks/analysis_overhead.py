@@ -9,18 +9,18 @@ for the whole benchmark, as a worker keeps its model over a job's cases (each bl
 of its own; loading per block would time cold starts); every run gets a fresh SQLite store.
 
 This machine's speed drifts over seconds (a whole 80-case run of the same variant took 9.4 s
-in one repeat and 11.6 s in the next), so whole runs of one variant after the other give
-ratios that swing by +-15%. The variants are therefore interleaved in blocks of `--block`
-cases (each block runs every way, in shuffled order, about a second apart), and each case's
-own time is read from the store: the gap between its trajectory's write and the one before
-(its agent run, analyses and write). The first case of a block (its gap includes the job's
-start) is left out, the same case for every variant. Per repeat, a variant's ratio is the sum
-of its case times over the plain ones; the median and spread over repeats, the ratio of the
-sums of each case's fastest time over the repeats (`ratio_of_fastest`), the whole-run ratios
-and the load average go to `benchmarks/results/analysis_overhead.json`.
+in one repeat and 11.6 s in the next; a fixed Python loop runs 0.23-0.39 s minute to minute),
+so whole runs of one variant after the other give ratios that swing by +-15%. The variants are
+therefore interleaved in blocks of `--block` cases (each block runs every way, in shuffled
+order, well under a second apart), and each case's own time is read from the store: from the
+previous case's write (for the first, from the job's claim) to its own trajectory's write (its
+agent run, analyses and write). Per repeat, a variant's ratio is the sum of its case times over
+the plain ones; the median and spread over repeats, the ratio of the sums of each case's
+fastest time over the repeats (`ratio_of_fastest`), the whole-run ratios and the load average
+go to `benchmarks/results/analysis_overhead.json`.
 
 Usage:
-    .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 10]
+    .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 4]
 """
 
 from __future__ import annotations
@@ -84,11 +84,13 @@ def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> 
         with store.read() as s:
             from evalrx.store import schema as t
 
+            claimed = s.execute(select(t.Job.claimed_at).where(t.Job.run_id == run_id)).scalar_one()
             written = list(s.execute(select(t.Trajectory.created_at).where(t.Trajectory.run_id == run_id)
                                      .order_by(t.Trajectory.id)).scalars())
         assert S.get_run(run_id, store=store).n_done == len(cases)
         S.forget(url)
-    per_case = [None] + [(b - a).total_seconds() for a, b in zip(written, written[1:])]
+    # A case's time: from the previous case's write (the first: from the job's claim) to its own.
+    per_case = [(b - a).total_seconds() for a, b in zip([claimed] + written, written)]
     return seconds, per_case
 
 
@@ -96,7 +98,7 @@ def main(argv: list | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--block", type=int, default=10, help="cases per block; every variant runs each block")
+    parser.add_argument("--block", type=int, default=4, help="cases per block; every variant runs each block")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args(argv)
@@ -113,7 +115,7 @@ def main(argv: list | None = None) -> dict:
     for analyzers, chat_kwargs in variants.values():  # warm caches (tokenizer, template, imports) before timing
         one_run(cases[:2], analyzers, chat_kwargs)
     blocks = [list(range(i, min(i + args.block, len(cases)))) for i in range(0, len(cases), args.block)]
-    timed = [i for block in blocks for i in block[1:]]
+    timed = list(range(len(cases)))
     rows = []
     fastest = {name: {i: float("inf") for i in timed} for name in variants}
     for r in range(args.repeats):
@@ -125,7 +127,7 @@ def main(argv: list | None = None) -> dict:
             for name in order:
                 seconds, gaps = one_run([cases[i] for i in block], *variants[name])
                 whole[name] += seconds
-                per_case[name].update({i: g for i, g in zip(block[1:], gaps[1:])})
+                per_case[name].update(zip(block, gaps))
         for name in variants:
             for i in timed:
                 fastest[name][i] = min(fastest[name][i], per_case[name][i])
