@@ -730,8 +730,9 @@ class _CaptureRecorder:
             cos, sin = decoder.rotary_emb(states[:1], positions.unsqueeze(0))
             q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q, cos, sin)
             keys = repeat_kv(torch.cat([layer.keys[:, :, :width] for layer in layers]), attn.num_key_value_groups)
-            scores = torch.matmul(q, keys.transpose(2, 3)) * attn.scaling  # [L, heads, n, width]
-            scores = scores.masked_fill(~visible, float("-inf"))
+            scores = torch.matmul(q * attn.scaling, keys.transpose(2, 3))  # [L, heads, n, width]
+            # Every query sees the whole prompt: only the generated columns can be masked.
+            scores[..., n_prompt:].masked_fill_(~visible[:, n_prompt:], float("-inf"))
             return torch.softmax(scores, dim=-1, dtype=torch.float32).mean(1).cpu()
 
     def _head_matches(self, steps: list, out: Any) -> bool:
