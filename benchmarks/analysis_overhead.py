@@ -5,8 +5,9 @@ The same 40+ demo cases run three ways: with no analyzers ("plain"); with `logit
 from the generation's own captures ("capture"); and with the same analyzers and capture
 switched off in the run's chat kwargs, so `evalrx.analyzers.analyze` runs one teacher-forced
 pass per planned pass, shared by the four ("shared_pass"). Each variant loads its model once
-for the whole benchmark, as a worker keeps its model over a job's cases (each block is a run
-of its own; loading per block would time cold starts); every run gets a fresh SQLite store.
+and keeps one SQLite store for the whole benchmark, as a worker keeps its model over a job's
+cases and serves one store (each block is a run of its own; loading per block would time cold
+starts, and a store per block left SQLAlchemy objects behind that slowed the garbage collector).
 
 This machine's speed drifts over seconds (a whole 80-case run of the same variant took 9.4 s
 in one repeat and 11.6 s in the next; a fixed Python loop runs 0.23-0.39 s minute to minute),
@@ -62,36 +63,58 @@ def _keep_handles() -> None:
     worker.load_handle = kept
 
 
+_STORES: dict = {}
+
+
+def _store(key: str):
+    """One SQLite store per variant for the whole benchmark (each block a run of its own), as a worker
+    serves one store: a store per block left ~1.5k SQLAlchemy objects each behind, and the growing
+    heap made the garbage collector, run more often by the analyzers' allocations, slower repeat by repeat."""
+    import evalrx.store as S
+
+    if key not in _STORES:
+        tmp = tempfile.mkdtemp(prefix="evalrx-bench-")
+        url = f"sqlite:///{Path(tmp) / 's.sqlite'}"
+        S.upgrade(url)
+        _STORES[key] = (S.connect(url), tmp)
+    return _STORES[key][0]
+
+
 def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> "tuple[float, list]":
     """Seconds the worker spent on the cases (its model already loaded), and each case's own seconds."""
     import evalrx.store as S
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.runner import Worker, enqueue_run
+    from evalrx.store import schema as t
     from sqlalchemy import select
 
     _keep_handles()
-
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{Path(tmp) / 's.sqlite'}"
-        S.upgrade(url)
-        store = S.connect(url)
-        cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=4,
-                        analyzers=list(analyzers), chat_kwargs=dict(chat_kwargs or {}))
-        run_id = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
-        t0 = time.perf_counter()
-        Worker(store, exit_when_idle=True, poll_s=0.01, heartbeat_s=5).run()
-        seconds = time.perf_counter() - t0
-        with store.read() as s:
-            from evalrx.store import schema as t
-
-            claimed = s.execute(select(t.Job.claimed_at).where(t.Job.run_id == run_id)).scalar_one()
-            written = list(s.execute(select(t.Trajectory.created_at).where(t.Trajectory.run_id == run_id)
-                                     .order_by(t.Trajectory.id)).scalars())
-        assert S.get_run(run_id, store=store).n_done == len(cases)
-        S.forget(url)
+    store = _store(repr((analyzers, chat_kwargs)))
+    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=4,
+                    analyzers=list(analyzers), chat_kwargs=dict(chat_kwargs or {}))
+    run_id = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
+    t0 = time.perf_counter()
+    Worker(store, exit_when_idle=True, poll_s=0.01, heartbeat_s=5).run()
+    seconds = time.perf_counter() - t0
+    with store.read() as s:
+        claimed = s.execute(select(t.Job.claimed_at).where(t.Job.run_id == run_id)).scalar_one()
+        written = list(s.execute(select(t.Trajectory.created_at).where(t.Trajectory.run_id == run_id)
+                                 .order_by(t.Trajectory.id)).scalars())
+    assert S.get_run(run_id, store=store).n_done == len(cases)
     # A case's time: from the previous case's write (the first: from the job's claim) to its own.
     per_case = [(b - a).total_seconds() for a, b in zip([claimed] + written, written)]
     return seconds, per_case
+
+
+def _drop_stores() -> None:
+    import shutil
+
+    import evalrx.store as S
+
+    for store, tmp in _STORES.values():
+        S.forget(store.url)
+        shutil.rmtree(tmp, ignore_errors=True)
+    _STORES.clear()
 
 
 def main(argv: list | None = None) -> dict:
@@ -158,6 +181,7 @@ def main(argv: list | None = None) -> dict:
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
                     "cpus": os.cpu_count(), "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
     }
+    _drop_stores()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
