@@ -210,16 +210,9 @@ def teacher_forced(
     return logits, states, torch.stack([r.to(local.device) for r in rows])
 
 
-def layer_rows(hidden_states: Any, layer: int, positions: Any) -> Any:
-    """`[len(positions), D]` of one layer, from a forward's `[1, T, D]` tensors or a pass's `CapturedStates`."""
-    rows = getattr(hidden_states, "rows", None)
-    if callable(rows):
-        return rows(layer, positions)
-    return hidden_states[layer][0].index_select(0, positions)
-
-
 def all_layer_rows(hidden_states: Any, positions: Any) -> Any:
-    """`[L + 1, len(positions), D]`: every hidden state at `positions` (see `layer_rows`)."""
+    """`[L + 1, len(positions), D]`: every hidden state at `positions`, from a forward's `[1, T, D]` tensors
+    or a pass's `CapturedStates`."""
     import torch
 
     rows = getattr(hidden_states, "all_rows", None)

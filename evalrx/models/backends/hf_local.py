@@ -565,9 +565,10 @@ class _CaptureRecorder:
     """One capturing generate call: what it records of each forward and the `GenerationCapture` built from it.
 
     Hidden states are what `output_hidden_states` gives, recorded for the call by
-    `recording_hidden_states`; each forward's last position is kept at the end. Attention rows come from hooks on each layer's
-    attention module that keep the last query row averaged over heads (eager), from a kernel that
-    adds that row to sdpa's output, or are rebuilt after generation (`_rows_after`).
+    `recording_hidden_states`; each forward's last position is kept at the end. Attention rows
+    come from hooks on each layer's attention module that keep the last query row averaged over
+    heads (eager), from a kernel that adds that row to sdpa's output, or are rebuilt after
+    generation (`_rows_after`).
     """
 
     def __init__(self, handle: "HFLocalModel", kinds: frozenset) -> None:
