@@ -9,10 +9,13 @@ final norm, so the last layer's lens is the model's own logits and is never norm
 again. `logits_to_keep` accepts a tensor of positions, so a pass computes the
 vocabulary projection only where it is analysed.
 
-Attention weights exist only with eager attention: `teacher_forced` switches the
-model to eager for a pass that captures them, and back afterwards, and reduces each
-layer's weights to head-averaged rows at the requested query positions inside a
-hook, so the `[heads, T, T]` tensors of all layers are never held at once.
+Attention rows: on a Llama-shaped model (`hf_local.rows_rebuildable`) `teacher_forced`
+runs the model's own kernel with a KV cache and rebuilds the head-averaged rows at the
+requested query positions from the residual streams and cached keys
+(`hf_local.rebuilt_attention_rows`), so no `[heads, T, T]` map is ever made. Other
+models are switched to eager attention for that pass, and back afterwards, and each
+layer's weights are reduced to those rows inside a hook, so the maps of all layers are
+never held at once.
 """
 
 from __future__ import annotations
@@ -171,8 +174,9 @@ def teacher_forced(
         ids: token ids of the whole sequence.
         keep: positions whose logits are needed (see `forward`).
         hidden: also return every layer's hidden states.
-        attention: query positions whose attention rows are wanted; when given, the
-            pass runs with eager attention (switched back afterwards).
+        attention: query positions whose attention rows are wanted: rebuilt from the pass's
+            KV cache where the model allows it, else the pass runs with eager attention
+            (switched back afterwards).
 
     Returns:
         `(logits, hidden_states, attention_rows)`: as `forward`, plus `[L, P, T]` fp32
@@ -182,6 +186,14 @@ def teacher_forced(
         logits, states = forward(local, ids, keep, hidden=hidden)
         return logits, states, None
     import torch
+
+    from evalrx.models.backends.hf_local import rows_rebuildable
+
+    if rows_rebuildable(local.handle):
+        rebuilt = _rebuilt_rows_pass(local, ids, keep, attention)
+        if rebuilt is not None:
+            logits, states, rows = rebuilt
+            return logits, states if hidden else None, rows
 
     mods = attention_modules(local.parts.layers)
     pos = torch.tensor(list(attention), dtype=torch.long, device=local.device)
@@ -208,6 +220,26 @@ def teacher_forced(
             f"attention weights were not returned by {missing} of {len(mods)} layers even with eager attention"
         )
     return logits, states, torch.stack([r.to(local.device) for r in rows])
+
+
+def _rebuilt_rows_pass(local: LocalModel, ids: Sequence[int], keep: Optional[Sequence[int]], attention: Sequence[int]):
+    """`teacher_forced` on the model's own attention kernel, the rows rebuilt at `attention` from the pass's
+    residual streams and KV cache (`hf_local.rebuilt_attention_rows`): no eager `[heads, T, T]` maps.
+    None when the cache does not hold every position."""
+    import torch
+
+    from evalrx.models.backends.hf_local import cached_keys, rebuilt_attention_rows, teacher_forced_forward
+
+    input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
+    with torch.inference_mode():
+        out = teacher_forced_forward(local.hf, input_ids, keep=keep, parts=local.parts, cache=True)
+        keys = cached_keys(out.cache, len(ids))
+        if keys is None or out.hidden_states is None:
+            return None
+        pos = torch.tensor(list(attention), dtype=torch.long, device=local.device)
+        states = torch.stack([h[0].index_select(0, pos) for h in out.hidden_states[:-1]])  # entering each layer
+        rows = rebuilt_attention_rows(local.handle, states, keys, pos)
+    return out.logits[0], out.hidden_states, rows
 
 
 def all_layer_rows(hidden_states: Any, positions: Any) -> Any:

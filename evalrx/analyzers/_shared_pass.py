@@ -7,8 +7,9 @@ positions whose attention rows it needs), reads its part from the `PassResult` o
 the pass has run, and assembles its result from those parts.
 
 `analyze` plans a trajectory once per planning mode, runs ONE forward per planned
-pass for all the requested analyzers (the union of what they read; eager attention,
-for that pass only, when one of them reads attention) and hands the same pass result
+pass for all the requested analyzers (the union of what they read; attention rows
+rebuilt from the pass's KV cache, or eager attention for that pass only where the
+model does not allow it, when one of them reads attention) and hands the same pass result
 to each. An analyzer's own `run_trajectory` is the same path with one analyzer.
 Passes run one at a time and are dropped once every analyzer has read them, so
 memory holds one pass's hidden states, as with one analyzer.
@@ -416,7 +417,7 @@ def analyze(
 
     The trajectory is planned once (per planning mode among the analyzers), each pass
     runs once with the union of what the analyzers read (hidden states when one needs
-    them, eager attention when `attention` is among them) and every analyzer reads the
+    them, attention rows when `attention` is among them) and every analyzer reads the
     same pass result. Each result equals that analyzer's own `run_trajectory`. Analyzers
     that read no passes (`replay`, one registered without `PassAnalyzer`, or
     `token_uncertainty` reading an API trajectory's stored log-probs) run on their own.

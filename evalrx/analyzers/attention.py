@@ -6,11 +6,11 @@ image tokens) by character offsets of the rendered conversation. For every
 decision position, each layer's attention row (averaged over heads) is summed per
 segment, so a row sums to 1 over the segments.
 
-Attention weights exist only with eager attention: the model is switched to eager
-for the passes that read attention and switched back afterwards. Each layer's
-weights are reduced to head-averaged rows at the decision positions inside a hook
-on its attention module (`_compute.teacher_forced`), so the `[heads, T, T]` tensors
-of all layers are never held at once; the rows are summed per segment here.
+The head-averaged rows at the decision positions come from `_compute.teacher_forced`:
+rebuilt from the pass's residual streams and KV cache on a Llama-shaped model (the
+model keeps its kernel), else from eager attention for that pass only, reduced inside
+a hook so the `[heads, T, T]` maps of all layers are never held at once. The rows are
+summed per segment here.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _segment_mass(rows: Any, seg_of_token: np.ndarray, n_segments: int) -> np.nd
 
 
 def segment_mass(local: Any, ids: Sequence[int], positions: Sequence[int], seg_of_token: np.ndarray, n_segments: int) -> np.ndarray:
-    """One eager pass; returns `[P, L, S]` attention mass of each query position per segment."""
+    """One teacher-forced pass; returns `[P, L, S]` attention mass of each query position per segment."""
     from evalrx.analyzers._compute import teacher_forced
 
     _, _, rows = teacher_forced(local, ids, [len(ids) - 1], hidden=False, attention=positions)
@@ -252,10 +252,10 @@ def _merge(results: Sequence[tuple], info: dict) -> AttentionResult:
 class AttentionAnalyzer(PassAnalyzer):
     """Attention mass per layer over conversation segments at each decision position.
 
-    Needs ATTENTION: a local handle already running eager attention, or one whose
-    model can switch to eager (it is switched for the passes that read attention
-    only, so generation keeps the fast kernel; under `analyze` the analyzers sharing
-    such a pass read it from the same eager forward).
+    Needs ATTENTION: a local handle whose rows can be rebuilt from its KV cache, one
+    already running eager attention, or one whose model can switch to eager (it is
+    switched for the passes that read attention only, so generation keeps the fast
+    kernel; under `analyze` the analyzers sharing such a pass read the same forward).
 
     Args:
         mode: "auto" or "per_step" (see `LogitLensAnalyzer`).

@@ -177,13 +177,20 @@ def test_capability_error_when_a_local_handle_lacks_hidden_states():
 
 
 def test_attention_analyzer_runs_eager_only_for_its_own_pass():
-    handle = _handle("llama")
+    """A model whose rows cannot be rebuilt from its KV cache (here a sliding window) runs its attention
+    pass eager, and goes back to sdpa afterwards."""
+    from evalrx.models.backends.hf_local import rows_rebuildable
+
+    handle = _handle("mistral", sliding_window=64)
     assert handle.model.config._attn_implementation == "sdpa"
-    assert Capability.ATTENTION not in handle.capabilities
+    assert not rows_rebuildable(handle) and rows_rebuildable(_handle("llama"))
+    switched = []
+    set_impl = handle.model.set_attn_implementation
+    handle.model.set_attn_implementation = lambda impl: (switched.append(impl), set_impl(impl))[1]
     res = AttentionAnalyzer().run(handle, TEXT)
     assert res.mass.shape == (1, 2, 1)
     np.testing.assert_allclose(res.mass.sum(-1), 1.0, atol=1e-5)
-    assert handle.model.config._attn_implementation == "sdpa"
+    assert switched == ["eager", "sdpa"] and handle.model.config._attn_implementation == "sdpa"
 
 
 def test_registry_lists_builtins_builds_by_name_and_rejects_duplicates():

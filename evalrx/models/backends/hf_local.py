@@ -55,12 +55,14 @@ class ForwardOutput:
             ``[i]`` the output of layer ``i - 1``, ``[-1]`` already after the final norm.
             ``None`` when not requested.
         attentions: ``L`` tensors ``[1, heads, T, T]`` when requested, else ``None``.
+        cache: the pass's KV cache when requested (what `rebuilt_attention_rows` reads), else ``None``.
     """
 
     input_ids: Any
     logits: Any
     hidden_states: Optional[tuple] = None
     attentions: Optional[tuple] = None
+    cache: Any = None
 
 
 CAPTURE_KINDS = ("hidden_states", "attention")
@@ -504,6 +506,62 @@ def _rows_after_supported(handle: Any) -> bool:
     return len(shapes) == 1  # the rows of every layer are computed in one batch
 
 
+def rows_rebuildable(handle: Any) -> bool:
+    """`_rows_after_supported` for a local handle, checked once per handle (False for any other handle)."""
+    if not isinstance(handle, HFLocalModel):
+        return False
+    if handle._rows_after_ok is None:
+        handle._rows_after_ok = _rows_after_supported(handle)
+    return handle._rows_after_ok
+
+
+def cached_keys(cache: Any, width: int) -> Optional[list]:
+    """Each layer's cached keys when the cache holds `width` positions of every layer, else None."""
+    layers = getattr(cache, "layers", None)
+    if not layers or any(int(layer.keys.shape[-2]) < width for layer in layers):
+        return None
+    return [layer.keys[:, :, :width] for layer in layers]
+
+
+def rebuilt_attention_rows(handle: "HFLocalModel", states: Any, keys: list, positions: Any) -> Any:
+    """``[L, P, W]`` fp32 head-averaged attention rows at query `positions` (``[P]``, ascending), as the model's
+    attention computed them, rebuilt from the residual streams entering each layer there (`states`,
+    ``[L (+ 1), P, D]``) and each layer's cached keys (`keys`, ``[1, kv heads, W, head_dim]``, rotary applied).
+
+    Each layer's queries are built as its attention builds them (input norm, q projection, q norm, rotary),
+    then one batched product serves every layer. Only for a handle where `rows_rebuildable` holds.
+    """
+    import sys
+
+    import torch
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    model = handle.model
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    n, width = int(positions.shape[0]), int(keys[0].shape[-2])
+    with torch.inference_mode():
+        queries = []
+        for i, layer in enumerate(handle.parts.layers):
+            attn = layer.self_attn
+            x = layer.input_layernorm(states[i])  # the residual stream entering layer i
+            q = attn.q_proj(x).view(n, -1, attn.head_dim)
+            if getattr(attn, "q_norm", None) is not None:
+                q = attn.q_norm(q)
+            queries.append(q.transpose(0, 1))  # [heads, n, head_dim]
+        # Every layer has the same shape (checked once per handle): the rest is one batch over layers.
+        attn = handle.parts.layers[0].self_attn
+        q = torch.stack(queries)  # [L, heads, n, head_dim]
+        cos, sin = decoder.rotary_emb(states[:1], positions.unsqueeze(0))
+        q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q[:, :1], cos, sin)
+        scores = torch.matmul(q * attn.scaling, repeat_kv(torch.cat(keys), attn.num_key_value_groups).transpose(2, 3))
+        # Causal: a query sees every key up to its own position, so only columns past the first query can be masked.
+        lo = int(positions[0]) + 1
+        if lo < width:
+            future = torch.arange(lo, width, device=scores.device)[None, :] > positions.to(scores.device)[:, None]
+            scores[..., lo:].masked_fill_(future, float("-inf"))
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).mean(1)
+
+
 @contextlib.contextmanager
 def _attention_kernel(model: Any, impl: str) -> Iterator[None]:
     """Run the block with the model's language layers on attention implementation `impl`, then restore."""
@@ -579,10 +637,7 @@ class _CaptureRecorder:
         # the same weights eager gives, without eager's [heads, P, P] prefill maps.
         # With the hidden states captured too, a Llama-shaped model's rows are computed once per layer after
         # generation from those states and the KV cache (`_rows_after`): no per-step work at all.
-        self.after = "attention" in kinds and self.hidden and self.impl == "sdpa"
-        if self.after and handle._rows_after_ok is None:  # the model's layout is checked once per handle
-            handle._rows_after_ok = _rows_after_supported(handle)
-        self.after = self.after and handle._rows_after_ok
+        self.after = "attention" in kinds and self.hidden and self.impl == "sdpa" and rows_rebuildable(handle)
         self.kernel = LAST_ROW_ATTENTION if "attention" in kinds and self.impl == "sdpa" and not self.after else None
         self.attention = "attention" in kinds and (self.impl == "eager" or self.kernel is not None or self.after)
         self.notes: list = []
@@ -698,43 +753,16 @@ class _CaptureRecorder:
                                  id(self.handle.model))
 
     def _rows_after(self, states: Any, out: Any, n_prompt: int, n: int) -> Any:
-        """``[L, n, P + n - 1]`` head-averaged attention rows of the captured positions, from their residual
-        streams (`states`, ``[L + 1, n, D]``) and the call's KV cache: each layer's queries rebuilt as its
-        attention builds them (input norm, q projection, q norm, rotary), then one batched product for all layers."""
-        import sys
-
+        """``[L, n, P + n - 1]`` attention rows of the captured positions (`rebuilt_attention_rows`) from their
+        residual streams (`states`, ``[L + 1, n, D]``) and the call's KV cache."""
         import torch
-        from transformers.integrations.sdpa_attention import repeat_kv
 
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
-        layers = getattr(cache, "layers", None)
-        width = n_prompt + n - 1
-        if not layers or any(int(layer.keys.shape[-2]) < width for layer in layers):
+        keys = cached_keys(getattr(out, "cache", None) or getattr(out, "past_key_values", None), n_prompt + n - 1)
+        if keys is None:
             self.notes.append("attention rows were not captured: the cache does not hold every position")
             return None
-        model = self.handle.model
-        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
         positions = torch.arange(n_prompt - 1, n_prompt - 1 + n, device=states.device)
-        visible = torch.arange(width, device=states.device)[None, :] <= positions[:, None]  # causal, [n, width]
-        with torch.inference_mode():
-            queries = []
-            for i, layer in enumerate(self.handle.parts.layers):
-                attn = layer.self_attn
-                x = layer.input_layernorm(states[i])  # the residual stream entering layer i
-                q = attn.q_proj(x).view(n, -1, attn.head_dim)
-                if getattr(attn, "q_norm", None) is not None:
-                    q = attn.q_norm(q)
-                queries.append(q.transpose(0, 1))  # [heads, n, head_dim]
-            # Every layer has the same shape (checked once per handle): the rest is one batch over layers.
-            attn = self.handle.parts.layers[0].self_attn
-            q = torch.stack(queries)  # [L, heads, n, head_dim]
-            cos, sin = decoder.rotary_emb(states[:1], positions.unsqueeze(0))
-            q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q, cos, sin)
-            keys = repeat_kv(torch.cat([layer.keys[:, :, :width] for layer in layers]), attn.num_key_value_groups)
-            scores = torch.matmul(q * attn.scaling, keys.transpose(2, 3))  # [L, heads, n, width]
-            # Every query sees the whole prompt: only the generated columns can be masked.
-            scores[..., n_prompt:].masked_fill_(~visible[:, n_prompt:], float("-inf"))
-            return torch.softmax(scores, dim=-1, dtype=torch.float32).mean(1).cpu()
+        return rebuilt_attention_rows(self.handle, states, keys, positions).cpu()
 
     def _head_matches(self, steps: list, out: Any) -> bool:
         """Whether the model's own logits at its last generate step equal unembed(hidden[-1]) (softcap included)."""
@@ -1198,6 +1226,7 @@ def teacher_forced_forward(
     output_attentions: bool = False,
     inputs: Optional[dict] = None,
     parts: Any = None,
+    cache: bool = False,
 ) -> ForwardOutput:
     """The one teacher-forced pass of evalrx: `HFLocalModel.forward` and every analyzer run it.
 
@@ -1212,13 +1241,14 @@ def teacher_forced_forward(
         parts: the model's `ModelParts` (discovered when None): the hidden states are recorded
             with `recording_hidden_states`; a model whose parts cannot be found returns them
             through `output_hidden_states`.
+        cache: also return the pass's KV cache (`ForwardOutput.cache`).
 
     Returns:
         `ForwardOutput`, its logits ``[1, len(keep) or T, V]`` in the model's dtype.
     """
     import torch
 
-    kwargs: dict = {"input_ids": input_ids, "use_cache": False, "return_dict": True, **(inputs or {})}
+    kwargs: dict = {"input_ids": input_ids, "use_cache": bool(cache), "return_dict": True, **(inputs or {})}
     if output_attentions:
         kwargs["output_attentions"] = True
     recording: Any = contextlib.nullcontext()
@@ -1247,7 +1277,8 @@ def teacher_forced_forward(
     elif output_hidden_states and getattr(out, "hidden_states", None) is not None:
         hidden = tuple(out.hidden_states)
     attn = tuple(out.attentions) if output_attentions and out.attentions else None
-    return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn)
+    kv = (getattr(out, "past_key_values", None) or getattr(out, "cache", None)) if cache else None
+    return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn, cache=kv)
 
 def _provides(spec: ModelSpec) -> frozenset:
     if spec.api_only:
@@ -1275,5 +1306,9 @@ __all__ = [
     "ForwardOutput",
     "GenerationCapture",
     "HFLocalModel",
+    "cached_keys",
     "locate_checkpoint",
+    "rebuilt_attention_rows",
+    "rows_rebuildable",
+    "teacher_forced_forward",
 ]
