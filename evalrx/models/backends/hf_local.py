@@ -1277,7 +1277,7 @@ def teacher_forced_forward(
     elif output_hidden_states and getattr(out, "hidden_states", None) is not None:
         hidden = tuple(out.hidden_states)
     attn = tuple(out.attentions) if output_attentions and out.attentions else None
-    kv = (getattr(out, "past_key_values", None) or getattr(out, "cache", None)) if cache else None
+    kv = (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) if cache else None
     return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn, cache=kv)
 
 def _provides(spec: ModelSpec) -> frozenset:
