@@ -17,8 +17,8 @@ each repeat. The median and the spread over repeats, the ratio of each case's fa
 (the cost without the noise), the load average at each repeat and where the analyzers'
 numbers came from go to `benchmarks/results/capture_overhead.json`. Each
 configuration of the model is measured: "default" (loaded as the worker loads it, sdpa
-attention, so attention still needs a teacher-forced forward) and "eager"
-(`want=["attention"]`, so attention comes from the generation too). The capture run's
+attention: the rows are rebuilt after generation from the captured states and the KV cache)
+and "eager" (`want=["attention"]`: the rows come from eager attention's own weights). The capture run's
 trajectories are checked to equal the plain run's (capture must not change generation).
 
 Usage:
