@@ -237,7 +237,7 @@ def _rebuilt_rows_pass(local: LocalModel, ids: Sequence[int], keep: Optional[Seq
         if keys is None or out.hidden_states is None:
             return None
         pos = torch.tensor(list(attention), dtype=torch.long, device=local.device)
-        states = torch.stack([h[0].index_select(0, pos) for h in out.hidden_states[:-1]])  # entering each layer
+        states = all_layer_rows(out.hidden_states, pos)[:-1]  # the residual stream entering each layer
         rows = rebuilt_attention_rows(local.handle, states, keys, pos)
     return out.logits[0], out.hidden_states, rows
 

@@ -272,7 +272,8 @@ class AttentionAnalyzer(PassAnalyzer):
         self.kinds = tuple(kinds)
 
     def check(self, model: Any) -> None:
-        """A local model without eager attention still qualifies: it runs eager only for these passes."""
+        """A local model without eager attention still qualifies: its rows are rebuilt from the pass's KV cache,
+        or it runs eager for these passes only."""
         caps = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
         hf = getattr(model, "model", None)
         if Capability.ATTENTION not in caps and callable(getattr(hf, "set_attn_implementation", None)):

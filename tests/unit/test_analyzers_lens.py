@@ -176,6 +176,29 @@ def test_capability_error_when_a_local_handle_lacks_hidden_states():
     assert len(TokenUncertaintyAnalyzer().run(NoHidden(), TEXT).logprob) == len(_ids()) - 1
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])  # qwen3: a q norm before the rotary
+def test_teacher_forced_rows_rebuilt_from_the_kv_cache_are_eager_attentions_own(arch):
+    """Every requested query position, in any order and repeated, gets its whole head-averaged row as an
+    eager forward's own weights give it, while the model stays on sdpa."""
+    from evalrx.analyzers._compute import local_model, teacher_forced
+    from evalrx.models.backends.hf_local import rows_rebuildable
+
+    handle = _handle(arch)
+    assert handle.model.config._attn_implementation == "sdpa" and rows_rebuildable(handle)
+    ids = _ids(TEXT + " " + TEXT)
+    positions = [len(ids) - 1, 3, 9, 3, 0]  # unsorted, repeated, the first token
+    _, states, rows = teacher_forced(local_model(handle, "test"), ids, [len(ids) - 1], hidden=False,
+                                     attention=positions)
+    assert states is None and rows.shape == (handle.model.config.num_hidden_layers, len(positions), len(ids))
+    eager = make_tiny_model(arch, attn_implementation="eager")
+    with torch.no_grad():
+        att = eager(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    want = torch.stack([layer[0][:, positions].mean(0) for layer in att])  # [L, P, T]
+    np.testing.assert_allclose(rows.numpy(), want.numpy(), atol=1e-6)
+    assert rows[:, 1, 4:].abs().max() == 0  # causal: position 3 sees nothing after it
+    assert handle.model.config._attn_implementation == "sdpa"
+
+
 def test_attention_analyzer_runs_eager_only_for_its_own_pass():
     """A model whose rows cannot be rebuilt from its KV cache (here a sliding window) runs its attention
     pass eager, and goes back to sdpa afterwards."""
@@ -184,6 +207,9 @@ def test_attention_analyzer_runs_eager_only_for_its_own_pass():
     handle = _handle("mistral", sliding_window=64)
     assert handle.model.config._attn_implementation == "sdpa"
     assert not rows_rebuildable(handle) and rows_rebuildable(_handle("llama"))
+    spread = _handle("llama")
+    spread.model.hf_device_map = {"model.layers.0": 0, "model.layers.1": 1}  # layers on two devices
+    assert not rows_rebuildable(spread)
     switched = []
     set_impl = handle.model.set_attn_implementation
     handle.model.set_attn_implementation = lambda impl: (switched.append(impl), set_impl(impl))[1]

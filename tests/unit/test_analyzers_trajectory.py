@@ -250,7 +250,7 @@ def test_attention_rows_sum_to_one_respect_causality_and_match_eager_weights():
     handle = _handle("llama")
     traj = _hermes_trajectory()
     res = AttentionAnalyzer().run_trajectory(handle, traj, tools=TOOLS, system=SYSTEM)
-    assert handle.model.config._attn_implementation == "sdpa"  # switched back after the analysis
+    assert handle.model.config._attn_implementation == "sdpa"  # the rows were rebuilt: the kernel never changed
     np.testing.assert_allclose(res.mass.sum(-1), 1.0, atol=1e-5)
     labels = [s["label"] for s in res.segments]
     assert labels == ["system", "prompt@0", "turn@1", "observation@2", "turn@3"]

@@ -325,7 +325,7 @@ def _decode_probe(model: Any, prompt: int = 8, steps: int = 3) -> float:
     with torch.inference_mode():
         out = model(input_ids=ids, use_cache=True, **({"logits_to_keep": 1} if _takes(model, "logits_to_keep") else {}))
         for _ in range(steps):
-            cache = getattr(out, "cache", None) or out.past_key_values
+            cache = output_cache(out)
             out = model(input_ids=out.logits[:, -1:].argmax(-1), use_cache=True, **{cache_arg: cache})
     return time.perf_counter() - t0
 
@@ -476,14 +476,21 @@ def _register_last_row_attention() -> None:
         ALL_MASK_ATTENTION_FUNCTIONS.register(LAST_ROW_ATTENTION, sdpa_mask)
 
 
+def output_cache(out: Any) -> Any:
+    """The KV cache a transformers forward or generate call returned (None when it kept none)."""
+    return getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+
+
 def _rows_after_supported(handle: Any) -> bool:
-    """Whether `_CaptureRecorder._rows_after` can rebuild this model's attention rows: a text decoder whose
-    layers attend the Llama way (input norm, q projection, optional q norm, rotary; no sliding window, no
-    logit softcap), all with the same head layout, with a rotary embedding on the decoder."""
+    """Whether `rebuilt_attention_rows` can rebuild this model's attention rows: a text decoder on one device
+    whose layers attend the Llama way (input norm, q projection, optional q norm, rotary; no sliding window,
+    no logit softcap), all with the same head layout, with a rotary embedding on the decoder."""
     import sys
 
     model = handle.model
     if handle.processor is not None:
+        return False
+    if len(set((getattr(model, "hf_device_map", None) or {}).values())) > 1:  # layers spread over devices
         return False
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(cfg, "attn_logit_softcapping", None) or (
@@ -524,7 +531,7 @@ def cached_keys(cache: Any, width: int) -> Optional[list]:
 
 
 def rebuilt_attention_rows(handle: "HFLocalModel", states: Any, keys: list, positions: Any) -> Any:
-    """``[L, P, W]`` fp32 head-averaged attention rows at query `positions` (``[P]``, ascending), as the model's
+    """``[L, P, W]`` fp32 head-averaged attention rows at query `positions` (``[P]``, any order), as the model's
     attention computed them, rebuilt from the residual streams entering each layer there (`states`,
     ``[L (+ 1), P, D]``) and each layer's cached keys (`keys`, ``[1, kv heads, W, head_dim]``, rotary applied).
 
@@ -554,8 +561,8 @@ def rebuilt_attention_rows(handle: "HFLocalModel", states: Any, keys: list, posi
         cos, sin = decoder.rotary_emb(states[:1], positions.unsqueeze(0))
         q, _ = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, q[:, :1], cos, sin)
         scores = torch.matmul(q * attn.scaling, repeat_kv(torch.cat(keys), attn.num_key_value_groups).transpose(2, 3))
-        # Causal: a query sees every key up to its own position, so only columns past the first query can be masked.
-        lo = int(positions[0]) + 1
+        # Causal: a query sees every key up to its own position, so only columns past the earliest query can be masked.
+        lo = int(positions.min()) + 1
         if lo < width:
             future = torch.arange(lo, width, device=scores.device)[None, :] > positions.to(scores.device)[:, None]
             scores[..., lo:].masked_fill_(future, float("-inf"))
@@ -702,7 +709,7 @@ class _CaptureRecorder:
         import inspect
 
         model = self.handle.model
-        cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+        cache = output_cache(out)
         if cache is None or self.handle.processor is not None:
             self.notes.append("the last token of a turn cut by the token limit was not run (no cache to extend)")
             return False
@@ -757,7 +764,7 @@ class _CaptureRecorder:
         residual streams (`states`, ``[L + 1, n, D]``) and the call's KV cache."""
         import torch
 
-        keys = cached_keys(getattr(out, "cache", None) or getattr(out, "past_key_values", None), n_prompt + n - 1)
+        keys = cached_keys(output_cache(out), n_prompt + n - 1)
         if keys is None:
             self.notes.append("attention rows were not captured: the cache does not hold every position")
             return None
@@ -1277,8 +1284,8 @@ def teacher_forced_forward(
     elif output_hidden_states and getattr(out, "hidden_states", None) is not None:
         hidden = tuple(out.hidden_states)
     attn = tuple(out.attentions) if output_attentions and out.attentions else None
-    kv = (getattr(out, "cache", None) or getattr(out, "past_key_values", None)) if cache else None
-    return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn, cache=kv)
+    return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn,
+                         cache=output_cache(out) if cache else None)
 
 def _provides(spec: ModelSpec) -> frozenset:
     if spec.api_only:
@@ -1308,6 +1315,7 @@ __all__ = [
     "HFLocalModel",
     "cached_keys",
     "locate_checkpoint",
+    "output_cache",
     "rebuilt_attention_rows",
     "rows_rebuildable",
     "teacher_forced_forward",
