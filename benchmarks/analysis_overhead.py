@@ -48,6 +48,11 @@ ANALYZERS = ["logit_lens", "tool_decision", "attention", "token_uncertainty"]
 _HANDLES: dict = {}
 
 
+def _variant(analyzers: "list | None", chat_kwargs: "dict | None") -> str:
+    """The key of a variant's model and store (what a run config's analyzers and chat kwargs make of it)."""
+    return repr((bool(analyzers), dict(chat_kwargs or {})))
+
+
 def _keep_handles() -> None:
     """One model per variant for the whole benchmark, as a worker keeps its model over a job's cases:
     loading one per block would time each block's cold start (caches, first-use checks) instead."""
@@ -58,7 +63,7 @@ def _keep_handles() -> None:
     load = worker.load_handle
 
     def kept(cfg: dict, run_key: "str | None" = None):
-        key = (bool(cfg.get("analyzers")), repr(cfg.get("chat_kwargs")))
+        key = _variant(cfg.get("analyzers"), cfg.get("chat_kwargs"))
         if key not in _HANDLES:
             _HANDLES[key] = load(cfg, run_key)
         return _HANDLES[key]
@@ -93,7 +98,7 @@ def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> 
     from sqlalchemy import select
 
     _keep_handles()
-    store = _store(repr((analyzers, chat_kwargs)))
+    store = _store(_variant(analyzers, chat_kwargs))
     cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=4,
                     analyzers=list(analyzers), chat_kwargs=dict(chat_kwargs or {}))
     run_id = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
@@ -119,8 +124,8 @@ def forward_only(run_id: int) -> list:
     from evalrx.analyzers._compute import forward, local_model
     from evalrx.tools import get_tools
 
-    store = _store(repr(([], None)))
-    local = local_model(_HANDLES[(False, repr({}))], "forward_only")
+    store = _store(_variant([], None))
+    local = local_model(_HANDLES[_variant([], None)], "forward_only")
     schemas = [tool.to_openai() for tool in get_tools(["calculator", "lookup"])]
     rows = S.list_trajectories(run_id=run_id, sort="id", descending=False, limit=10_000, store=store).rows
     out = []
