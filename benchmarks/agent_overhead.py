@@ -71,14 +71,17 @@ def make_script(turns_per_case: int) -> list:
         payload = json.dumps({"name": "calculator", "arguments": {"expression": f"({k} + 3) * 7 / 2"}})
         text = f"<think>step {k}: compute it</think>Let me compute.\n<tool_call>\n{payload}\n</tool_call>"
         script.append(ChatTurn(text=text, usage={"prompt_tokens": 200 + 40 * k, "completion_tokens": 30}))
-    script.append(ChatTurn(text="<think>done</think>The answer is 42.", usage={"prompt_tokens": 600, "completion_tokens": 8}))
+    script.append(
+        ChatTurn(text="<think>done</think>The answer is 42.", usage={"prompt_tokens": 600, "completion_tokens": 8})
+    )
     return script
 
 
 def measure(total_turns: int, turns_per_case: int) -> dict:
     script = make_script(turns_per_case)
     tool = Tool(
-        "calculator", "Evaluate arithmetic.",
+        "calculator",
+        "Evaluate arithmetic.",
         {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
         fn=calculator,
     )
@@ -93,7 +96,13 @@ def measure(total_turns: int, turns_per_case: int) -> dict:
         assert traj.metrics["terminated"] == "final", traj.metrics
     wall = time.perf_counter() - t0
     loop = wall - handle.chat_seconds
-    return {"turns": turns, "cases": n_cases, "wall_s": wall, "chat_s": handle.chat_seconds, "us_per_turn": loop / turns * 1e6}
+    return {
+        "turns": turns,
+        "cases": n_cases,
+        "wall_s": wall,
+        "chat_s": handle.chat_seconds,
+        "us_per_turn": loop / turns * 1e6,
+    }
 
 
 def main() -> None:

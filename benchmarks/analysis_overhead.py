@@ -99,16 +99,24 @@ def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> 
 
     _keep_handles()
     store = _store(_variant(analyzers, chat_kwargs))
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=4,
-                    analyzers=list(analyzers), chat_kwargs=dict(chat_kwargs or {}))
+    cfg = RunConfig(
+        model=ModelConfig("evalrx-tiny"),
+        tools=["calculator", "lookup"],
+        max_turns=4,
+        analyzers=list(analyzers),
+        chat_kwargs=dict(chat_kwargs or {}),
+    )
     run_id = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
     t0 = time.perf_counter()
     Worker(store, exit_when_idle=True, poll_s=0.01, heartbeat_s=5).run()
     seconds = time.perf_counter() - t0
     with store.read() as s:
         claimed = s.execute(select(t.Job.claimed_at).where(t.Job.run_id == run_id)).scalar_one()
-        written = list(s.execute(select(t.Trajectory.created_at).where(t.Trajectory.run_id == run_id)
-                                 .order_by(t.Trajectory.id)).scalars())
+        written = list(
+            s.execute(
+                select(t.Trajectory.created_at).where(t.Trajectory.run_id == run_id).order_by(t.Trajectory.id)
+            ).scalars()
+        )
     assert S.get_run(run_id, store=store).n_done == len(cases)
     # A case's time: from the previous case's write (the first: from the job's claim) to its own.
     per_case = [(b - a).total_seconds() for a, b in zip([claimed] + written, written)]
@@ -191,11 +199,17 @@ def main(argv: list | None = None) -> dict:
             for i in timed:
                 fastest[name][i] = min(fastest[name][i], per_case[name][i])
         sums = {name: sum(per_case[name][i] for i in timed) for name in variants}
-        rows.append({"repeat": r, **{f"{k}_cases_s": round(v, 3) for k, v in sums.items()},
-                     **{f"ratio_{k}": round(sums[k] / sums["plain"], 4) for k in variants if k != "plain"},
-                     **{f"ratio_whole_{k}": round(whole[k] / whole["plain"], 4) for k in variants if k != "plain"},
-                     "forward_only_s": round(forwards, 3), "floor_shared_pass": round(1 + forwards / sums["plain"], 4),
-                     "load_avg": round(os.getloadavg()[0], 2)})
+        rows.append(
+            {
+                "repeat": r,
+                **{f"{k}_cases_s": round(v, 3) for k, v in sums.items()},
+                **{f"ratio_{k}": round(sums[k] / sums["plain"], 4) for k in variants if k != "plain"},
+                **{f"ratio_whole_{k}": round(whole[k] / whole["plain"], 4) for k in variants if k != "plain"},
+                "forward_only_s": round(forwards, 3),
+                "floor_shared_pass": round(1 + forwards / sums["plain"], 4),
+                "load_avg": round(os.getloadavg()[0], 2),
+            }
+        )
         print(json.dumps(rows[-1]))
     summary: dict = {}
     for k in variants:
@@ -203,30 +217,52 @@ def main(argv: list | None = None) -> dict:
             continue
         ratios = [row[f"ratio_{k}"] for row in rows]
         summary[k] = {
-            "ratio_median": round(statistics.median(ratios), 4), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "ratio_median": round(statistics.median(ratios), 4),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
             "ratio_of_fastest": round(sum(fastest[k].values()) / sum(fastest["plain"].values()), 4),
             "ratio_whole_median": round(statistics.median(row[f"ratio_whole_{k}"] for row in rows), 4),
         }
     floors = [row["floor_shared_pass"] for row in rows]
-    summary["floor_shared_pass"] = {"ratio_median": round(statistics.median(floors), 4), "ratio_min": min(floors),
-                                    "ratio_max": max(floors)}
+    summary["floor_shared_pass"] = {
+        "ratio_median": round(statistics.median(floors), 4),
+        "ratio_min": min(floors),
+        "ratio_max": max(floors),
+    }
     result = {
-        "cases": args.cases, "timed_cases": len(timed), "block": args.block, "repeats": args.repeats,
-        "analyzers": ANALYZERS, **summary,
-        "ms_per_case_median": {name: round(1000 * statistics.median(row[f"{name}_cases_s"] for row in rows)
-                                           / len(timed), 2) for name in variants},
+        "cases": args.cases,
+        "timed_cases": len(timed),
+        "block": args.block,
+        "repeats": args.repeats,
+        "analyzers": ANALYZERS,
+        **summary,
+        "ms_per_case_median": {
+            name: round(1000 * statistics.median(row[f"{name}_cases_s"] for row in rows) / len(timed), 2)
+            for name in variants
+        },
         "fastest_ms_per_case": {name: round(1000 * sum(v.values()) / len(timed), 2) for name, v in fastest.items()},
         "rows": rows,
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
-                    "cpus": os.cpu_count(), "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "cpus": os.cpu_count(),
+            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+        },
     }
     _drop_stores()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("capture", "shared_pass", "floor_shared_pass", "ms_per_case_median",
-                                             "fastest_ms_per_case")}))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in ("capture", "shared_pass", "floor_shared_pass", "ms_per_case_median", "fastest_ms_per_case")
+            }
+        )
+    )
     return result
 
 

@@ -63,8 +63,9 @@ def build_store(url: str, n: int, seed: int) -> dict:
     rng = random.Random(seed + 1)
     ids = [r.id for r in S.list_trajectories(store=store, limit=n).rows]
     for tid in rng.sample(ids, max(1, n // 20)):
-        S.set_label(tid, rng.choice(["pass", "fail"]), failure_mode=rng.choice(["wrong_tool", "looping", None]),
-                    store=store)
+        S.set_label(
+            tid, rng.choice(["pass", "fail"]), failure_mode=rng.choice(["wrong_tool", "looping", None]), store=store
+        )
     if store.dialect == "sqlite":
         from sqlalchemy import text
 
@@ -75,8 +76,13 @@ def build_store(url: str, n: int, seed: int) -> dict:
 
 def stats(xs: list) -> dict:
     xs = sorted(xs)
-    return {"p50_s": round(statistics.median(xs), 3), "p95_s": round(xs[int(0.95 * (len(xs) - 1))], 3),
-            "max_s": round(xs[-1], 3), "min_s": round(xs[0], 3), "reps": len(xs)}
+    return {
+        "p50_s": round(statistics.median(xs), 3),
+        "p95_s": round(xs[int(0.95 * (len(xs) - 1))], 3),
+        "max_s": round(xs[-1], 3),
+        "min_s": round(xs[0], 3),
+        "reps": len(xs),
+    }
 
 
 def main(argv=None) -> int:
@@ -138,21 +144,38 @@ def main(argv=None) -> int:
                 ctx.close()
                 return dt
 
-            traj_ready = "[class*='st-key-step-'], [data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
+            traj_ready = (
+                "[class*='st-key-step-'], [data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
+            )
             list_ready = "[data-testid='stDataFrame'] canvas"
             scenarios = {
                 "baseline_models_page": lambda: ("/models", "Models", "[data-testid='stTable']"),
                 "trajectories_all": lambda: ("/trajectories", "Trajectories", list_ready),
-                "trajectories_run_failures": lambda: (f"/trajectories?run={rng.choice(runs)}&outcome=fail",
-                                                      "Trajectories", list_ready),
-                "trajectories_sorted_by_latency": lambda: (f"/trajectories?run={rng.choice(runs)}&sort=latency",
-                                                           "Trajectories", list_ready),
-                f"trajectories_deep_page_{deep}": lambda: (f"/trajectories?run={rng.choice(runs)}&page={deep}",
-                                                           "Trajectories", list_ready),
-                "trajectories_text_search": lambda: (f"/trajectories?q=task+{rng.randrange(n_total)}%3A",
-                                                     "Trajectories", list_ready),
-                "trajectory_by_url": lambda: ((tid := rng.randrange(1, max_id + 1)) and f"/trajectory?id={tid}",
-                                              f"Trajectory {tid}", traj_ready),
+                "trajectories_run_failures": lambda: (
+                    f"/trajectories?run={rng.choice(runs)}&outcome=fail",
+                    "Trajectories",
+                    list_ready,
+                ),
+                "trajectories_sorted_by_latency": lambda: (
+                    f"/trajectories?run={rng.choice(runs)}&sort=latency",
+                    "Trajectories",
+                    list_ready,
+                ),
+                f"trajectories_deep_page_{deep}": lambda: (
+                    f"/trajectories?run={rng.choice(runs)}&page={deep}",
+                    "Trajectories",
+                    list_ready,
+                ),
+                "trajectories_text_search": lambda: (
+                    f"/trajectories?q=task+{rng.randrange(n_total)}%3A",
+                    "Trajectories",
+                    list_ready,
+                ),
+                "trajectory_by_url": lambda: (
+                    (tid := rng.randrange(1, max_id + 1)) and f"/trajectory?id={tid}",
+                    f"Trajectory {tid}",
+                    traj_ready,
+                ),
             }
             if args.only:
                 scenarios = {k: v for k, v in scenarios.items() if k in args.only.split(",")}
@@ -166,8 +189,11 @@ def main(argv=None) -> int:
                 results[name] = stats(times)
                 if boot.get(name):
                     results[name]["script_started_p50_s"] = round(statistics.median(boot[name]), 3)
-                print(f"  {name:34} p50 {results[name]['p50_s']:.3f} s  p95 {results[name]['p95_s']:.3f} s",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"  {name:34} p50 {results[name]['p50_s']:.3f} s  p95 {results[name]['p95_s']:.3f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
             # Inside the app: a row click on the list, then J to the next trajectory in the filter.
             click, nxt, missed = [], [], 0
@@ -181,8 +207,9 @@ def main(argv=None) -> int:
                 grid = page.locator("[data-testid='stDataFrame']").first.bounding_box()
                 t0 = time.perf_counter()
                 page.mouse.click(grid["x"] + 18, grid["y"] + 35 + 17)
-                page.wait_for_function(READY_JS, arg=[f"Trajectory {first[0].id}", traj_ready], polling=20,
-                                       timeout=60_000)
+                page.wait_for_function(
+                    READY_JS, arg=[f"Trajectory {first[0].id}", traj_ready], polling=20, timeout=60_000
+                )
                 dt_click = time.perf_counter() - t0
                 settle(page)
                 page.bring_to_front()
@@ -190,8 +217,9 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 page.keyboard.press("j")
                 try:
-                    page.wait_for_function(READY_JS, arg=[f"Trajectory {first[1].id}", traj_ready], polling=20,
-                                           timeout=15_000)
+                    page.wait_for_function(
+                        READY_JS, arg=[f"Trajectory {first[1].id}", traj_ready], polling=20, timeout=15_000
+                    )
                     dt_next = time.perf_counter() - t0
                 except Exception:  # a key the page never saw: counted, not timed
                     dt_next = None
@@ -205,8 +233,11 @@ def main(argv=None) -> int:
                 results["row_click_to_trajectory"] = stats(click)
                 results["next_trajectory_key_j"] = {**stats(nxt), "missed_keypresses": missed}
                 for name in ("row_click_to_trajectory", "next_trajectory_key_j"):
-                    print(f"  {name:34} p50 {results[name]['p50_s']:.3f} s  p95 {results[name]['p95_s']:.3f} s",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {name:34} p50 {results[name]['p50_s']:.3f} s  p95 {results[name]['p95_s']:.3f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             shared.close()
             browser.close()
     finally:
@@ -219,11 +250,15 @@ def main(argv=None) -> int:
                 r["over_baseline_p50_s"] = round(r["p50_s"] - base, 3)
     out = {
         "store": {"backend": store.dialect, "trajectories": n_total, "runs": len(runs), **built},
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_at_end": os.getloadavg()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_avg_at_end": os.getloadavg(),
+        },
         "ready_means": "script finished and content visible (table / last step and charts), from navigation start",
         "script_started_means": "when the page's script began, from navigation start: Streamlit's own boot "
-                                "(JavaScript bundle, websocket) before any evalrx code runs",
+        "(JavaScript bundle, websocket) before any evalrx code runs",
         "pages": results,
         "goal_s": GOAL_S,
         "goal_met_p50": all(v["p50_s"] < GOAL_S for v in results.values()),

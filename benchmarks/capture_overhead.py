@@ -56,22 +56,31 @@ def one_case(handle, case, variant: str, agent_kwargs: dict) -> dict:
     t1 = time.perf_counter()
     sources: dict = {}
     if variant != "plain":
-        results = analyze(handle, traj, ANALYZERS, tools=[t.to_openai() for t in tools],
-                          captures="auto" if variant == "capture" else None)
+        results = analyze(
+            handle,
+            traj,
+            ANALYZERS,
+            tools=[t.to_openai() for t in tools],
+            captures="auto" if variant == "capture" else None,
+        )
         sources = {name: result.info.get("source") for name, result in results.items()}
     t2 = time.perf_counter()
     return {"run": t1 - t0, "analysis": t2 - t1, "steps": [s.content for s in traj.steps], "sources": sources}
 
 
-def run_config(name: str, want: list, cases: list, repeats: int, rng: random.Random, max_turns: int,
-               max_new_tokens: int) -> dict:
+def run_config(
+    name: str, want: list, cases: list, repeats: int, rng: random.Random, max_turns: int, max_new_tokens: int
+) -> dict:
     """Every repeat runs each case three ways back to back (shuffled), so a burst of load hits all three."""
     import evalrx
     from evalrx.runner.analysis import with_capture
 
     handle = evalrx.load("evalrx-tiny", want=want, max_new_tokens=max_new_tokens)
-    kwargs = {"plain": {"max_turns": max_turns}, "teacher_forced": {"max_turns": max_turns},
-              "capture": with_capture({"max_turns": max_turns}, handle, ANALYZERS)}
+    kwargs = {
+        "plain": {"max_turns": max_turns},
+        "teacher_forced": {"max_turns": max_turns},
+        "capture": with_capture({"max_turns": max_turns}, handle, ANALYZERS),
+    }
     for case in cases[:2]:  # warm caches (tokenizer, template, hooks, imports) before timing
         for variant in VARIANTS:
             one_case(handle, case, variant, kwargs[variant])
@@ -96,17 +105,24 @@ def run_config(name: str, want: list, cases: list, repeats: int, rng: random.Ran
                 best[(i, v)] = min(best.get((i, v), seconds), seconds)
             if r == 0:
                 sources.update(f"{n}:{s}" for n, s in got["capture"]["sources"].items())
-        rows.append({
-            "repeat": r, **{v: round(totals[v], 3) for v in VARIANTS},
-            "capture_analysis_s": round(analysis["capture"], 3),
-            "teacher_forced_analysis_s": round(analysis["teacher_forced"], 3),
-            "ratio_capture": round(totals["capture"] / totals["plain"], 4),
-            "ratio_teacher_forced": round(totals["teacher_forced"] / totals["plain"], 4),
-            "load_avg": round(os.getloadavg()[0], 2),
-        })
+        rows.append(
+            {
+                "repeat": r,
+                **{v: round(totals[v], 3) for v in VARIANTS},
+                "capture_analysis_s": round(analysis["capture"], 3),
+                "teacher_forced_analysis_s": round(analysis["teacher_forced"], 3),
+                "ratio_capture": round(totals["capture"] / totals["plain"], 4),
+                "ratio_teacher_forced": round(totals["teacher_forced"] / totals["plain"], 4),
+                "load_avg": round(os.getloadavg()[0], 2),
+            }
+        )
         print(name, json.dumps(rows[-1]), flush=True)
-    out: dict = {"attn_implementation": handle.model.config._attn_implementation, "want": want,
-                 "same_trajectories": same, "sources": dict(sorted(sources.items()))}
+    out: dict = {
+        "attn_implementation": handle.model.config._attn_implementation,
+        "want": want,
+        "same_trajectories": same,
+        "sources": dict(sorted(sources.items())),
+    }
     for key in ("ratio_capture", "ratio_teacher_forced"):
         values = [row[key] for row in rows]
         out[f"{key}_median"] = round(statistics.median(values), 4)
@@ -144,13 +160,24 @@ def main(argv: list | None = None) -> dict:
     rng = random.Random(0)
     cases = rng.sample(load_cases("demo"), args.cases)
     result = {
-        "cases": args.cases, "repeats": args.repeats, "analyzers": ANALYZERS, "max_turns": args.max_turns,
-        "max_new_tokens": args.max_new_tokens, "level": "library (run_case + analyze; no worker, no store)",
-        "configs": {name: run_config(name, CONFIGS[name], cases, args.repeats, rng, args.max_turns,
-                                     args.max_new_tokens) for name in args.configs},
+        "cases": args.cases,
+        "repeats": args.repeats,
+        "analyzers": ANALYZERS,
+        "max_turns": args.max_turns,
+        "max_new_tokens": args.max_new_tokens,
+        "level": "library (run_case + analyze; no worker, no store)",
+        "configs": {
+            name: run_config(name, CONFIGS[name], cases, args.repeats, rng, args.max_turns, args.max_new_tokens)
+            for name in args.configs
+        },
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
-                    "cpus": os.cpu_count(), "load_avg_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "cpus": os.cpu_count(),
+            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+        },
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

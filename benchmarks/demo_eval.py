@@ -30,6 +30,7 @@ from evalrx.tools import get_tools
 
 RESULTS = Path(__file__).with_name("results") / "demo_eval.json"
 
+
 def classify_failure(traj: Trajectory, case: FailureCase, tools: dict) -> str:
     """The failure kind the library's reference source gives a failed run (see `evalrx.core.failures`)."""
     from evalrx.diagnosis import from_reference
@@ -61,25 +62,33 @@ def evaluate(handle: Any, cases: list, max_turns: int, progress: bool = True) ->
     def on_result(case: FailureCase, traj: Trajectory) -> None:
         label = grade_trajectory(traj, case)
         kind = None if label is Label.PASS else classify_failure(traj, case, reference_tools)
-        rows.append({
-            "id": case.id,
-            "suite": case.meta.get("suite"),
-            "task_type": case.meta.get("task_type"),
-            "difficulty": case.meta.get("difficulty"),
-            "label": label.value,
-            "failure_kind": kind,
-            "final_answer": traj.final_answer,
-            "expected": case.expected,
-            "n_tool_calls": traj.metrics.get("n_tool_calls"),
-            "terminated": traj.terminated,
-            "trajectory": traj.to_dict(),
-        })
+        rows.append(
+            {
+                "id": case.id,
+                "suite": case.meta.get("suite"),
+                "task_type": case.meta.get("task_type"),
+                "difficulty": case.meta.get("difficulty"),
+                "label": label.value,
+                "failure_kind": kind,
+                "final_answer": traj.final_answer,
+                "expected": case.expected,
+                "n_tool_calls": traj.metrics.get("n_tool_calls"),
+                "terminated": traj.terminated,
+                "trajectory": traj.to_dict(),
+            }
+        )
         if bar is not None:
             bar.update(1)
 
     t0 = time.perf_counter()
-    run_batch(handle, cases, tools_factory=lambda case: get_tools(tool_names, case), max_turns=max_turns,
-              concurrency=1, on_result=on_result)
+    run_batch(
+        handle,
+        cases,
+        tools_factory=lambda case: get_tools(tool_names, case),
+        max_turns=max_turns,
+        concurrency=1,
+        on_result=on_result,
+    )
     seconds = time.perf_counter() - t0
     if bar is not None:
         bar.close()
@@ -95,8 +104,12 @@ def summarize(rows: list, seconds: float) -> dict:
             sub = [r for r in rows if r[key] == value]
             solved = sum(r["label"] == "pass" for r in sub)
             kinds = collections.Counter(r["failure_kind"] for r in sub if r["failure_kind"])
-            out[str(value)] = {"n": len(sub), "solved": solved, "solve_rate": _rate(solved, len(sub)),
-                               "failure_kinds": dict(kinds.most_common())}
+            out[str(value)] = {
+                "n": len(sub),
+                "solved": solved,
+                "solve_rate": _rate(solved, len(sub)),
+                "failure_kinds": dict(kinds.most_common()),
+            }
         return out
 
     solved = sum(r["label"] == "pass" for r in rows)
@@ -104,8 +117,9 @@ def summarize(rows: list, seconds: float) -> dict:
     examples: dict = collections.defaultdict(list)
     for r in rows:
         if r["failure_kind"] and len(examples[r["failure_kind"]]) < 3:
-            examples[r["failure_kind"]].append({"id": r["id"], "final_answer": r["final_answer"],
-                                                "expected": r["expected"]})
+            examples[r["failure_kind"]].append(
+                {"id": r["id"], "final_answer": r["final_answer"], "expected": r["expected"]}
+            )
     return {
         "n_cases": len(rows),
         "solved": solved,
@@ -149,17 +163,25 @@ def main(argv: list | None = None) -> dict:
     load_s = time.perf_counter() - t_load
     rows, summary = evaluate(handle, cases, args.max_turns, progress=not args.no_progress)
     model_dir = Path(args.checkpoint or evalrx.get_spec("evalrx-tiny").hf_repo)
-    summary.update({
-        "suite": args.suite,
-        "max_turns": args.max_turns,
-        "max_new_tokens": args.max_new_tokens,
-        "checkpoint": str(model_dir.relative_to(Path.cwd())) if model_dir.is_relative_to(Path.cwd()) else str(model_dir),
-        "model_dir_bytes": sum(p.stat().st_size for p in model_dir.glob("*") if p.is_file()),
-        "load_seconds": round(load_s, 2),
-        "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
-                    "cpus": os.cpu_count()},
-    })
+    summary.update(
+        {
+            "suite": args.suite,
+            "max_turns": args.max_turns,
+            "max_new_tokens": args.max_new_tokens,
+            "checkpoint": str(model_dir.relative_to(Path.cwd()))
+            if model_dir.is_relative_to(Path.cwd())
+            else str(model_dir),
+            "model_dir_bytes": sum(p.stat().st_size for p in model_dir.glob("*") if p.is_file()),
+            "load_seconds": round(load_s, 2),
+            "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "threads": args.threads,
+                "cpus": os.cpu_count(),
+            },
+        }
+    )
     out = Path(args.out)
     results = json.loads(out.read_text()) if out.is_file() else {}
     results[args.key] = summary

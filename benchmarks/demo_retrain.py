@@ -60,8 +60,10 @@ def main(argv: list | None = None) -> dict:
         retrained = Path(tempfile.mkdtemp(prefix="evalrx_retrain_")) / "model"
         t0 = time.perf_counter()
         # Records go to a throwaway suffix so the committed train_config.json stays as it is.
-        subprocess.run([sys.executable, "-m", "evalrx.demo.train", "--out", str(retrained),
-                        "--record-suffix", "_retrain"], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "evalrx.demo.train", "--out", str(retrained), "--record-suffix", "_retrain"],
+            check=True,
+        )
         train_seconds = round(time.perf_counter() - t0, 1)
     torch.set_num_threads(args.threads)
     cases = load_cases("demo")
@@ -83,13 +85,26 @@ def main(argv: list | None = None) -> dict:
     }
     if args.train_log:
         text = Path(args.train_log).read_text(encoding="utf-8")
-        result["retrain_summary"] = json.loads(text[text.rindex("\n{") + 1:])  # the JSON the script prints last
+        result["retrain_summary"] = json.loads(text[text.rindex("\n{") + 1 :])  # the JSON the script prints last
         result["train_seconds"] = result["train_seconds"] or result["retrain_summary"]["train_seconds"]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("committed_solve_rate", "retrained_solve_rate", "difference_points",
-                                             "cases_with_same_outcome", "weights_bit_identical")}, indent=1))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "committed_solve_rate",
+                    "retrained_solve_rate",
+                    "difference_points",
+                    "cases_with_same_outcome",
+                    "weights_bit_identical",
+                )
+            },
+            indent=1,
+        )
+    )
     return result
 
 

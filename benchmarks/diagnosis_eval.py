@@ -36,12 +36,16 @@ from pathlib import Path
 RESULTS = Path(__file__).with_name("results")
 PREVIOUS = RESULTS / "previous_classifier_kinds.json"
 # Finer kinds the library's reference source may name where the old classifier had a coarser one.
-REFINEMENTS = {("bad_arguments", "misread_observation"), ("wrong_tool", "unknown_tool"),
-               ("wrong_tool", "unneeded_tool_call")}
+REFINEMENTS = {
+    ("bad_arguments", "misread_observation"),
+    ("wrong_tool", "unknown_tool"),
+    ("wrong_tool", "unneeded_tool_call"),
+}
 
 
-def run_demo(url: str, suite: str, limit: int, max_turns: int, max_new_tokens: int,
-             analyzers: tuple = ()) -> tuple[int, float]:
+def run_demo(
+    url: str, suite: str, limit: int, max_turns: int, max_new_tokens: int, analyzers: tuple = ()
+) -> tuple[int, float]:
     """Queue the demo model on `suite` and run it with one worker; returns (run id, seconds)."""
     import evalrx.store as S
     from evalrx.config import ModelConfig, RunConfig
@@ -53,8 +57,9 @@ def run_demo(url: str, suite: str, limit: int, max_turns: int, max_new_tokens: i
     cases = load_cases(suite)
     if limit:
         cases = cases[:limit]
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=max_turns,
-                    analyzers=list(analyzers))
+    cfg = RunConfig(
+        model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=max_turns, analyzers=list(analyzers)
+    )
     run_id = enqueue_run(cfg, cases, name="diagnosis eval", runtime={"max_new_tokens": max_new_tokens}, store=store)
     t0 = time.perf_counter()
     Worker(store, exit_when_idle=True, poll_s=0.05).run()
@@ -91,7 +96,9 @@ def evaluate(url: str, run_id: int) -> dict:
             whitebox["proposed"] += 1
             whitebox["same_step"] += bool(reference) and d.first_wrong_step == reference.first_wrong_step
             whitebox["same_kind_and_step"] += bool(reference) and (d.kind, d.first_wrong_step) == (
-                reference.kind, reference.first_wrong_step)
+                reference.kind,
+                reference.first_wrong_step,
+            )
         rules = diagnose(detail.trajectory, use_reference=False)
         rule_kind = rules[0].kind if rules else None
         ref_kind = reference.kind if reference else None
@@ -109,8 +116,10 @@ def evaluate(url: str, run_id: int) -> dict:
                 disagreements.append({"case": row.sample_id, "previous": old, "reference": ref_kind})
     n = len(rows)
     kinds = sorted({k for pair in confusion for k in pair if k}, key=str)
-    matrix = {ref: {rule or "none": confusion[(ref, rule)] for rule in kinds + [None] if confusion[(ref, rule)]}
-              for ref in kinds}
+    matrix = {
+        ref: {rule or "none": confusion[(ref, rule)] for rule in kinds + [None] if confusion[(ref, rule)]}
+        for ref in kinds
+    }
     precision = {}
     for kind in kinds:
         proposed = sum(v for (ref, rule), v in confusion.items() if rule == kind)
@@ -120,11 +129,20 @@ def evaluate(url: str, run_id: int) -> dict:
     return {
         "n_failures": n,
         "with_diagnosis_and_first_wrong_step": covered,
-        "previous_classifier": {"compared": compared, "same_kind": agree, "refined": refined,
-                                "disagree": len(disagreements), "disagreements": disagreements,
-                                "refinements": refinements},
-        "rules_only": {"recovered": recovered, "recovery_rate": round(recovered / n, 4) if n else None,
-                       "confusion_reference_by_rules": matrix, "precision_by_rule": precision},
+        "previous_classifier": {
+            "compared": compared,
+            "same_kind": agree,
+            "refined": refined,
+            "disagree": len(disagreements),
+            "disagreements": disagreements,
+            "refinements": refinements,
+        },
+        "rules_only": {
+            "recovered": recovered,
+            "recovery_rate": round(recovered / n, 4) if n else None,
+            "confusion_reference_by_rules": matrix,
+            "precision_by_rule": precision,
+        },
         "top_kinds": S.failure_kind_counts(run_id, store=store),
         "whitebox_vs_reference": dict(whitebox),
     }
@@ -137,10 +155,16 @@ def main(argv: list | None = None) -> dict:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--whitebox", action="store_true",
-                        help="also run logit_lens and tool_decision, and score the white-box signs against the reference")
-    parser.add_argument("--out", default=None, help="default: results/diagnosis_eval.json "
-                        "(diagnosis_eval_whitebox.json with --whitebox)")
+    parser.add_argument(
+        "--whitebox",
+        action="store_true",
+        help="also run logit_lens and tool_decision, and score the white-box signs against the reference",
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="default: results/diagnosis_eval.json (diagnosis_eval_whitebox.json with --whitebox)",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -154,18 +178,29 @@ def main(argv: list | None = None) -> dict:
         import evalrx.store as S
 
         S.forget(url)
-    result.update({
-        "suite": args.suite, "limit": args.limit, "max_turns": args.max_turns, "run_seconds": round(seconds, 1),
-        "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "torch": torch.__version__, "threads": args.threads,
-                    "cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()]},
-    })
+    result.update(
+        {
+            "suite": args.suite,
+            "limit": args.limit,
+            "max_turns": args.max_turns,
+            "run_seconds": round(seconds, 1),
+            "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "threads": args.threads,
+                "cpus": os.cpu_count(),
+                "load_avg": [round(x, 2) for x in os.getloadavg()],
+            },
+        }
+    )
     out = Path(args.out or RESULTS / ("diagnosis_eval_whitebox.json" if args.whitebox else "diagnosis_eval.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     brief = {k: result[k] for k in ("n_failures", "with_diagnosis_and_first_wrong_step", "top_kinds")}
-    brief["previous_classifier"] = {k: v for k, v in result["previous_classifier"].items()
-                                    if k not in ("disagreements", "refinements")}
+    brief["previous_classifier"] = {
+        k: v for k, v in result["previous_classifier"].items() if k not in ("disagreements", "refinements")
+    }
     brief["rules_only"] = {k: result["rules_only"][k] for k in ("recovered", "recovery_rate")}
     brief["whitebox_vs_reference"] = result["whitebox_vs_reference"]
     print(json.dumps(brief, indent=1))

@@ -91,11 +91,21 @@ def template_sample(work: Path) -> tuple[dict, dict]:
         out.usage = ModelUsage(input_tokens=120, output_tokens=16, total_tokens=136)
         return out
 
-    task = Task(dataset=[Sample(id="template", input="What is the value of a?", target="42")],
-                solver=[use_tools(lookup()), generate()], scorer=includes(), name="import_bench")
+    task = Task(
+        dataset=[Sample(id="template", input="What is the value of a?", target="42")],
+        solver=[use_tools(lookup()), generate()],
+        scorer=includes(),
+        name="import_bench",
+    )
     with ThreadPoolExecutor(1) as pool:
-        logs = pool.submit(inspect_eval, task, model="mockllm/model", model_args={"custom_outputs": model},
-                           log_dir=str(work / "template"), display="none").result()
+        logs = pool.submit(
+            inspect_eval,
+            task,
+            model="mockllm/model",
+            model_args={"custom_outputs": model},
+            log_dir=str(work / "template"),
+            display="none",
+        ).result()
     assert logs[0].status == "success", logs[0].error
     (path,) = (work / "template").glob("*.eval")
     with zipfile.ZipFile(path) as zf:  # inspect_ai is imported: its patch lets zipfile read its entries
@@ -131,8 +141,9 @@ def import_once(log: Path, work: Path, i: int) -> dict:
     db = work / f"bench-{log.stem}-{i}.sqlite"
     S.upgrade(f"sqlite:///{db}")
     S.forget(f"sqlite:///{db}")
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(ROOT), str(log), str(db)], capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(ROOT), str(log), str(db)], capture_output=True, text=True, check=False
+    )
     if done.returncode != 0:
         raise SystemExit(f"import failed:\n{done.stderr[-3000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
@@ -145,9 +156,13 @@ def import_once(log: Path, work: Path, i: int) -> dict:
 
 def summary(values: list) -> dict:
     med = statistics.median(values)
-    return {"median": round(med, 3), "min": round(min(values), 3), "max": round(max(values), 3),
-            "spread_pct": round(100 * (max(values) - min(values)) / med, 1) if med else None,
-            "values": [round(v, 3) for v in values]}
+    return {
+        "median": round(med, 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "spread_pct": round(100 * (max(values) - min(values)) / med, 1) if med else None,
+        "values": [round(v, 3) for v in values],
+    }
 
 
 def main(argv=None) -> int:
@@ -163,32 +178,44 @@ def main(argv=None) -> int:
         work = Path(tmp)
         sample, start = template_sample(work)
         results = {}
-        for compression in (["zstd", "deflate"] if args.compression == "both" else [args.compression]):
+        for compression in ["zstd", "deflate"] if args.compression == "both" else [args.compression]:
             log = work / f"bench-{compression}.eval"
             t0 = time.perf_counter()
             sizes = build_log(log, sample, start, args.samples, compression, args.sample_kb)
             runs = [import_once(log, work, i) for i in range(args.repeats)]
             assert all(r["n"] == args.samples and r["format"] == "inspect-eval" for r in runs), runs
             results[compression] = {
-                **sizes, "build_s": round(time.perf_counter() - t0 - sum(r["seconds"] for r in runs), 2),
+                **sizes,
+                "build_s": round(time.perf_counter() - t0 - sum(r["seconds"] for r in runs), 2),
                 "samples_per_s": summary([r["samples_per_s"] for r in runs]),
                 "seconds": summary([r["seconds"] for r in runs]),
                 "peak_rss_mb": summary([r["peak_rss_mb"] for r in runs]),
                 "rss_before_import_mb": summary([r["rss_before_import_mb"] for r in runs]),
                 "db_mb": runs[-1]["db_mb"],
             }
-            print(f"{compression}: {args.samples} samples ({sizes['samples_mb']} MB of JSON, "
-                  f"{sizes['compressed_mb']} MB zipped): {results[compression]['samples_per_s']['median']:.0f} "
-                  f"samples/s, peak RSS {results[compression]['peak_rss_mb']['max']:.0f} MB "
-                  f"(spread {results[compression]['samples_per_s']['spread_pct']}%)", flush=True)
+            print(
+                f"{compression}: {args.samples} samples ({sizes['samples_mb']} MB of JSON, "
+                f"{sizes['compressed_mb']} MB zipped): {results[compression]['samples_per_s']['median']:.0f} "
+                f"samples/s, peak RSS {results[compression]['peak_rss_mb']['max']:.0f} MB "
+                f"(spread {results[compression]['samples_per_s']['spread_pct']}%)",
+                flush=True,
+            )
     import inspect_ai
 
     report = {
-        "benchmark": "import_eval", "samples": args.samples, "sample_kb": args.sample_kb, "repeats": args.repeats,
+        "benchmark": "import_eval",
+        "samples": args.samples,
+        "sample_kb": args.sample_kb,
+        "repeats": args.repeats,
         "results": results,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "load_avg_at_start": load_start, "load_avg_at_end": os.getloadavg(),
-                    "inspect_ai": inspect_ai.__version__},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_avg_at_start": load_start,
+            "load_avg_at_end": os.getloadavg(),
+            "inspect_ai": inspect_ai.__version__,
+        },
         "note": "each import in a fresh child process into a fresh SQLite store; peak RSS is the child's VmHWM",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -49,12 +49,34 @@ RESULTS = Path(__file__).with_name("results") / "lens.json"
 
 SYSTEM = "You are a careful research assistant. Use the tools to find facts, then answer briefly."
 TOOLS = [
-    {"type": "function", "function": {"name": "search", "description": "Search the web and return the top passages.",
-     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}},
-    {"type": "function", "function": {"name": "lookup", "description": "Look a key up in the facts table.",
-     "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}}},
-    {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
-     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web and return the top passages.",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a key up in the facts table.",
+            "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    },
 ]
 QUESTION = "What is the population density of Lyon, in people per square kilometre? Check the sources."
 CALLS = [
@@ -102,8 +124,13 @@ def build_model(device: str, dtype: str):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048,
+        vocab_size=32000,
+        hidden_size=512,
+        intermediate_size=1376,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        max_position_embeddings=2048,
         tie_word_embeddings=False,
     )
     torch.manual_seed(0)
@@ -149,7 +176,9 @@ def tuned_lens_stats(model, lens, ids, positions, targets, k, *, at_positions_on
             ent = torch.special.entr(lp.exp()).sum(-1)
             chosen = lp.gather(-1, tgt.view(-1, 1)).squeeze(-1)
             rank = (lp > chosen.unsqueeze(-1)).sum(-1)
-            result.append((idx.cpu().numpy(), vals.cpu().numpy(), ent.cpu().numpy(), chosen.cpu().numpy(), rank.cpu().numpy()))
+            result.append(
+                (idx.cpu().numpy(), vals.cpu().numpy(), ent.cpu().numpy(), chosen.cpu().numpy(), rank.cpu().numpy())
+            )
     return result
 
 
@@ -212,7 +241,9 @@ def main() -> None:
         "plain_forward": plain,
         "evalrx": lambda: analyzer.run_trajectory(handle, traj, tools=TOOLS, system=SYSTEM),
         "tuned_lens": lambda: tuned_lens_stats(model, lens, ids, positions, targets, 10, at_positions_only=False),
-        "tuned_lens_at_positions": lambda: tuned_lens_stats(model, lens, ids, positions, targets, 10, at_positions_only=True),
+        "tuned_lens_at_positions": lambda: tuned_lens_stats(
+            model, lens, ids, positions, targets, 10, at_positions_only=True
+        ),
         "evalrx_plan_only": lambda: plan_trajectory(tok, traj, tools=TOOLS, system=SYSTEM, renderer=handle),
         "evalrx_compute_only": lambda: lens_on_ids(local, ids, positions, 10),
     }
@@ -230,6 +261,7 @@ def main() -> None:
             _sync(args.device)
             samples[name].append(time.perf_counter() - t0)
     med = {name: statistics.median(v) for name, v in samples.items()}
+
     # Ratios of the runs of one round, then their median: load from other processes drifts
     # slowly, so neighbours in time see the same load (shared machines).
     def paired(a: str, b: str) -> float:
@@ -265,10 +297,22 @@ def main() -> None:
             "torch_threads": torch.get_num_threads(),
             "load_average_before_after": [load_before, list(os.getloadavg()) if hasattr(os, "getloadavg") else None],
         },
-        "model": {"arch": "llama", "layers": n_layers, "hidden": 512, "intermediate": 1376, "vocab": vocab,
-                  "dtype": args.dtype, "random_init": True},
-        "trajectory": {"tokens": n_tokens, "tool_calls": len(CALLS), "decision_positions": len(positions),
-                       "positions_by_kind": kinds, "plan": reference.info["plan"]["mode"]},
+        "model": {
+            "arch": "llama",
+            "layers": n_layers,
+            "hidden": 512,
+            "intermediate": 1376,
+            "vocab": vocab,
+            "dtype": args.dtype,
+            "random_init": True,
+        },
+        "trajectory": {
+            "tokens": n_tokens,
+            "tool_calls": len(CALLS),
+            "decision_positions": len(positions),
+            "positions_by_kind": kinds,
+            "plan": reference.info["plan"]["mode"],
+        },
         "top_k": 10,
         "repeats": args.repeats,
         "seconds_median": {k: round(v, 5) for k, v in med.items()},
@@ -280,8 +324,11 @@ def main() -> None:
             "evalrx_compute_only_over_plain": round(paired("evalrx_compute_only", "plain_forward"), 3),
             "how": "median over rounds of the ratio within each round (variants interleaved)",
         },
-        "same_output": {"topk_logprob_max_abs_diff": max_diff, "topk_ids_agreement": ids_agree,
-                        "entropy_max_abs_diff": ent_diff},
+        "same_output": {
+            "topk_logprob_max_abs_diff": max_diff,
+            "topk_ids_agreement": ids_agree,
+            "entropy_max_abs_diff": ent_diff,
+        },
         "storage_bytes": {
             "evalrx_stored": stored,
             "full_vocab_fp32_at_positions": full_at_positions,
@@ -296,11 +343,11 @@ def main() -> None:
         "tuned_lens": {
             "package": "tuned-lens 0.2.0, installed with --no-deps (only LogitLens is used)",
             "method": "PredictionTrajectory.from_lens_and_model's loop: LogitLens.forward(h, i) + log_softmax over "
-                      "all positions per layer, model log-probs for the last layer; the final numpy copy is skipped",
+            "all positions per layer, model log-probs for the last layer; the final numpy copy is skipped",
             "note": tuned_lens_note,
         },
         "why_evalrx_is_cheaper": "the lens runs only at decision positions, all layers stacked in one matmul per "
-                                 "block, and the pass asks the model for logits only there (logits_to_keep)",
+        "block, and the pass asks the model for logits only there (logits_to_keep)",
     }
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.exists() else {}
@@ -310,7 +357,12 @@ def main() -> None:
     data["runs"][key] = entry
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
-    print(json.dumps({k: entry[k] for k in ("trajectory", "seconds_median", "ratios", "same_output", "storage_bytes", "goals")}, indent=2))
+    print(
+        json.dumps(
+            {k: entry[k] for k in ("trajectory", "seconds_median", "ratios", "same_output", "storage_bytes", "goals")},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,12 @@ def fill(store, n: int, seed: int) -> tuple[int, int]:
     from evalrx.store import schema as t
 
     rng = random.Random(seed)
-    cases = [FailureCase(inputs=Inputs(prompt=f"Task {i}"), id=f"case-{i:07d}", expected=str(i % 97),
-                         grader={"kind": "normalized"}) for i in range(n)]
+    cases = [
+        FailureCase(
+            inputs=Inputs(prompt=f"Task {i}"), id=f"case-{i:07d}", expected=str(i % 97), grader={"kind": "normalized"}
+        )
+        for i in range(n)
+    ]
     passed_a = [rng.random() < 0.6 for _ in range(n)]
     # B fixes 15% of A's failures and breaks 8% of its passes.
     passed_b = [(rng.random() >= 0.08) if p else (rng.random() < 0.15) for p in passed_a]
@@ -52,10 +56,12 @@ def fill(store, n: int, seed: int) -> tuple[int, int]:
     for name, passed in (("A", passed_a), ("B", passed_b)):
         t0 = time.perf_counter()
         with store.write() as s:
-            run_id = R.create_run(s, name=f"bench {name}", config={"model": {"name": f"model-{name}"}},
-                                  cases=cases, status="done")
-            case_ids = dict(s.execute(select(t.RunCase.position, t.RunCase.case_id)
-                                      .where(t.RunCase.run_id == run_id)).all())
+            run_id = R.create_run(
+                s, name=f"bench {name}", config={"model": {"name": f"model-{name}"}}, cases=cases, status="done"
+            )
+            case_ids = dict(
+                s.execute(select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id)).all()
+            )
         for start in range(0, n, 2000):
             with store.write() as s:
                 scores, diags = [], []
@@ -63,26 +69,55 @@ def fill(store, n: int, seed: int) -> tuple[int, int]:
                     turns = rng.randint(1, 5) + (0 if passed[i] else rng.randint(0, 2))
                     steps = [Step(0, StepRole.USER, cases[i].inputs.prompt)]
                     for k in range(turns - 1):
-                        steps.append(Step(len(steps), StepRole.ACTOR, "", tool_calls=[
-                            {"name": "lookup", "args": {"q": f"x{k}"}}], span={"latency_ms": 10.0}))
+                        steps.append(
+                            Step(
+                                len(steps),
+                                StepRole.ACTOR,
+                                "",
+                                tool_calls=[{"name": "lookup", "args": {"q": f"x{k}"}}],
+                                span={"latency_ms": 10.0},
+                            )
+                        )
                         steps.append(Step(len(steps), StepRole.TOOL, "lookup", observation=f"r{k}"))
                     steps.append(Step(len(steps), StepRole.ACTOR, "The answer.", span={"latency_ms": 10.0}))
-                    traj = Trajectory(sample_id=cases[i].id, goal=cases[i].inputs.prompt, steps=steps,
-                                      final_answer="The answer.", outcome=Label.PASS if passed[i] else Label.FAIL,
-                                      metrics={"terminated": "final"})
+                    traj = Trajectory(
+                        sample_id=cases[i].id,
+                        goal=cases[i].inputs.prompt,
+                        steps=steps,
+                        final_answer="The answer.",
+                        outcome=Label.PASS if passed[i] else Label.FAIL,
+                        metrics={"terminated": "final"},
+                    )
                     tid = R.save_trajectory(s, run_id, case_ids[i], traj)
-                    scores.append({"trajectory_id": tid, "name": "tool_margin",
-                                   "value": rng.gauss(3.0 if passed[i] else 1.5, 1.0)})
+                    scores.append(
+                        {
+                            "trajectory_id": tid,
+                            "name": "tool_margin",
+                            "value": rng.gauss(3.0 if passed[i] else 1.5, 1.0),
+                        }
+                    )
                     if not passed[i]:
                         kind = rng.choice(KINDS)
-                        diags.append({"trajectory_id": tid, "rank": 0, "kind": kind, "first_wrong_step": 1,
-                                      "evidence": {}, "confidence": 0.8, "source": "rules"})
+                        diags.append(
+                            {
+                                "trajectory_id": tid,
+                                "rank": 0,
+                                "kind": kind,
+                                "first_wrong_step": 1,
+                                "evidence": {},
+                                "confidence": 0.8,
+                                "source": "rules",
+                            }
+                        )
                 s.execute(insert(t.TrajectoryScore.__table__), scores)
                 if diags:
                     s.execute(insert(t.DiagnosisRow.__table__), diags)
                     for d in diags:
-                        s.execute(t.Trajectory.__table__.update().where(t.Trajectory.id == d["trajectory_id"])
-                                  .values(failure_kind=d["kind"]))
+                        s.execute(
+                            t.Trajectory.__table__.update()
+                            .where(t.Trajectory.id == d["trajectory_id"])
+                            .values(failure_kind=d["kind"])
+                        )
         print(f"  run {name}: {n} trajectories in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         ids.append(run_id)
     return ids[0], ids[1]
@@ -106,8 +141,9 @@ def page_times(url: str, a: int, b: int, reps: int) -> dict:
                 page = ctx.new_page()
                 t0 = time.perf_counter()
                 page.goto(f"{server.url}/compare?a={a}&b={b}")
-                page.wait_for_function(READY_JS, arg=["Compare", "[data-testid='stMetric']"], polling=20,
-                                       timeout=120_000)
+                page.wait_for_function(
+                    READY_JS, arg=["Compare", "[data-testid='stMetric']"], polling=20, timeout=120_000
+                )
                 if i:
                     times.append(time.perf_counter() - t0)
                 page.close()
@@ -161,23 +197,48 @@ def main(argv=None) -> int:
             timings[name].append(time.perf_counter() - t0)
         loads.append(os.getloadavg()[0])
     page = None if args.no_page else page_times(url, a, b, args.reps)
-    summary = {k: {"p50_s": round(statistics.median(v), 3), "p95_s": round(sorted(v)[int(0.95 * (len(v) - 1))], 3),
-                   "min_s": round(min(v), 3), "max_s": round(max(v), 3)} for k, v in timings.items()}
+    summary = {
+        k: {
+            "p50_s": round(statistics.median(v), 3),
+            "p95_s": round(sorted(v)[int(0.95 * (len(v) - 1))], 3),
+            "min_s": round(min(v), 3),
+            "max_s": round(max(v), 3),
+        }
+        for k, v in timings.items()
+    }
     result = {
         "trajectories_per_run": args.n,
         "reps": args.reps,
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_per_rep": loads},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_avg_per_rep": loads,
+        },
         "timings": summary,
         "compare_page": page,
-        "comparison": {k: out[k] for k in ("n_paired", "both_pass", "both_fail", "regressions", "fixes",
-                                          "mcnemar_p", "diff", "diff_ci_low", "diff_ci_high")},
+        "comparison": {
+            k: out[k]
+            for k in (
+                "n_paired",
+                "both_pass",
+                "both_fail",
+                "regressions",
+                "fixes",
+                "mcnemar_p",
+                "diff",
+                "diff_ci_low",
+                "diff_ci_high",
+            )
+        },
         "strongest_predictor": table[0] if table else None,
         "goals": {"compare_p50_s": 1.5, "predictors_p50_s": 2.0},
-        "goals_met": {"compare_runs": summary["compare_runs"]["p50_s"] <= 1.5,
-                      "compare_cli": summary["compare_cli"]["p50_s"] <= 1.5,
-                      "predictor_table": summary["predictor_table"]["p50_s"] <= 2.0,
-                      "compare_page": None if page is None else page["p50_s"] <= 1.5},
+        "goals_met": {
+            "compare_runs": summary["compare_runs"]["p50_s"] <= 1.5,
+            "compare_cli": summary["compare_cli"]["p50_s"] <= 1.5,
+            "predictor_table": summary["predictor_table"]["p50_s"] <= 2.0,
+            "compare_page": None if page is None else page["p50_s"] <= 1.5,
+        },
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2, default=str) + "\n")

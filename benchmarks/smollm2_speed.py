@@ -118,8 +118,12 @@ def measure_loads(repeats: int) -> dict:
 
     def summary(rows: list, key: str) -> dict:
         vals = [r[key] for r in rows]
-        return {"median": round(statistics.median(vals), 2), "min": round(min(vals), 2), "max": round(max(vals), 2),
-                "all": [round(v, 2) for v in vals]}
+        return {
+            "median": round(statistics.median(vals), 2),
+            "min": round(min(vals), 2),
+            "max": round(max(vals), 2),
+            "all": [round(v, 2) for v in vals],
+        }
 
     return {
         "first_evalrx_load_with_conversion_s": round(first["load_s"], 2),
@@ -174,16 +178,25 @@ def measure_speed(repeats: int, new_tokens: int, lengths: list) -> dict:
     }
     checks = {name: _model_checks(model) for name, model in (("gguf_direct", direct), ("cached", cached))}
     tok = handle.tokenizer
-    prompt = handle.encode_messages([{"role": "user", "content": "Write a short story about a lighthouse keeper."}],
-                                    add_generation_prompt=True)["input_ids"]
+    prompt = handle.encode_messages(
+        [{"role": "user", "content": "Write a short story about a lighthouse keeper."}], add_generation_prompt=True
+    )["input_ids"]
     vocab = cached.config.vocab_size
     seqs = {n: ((torch.arange(n).unsqueeze(0) * 7919 + 101) % vocab) for n in lengths}
 
     def gen(model) -> float:
         t0 = time.perf_counter()
         with torch.inference_mode():
-            out = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                                 temperature=None, top_p=None, top_k=None, pad_token_id=tok.pad_token_id)
+            out = model.generate(
+                prompt,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                pad_token_id=tok.pad_token_id,
+            )
         assert out.shape[1] - prompt.shape[1] == new_tokens
         return new_tokens / (time.perf_counter() - t0)
 
@@ -228,13 +241,23 @@ def measure_speed(repeats: int, new_tokens: int, lengths: list) -> dict:
                 a = next(r[m] for r in rows if r["repeat"] == rep and r["variant"] == before)
                 b = next(r[m] for r in rows if r["repeat"] == rep and r["variant"] == name)
                 vals.append(b / a if m == "tokens_per_s" else a / b)  # > 1: faster than before
-            per[m] = {"median": round(statistics.median(vals), 2), "min": round(min(vals), 2),
-                      "max": round(max(vals), 2)}
+            per[m] = {
+                "median": round(statistics.median(vals), 2),
+                "min": round(min(vals), 2),
+                "max": round(max(vals), 2),
+            }
         ratios[name] = per
-    return {"default_threads": default_threads, "evalrx_threads": handle.cpu_threads, "checks": checks,
-            "new_tokens": new_tokens,
-            "prompt_tokens": int(prompt.shape[1]), "lengths": lengths, "summary": summary,
-            "speedup_vs_before": ratios, "rows": rows}
+    return {
+        "default_threads": default_threads,
+        "evalrx_threads": handle.cpu_threads,
+        "checks": checks,
+        "new_tokens": new_tokens,
+        "prompt_tokens": int(prompt.shape[1]),
+        "lengths": lengths,
+        "summary": summary,
+        "speedup_vs_before": ratios,
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -253,9 +276,14 @@ def main() -> None:
     result = {
         "benchmark": "smollm2_speed",
         "when": _dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "processor": platform.processor(),
-                    "torch": torch.__version__, "transformers": transformers.__version__,
-                    "cpu_capability": torch.backends.cpu.get_cpu_capability()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        },
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
     if not args.skip_loads:

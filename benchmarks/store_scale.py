@@ -29,8 +29,28 @@ from evalrx.core import FailureCase, Inputs, Label, Step, StepRole, Trajectory  
 
 TOOLS = ("calculator", "lookup", "image_zoom", "search", "python")
 TERMS = ("final", "final", "final", "max_turns", "forced_final", "error")
-WORDS = ("the", "value", "of", "tool", "result", "answer", "check", "again", "city", "population", "river",
-         "mountain", "year", "price", "total", "because", "so", "then", "first", "next")
+WORDS = (
+    "the",
+    "value",
+    "of",
+    "tool",
+    "result",
+    "answer",
+    "check",
+    "again",
+    "city",
+    "population",
+    "river",
+    "mountain",
+    "year",
+    "price",
+    "total",
+    "because",
+    "so",
+    "then",
+    "first",
+    "next",
+)
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -39,8 +59,13 @@ def sentence(rng: random.Random, n: int) -> str:
 
 def make(i: int, n_steps: int, rng: random.Random) -> tuple[FailureCase, Trajectory]:
     prompt = f"Task {i}: {sentence(rng, 12)}?"
-    case = FailureCase(inputs=Inputs(prompt=prompt), id=f"case-{i:07d}", expected=str(i % 97),
-                       grader={"kind": "normalized"}, meta={"suite": f"suite{i % 7}"})
+    case = FailureCase(
+        inputs=Inputs(prompt=prompt),
+        id=f"case-{i:07d}",
+        expected=str(i % 97),
+        grader={"kind": "normalized"},
+        meta={"suite": f"suite{i % 7}"},
+    )
     steps = [Step(0, StepRole.USER, prompt, span={"has_image": False})]
     turn = 0
     while len(steps) < n_steps - 1:
@@ -48,28 +73,62 @@ def make(i: int, n_steps: int, rng: random.Random) -> tuple[FailureCase, Traject
         tool = rng.choice(TOOLS)
         args = {"query": sentence(rng, 3)}
         bad = rng.random() < 0.03
-        steps.append(Step(len(steps), StepRole.ACTOR,
-                          f"<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>",
-                          tool_calls=[] if bad else [{"name": tool, "args": args}],
-                          parse_error="Expecting ',' delimiter" if bad else None,
-                          span={"latency_ms": round(rng.lognormvariate(4, 0.6), 3), "prompt_tokens": 200 + 40 * turn,
-                                "completion_tokens": rng.randint(10, 60), "turn": turn}))
-        steps.append(Step(len(steps), StepRole.TOOL, tool, observation={"text": sentence(rng, 18), "n_images": 0},
-                          span={"turn": turn, "call": 0, "latency_ms": round(rng.uniform(0.05, 40), 3)}))
-    steps.append(Step(len(steps), StepRole.ACTOR, f"The answer is {sentence(rng, 6)}.",
-                      span={"latency_ms": round(rng.lognormvariate(4, 0.6), 3), "prompt_tokens": 200 + 40 * turn,
-                            "completion_tokens": 20, "turn": turn + 1}))
+        steps.append(
+            Step(
+                len(steps),
+                StepRole.ACTOR,
+                f"<tool_call>\n{json.dumps({'name': tool, 'arguments': args})}\n</tool_call>",
+                tool_calls=[] if bad else [{"name": tool, "args": args}],
+                parse_error="Expecting ',' delimiter" if bad else None,
+                span={
+                    "latency_ms": round(rng.lognormvariate(4, 0.6), 3),
+                    "prompt_tokens": 200 + 40 * turn,
+                    "completion_tokens": rng.randint(10, 60),
+                    "turn": turn,
+                },
+            )
+        )
+        steps.append(
+            Step(
+                len(steps),
+                StepRole.TOOL,
+                tool,
+                observation={"text": sentence(rng, 18), "n_images": 0},
+                span={"turn": turn, "call": 0, "latency_ms": round(rng.uniform(0.05, 40), 3)},
+            )
+        )
+    steps.append(
+        Step(
+            len(steps),
+            StepRole.ACTOR,
+            f"The answer is {sentence(rng, 6)}.",
+            span={
+                "latency_ms": round(rng.lognormvariate(4, 0.6), 3),
+                "prompt_tokens": 200 + 40 * turn,
+                "completion_tokens": 20,
+                "turn": turn + 1,
+            },
+        )
+    )
     actor = [s for s in steps if s.role is StepRole.ACTOR]
     term = rng.choice(TERMS)
     traj = Trajectory(
-        sample_id=case.id, goal=prompt, steps=steps, final_answer=None if term == "max_turns" else steps[-1].content,
-        ground_truth=case.expected, outcome=Label.PASS if rng.random() < 0.4 else Label.FAIL,
-        metrics={"n_steps": len(steps), "n_turns": len(actor), "terminated": term,
-                 "n_tool_calls": sum(len(s.tool_calls) for s in actor),
-                 "n_parse_errors": sum(1 for s in actor if s.parse_error),
-                 "total_latency_ms": round(sum(s.span["latency_ms"] for s in actor), 3),
-                 "total_prompt_tokens": sum(s.span["prompt_tokens"] for s in actor),
-                 "total_completion_tokens": sum(s.span["completion_tokens"] for s in actor)},
+        sample_id=case.id,
+        goal=prompt,
+        steps=steps,
+        final_answer=None if term == "max_turns" else steps[-1].content,
+        ground_truth=case.expected,
+        outcome=Label.PASS if rng.random() < 0.4 else Label.FAIL,
+        metrics={
+            "n_steps": len(steps),
+            "n_turns": len(actor),
+            "terminated": term,
+            "n_tool_calls": sum(len(s.tool_calls) for s in actor),
+            "n_parse_errors": sum(1 for s in actor if s.parse_error),
+            "total_latency_ms": round(sum(s.span["latency_ms"] for s in actor), 3),
+            "total_prompt_tokens": sum(s.span["prompt_tokens"] for s in actor),
+            "total_completion_tokens": sum(s.span["completion_tokens"] for s in actor),
+        },
     )
     return case, traj
 
@@ -89,11 +148,16 @@ def fill(store, n: int, steps: int, runs: int, per_txn_sample: int, batch: int, 
         base = r * per_run
         data = [make(base + i, rng.randint(steps - 4, steps + 4), rng) for i in range(per_run)]
         with store.write() as s:
-            run_id = R.create_run(s, name=f"bench run {r}", config={"model": {"name": f"model-{r % 4}",
-                                  "backend": "hf_local"}, "tools": list(TOOLS)}, cases=[c for c, _ in data],
-                                  status="done")
-            case_ids = dict(s.execute(select(t.RunCase.position, t.RunCase.case_id)
-                                      .where(t.RunCase.run_id == run_id)).all())
+            run_id = R.create_run(
+                s,
+                name=f"bench run {r}",
+                config={"model": {"name": f"model-{r % 4}", "backend": "hf_local"}, "tools": list(TOOLS)},
+                cases=[c for c, _ in data],
+                status="done",
+            )
+            case_ids = dict(
+                s.execute(select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id)).all()
+            )
         first = min(per_txn_sample, per_run) if r == 0 else 0
         if first:
             t0 = time.perf_counter()
@@ -114,9 +178,18 @@ def fill(store, n: int, steps: int, runs: int, per_txn_sample: int, batch: int, 
         with store.write() as s:
             run = s.get(t.Run, run_id)
             run.n_done = per_run
-        print(f"  run {r + 1}/{runs}: {(r + 1) * per_run} trajectories, "
-              f"{(r + 1) * per_run / (time.perf_counter() - t_start):.0f}/s", file=sys.stderr, flush=True)
-    out = {"trajectories": per_run * runs, "steps": n_steps_total, "runs": runs, "wall_s": time.perf_counter() - t_start}
+        print(
+            f"  run {r + 1}/{runs}: {(r + 1) * per_run} trajectories, "
+            f"{(r + 1) * per_run / (time.perf_counter() - t_start):.0f}/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    out = {
+        "trajectories": per_run * runs,
+        "steps": n_steps_total,
+        "runs": runs,
+        "wall_s": time.perf_counter() - t_start,
+    }
     for k, v in timings.items():
         out[f"{k}_trajectories_per_s"] = round(v["n"] / v["s"], 1) if v["s"] else None
         out[f"{k}_steps_per_s"] = round(v["n"] * steps / v["s"], 1) if v["s"] else None
@@ -132,8 +205,12 @@ def timeit(fn, reps: int) -> dict:
         fn()
         xs.append((time.perf_counter() - t0) * 1000)
     xs.sort()
-    return {"p50_ms": round(statistics.median(xs), 2), "p95_ms": round(xs[int(0.95 * (len(xs) - 1))], 2),
-            "max_ms": round(xs[-1], 2), "reps": reps}
+    return {
+        "p50_ms": round(statistics.median(xs), 2),
+        "p95_ms": round(xs[int(0.95 * (len(xs) - 1))], 2),
+        "max_ms": round(xs[-1], 2),
+        "reps": reps,
+    }
 
 
 def queries(store, reps: int, seed: int) -> dict:
@@ -152,17 +229,21 @@ def queries(store, reps: int, seed: int) -> dict:
     cases = {
         "list_run_failures_first_page": lambda: S.list_trajectories(store=store, run_id=r(), outcome="fail", limit=50),
         "list_run_failures_deep_page": lambda: S.list_trajectories(
-            store=store, run_id=(k := rng.choice(list(deep))), outcome="fail", limit=50, after=deep[k]),
+            store=store, run_id=(k := rng.choice(list(deep))), outcome="fail", limit=50, after=deep[k]
+        ),
         "list_run_with_total": lambda: S.list_trajectories(store=store, run_id=r(), limit=50, with_total=True),
         "list_run_unlabelled": lambda: S.list_trajectories(store=store, run_id=r(), label="none", limit=50),
         "list_run_by_tool_and_terminated": lambda: S.list_trajectories(
-            store=store, run_id=r(), tool=rng.choice(TOOLS), terminated="max_turns", limit=50),
+            store=store, run_id=r(), tool=rng.choice(TOOLS), terminated="max_turns", limit=50
+        ),
         "list_run_sorted_by_latency": lambda: S.list_trajectories(store=store, run_id=r(), sort="latency_ms", limit=50),
-        "list_run_text_search": lambda: S.list_trajectories(store=store, run_id=r(), text=rng.choice(WORDS) + " " +
-                                                            rng.choice(WORDS), limit=50),
+        "list_run_text_search": lambda: S.list_trajectories(
+            store=store, run_id=r(), text=rng.choice(WORDS) + " " + rng.choice(WORDS), limit=50
+        ),
         "list_all_runs_failures": lambda: S.list_trajectories(store=store, outcome="fail", limit=50),
-        "list_all_runs_text_search_rare": lambda: S.list_trajectories(store=store, text=f"task {rng.randrange(10**5)}:",
-                                                                      limit=50),
+        "list_all_runs_text_search_rare": lambda: S.list_trajectories(
+            store=store, text=f"task {rng.randrange(10**5)}:", limit=50
+        ),
         "get_trajectory_with_steps": lambda: S.get_trajectory(rng.choice(ids), store=store),
         "run_stats": lambda: S.run_stats(r(), store=store),
         "list_runs": lambda: S.list_runs(store=store),
@@ -170,8 +251,11 @@ def queries(store, reps: int, seed: int) -> dict:
     out = {}
     for name, fn in cases.items():
         out[name] = timeit(fn, reps)
-        print(f"  {name:34} p50 {out[name]['p50_ms']:8.2f} ms   p95 {out[name]['p95_ms']:8.2f} ms",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {name:34} p50 {out[name]['p50_ms']:8.2f} ms   p95 {out[name]['p95_ms']:8.2f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 
@@ -205,8 +289,9 @@ def main(argv=None) -> int:
     ids = [r.id for r in S.list_trajectories(store=store, limit=args.n).rows]
     t0 = time.perf_counter()
     for tid in rng.sample(ids, max(1, len(ids) // 20)):
-        S.set_label(tid, rng.choice(["pass", "fail"]), failure_mode=rng.choice(["wrong_tool", "loop", None]),
-                    store=store)
+        S.set_label(
+            tid, rng.choice(["pass", "fail"]), failure_mode=rng.choice(["wrong_tool", "loop", None]), store=store
+        )
     label_ms = (time.perf_counter() - t0) * 1000 / max(1, len(ids) // 20)
     if store.dialect == "sqlite":
         with store.write() as s:
@@ -222,12 +307,16 @@ def main(argv=None) -> int:
     q = queries(store, args.reps, args.seed)
     size = None
     if store.dialect == "sqlite":
-        path = Path(url[len("sqlite:///"):])
+        path = Path(url[len("sqlite:///") :])
         size = sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
     result = {
         "backend": store.dialect,
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-                    "load_avg_at_end": os.getloadavg()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "load_avg_at_end": os.getloadavg(),
+        },
         "insert": insert,
         "set_label_ms_mean": round(label_ms, 2),
         "db_bytes": size,

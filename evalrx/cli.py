@@ -22,8 +22,15 @@ class UserError(Exception):
 
 
 # Exceptions our own code raises with messages written for the user.
-_USER_ERRORS: tuple = (UserError, CapabilityError, APIBackendError, ValueError, FileNotFoundError, ImportError,
-                       SchemaError)
+_USER_ERRORS: tuple = (
+    UserError,
+    CapabilityError,
+    APIBackendError,
+    ValueError,
+    FileNotFoundError,
+    ImportError,
+    SchemaError,
+)
 
 
 def _seconds(text: str) -> float:
@@ -54,6 +61,7 @@ def _temperature(text: str) -> float:
 
 def _whole(low: int, high: int):
     """An argparse type: a whole number in [low, high], else one line saying the range."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -75,11 +83,13 @@ def _choose_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.backend is None:
         args.backend = "api" if spec.api_only else "hf_local"
     elif spec.api_only and args.backend != "api":
-        parser.error(f"{spec.key} is API-only: use --backend api (with --base-url for your server), "
-                     f"not {args.backend!r}")
+        parser.error(
+            f"{spec.key} is API-only: use --backend api (with --base-url for your server), not {args.backend!r}"
+        )
     if args.out and args.repeats > 1:
-        parser.error("--repeats needs the store (attempts are kept per case there): drop --out, then "
-                     "`evalrx export RUN FILE`")
+        parser.error(
+            "--repeats needs the store (attempts are kept per case there): drop --out, then `evalrx export RUN FILE`"
+        )
     if args.out and Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a directory; give a file path such as {Path(args.out) / 'run.jsonl'}")
 
@@ -140,9 +150,16 @@ def _enqueue(args: argparse.Namespace) -> int:
     cfg = RunConfig(
         model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
         tools=[t.strip() for t in args.tools.split(",") if t.strip()],
-        suite=args.suite, case_file=args.cases, max_turns=args.max_turns, system=args.system,
-        block_repeat_calls=args.block_repeat_calls, force_final_answer=args.force_final_answer,
-        concurrency=args.concurrency, base_url=args.base_url, repeats=args.repeats, seed=args.seed,
+        suite=args.suite,
+        case_file=args.cases,
+        max_turns=args.max_turns,
+        system=args.system,
+        block_repeat_calls=args.block_repeat_calls,
+        force_final_answer=args.force_final_answer,
+        concurrency=args.concurrency,
+        base_url=args.base_url,
+        repeats=args.repeats,
+        seed=args.seed,
     )
     cases = None
     if args.limit:
@@ -189,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("specs", help="list model specs and what each backend provides")
     sub.add_parser("suites", help="list the bundled case suites (names `--suite` takes)")
 
-    sub.add_parser("serve", help="OpenAI-compatible server over a local model (see `evalrx serve --help`)",
-                   add_help=False)
+    sub.add_parser(
+        "serve", help="OpenAI-compatible server over a local model (see `evalrx serve --help`)", add_help=False
+    )
 
     from evalrx.runner.commands import COMMANDS  # store and queue commands parse their own flags
 
@@ -214,21 +232,42 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force-final-answer", action="store_true")
     run.add_argument("--concurrency", type=_whole(1, 64), default=4, help="concurrent cases (API backends only)")
     run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
-    run.add_argument("--api-key-env", metavar="VAR",
-                     help="api backend: the name of an environment variable holding this run's own key; "
-                          "a worker started for the run holds it and sends it only to --base-url")
-    run.add_argument("--timeout", type=_seconds, metavar="SECONDS",
-                     help="api backend: budget of one model call, every retry and wait included "
-                          f"(default {RuntimeConfig.timeout:g})")
-    run.add_argument("--retries", type=_retries, metavar="N",
-                     help=f"api backend: tries after the first within that budget, 0-{MAX_RETRIES} "
-                          f"(default {RuntimeConfig.max_retries})")
-    run.add_argument("--repeats", type=_whole(1, 100), default=1, metavar="K",
-                     help="attempts per case, 1-100 (pass@k, flaky cases); pair with --temperature > 0")
-    run.add_argument("--temperature", type=_temperature, metavar="T",
-                     help="sampling temperature (0 = greedy, the default)")
-    run.add_argument("--seed", type=_whole(0, 2**31 - 1), default=0,
-                     help="local models: base of every attempt's sampling seed, so a run reproduces")
+    run.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="api backend: the name of an environment variable holding this run's own key; "
+        "a worker started for the run holds it and sends it only to --base-url",
+    )
+    run.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="api backend: budget of one model call, every retry and wait included "
+        f"(default {RuntimeConfig.timeout:g})",
+    )
+    run.add_argument(
+        "--retries",
+        type=_retries,
+        metavar="N",
+        help=f"api backend: tries after the first within that budget, 0-{MAX_RETRIES} "
+        f"(default {RuntimeConfig.max_retries})",
+    )
+    run.add_argument(
+        "--repeats",
+        type=_whole(1, 100),
+        default=1,
+        metavar="K",
+        help="attempts per case, 1-100 (pass@k, flaky cases); pair with --temperature > 0",
+    )
+    run.add_argument(
+        "--temperature", type=_temperature, metavar="T", help="sampling temperature (0 = greedy, the default)"
+    )
+    run.add_argument(
+        "--seed",
+        type=_whole(0, 2**31 - 1),
+        default=0,
+        help="local models: base of every attempt's sampling seed, so a run reproduces",
+    )
     run.add_argument("--system", help="system prompt")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser

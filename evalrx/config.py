@@ -46,8 +46,13 @@ class RunConfig:
 
     def agent_kwargs(self) -> dict:
         """What `Agent` (and `evalrx.models.agent.run_case`) takes from this run."""
-        return {"max_turns": self.max_turns, "system": self.system, "block_repeat_calls": self.block_repeat_calls,
-                "force_final_answer": self.force_final_answer, "chat_kwargs": dict(self.chat_kwargs) or None}
+        return {
+            "max_turns": self.max_turns,
+            "system": self.system,
+            "block_repeat_calls": self.block_repeat_calls,
+            "force_final_answer": self.force_final_answer,
+            "chat_kwargs": dict(self.chat_kwargs) or None,
+        }
 
     def to_dict(self) -> dict:
         """The run as plain JSON-able data (what the store keeps, less anything secret)."""

@@ -69,13 +69,14 @@ def check_grader(grader: Any) -> Optional[str]:
     if grader is None:
         return None
     if not isinstance(grader, dict):
-        return f"grader must be an object like {{\"kind\": \"exact\"}}, got {type(grader).__name__}"
+        return f'grader must be an object like {{"kind": "exact"}}, got {type(grader).__name__}'
     kind = grader.get("kind")
     if kind not in GRADER_KINDS:
         return f"unknown grader kind {kind!r}; use one of {', '.join(GRADER_KINDS)}"
     for key in ("tol", "abs_tol", "rel_tol"):
-        if key in grader and (isinstance(grader[key], bool) or not isinstance(grader[key], (int, float))
-                              or grader[key] < 0):
+        if key in grader and (
+            isinstance(grader[key], bool) or not isinstance(grader[key], (int, float)) or grader[key] < 0
+        ):
             return f"grader {key} must be a non-negative number, got {grader[key]!r}"
     if kind == "regex" and "pattern" in grader:
         try:

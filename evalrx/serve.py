@@ -120,7 +120,9 @@ class ChatService:
             raise RequestError("Only tool_choice 'auto' or 'none' is supported.", param="tool_choice")
 
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
             raise RequestError("max_tokens must be a positive integer.", param="max_tokens")
         temperature = body.get("temperature")
         if temperature is not None and (
@@ -303,8 +305,15 @@ class EvalrxHTTPServer(ThreadingHTTPServer):
         return f"http://{host}:{port}/v1"
 
 
-def make_server(handle: Any, host: str = "127.0.0.1", port: int = 8000, *, quiet: bool = False,
-                model_name: Optional[str] = None, codec: Any = None) -> EvalrxHTTPServer:
+def make_server(
+    handle: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    quiet: bool = False,
+    model_name: Optional[str] = None,
+    codec: Any = None,
+) -> EvalrxHTTPServer:
     """Bind a server for an already-built handle (port 0 picks a free port); call `serve_forever()`."""
     return EvalrxHTTPServer((host, port), ChatService(handle, model_name=model_name, codec=codec), quiet=quiet)
 

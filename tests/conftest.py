@@ -136,8 +136,10 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     if not left:
         return
     terminalreporter.section("processes left running", sep="=", red=True, bold=True)
-    terminalreporter.line(f"{len(left)} process(es) started by this test run were still running at its end "
-                          "(now killed); the run fails until the test or fixture that started them stops them:",
-                          red=True)
+    terminalreporter.line(
+        f"{len(left)} process(es) started by this test run were still running at its end "
+        "(now killed); the run fails until the test or fixture that started them stops them:",
+        red=True,
+    )
     for pid, cmd in left:
         terminalreporter.line(f"  pid {pid}: {cmd[:300]}")

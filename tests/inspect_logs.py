@@ -20,8 +20,16 @@ def write_eval_log(log_dir: Path) -> Path:
     """Run the task with inspect_ai and return the `.eval` file it wrote into `log_dir`."""
     from inspect_ai import Task, eval as inspect_eval
     from inspect_ai.dataset import Sample
-    from inspect_ai.model import (ChatMessageUser, ContentImage, ContentText, Logprob, Logprobs, ModelOutput,
-                                  ModelUsage, TopLogprob)
+    from inspect_ai.model import (
+        ChatMessageUser,
+        ContentImage,
+        ContentText,
+        Logprob,
+        Logprobs,
+        ModelOutput,
+        ModelUsage,
+        TopLogprob,
+    )
     from inspect_ai.scorer import includes
     from inspect_ai.solver import generate, use_tools
     from inspect_ai.tool import ToolError, tool
@@ -46,33 +54,53 @@ def write_eval_log(log_dir: Path) -> Path:
     def model(messages, tools, tool_choice, config):
         question = next(m.text for m in messages if m.role == "user")
         if not any(m.role == "tool" for m in messages):
-            out = ModelOutput.for_tool_call("mockllm/model", "lookup",
-                                            {"key": "missing" if "missing" in question else "a"}, content="Looking.")
+            out = ModelOutput.for_tool_call(
+                "mockllm/model", "lookup", {"key": "missing" if "missing" in question else "a"}, content="Looking."
+            )
         else:
             out = ModelOutput.from_content("mockllm/model", "The answer is 42.")
-            out.choices[0].logprobs = Logprobs(content=[
-                Logprob(token="The", logprob=-0.25, top_logprobs=[TopLogprob(token="The", logprob=-0.25),
-                                                                 TopLogprob(token="A", logprob=-1.5)]),
-                Logprob(token=" answer", logprob=-0.5)])
+            out.choices[0].logprobs = Logprobs(
+                content=[
+                    Logprob(
+                        token="The",
+                        logprob=-0.25,
+                        top_logprobs=[TopLogprob(token="The", logprob=-0.25), TopLogprob(token="A", logprob=-1.5)],
+                    ),
+                    Logprob(token=" answer", logprob=-0.5),
+                ]
+            )
         # set so mockllm does not count tokens itself (that loads a tiktoken encoding from the network)
         out.usage = ModelUsage(input_tokens=20, output_tokens=8, total_tokens=28)
         return out
 
     image = "data:image/png;base64," + base64.b64encode(PNG).decode()
     task = Task(
-        dataset=[Sample(id="look", input=[ChatMessageUser(content=[ContentText(text="Find a"),
-                                                                   ContentImage(image=image)])], target="42"),
-                 Sample(id="missing", input="Find missing", target="7")],
-        solver=[use_tools(lookup()), generate()], scorer=includes(), name="lookup_task", epochs=2,
+        dataset=[
+            Sample(
+                id="look",
+                input=[ChatMessageUser(content=[ContentText(text="Find a"), ContentImage(image=image)])],
+                target="42",
+            ),
+            Sample(id="missing", input="Find missing", target="7"),
+        ],
+        solver=[use_tools(lookup()), generate()],
+        scorer=includes(),
+        name="lookup_task",
+        epochs=2,
     )
     # In a thread of its own: Inspect starts an event loop, and another test's browser may hold this thread's.
     with ThreadPoolExecutor(1) as pool:
-        logs = pool.submit(inspect_eval, task, model="mockllm/model", model_args={"custom_outputs": model},
-                           log_dir=str(log_dir), display="none").result()
+        logs = pool.submit(
+            inspect_eval,
+            task,
+            model="mockllm/model",
+            model_args={"custom_outputs": model},
+            log_dir=str(log_dir),
+            display="none",
+        ).result()
     assert logs[0].status == "success", logs[0].error
     (found,) = log_dir.glob("*.eval")
     return found
-
 
 
 @contextmanager

@@ -155,12 +155,26 @@ def make_tiny_vlm() -> tuple[Any, Any]:
     config = AutoConfig.for_model(
         "llava",
         text_config=dict(
-            model_type="qwen2", vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, bos_token_id=None, **ids,
+            model_type="qwen2",
+            vocab_size=len(tok),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+            bos_token_id=None,
+            **ids,
         ),
         vision_config=dict(
-            model_type="clip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=2, image_size=VLM_IMAGE_SIZE, patch_size=14, projection_dim=32,
+            model_type="clip_vision_model",
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=VLM_IMAGE_SIZE,
+            patch_size=14,
+            projection_dim=32,
         ),
         image_token_id=image_id,
         vision_feature_layer=-1,
@@ -397,13 +411,25 @@ QWEN3_TEMPLATE = r"""{%- if tools %}
 """
 
 _LLAMA3_SPECIALS = dict(
-    bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>",
+    bos="<|begin_of_text|>",
+    eos="<|eot_id|>",
+    pad="<|finetune_right_pad_id|>",
     others=["<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|python_tag|>"],
 )
 _MISTRAL_SPECIALS = dict(
-    bos="<s>", eos="</s>", pad=None,
-    others=["<unk>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
-            "[TOOL_RESULTS]", "[/TOOL_RESULTS]"],
+    bos="<s>",
+    eos="</s>",
+    pad=None,
+    others=[
+        "<unk>",
+        "[INST]",
+        "[/INST]",
+        "[TOOL_CALLS]",
+        "[AVAILABLE_TOOLS]",
+        "[/AVAILABLE_TOOLS]",
+        "[TOOL_RESULTS]",
+        "[/TOOL_RESULTS]",
+    ],
 )
 
 
@@ -434,7 +460,7 @@ FAMILIES = {
 }
 
 _FAMILY_CORPUS = [
-    'Given the following functions, please respond with a JSON for a function call.',
+    "Given the following functions, please respond with a JSON for a function call.",
     '{"name": "calculator", "parameters": {"expression": "3*4"}}',
     '[calculator(expression="3*4"), search(query="weather in Paris")]',
     '[TOOL_CALLS] [{"name": "calculator", "arguments": {"expression": "3*4"}, "id": "call00001"}]',
@@ -464,14 +490,20 @@ def family_tokenizer(style: str) -> Any:
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=TOKENIZER_VOCAB, special_tokens=names,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=TOKENIZER_VOCAB,
+        special_tokens=names,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tok.train_from_iterator((_CORPUS + _FAMILY_CORPUS) * 4, trainer=trainer)
     # Control tokens are special, as in the real tokenizers: decoding with
     # skip_special_tokens drops them ([TOOL_CALLS] and <|python_tag|> included).
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=sp["bos"], eos_token=sp["eos"], pad_token=sp["pad"], unk_token=None,
+        tokenizer_object=tok,
+        bos_token=sp["bos"],
+        eos_token=sp["eos"],
+        pad_token=sp["pad"],
+        unk_token=None,
     )
     fast.add_special_tokens({"additional_special_tokens": sp["others"]})
     fast.chat_template = family.template
@@ -484,7 +516,11 @@ def make_family_model(style: str) -> tuple[Any, Any]:
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     model = make_tiny_model(
-        FAMILIES[style].arch, vocab_size=len(tok), eos_token_id=eos, pad_token_id=pad, bos_token_id=tok.bos_token_id,
+        FAMILIES[style].arch,
+        vocab_size=len(tok),
+        eos_token_id=eos,
+        pad_token_id=pad,
+        bos_token_id=tok.bos_token_id,
         max_position_embeddings=1024,  # tool schemas make long prompts (Llama 3.1 indents them)
     )
     model.generation_config.eos_token_id = eos

@@ -22,9 +22,11 @@ def exposure_problem(address: Optional[str], auth: bool, allowed: bool) -> Optio
     if (address or "").strip() in LOOPBACK or auth or allowed:
         return None
     where = address or "every network interface"
-    return (f"evalrx is being served on {where} without a login. Serve it on 127.0.0.1 "
-            "(`make run` does), configure a login ([auth] in .streamlit/secrets.toml, see the README), "
-            f"or, behind an authenticating proxy, set {ENV_OPEN}=1.")
+    return (
+        f"evalrx is being served on {where} without a login. Serve it on 127.0.0.1 "
+        "(`make run` does), configure a login ([auth] in .streamlit/secrets.toml, see the README), "
+        f"or, behind an authenticating proxy, set {ENV_OPEN}=1."
+    )
 
 
 def _auth_configured() -> bool:
@@ -37,8 +39,9 @@ def _auth_configured() -> bool:
 def guard() -> None:
     """Stop the page unless the app is private (loopback) or guarded by a login; log in when one is configured."""
     auth = _auth_configured()
-    problem = exposure_problem(st.get_option("server.address"), auth,
-                               os.environ.get(ENV_OPEN, "").strip() not in ("", "0"))
+    problem = exposure_problem(
+        st.get_option("server.address"), auth, os.environ.get(ENV_OPEN, "").strip() not in ("", "0")
+    )
     if problem:
         st.error(problem)
         st.stop()

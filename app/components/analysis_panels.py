@@ -25,8 +25,15 @@ import numpy as np
 import streamlit as st
 
 from components.safe import md_escape
-from evalrx.analyzers import (RUNNER_UP, AnalysisResult, AttentionResult, LensResult, TokenUncertaintyResult,
-                              ToolDecisionResult, result_from_arrays)
+from evalrx.analyzers import (
+    RUNNER_UP,
+    AnalysisResult,
+    AttentionResult,
+    LensResult,
+    TokenUncertaintyResult,
+    ToolDecisionResult,
+    result_from_arrays,
+)
 from evalrx.store import analyses as A
 from evalrx.store import load_analyses
 
@@ -96,15 +103,21 @@ def lens_rows(lens: LensResult, step: int) -> list[dict]:
             ids, lps = turn.topk_ids[layer, order], turn.topk_logprobs[layer, order]
             alt_id, alt_lp = _top_alternative(ids, lps, target_id)
             top = [f"{_visible(_piece(vocab, i))} {np.exp(lp):.2f}" for i, lp in zip(ids[:5], lps[:5])]
-            rows.append({
-                "layer": layer, "order": order, "kind": kind, "chosen": chosen,
-                "token": f"{order:02d} {_tick(chosen)}", "label": f"{order:02d} {chosen} ({kind})",
-                "p_chosen": float(np.exp(turn.target_logprob[layer, order])),
-                "rank": int(turn.target_rank[layer, order]),
-                "alternative": _visible(_piece(vocab, alt_id)) if alt_id is not None else "(none in top-k)",
-                "p_alternative": float(np.exp(alt_lp)) if alt_id is not None else None,
-                "top": " | ".join(top),
-            })
+            rows.append(
+                {
+                    "layer": layer,
+                    "order": order,
+                    "kind": kind,
+                    "chosen": chosen,
+                    "token": f"{order:02d} {_tick(chosen)}",
+                    "label": f"{order:02d} {chosen} ({kind})",
+                    "p_chosen": float(np.exp(turn.target_logprob[layer, order])),
+                    "rank": int(turn.target_rank[layer, order]),
+                    "alternative": _visible(_piece(vocab, alt_id)) if alt_id is not None else "(none in top-k)",
+                    "p_alternative": float(np.exp(alt_lp)) if alt_id is not None else None,
+                    "top": " | ".join(top),
+                }
+            )
     return rows
 
 
@@ -119,20 +132,35 @@ def _top_alternative(ids: np.ndarray, logprobs: np.ndarray, chosen_id: int) -> t
 def lens_chart(rows: list[dict]) -> alt.Chart:
     order = [t for _, t in sorted({(r["order"], r["token"]) for r in rows})]
     n_layers = 1 + max(r["layer"] for r in rows)
-    return alt.Chart(alt.Data(values=rows)).mark_rect().encode(
-        x=alt.X("token:N", sort=order, title="decision token (chosen)",
-                axis=alt.Axis(labelAngle=-45, labelLimit=90, labelOverlap=False)),
-        y=alt.Y("layer:O", sort="descending", title="layer (0 = embeddings)"),
-        color=alt.Color("p_chosen:Q", scale=alt.Scale(domain=[0, 1], scheme="viridis"), title="p(chosen)"),
-        tooltip=[alt.Tooltip("label:N", title="token"), alt.Tooltip("layer:O"), alt.Tooltip("chosen:N"),
-                 alt.Tooltip("p_chosen:Q", format=".3f", title="p(chosen)"), alt.Tooltip("rank:Q"),
-                 alt.Tooltip("alternative:N", title="top alternative"),
-                 alt.Tooltip("p_alternative:Q", format=".3f", title="p(alternative)"),
-                 alt.Tooltip("top:N", title="top-5")],
-    ).properties(height=heatmap_height(n_layers), autosize=FIT_WIDTH)
+    return (
+        alt.Chart(alt.Data(values=rows))
+        .mark_rect()
+        .encode(
+            x=alt.X(
+                "token:N",
+                sort=order,
+                title="decision token (chosen)",
+                axis=alt.Axis(labelAngle=-45, labelLimit=90, labelOverlap=False),
+            ),
+            y=alt.Y("layer:O", sort="descending", title="layer (0 = embeddings)"),
+            color=alt.Color("p_chosen:Q", scale=alt.Scale(domain=[0, 1], scheme="viridis"), title="p(chosen)"),
+            tooltip=[
+                alt.Tooltip("label:N", title="token"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("chosen:N"),
+                alt.Tooltip("p_chosen:Q", format=".3f", title="p(chosen)"),
+                alt.Tooltip("rank:Q"),
+                alt.Tooltip("alternative:N", title="top alternative"),
+                alt.Tooltip("p_alternative:Q", format=".3f", title="p(alternative)"),
+                alt.Tooltip("top:N", title="top-5"),
+            ],
+        )
+        .properties(height=heatmap_height(n_layers), autosize=FIT_WIDTH)
+    )
 
 
 # ---------------------------------------------------------------- tool decision
+
 
 def decision_rows(decision: ToolDecisionResult, step: int) -> list[dict]:
     """One row per (decision, layer, candidate) of a turn, with the layer's strongest alternative."""
@@ -152,11 +180,21 @@ def decision_rows(decision: ToolDecisionResult, step: int) -> list[dict]:
                     continue
                 is_chosen = cand == d.get("chosen")
                 # "chosen: " leads so that the legend's label cut keeps it.
-                rows.append({"decision": d_i, "what": _decision_title(d), "layer": layer, "candidate": cand,
-                             "series": f"chosen: {cand}" if is_chosen else cand,
-                             "chosen": is_chosen, "chosen_name": str(d.get("chosen", "")), "p": float(np.exp(v)),
-                             "alternative": alt_name, "p_alternative": p_alt,
-                             "margin": margin if np.isfinite(margin) else None})
+                rows.append(
+                    {
+                        "decision": d_i,
+                        "what": _decision_title(d),
+                        "layer": layer,
+                        "candidate": cand,
+                        "series": f"chosen: {cand}" if is_chosen else cand,
+                        "chosen": is_chosen,
+                        "chosen_name": str(d.get("chosen", "")),
+                        "p": float(np.exp(v)),
+                        "alternative": alt_name,
+                        "p_alternative": p_alt,
+                        "margin": margin if np.isfinite(margin) else None,
+                    }
+                )
     return rows
 
 
@@ -193,18 +231,28 @@ def decision_summary(rows: list[dict]) -> str:
 
 
 def decision_chart(rows: list[dict]) -> alt.Chart:
-    return alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
-        x=alt.X("layer:O", title="layer"),
-        y=alt.Y("p:Q", scale=alt.Scale(domain=[0, 1]), title="probability"),
-        color=alt.Color("series:N", title="candidate", legend=alt.Legend(labelLimit=240)),
-        strokeDash=alt.StrokeDash("chosen:N", title="chosen", legend=None,
-                                  scale=alt.Scale(domain=[True, False], range=[[1, 0], [4, 3]])),
-        tooltip=[alt.Tooltip("candidate:N"), alt.Tooltip("layer:O"), alt.Tooltip("p:Q", format=".3f"),
-                 alt.Tooltip("chosen_name:N", title="chosen"),
-                 alt.Tooltip("alternative:N", title="strongest alternative here"),
-                 alt.Tooltip("p_alternative:Q", format=".3f", title="p(alternative)"),
-                 alt.Tooltip("margin:Q", format=".3f", title="margin of chosen (nats)")],
-    ).properties(height=180)
+    return (
+        alt.Chart(alt.Data(values=rows))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("layer:O", title="layer"),
+            y=alt.Y("p:Q", scale=alt.Scale(domain=[0, 1]), title="probability"),
+            color=alt.Color("series:N", title="candidate", legend=alt.Legend(labelLimit=240)),
+            strokeDash=alt.StrokeDash(
+                "chosen:N", title="chosen", legend=None, scale=alt.Scale(domain=[True, False], range=[[1, 0], [4, 3]])
+            ),
+            tooltip=[
+                alt.Tooltip("candidate:N"),
+                alt.Tooltip("layer:O"),
+                alt.Tooltip("p:Q", format=".3f"),
+                alt.Tooltip("chosen_name:N", title="chosen"),
+                alt.Tooltip("alternative:N", title="strongest alternative here"),
+                alt.Tooltip("p_alternative:Q", format=".3f", title="p(alternative)"),
+                alt.Tooltip("margin:Q", format=".3f", title="margin of chosen (nats)"),
+            ],
+        )
+        .properties(height=180)
+    )
 
 
 # ---------------------------------------------------------------- attention
@@ -221,8 +269,11 @@ def attention_rows(attention: AttentionResult, step: int) -> list[dict]:
     mass = attention.mass[sel].mean(axis=0)  # [layers, segments]
     segs = attention.segments
     names = segment_names([segs[s].get("label") if s < len(segs) else str(s) for s in range(mass.shape[1])])
-    return [{"layer": layer + 1, "segment": names[s], "order": s, "mass": float(mass[layer, s])}
-            for layer in range(mass.shape[0]) for s in range(mass.shape[1])]
+    return [
+        {"layer": layer + 1, "segment": names[s], "order": s, "mass": float(mass[layer, s])}
+        for layer in range(mass.shape[0])
+        for s in range(mass.shape[1])
+    ]
 
 
 def segment_names(labels: list) -> list[str]:
@@ -241,12 +292,17 @@ def attention_chart(rows: list[dict]) -> alt.Chart:
     n_layers = max(r["layer"] for r in rows)
     # Every segment is a column the reader looks for: no label may be dropped for lack of room.
     axis = alt.Axis(labelAngle=-40, labelOverlap=False, labelLimit=160)
-    return alt.Chart(alt.Data(values=rows)).mark_rect().encode(
-        x=alt.X("segment:N", sort=order, title="segment", axis=axis),
-        y=alt.Y("layer:O", sort="descending", title="layer"),
-        color=alt.Color("mass:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="attention mass"),
-        tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("segment:N"), alt.Tooltip("mass:Q", format=".3f")],
-    ).properties(height=heatmap_height(n_layers), autosize=FIT_WIDTH)
+    return (
+        alt.Chart(alt.Data(values=rows))
+        .mark_rect()
+        .encode(
+            x=alt.X("segment:N", sort=order, title="segment", axis=axis),
+            y=alt.Y("layer:O", sort="descending", title="layer"),
+            color=alt.Color("mass:Q", scale=alt.Scale(domain=[0, 1], scheme="blues"), title="attention mass"),
+            tooltip=[alt.Tooltip("layer:O"), alt.Tooltip("segment:N"), alt.Tooltip("mass:Q", format=".3f")],
+        )
+        .properties(height=heatmap_height(n_layers), autosize=FIT_WIDTH)
+    )
 
 
 # ---------------------------------------------------------------- uncertainty
@@ -264,8 +320,10 @@ def uncertainty_html(uncertainty: TokenUncertaintyResult, step: int) -> Optional
         text = tokens[i] if i < len(tokens) else ""
         title = f"p={p:.3f} entropy={float(uncertainty.entropy[i]):.2f} rank={int(uncertainty.rank[i])}"
         shown = html.escape(text.replace("\n", "↵\n"))
-        spans.append(f'<span title="{html.escape(title)}" style="background: rgba(220,60,60,{min(1.0, 1 - p):.2f});'
-                     f' white-space: pre-wrap; font-family: monospace">{shown}</span>')
+        spans.append(
+            f'<span title="{html.escape(title)}" style="background: rgba(220,60,60,{min(1.0, 1 - p):.2f});'
+            f' white-space: pre-wrap; font-family: monospace">{shown}</span>'
+        )
     return '<div class="evalrx-uncertainty">' + "".join(spans) + "</div>"
 
 
@@ -292,8 +350,10 @@ def request_status(trajectory_id: int, *, store: Any) -> None:
                 st.session_state["analysis-seen"] = r["id"]
                 st.rerun(scope="app")  # show the fresh results
         else:
-            cols[1].caption("No analysis requested yet. A worker runs it on a local model "
-                            f"(API runs are replayed on {A.default_replay_model()}).")
+            cols[1].caption(
+                "No analysis requested yet. A worker runs it on a local model "
+                f"(API runs are replayed on {A.default_replay_model()})."
+            )
 
     box()
 
@@ -331,8 +391,12 @@ def render_analysis(detail: Any, *, store: Any) -> None:
 
 
 # The panels: the analyzer name a result is stored under, and the result class the panel reads.
-PANELS = {"logit_lens": LensResult, "tool_decision": ToolDecisionResult, "attention": AttentionResult,
-          "token_uncertainty": TokenUncertaintyResult}
+PANELS = {
+    "logit_lens": LensResult,
+    "tool_decision": ToolDecisionResult,
+    "attention": AttentionResult,
+    "token_uncertainty": TokenUncertaintyResult,
+}
 
 
 def panel_results(records: dict) -> "tuple[dict, dict]":
@@ -363,13 +427,13 @@ def panel_results(records: dict) -> "tuple[dict, dict]":
 # One line under each panel: what a mark is and how to read it.
 HOW_TO_READ = {
     "logit_lens": "Each cell: the probability the layer's logit lens gives the token the model finally chose "
-                  "(hover for the top alternative); bright at the top only = the decision forms late.",
+    "(hover for the top alternative); bright at the top only = the decision forms late.",
     "tool_decision": "Each line: a candidate's probability at each layer's logit lens (solid: the chosen one); "
-                     "the margin is the chosen one's log-prob minus the strongest alternative's, small = a near miss.",
+    "the margin is the chosen one's log-prob minus the strongest alternative's, small = a near miss.",
     "attention": "Each cell: the share of a layer's attention (mean over heads and this turn's decision tokens) "
-                 "that lands on a segment; a row sums to 1, a bright column is what the model was reading.",
+    "that lands on a segment; a row sums to 1, a bright column is what the model was reading.",
     "token_uncertainty": "Each generated token is shaded by 1 − p of the token emitted (hover: p, entropy, rank); "
-                         "dark runs mark where the model was guessing.",
+    "dark runs mark where the model was guessing.",
 }
 
 

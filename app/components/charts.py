@@ -5,8 +5,9 @@ from __future__ import annotations
 import altair as alt
 
 ROLE_COLORS = alt.Scale(domain=["model", "tool"], range=["#4c78a8", "#f58518"])
-OUTCOME_COLORS = alt.Scale(domain=["pass", "fail", "error", "unknown"],
-                           range=["#54a24b", "#e45756", "#f58518", "#bab0ac"])
+OUTCOME_COLORS = alt.Scale(
+    domain=["pass", "fail", "error", "unknown"], range=["#54a24b", "#e45756", "#f58518", "#bab0ac"]
+)
 COUNT_AXIS = alt.Axis(tickMinStep=1, format="d")  # counts of trajectories are whole numbers
 
 
@@ -15,22 +16,24 @@ def latency_waterfall(rows: list[dict]) -> alt.Chart:
     data = alt.Data(values=rows)
     order = [r["label"] for r in rows]
     base = alt.Chart(data)
-    bars = (
-        base.mark_bar(cornerRadius=2)
-        .encode(
-            x=alt.X("start_ms:Q", title="time since the first model call (ms)"),
-            x2="end_ms:Q",
-            y=alt.Y("label:N", sort=order, title=None),
-            color=alt.Color("kind:N", scale=ROLE_COLORS, title=None),
-            tooltip=[
-                alt.Tooltip("step:Q"), alt.Tooltip("kind:N"), alt.Tooltip("latency_ms:Q", format=".1f"),
-                alt.Tooltip("prompt_tokens:Q"), alt.Tooltip("completion_tokens:Q"),
-            ],
-        )
+    bars = base.mark_bar(cornerRadius=2).encode(
+        x=alt.X("start_ms:Q", title="time since the first model call (ms)"),
+        x2="end_ms:Q",
+        y=alt.Y("label:N", sort=order, title=None),
+        color=alt.Color("kind:N", scale=ROLE_COLORS, title=None),
+        tooltip=[
+            alt.Tooltip("step:Q"),
+            alt.Tooltip("kind:N"),
+            alt.Tooltip("latency_ms:Q", format=".1f"),
+            alt.Tooltip("prompt_tokens:Q"),
+            alt.Tooltip("completion_tokens:Q"),
+        ],
     )
     # Tool calls take a fraction of a millisecond: the number beside each bar keeps them visible.
     text = base.mark_text(align="left", dx=4, fontSize=11).encode(
-        x="end_ms:Q", y=alt.Y("label:N", sort=order), text=alt.Text("latency_ms:Q", format=",.1f"),
+        x="end_ms:Q",
+        y=alt.Y("label:N", sort=order),
+        text=alt.Text("latency_ms:Q", format=",.1f"),
     )
     return (bars + text).properties(title="Latency waterfall (ms)", height=alt.Step(24))
 
@@ -43,8 +46,9 @@ def tokens_chart(rows: list[dict]) -> alt.Chart:
         .encode(
             x=alt.X("step:O", title="step"),
             y=alt.Y("tokens:Q", title="tokens", stack=True),
-            color=alt.Color("kind:N", scale=alt.Scale(domain=["prompt", "completion"],
-                                                     range=["#9ecae9", "#4c78a8"]), title=None),
+            color=alt.Color(
+                "kind:N", scale=alt.Scale(domain=["prompt", "completion"], range=["#9ecae9", "#4c78a8"]), title=None
+            ),
             tooltip=["step:O", "kind:N", "tokens:Q"],
         )
         .properties(height=220)
@@ -94,8 +98,7 @@ def failure_kind_chart(rows: list[dict]) -> alt.Chart:
             x=alt.X("n:Q", title="failed trajectories", axis=COUNT_AXIS),
             color=alt.Color("run:N", title=None),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.6)),
-            tooltip=[alt.Tooltip("kind:N"), alt.Tooltip("run:N"), alt.Tooltip("n:Q"),
-                     alt.Tooltip("definition:N")],
+            tooltip=[alt.Tooltip("kind:N"), alt.Tooltip("run:N"), alt.Tooltip("n:Q"), alt.Tooltip("definition:N")],
         )
         .add_params(pick)
         .properties(height=alt.Step(26))
@@ -109,12 +112,20 @@ def case_rate_strip(rows: list[dict]) -> alt.Chart:
         alt.Chart(alt.Data(values=rows), title="Success rate per case (worst first)")
         .mark_bar()
         .encode(
-            x=alt.X("case:N", sort=alt.SortField("order"), title=f"{len(rows)} cases",
-                    axis=alt.Axis(labels=not many, ticks=not many, labelAngle=-60)),
+            x=alt.X(
+                "case:N",
+                sort=alt.SortField("order"),
+                title=f"{len(rows)} cases",
+                axis=alt.Axis(labels=not many, ticks=not many, labelAngle=-60),
+            ),
             y=alt.Y("rate:Q", title="success rate", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
             color=alt.Color("rate:Q", scale=alt.Scale(domain=[0, 1], range=["#e45756", "#54a24b"]), legend=None),
-            tooltip=[alt.Tooltip("case:N"), alt.Tooltip("passes:Q", title="passed"),
-                     alt.Tooltip("n:Q", title="attempts"), alt.Tooltip("rate:Q", format=".0%")],
+            tooltip=[
+                alt.Tooltip("case:N"),
+                alt.Tooltip("passes:Q", title="passed"),
+                alt.Tooltip("n:Q", title="attempts"),
+                alt.Tooltip("rate:Q", format=".0%"),
+            ],
         )
         .properties(height=220)
     )
@@ -128,8 +139,9 @@ def pass_k_chart(rows: list[dict]) -> alt.Chart:
         .encode(
             x=alt.X("k:Q", title="k (attempts)", axis=alt.Axis(tickMinStep=1, format="d")),
             y=alt.Y("value:Q", title="mean over cases", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
-            color=alt.Color("measure:N", title=None,
-                            scale=alt.Scale(domain=["pass@k", "pass^k"], range=["#4c78a8", "#f58518"])),
+            color=alt.Color(
+                "measure:N", title=None, scale=alt.Scale(domain=["pass@k", "pass^k"], range=["#4c78a8", "#f58518"])
+            ),
             tooltip=["k:Q", "measure:N", alt.Tooltip("value:Q", format=".1%")],
         )
         .properties(height=220)
@@ -139,8 +151,11 @@ def pass_k_chart(rows: list[dict]) -> alt.Chart:
 def confusion_chart(rows: list[dict], title: str) -> alt.Chart:
     """A confusion matrix as a heatmap with counts (see `confusion_rows`)."""
     base = alt.Chart(alt.Data(values=rows)).encode(
-        x=alt.X("diagnosis:N", title="diagnosis"), y=alt.Y("annotator:N", title="annotator"))
-    cells = base.mark_rect().encode(color=alt.Color("n:Q", scale=alt.Scale(scheme="blues"), legend=None),
-                                    tooltip=["annotator:N", "diagnosis:N", "n:Q"])
+        x=alt.X("diagnosis:N", title="diagnosis"), y=alt.Y("annotator:N", title="annotator")
+    )
+    cells = base.mark_rect().encode(
+        color=alt.Color("n:Q", scale=alt.Scale(scheme="blues"), legend=None),
+        tooltip=["annotator:N", "diagnosis:N", "n:Q"],
+    )
     text = base.mark_text().encode(text="n:Q")
     return alt.layer(cells, text).properties(title=title, height=alt.Step(30))

@@ -13,9 +13,12 @@ import streamlit as st
 
 from components.safe import md_escape, show_json, show_text
 
-_SOURCE = {"reference": "compared with the case's reference calls and answer",
-           "heuristic": "model-free rules on the steps (no reference)",
-           "whitebox": "the model's own decision margins", "judge": "a judge model"}
+_SOURCE = {
+    "reference": "compared with the case's reference calls and answer",
+    "heuristic": "model-free rules on the steps (no reference)",
+    "whitebox": "the model's own decision margins",
+    "judge": "a judge model",
+}
 
 
 def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
@@ -59,16 +62,21 @@ def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[
     with st.container(border=True, key="why-it-failed"):
         st.markdown("#### Why it failed")
         if not diagnoses:
-            st.caption("It passed: nothing to diagnose." if outcome == "pass"
-                       else "No diagnosis stored for this trajectory yet.")
+            st.caption(
+                "It passed: nothing to diagnose."
+                if outcome == "pass"
+                else "No diagnosis stored for this trajectory yet."
+            )
             if outcome != "pass" and on_rediagnose is not None:
                 st.button("Diagnose", key="diagnose-now", on_click=on_rediagnose, icon=":material/troubleshoot:")
             return None
         view = diagnosis_view(diagnoses[0], definitions)
         color = "orange" if view["kind"] == "infra_error" else "red"
         step = f" · first wrong step **{view['step']}**" if view["step"] is not None else ""
-        st.markdown(f":{color}-badge[{md_escape(view['kind'])}]{step} · "
-                    f"{md_escape(view['source'])}, confidence {view['confidence']:.2f}")
+        st.markdown(
+            f":{color}-badge[{md_escape(view['kind'])}]{step} · "
+            f"{md_escape(view['source'])}, confidence {view['confidence']:.2f}"
+        )
         if view["definition"]:
             st.caption(md_escape(view["definition"]))
         if view["kind"] == "infra_error":
@@ -86,9 +94,18 @@ def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[
                     _value(right)
         if view["diff"]:
             st.markdown("**Argument differences**")
-            st.dataframe([{"argument": str(d.get("arg")), "expected": _cell(d.get("expected")),
-                           "actual": _cell(d.get("actual"))} for d in view["diff"]],
-                         hide_index=True, width="stretch")
+            st.dataframe(
+                [
+                    {
+                        "argument": str(d.get("arg")),
+                        "expected": _cell(d.get("expected")),
+                        "actual": _cell(d.get("actual")),
+                    }
+                    for d in view["diff"]
+                ],
+                hide_index=True,
+                width="stretch",
+            )
         st.caption(f"Source: {md_escape(view['source_text'])}.")
         if len(diagnoses) > 1:
             with st.expander(f"{len(diagnoses) - 1} other candidate(s)"):
@@ -97,8 +114,13 @@ def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[
                     st.markdown(f"**{md_escape(d.kind)}**{where} · {md_escape(d.source)} · {d.confidence:.2f}")
                     show_text(d.summary)
         if on_rediagnose is not None:
-            st.button("Diagnose again", key="diagnose-again", on_click=on_rediagnose, icon=":material/refresh:",
-                      help="recompute from the steps, the case's reference and any stored analysis")
+            st.button(
+                "Diagnose again",
+                key="diagnose-again",
+                on_click=on_rediagnose,
+                icon=":material/refresh:",
+                help="recompute from the steps, the case's reference and any stored analysis",
+            )
         return view["step"]
 
 
@@ -115,5 +137,8 @@ def highlight_step(idx: Optional[int], *, scroll: bool) -> None:
     idx = int(idx)
     st.html(f"<style>.st-key-step-{idx} {{ border: 2px solid #d33 !important; }}</style>")
     if scroll:
-        st.html(f"<script>setTimeout(() => window.parent.document.querySelector('.st-key-step-{idx}')"
-                f"?.scrollIntoView({{block: 'center'}}), 300);</script>", unsafe_allow_javascript=True)
+        st.html(
+            f"<script>setTimeout(() => window.parent.document.querySelector('.st-key-step-{idx}')"
+            f"?.scrollIntoView({{block: 'center'}}), 300);</script>",
+            unsafe_allow_javascript=True,
+        )

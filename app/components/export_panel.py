@@ -21,8 +21,15 @@ FORMATS = {
 }
 
 
-def write_export(label: str, out_dir: Path, stem: str, *, run_id: Optional[int] = None,
-                 trajectory_ids: Optional[Sequence[int]] = None, store=None) -> tuple[Path, int]:
+def write_export(
+    label: str,
+    out_dir: Path,
+    stem: str,
+    *,
+    run_id: Optional[int] = None,
+    trajectory_ids: Optional[Sequence[int]] = None,
+    store=None,
+) -> tuple[Path, int]:
     """Write one export into `out_dir`; returns (file, rows written)."""
     from evalrx.store import export_labels_csv, export_run, export_trajectories
 
@@ -37,8 +44,14 @@ def write_export(label: str, out_dir: Path, stem: str, *, run_id: Optional[int] 
     return path, n
 
 
-def export_controls(key: str, stem: str, *, run_id: Optional[int] = None,
-                    trajectory_ids: Optional[Callable[[], Sequence[int]]] = None, store=None) -> None:
+def export_controls(
+    key: str,
+    stem: str,
+    *,
+    run_id: Optional[int] = None,
+    trajectory_ids: Optional[Callable[[], Sequence[int]]] = None,
+    store=None,
+) -> None:
     """A format choice, a Prepare button and, once written, the download button. `trajectory_ids` is
     called only when Prepare is pressed (a filter's ids are not read on every rerun)."""
     pick, go = st.columns([3, 1], vertical_alignment="bottom")
@@ -55,5 +68,11 @@ def export_controls(key: str, stem: str, *, run_id: Optional[int] = None,
     ready = st.session_state.get(f"{key}-file")
     if ready and ready[2] == label and Path(ready[0]).exists():
         path = Path(ready[0])
-        st.download_button(f"Download {path.name} ({ready[1]:,} rows)", data=path.read_bytes(), file_name=path.name,
-                           mime=FORMATS[label][2], key=f"{key}-download", type="primary")
+        st.download_button(
+            f"Download {path.name} ({ready[1]:,} rows)",
+            data=path.read_bytes(),
+            file_name=path.name,
+            mime=FORMATS[label][2],
+            key=f"{key}-download",
+            type="primary",
+        )

@@ -60,7 +60,7 @@ def as_context(params: Mapping) -> dict:
 
 def from_context(params: Mapping) -> dict:
     """The filter carried in a Trajectory page's URL (see `as_context`)."""
-    return carry({k[len(CONTEXT):]: v for k, v in params.items() if k.startswith(CONTEXT)})
+    return carry({k[len(CONTEXT) :]: v for k, v in params.items() if k.startswith(CONTEXT)})
 
 
 def store_filters(params: Mapping) -> dict:
@@ -73,8 +73,13 @@ def store_filters(params: Mapping) -> dict:
         out["outcome"] = _get(params, "outcome")
     if _get(params, "label") in LABEL_CHOICES:
         out["label"] = LABEL_CHOICES[_get(params, "label")]
-    for key, arg in (("mode", "failure_mode"), ("term", "terminated"), ("tool", "tool"), ("q", "text"),
-                     ("kind", "failure_kind")):
+    for key, arg in (
+        ("mode", "failure_mode"),
+        ("term", "terminated"),
+        ("tool", "tool"),
+        ("q", "text"),
+        ("kind", "failure_kind"),
+    ):
         if _get(params, key):
             out[arg] = _get(params, key)
     try:
@@ -120,8 +125,13 @@ def describe(params: Mapping) -> str:
         parts.append(f"graded {f['outcome']}")
     if "label" in f:
         parts.append({"none": "not labelled", "any": "labelled"}.get(f["label"], f"labelled {f['label']}"))
-    for key, name in (("failure_mode", "labelled"), ("terminated", "ended"), ("tool", "tool"), ("text", "text"),
-                      ("failure_kind", "diagnosed")):
+    for key, name in (
+        ("failure_mode", "labelled"),
+        ("terminated", "ended"),
+        ("tool", "tool"),
+        ("text", "text"),
+        ("failure_kind", "diagnosed"),
+    ):
         if key in f:
             parts.append(f"{name} “{f[key]}”")
     if "max_margin" in f:

@@ -49,7 +49,9 @@ def save_upload(name: str, data: bytes) -> Path:
     return path
 
 
-def start(key: str, path: Path, total: int, store: Any, *, again: bool = False, name: Optional[str] = None) -> ImportJob:
+def start(
+    key: str, path: Path, total: int, store: Any, *, again: bool = False, name: Optional[str] = None
+) -> ImportJob:
     """Start importing `path` in a thread (one job per `key`); returns the job to poll."""
     from evalrx.store import import_file
 
@@ -57,8 +59,9 @@ def start(key: str, path: Path, total: int, store: Any, *, again: bool = False, 
 
     def run() -> None:
         try:
-            job.result = import_file(path, store=store, again=again, run_name=name or None,
-                                     on_progress=lambda n: setattr(job, "done", n))
+            job.result = import_file(
+                path, store=store, again=again, run_name=name or None, on_progress=lambda n: setattr(job, "done", n)
+            )
         except Exception as exc:  # one line for the page: what failed, not a traceback
             job.error = str(exc) or type(exc).__name__
         finally:

@@ -50,10 +50,13 @@ def current_label(detail: Any) -> Any:
 
 SHORTCUTS = (
     ("Enter", "accept the proposed failure kind with its first wrong step"),
-    ("P", "pass"), ("F", "fail with the kind chosen below"), ("U", "unknown"),
+    ("P", "pass"),
+    ("F", "fail with the kind chosen below"),
+    ("U", "unknown"),
     ("1–9", "fail with the kind bound to that key"),
     ("W", "move the first wrong step to the next model turn"),
-    ("J / K", "next / previous trajectory (Trajectory page)"), ("N / B", "skip / back (Label queue)"),
+    ("J / K", "next / previous trajectory (Trajectory page)"),
+    ("N / B", "skip / back (Label queue)"),
     ("?", "show or hide this list"),
 )
 
@@ -112,8 +115,13 @@ def label_panel(
         else:
             st.session_state[fws_key] = proposal.first_wrong_step if proposal else None
     if kind_key not in st.session_state:
-        st.session_state[kind_key] = (cur.failure_mode if cur and cur.failure_mode else
-                                      proposal.kind if proposal and proposal.kind in names else None)
+        st.session_state[kind_key] = (
+            cur.failure_mode
+            if cur and cur.failure_mode
+            else proposal.kind
+            if proposal and proposal.kind in names
+            else None
+        )
     if note_key not in st.session_state:
         st.session_state[note_key] = (cur.note if cur else None) or ""
 
@@ -121,10 +129,20 @@ def label_panel(
         if fws == "selected":
             fws = st.session_state.get(fws_key) if outcome == "fail" else None
         note = (st.session_state.get(note_key) or "").strip() or None
-        set_label(tid, outcome, failure_mode=mode, first_wrong_step=fws, note=note,
-                  annotator=(st.session_state.get(annotator_key) or "").strip() or None, store=store)
-        flash(f"#{tid} labelled {outcome}" + (f" · {mode}" if mode else "") +
-              (f" · first wrong step {fws}" if fws is not None else ""))
+        set_label(
+            tid,
+            outcome,
+            failure_mode=mode,
+            first_wrong_step=fws,
+            note=note,
+            annotator=(st.session_state.get(annotator_key) or "").strip() or None,
+            store=store,
+        )
+        flash(
+            f"#{tid} labelled {outcome}"
+            + (f" · {mode}" if mode else "")
+            + (f" · first wrong step {fws}" if fws is not None else "")
+        )
         if on_saved:
             on_saved(tid)
 
@@ -143,36 +161,70 @@ def label_panel(
         st.markdown(describe_label(cur))
     if proposal is not None:
         where = f" at step {proposal.first_wrong_step}" if proposal.first_wrong_step is not None else ""
-        st.button(f"Accept: {md_escape(proposal.kind)}{where}", key=f"{key}-accept", shortcut="Enter", type="primary",
-                  icon=":material/done_all:", on_click=save, args=("fail", proposal.kind, proposal.first_wrong_step),
-                  width="stretch", help="label it a failure of the proposed kind, with its first wrong step")
+        st.button(
+            f"Accept: {md_escape(proposal.kind)}{where}",
+            key=f"{key}-accept",
+            shortcut="Enter",
+            type="primary",
+            icon=":material/done_all:",
+            on_click=save,
+            args=("fail", proposal.kind, proposal.first_wrong_step),
+            width="stretch",
+            help="label it a failure of the proposed kind, with its first wrong step",
+        )
     elif detail.row.outcome == "error" and not blind:
         st.caption("This case errored (server or harness): not a model failure, so nothing is proposed.")
     graded_fail = detail.row.outcome == "fail" and not blind  # the primary button would give the grade away
     c1, c2, c3 = st.columns(3)
-    c1.button("Pass", key=f"{key}-pass", shortcut="P", icon=":material/check:",
-              type="secondary" if graded_fail or proposal is not None or blind else "primary",
-              on_click=save, args=("pass", None), width="stretch")
-    c2.button("Fail", key=f"{key}-fail", shortcut="F", icon=":material/close:", on_click=save_selected_kind,
-              width="stretch", type="primary" if graded_fail and proposal is None else "secondary",
-              help="fail, with the failure kind chosen below")
-    c3.button("Unknown", key=f"{key}-unknown", shortcut="U", on_click=save, args=("unknown", None),
-              width="stretch")
+    c1.button(
+        "Pass",
+        key=f"{key}-pass",
+        shortcut="P",
+        icon=":material/check:",
+        type="secondary" if graded_fail or proposal is not None or blind else "primary",
+        on_click=save,
+        args=("pass", None),
+        width="stretch",
+    )
+    c2.button(
+        "Fail",
+        key=f"{key}-fail",
+        shortcut="F",
+        icon=":material/close:",
+        on_click=save_selected_kind,
+        width="stretch",
+        type="primary" if graded_fail and proposal is None else "secondary",
+        help="fail, with the failure kind chosen below",
+    )
+    c3.button("Unknown", key=f"{key}-unknown", shortcut="U", on_click=save, args=("unknown", None), width="stretch")
     definitions = {k.key: k.definition for k in kinds}
-    st.selectbox("Failure kind", [None] + names, key=kind_key,
-                 format_func=lambda k: "—" if k is None else k,
-                 help="saved with F; the diagnosis's proposal is preselected. "
-                      + " · ".join(f"{k}: {d}" for k, d in definitions.items() if d))
+    st.selectbox(
+        "Failure kind",
+        [None] + names,
+        key=kind_key,
+        format_func=lambda k: "—" if k is None else k,
+        help="saved with F; the diagnosis's proposal is preselected. "
+        + " · ".join(f"{k}: {d}" for k, d in definitions.items() if d),
+    )
     bound = [k for k in kinds if k.hotkey]
     if bound:
         st.caption("Fail with a kind (one key):")
         grid = st.columns(2)
         for i, k in enumerate(sorted(bound, key=lambda k: k.hotkey)):
-            grid[i % 2].button(f"{k.hotkey} · {md_escape(k.key)}", key=f"{key}-mode-{k.hotkey}", shortcut=k.hotkey,
-                               help=k.definition or None, on_click=save, args=("fail", k.key), width="stretch")
+            grid[i % 2].button(
+                f"{k.hotkey} · {md_escape(k.key)}",
+                key=f"{key}-mode-{k.hotkey}",
+                shortcut=k.hotkey,
+                help=k.definition or None,
+                on_click=save,
+                args=("fail", k.key),
+                width="stretch",
+            )
     s1, s2 = st.columns([3, 2], vertical_alignment="bottom")
     s1.selectbox(
-        "First wrong step", [None] + steps, key=fws_key,
+        "First wrong step",
+        [None] + steps,
+        key=fws_key,
         format_func=lambda i: "—" if i is None else f"step {i}",
         help="Saved with a fail verdict. W moves it to the next model turn.",
     )
@@ -213,11 +265,17 @@ def history_table(trajectory_id: int, *, store: Any) -> None:
     st.dataframe(
         [
             {
-                "when (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S"), "step": r.step_idx, "outcome": r.outcome,
-                "failure mode": r.failure_mode, "first wrong step": r.first_wrong_step, "note": r.note,
-                "annotator": r.annotator, "current": r.is_current,
+                "when (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                "step": r.step_idx,
+                "outcome": r.outcome,
+                "failure mode": r.failure_mode,
+                "first wrong step": r.first_wrong_step,
+                "note": r.note,
+                "annotator": r.annotator,
+                "current": r.is_current,
             }
             for r in rows
         ],
-        hide_index=True, width="stretch",
+        hide_index=True,
+        width="stretch",
     )

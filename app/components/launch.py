@@ -29,28 +29,52 @@ def cases_from_upload(name: str, data: bytes) -> list:
         cases = load_case_file(path)
     for c in cases:
         if isinstance(c.inputs.image, str) and c.inputs.image.startswith(tmp):
-            raise ValueError(f"case {c.id!r} refers to an image file; upload image cases from the command line "
-                             "(`evalrx run --cases file.jsonl`) so the image path resolves")
+            raise ValueError(
+                f"case {c.id!r} refers to an image file; upload image cases from the command line "
+                "(`evalrx run --cases file.jsonl`) so the image path resolves"
+            )
     return cases
 
 
 def build_config(
-    *, spec: str, backend: str, tools: list, suite: Optional[str], case_file: Optional[str], max_turns: int,
-    block_repeat_calls: bool, force_final_answer: bool, analyzers: list, concurrency: int,
-    base_url: Optional[str], system: Optional[str], checkpoint: Optional[str] = None, repeats: int = 1,
+    *,
+    spec: str,
+    backend: str,
+    tools: list,
+    suite: Optional[str],
+    case_file: Optional[str],
+    max_turns: int,
+    block_repeat_calls: bool,
+    force_final_answer: bool,
+    analyzers: list,
+    concurrency: int,
+    base_url: Optional[str],
+    system: Optional[str],
+    checkpoint: Optional[str] = None,
+    repeats: int = 1,
     seed: int = 0,
 ) -> RunConfig:
     """The RunConfig the page's choices describe (never holds an API key)."""
     return RunConfig(
-        model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None), tools=list(tools), suite=suite, case_file=case_file,
-        max_turns=int(max_turns), system=system or None, block_repeat_calls=block_repeat_calls,
-        force_final_answer=force_final_answer, concurrency=int(concurrency), analyzers=list(analyzers),
-        base_url=base_url or None, repeats=int(repeats), seed=int(seed),
+        model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None),
+        tools=list(tools),
+        suite=suite,
+        case_file=case_file,
+        max_turns=int(max_turns),
+        system=system or None,
+        block_repeat_calls=block_repeat_calls,
+        force_final_answer=force_final_answer,
+        concurrency=int(concurrency),
+        analyzers=list(analyzers),
+        base_url=base_url or None,
+        repeats=int(repeats),
+        seed=int(seed),
     )
 
 
-def runtime_settings(*, max_new_tokens: int, backend: Optional[str], timeout: float, retries: int,
-                     temperature: float = 0.0) -> dict:
+def runtime_settings(
+    *, max_new_tokens: int, backend: Optional[str], timeout: float, retries: int, temperature: float = 0.0
+) -> dict:
     """The model's RuntimeConfig settings; the call budget (timeout, retries) for the api backend only.
 
     Raises:

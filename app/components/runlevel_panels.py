@@ -12,7 +12,12 @@ import streamlit as st
 
 from components.charts import case_rate_strip, confusion_chart, pass_k_chart
 from components.runlevel_view import (
-    auto_rows, case_rate_rows, confusion_rows, flaky_rows, pair_rows, pass_k_rows,
+    auto_rows,
+    case_rate_rows,
+    confusion_rows,
+    flaky_rows,
+    pair_rows,
+    pass_k_rows,
     predictor_rows,
 )
 from components.safe import md_escape
@@ -52,10 +57,16 @@ def render_reliability(run_id: int, *, url: str) -> None:
         else:
             st.caption("One attempt per case: pass@k needs repeats (the New run page's repeats).")
     if rel.flaky_cases:
-        st.markdown(f"**Flaky cases ({len(rel.flaky_cases)})**: open one to set a passing and a failing attempt "
-                    "side by side.")
-        st.dataframe(flaky_rows(rel, attempts, run_id), hide_index=True, width="stretch", key=f"flaky-{run_id}",
-                     column_config={"open": LINK})
+        st.markdown(
+            f"**Flaky cases ({len(rel.flaky_cases)})**: open one to set a passing and a failing attempt side by side."
+        )
+        st.dataframe(
+            flaky_rows(rel, attempts, run_id),
+            hide_index=True,
+            width="stretch",
+            key=f"flaky-{run_id}",
+            column_config={"open": LINK},
+        )
     elif rel.k_max >= 2:
         st.caption("No flaky case: every case passed all its attempts or failed all of them.")
 
@@ -67,11 +78,18 @@ def render_predictors(run_ids: Sequence[int], *, url: str, link_run: int, stamp:
     if not rows or all(r["AUROC"] is None for r in rows):
         st.caption("Nothing to rank yet: it needs both passing and failing graded trajectories.")
         return
-    st.dataframe(rows, hide_index=True, width="stretch", key="predictors-" + "-".join(map(str, run_ids)),
-                 column_config={"list": st.column_config.LinkColumn("list", display_text="list", width="small")})
-    st.caption("AUROC: the chance a failed trajectory's value is above a passed one's (0.5: no signal), with a "
-               "bootstrap 95% interval. Fail % high / low: the failure rate above / at or below the median "
-               f"(split). Links list run {link_run}'s trajectories by that signal where the list can filter on it.")
+    st.dataframe(
+        rows,
+        hide_index=True,
+        width="stretch",
+        key="predictors-" + "-".join(map(str, run_ids)),
+        column_config={"list": st.column_config.LinkColumn("list", display_text="list", width="small")},
+    )
+    st.caption(
+        "AUROC: the chance a failed trajectory's value is above a passed one's (0.5: no signal), with a "
+        "bootstrap 95% interval. Fail % high / low: the failure rate above / at or below the median "
+        f"(split). Links list run {link_run}'s trajectories by that signal where the list can filter on it."
+    )
 
 
 def render_agreement(run_id: int, *, url: str) -> None:
@@ -82,16 +100,25 @@ def render_agreement(run_id: int, *, url: str) -> None:
     agree = label_agreement(run_id=run_id, store=url)
     n_open = len(disagreements(run_id, store=url))
     links = st.columns(3)
-    links[0].page_link("views/label.py", label="Second opinion (blind)", icon=":material/visibility_off:",
-                       query_params={"run": str(run_id), "second": "true"})
-    links[1].page_link("views/adjudicate.py", label=f"Adjudicate ({n_open} open)", icon=":material/gavel:",
-                       query_params={"run": str(run_id)})
+    links[0].page_link(
+        "views/label.py",
+        label="Second opinion (blind)",
+        icon=":material/visibility_off:",
+        query_params={"run": str(run_id), "second": "true"},
+    )
+    links[1].page_link(
+        "views/adjudicate.py",
+        label=f"Adjudicate ({n_open} open)",
+        icon=":material/gavel:",
+        query_params={"run": str(run_id)},
+    )
     humans = agree["annotators"]
     if not humans:
         st.caption("No labels on this run yet.")
         return
-    st.markdown(f"**{agree['n_items']:,}** labelled trajectories · annotators: "
-                + ", ".join(md_escape(a) for a in humans))
+    st.markdown(
+        f"**{agree['n_items']:,}** labelled trajectories · annotators: " + ", ".join(md_escape(a) for a in humans)
+    )
     pairs = pair_rows(agree)
     if pairs:
         st.markdown("**Annotator pairs** (Cohen's κ on the trajectories both labelled)")
@@ -110,5 +137,8 @@ def render_agreement(run_id: int, *, url: str) -> None:
         if with_cm:
             who = st.selectbox("Confusion matrix of", [r["annotator"] for r in with_cm], key=f"cm-who-{run_id}")
             cm = next(r["confusion"] for r in with_cm if r["annotator"] == who)
-            st.altair_chart(confusion_chart(confusion_rows(cm), f"Failure kind: {who} (rows) vs the diagnosis"),
-                            width="stretch", key=f"cm-{run_id}")
+            st.altair_chart(
+                confusion_chart(confusion_rows(cm), f"Failure kind: {who} (rows) vs the diagnosis"),
+                width="stretch",
+                key=f"cm-{run_id}",
+            )

@@ -14,7 +14,6 @@ from typing import Any, Optional
 from urllib.parse import urlencode
 
 
-
 def compare_link(a: int, b: int, case: Optional[str] = None, **extra: Any) -> str:
     """The Compare page for runs `a` and `b` (the same run twice compares attempts), opened at `case`."""
     params: dict = {"a": a, "b": b}
@@ -26,10 +25,13 @@ def compare_link(a: int, b: int, case: Optional[str] = None, **extra: Any) -> st
 
 # ------------------------------------------------------------------ reliability
 
+
 def case_rate_rows(rel: Any) -> list[dict]:
     """One row per case, worst first (the order `run_reliability` gives): success rate and attempts."""
-    return [{"case": str(r.case_id), "rate": r.rate, "passes": r.passes, "n": r.n, "order": i}
-            for i, r in enumerate(rel.case_rates)]
+    return [
+        {"case": str(r.case_id), "rate": r.rate, "passes": r.passes, "n": r.n, "order": i}
+        for i, r in enumerate(rel.case_rates)
+    ]
 
 
 def pass_k_rows(rel: Any) -> list[dict]:
@@ -45,13 +47,20 @@ def flaky_rows(rel: Any, attempts: Mapping, run_id: int) -> list[dict]:
     for cid in rel.flaky_cases:
         att = attempts.get(cid, [])
         kinds = [k or "undiagnosed" for k in rel.flaky_kinds.get(cid, [])]
-        rows.append({"open": compare_link(run_id, run_id, str(cid)), "case": str(cid), "attempts": len(att),
-                     "passes": sum(o == "pass" for _, o, _, _ in att),
-                     "failing attempts' kinds": ", ".join(sorted(set(kinds)))})
+        rows.append(
+            {
+                "open": compare_link(run_id, run_id, str(cid)),
+                "case": str(cid),
+                "attempts": len(att),
+                "passes": sum(o == "pass" for _, o, _, _ in att),
+                "failing attempts' kinds": ", ".join(sorted(set(kinds))),
+            }
+        )
     return rows
 
 
 # ------------------------------------------------------------------ two runs
+
 
 def change_of(a: float, b: float) -> str:
     """How a case's success rate moved from A to B, in the comparison's words."""
@@ -73,9 +82,15 @@ def change_rows(cmp: Mapping, run_a: int, run_b: int) -> list[dict]:
     for c in cmp["cases"]:
         change = change_of(c["a"], c["b"])
         if change != "same":
-            rows.append({"open": compare_link(run_a, run_b, str(c["case_id"])), "case": str(c["case_id"]),
-                         "change": change, "A success %": round(100 * c["a"], 1),
-                         "B success %": round(100 * c["b"], 1)})
+            rows.append(
+                {
+                    "open": compare_link(run_a, run_b, str(c["case_id"])),
+                    "case": str(c["case_id"]),
+                    "change": change,
+                    "A success %": round(100 * c["a"], 1),
+                    "B success %": round(100 * c["b"], 1),
+                }
+            )
     rows.sort(key=lambda r: (_CHANGE_ORDER[r["change"]], r["case"]))
     return rows
 
@@ -140,20 +155,29 @@ def predictor_rows(table: list[dict], run_id: int) -> list[dict]:
     rows = []
     for p in table:
         auroc = p["auroc"]
-        direction = None if auroc is None or auroc == 0.5 else ("higher → fails more" if auroc > 0.5
-                                                                 else "lower → fails more")
-        rows.append({
-            "list": predictor_link(p["signal"], run_id, p["split"], auroc), "signal": p["signal"],
-            "AUROC": None if auroc is None else round(auroc, 3),
-            "95% CI": None if p["ci_low"] is None else f"{p['ci_low']:.2f}–{p['ci_high']:.2f}",
-            "strength": None if p["strength"] is None else round(p["strength"], 3), "direction": direction,
-            "split at": p["split"], "fail % high": _pct(p["fail_rate_high"]), "fail % low": _pct(p["fail_rate_low"]),
-            "n": p["n"], "failed": p["n_failed"],
-        })
+        direction = (
+            None if auroc is None or auroc == 0.5 else ("higher → fails more" if auroc > 0.5 else "lower → fails more")
+        )
+        rows.append(
+            {
+                "list": predictor_link(p["signal"], run_id, p["split"], auroc),
+                "signal": p["signal"],
+                "AUROC": None if auroc is None else round(auroc, 3),
+                "95% CI": None if p["ci_low"] is None else f"{p['ci_low']:.2f}–{p['ci_high']:.2f}",
+                "strength": None if p["strength"] is None else round(p["strength"], 3),
+                "direction": direction,
+                "split at": p["split"],
+                "fail % high": _pct(p["fail_rate_high"]),
+                "fail % low": _pct(p["fail_rate_low"]),
+                "n": p["n"],
+                "failed": p["n_failed"],
+            }
+        )
     return rows
 
 
 # ------------------------------------------------------------------ agreement
+
 
 def _r(x: Optional[float]) -> Optional[float]:
     return None if x is None else round(x, 3)
@@ -174,9 +198,16 @@ def pair_rows(agree: Mapping) -> list[dict]:
 
 def auto_rows(agree: Mapping) -> list[dict]:
     """The automatic diagnosis against each annotator on the trajectories they labelled failed."""
-    return [{"annotator": r["annotator"], "n": r["n"], "kind κ": _r(r["kind_kappa"]),
-             "step exact": _r(r.get("step_exact")), "step ±1": _r(r.get("step_within_one"))}
-            for r in agree["auto"]]
+    return [
+        {
+            "annotator": r["annotator"],
+            "n": r["n"],
+            "kind κ": _r(r["kind_kappa"]),
+            "step exact": _r(r.get("step_exact")),
+            "step ±1": _r(r.get("step_within_one")),
+        }
+        for r in agree["auto"]
+    ]
 
 
 def confusion_rows(confusion: Optional[Mapping]) -> list[dict]:
@@ -184,13 +215,15 @@ def confusion_rows(confusion: Optional[Mapping]) -> list[dict]:
     if not confusion:
         return []
     labels = confusion["labels"]
-    return [{"annotator": str(labels[r]), "diagnosis": str(labels[c]), "n": n}
-            for r, row in enumerate(confusion["matrix"]) for c, n in enumerate(row)]
-
-
+    return [
+        {"annotator": str(labels[r]), "diagnosis": str(labels[c]), "n": n}
+        for r, row in enumerate(confusion["matrix"])
+        for c, n in enumerate(row)
+    ]
 
 
 # ------------------------------------------------------------------ side by side
+
 
 def _cell(action: Optional[tuple], step: Optional[int]) -> Optional[dict]:
     if action is None:
@@ -210,10 +243,16 @@ def aligned_rows(trajectory_a: Any, trajectory_b: Any) -> dict:
     al = align(acts_a, acts_b)
     rows = []
     for r, (i, j, status) in enumerate(al.rows):
-        rows.append({"row": r, "status": status, "first": r == al.first_divergence,
-                     "a": _cell(acts_a[i], steps_a[i]) if i is not None else None,
-                     "b": _cell(acts_b[j], steps_b[j]) if j is not None else None,
-                     "changed": list(al.changed_keys.get(r, []))})
+        rows.append(
+            {
+                "row": r,
+                "status": status,
+                "first": r == al.first_divergence,
+                "a": _cell(acts_a[i], steps_a[i]) if i is not None else None,
+                "b": _cell(acts_b[j], steps_b[j]) if j is not None else None,
+                "changed": list(al.changed_keys.get(r, [])),
+            }
+        )
     return {"rows": rows, "first_divergence": al.first_divergence}
 
 
@@ -222,5 +261,7 @@ def arg_lines(args: Any, changed: list[str]) -> Optional[list[tuple[str, str, bo
     if not isinstance(args, Mapping):
         return None
     changed_set = set(changed)
-    return [(str(k), json.dumps(v, ensure_ascii=False, default=str), str(k) in changed_set)
-            for k, v in sorted(args.items(), key=lambda kv: str(kv[0]))]
+    return [
+        (str(k), json.dumps(v, ensure_ascii=False, default=str), str(k) in changed_set)
+        for k, v in sorted(args.items(), key=lambda kv: str(kv[0]))
+    ]

@@ -33,8 +33,12 @@ _GRADE = {"pass": "green", "fail": "red"}
 def _side_header(title: str, detail: Any, words: dict) -> None:
     row = detail.row
     st.markdown(f"**{md_escape(title)}** · :{_GRADE.get(row.outcome, 'gray')}-badge[graded {md_escape(row.outcome)}]")
-    st.page_link("views/trajectory.py", label=f"Trajectory {row.id}", icon=":material/open_in_new:",
-                 query_params={"id": str(row.id)})
+    st.page_link(
+        "views/trajectory.py",
+        label=f"Trajectory {row.id}",
+        icon=":material/open_in_new:",
+        query_params={"id": str(row.id)},
+    )
     top = (detail.diagnoses or [None])[0]
     if top is not None and top.kind:
         where = f" · first wrong step **{top.first_wrong_step}**" if top.first_wrong_step is not None else ""
@@ -101,8 +105,14 @@ def render_side_by_side(detail_a: Any, detail_b: Any, *, titles: tuple[str, str]
         st.caption("Neither side made a tool call or gave an answer.")
         return
     first = view["first_divergence"]
-    st.markdown("**Steps, aligned** · " + ("they are the same action for action" if first is None else
-                                           f"they part at row {first + 1} of {len(view['rows'])}"))
+    st.markdown(
+        "**Steps, aligned** · "
+        + (
+            "they are the same action for action"
+            if first is None
+            else f"they part at row {first + 1} of {len(view['rows'])}"
+        )
+    )
     st.html(_STYLE)
     wrong_a, wrong_b = _wrong_step(detail_a), _wrong_step(detail_b)
     for row in view["rows"]:

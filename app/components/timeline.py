@@ -11,7 +11,10 @@ from components.viewmodel import step_views, token_rows, waterfall_rows
 
 _ROLE_ICON = {"user": ":material/person:", "actor": ":material/smart_toy:", "tool": ":material/build:"}
 _BADGE_COLOR = {
-    "parse error": "red", "tool error": "red", "repeat blocked": "orange", "forced final answer": "violet",
+    "parse error": "red",
+    "tool error": "red",
+    "repeat blocked": "orange",
+    "forced final answer": "violet",
     "calls ignored": "orange",
 }
 
@@ -70,7 +73,11 @@ def _header(v: Any, first_wrong: Optional[int]) -> str:
 
 
 def render_timeline(
-    detail: Any, *, store: Any, media: Optional[dict] = None, first_wrong: Optional[int] = None,
+    detail: Any,
+    *,
+    store: Any,
+    media: Optional[dict] = None,
+    first_wrong: Optional[int] = None,
     show_user: bool = True,
 ) -> None:
     """Every step as a card: who, timing, tokens, text, tool calls and arguments,
@@ -124,13 +131,17 @@ def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
     if not blind:
         bits.append(f":{_GRADE_COLOR.get(row.outcome, 'gray')}-badge[graded {md_escape(row.outcome)}]")
     if label is not None:
-        text = md_escape(label.outcome or "cleared") + (f" · {md_escape(label.failure_mode)}" if label.failure_mode else "")
+        text = md_escape(label.outcome or "cleared") + (
+            f" · {md_escape(label.failure_mode)}" if label.failure_mode else ""
+        )
         bits.append(f":{_GRADE_COLOR.get(label.outcome, 'gray')}-badge[:material/label: {text}]")
     else:
         bits.append(":gray-badge[not labelled]")
     bits.append(f":blue-badge[ended by {md_escape(row.terminated or '?')}]")
-    bits.append(f"{row.n_steps} steps · {row.n_tool_calls} tool calls"
-                + (f" · **{row.n_parse_errors} parse error{'s' * (row.n_parse_errors != 1)}**" if row.n_parse_errors else ""))
+    bits.append(
+        f"{row.n_steps} steps · {row.n_tool_calls} tool calls"
+        + (f" · **{row.n_parse_errors} parse error{'s' * (row.n_parse_errors != 1)}**" if row.n_parse_errors else "")
+    )
     bits.append(f"{row.latency_ms:,.0f} ms")
     bits.append(f"{row.prompt_tokens:,} + {row.completion_tokens:,} tokens")
     return " · ".join(bits)

@@ -68,9 +68,14 @@ def step_views(trajectory: Any) -> list[StepView]:
         if s.parse_error and "parse error" not in badges:
             badges.insert(0, "parse error")
         v = StepView(
-            idx=int(s.idx), role=role, title="", badges=badges,
-            latency_ms=_num(span.get("latency_ms")), prompt_tokens=_num(span.get("prompt_tokens"), int),
-            completion_tokens=_num(span.get("completion_tokens"), int), turn=_num(span.get("turn"), int),
+            idx=int(s.idx),
+            role=role,
+            title="",
+            badges=badges,
+            latency_ms=_num(span.get("latency_ms")),
+            prompt_tokens=_num(span.get("prompt_tokens"), int),
+            completion_tokens=_num(span.get("completion_tokens"), int),
+            turn=_num(span.get("turn"), int),
             parse_error=s.parse_error,
         )
         if role == "user":
@@ -102,14 +107,23 @@ def waterfall_rows(trajectory: Any) -> list[dict]:
             continue
         kind = "model" if v.role == "actor" else "tool"
         if v.role == "actor":
-            name = f"model → {v.calls[0][0]}" if v.calls else ("model (parse error)" if v.parse_error else "model answers")
+            name = (
+                f"model → {v.calls[0][0]}" if v.calls else ("model (parse error)" if v.parse_error else "model answers")
+            )
         else:
             name = v.title.replace("Tool ", "", 1)
-        rows.append({
-            "step": v.idx, "label": f"{v.idx} {name}"[:40], "kind": kind,
-            "start_ms": round(t, 3), "end_ms": round(t + v.latency_ms, 3), "latency_ms": v.latency_ms,
-            "prompt_tokens": v.prompt_tokens or 0, "completion_tokens": v.completion_tokens or 0,
-        })
+        rows.append(
+            {
+                "step": v.idx,
+                "label": f"{v.idx} {name}"[:40],
+                "kind": kind,
+                "start_ms": round(t, 3),
+                "end_ms": round(t + v.latency_ms, 3),
+                "latency_ms": v.latency_ms,
+                "prompt_tokens": v.prompt_tokens or 0,
+                "completion_tokens": v.completion_tokens or 0,
+            }
+        )
         t += v.latency_ms
     return rows
 

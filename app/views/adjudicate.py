@@ -27,8 +27,15 @@ def _reset() -> None:
 
 
 def _keep(tid: int, who: str, word: dict) -> None:
-    set_label(tid, word["outcome"], failure_mode=word["kind"], first_wrong_step=word["first_wrong_step"],
-              annotator=ADJUDICATOR, note=f"kept {who}'s label", store=S)
+    set_label(
+        tid,
+        word["outcome"],
+        failure_mode=word["kind"],
+        first_wrong_step=word["first_wrong_step"],
+        annotator=ADJUDICATOR,
+        note=f"kept {who}'s label",
+        store=S,
+    )
     flash(f"#{tid}: kept {md_escape(who)}'s label")
 
 
@@ -38,8 +45,16 @@ def _skip(tid: int) -> None:
 
 runs = _runs(S.url)
 st.title("Adjudicate")
-run_key = st.selectbox("Run", list(runs), index=None, key="run", bind="query-params", accept_new_options=True,
-                       placeholder="pick a run", on_change=_reset)
+run_key = st.selectbox(
+    "Run",
+    list(runs),
+    index=None,
+    key="run",
+    bind="query-params",
+    accept_new_options=True,
+    placeholder="pick a run",
+    on_change=_reset,
+)
 if not (run_key and run_key.isdigit()):
     st.caption("Pick a run: its trajectories whose annotators disagree are listed here, one at a time.")
     st.stop()
@@ -47,8 +62,10 @@ if run_key in runs:
     st.caption(md_escape(runs[run_key]))
 items = disagreements(int(run_key), store=S)
 waiting = [d for d in items if d["trajectory_id"] not in ss.adj_skipped]
-st.caption(f"{len(items):,} open disagreement(s) in run {run_key}"
-           + (f" · {len(ss.adj_skipped)} skipped" if ss.adj_skipped else ""))
+st.caption(
+    f"{len(items):,} open disagreement(s) in run {run_key}"
+    + (f" · {len(ss.adj_skipped)} skipped" if ss.adj_skipped else "")
+)
 if not waiting:
     st.success("No open disagreement in this run.")
     if ss.adj_skipped:
@@ -59,8 +76,9 @@ item = waiting[0]
 tid = item["trajectory_id"]
 names = list(item["labels"])[:9]  # one number key each
 st.subheader(f"Trajectory {tid}")
-st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",
-             query_params={"id": str(tid)})
+st.page_link(
+    "views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:", query_params={"id": str(tid)}
+)
 for n, (who, col) in enumerate(zip(names, st.columns(len(names))), start=1):
     word = item["labels"][who]
     with col, st.container(border=True, key=f"adj-label-{n}"):
@@ -71,8 +89,16 @@ for n, (who, col) in enumerate(zip(names, st.columns(len(names))), start=1):
         if word["first_wrong_step"] is not None:
             bits.append(f"first wrong step {word['first_wrong_step']}")
         st.markdown(" · ".join(bits))
-        st.button(f"Keep {md_escape(who)}'s label", key=f"adj-keep-{n}", shortcut=str(n), type="primary",
-                  icon=":material/gavel:", on_click=_keep, args=(tid, who, word), width="stretch")
+        st.button(
+            f"Keep {md_escape(who)}'s label",
+            key=f"adj-keep-{n}",
+            shortcut=str(n),
+            type="primary",
+            icon=":material/gavel:",
+            on_click=_keep,
+            args=(tid, who, word),
+            width="stretch",
+        )
 st.button("Skip", key="adj-skip", shortcut="N", icon=":material/skip_next:", on_click=_skip, args=(tid,))
 st.caption(f"Keys: 1–{len(names)} keep that annotator's label · N skip")
 
@@ -83,9 +109,17 @@ render_timeline(detail, store=S, media=step_media(tid, store=S), show_user=False
 
 with st.expander(f"All open disagreements ({len(items)})"):
     st.dataframe(
-        [{"open": f"trajectory?id={d['trajectory_id']}", **{who: " · ".join(
-            str(x) for x in (w["outcome"], w["kind"], w["first_wrong_step"]) if x is not None)
-            for who, w in d["labels"].items()}} for d in items],
-        hide_index=True, width="stretch",
+        [
+            {
+                "open": f"trajectory?id={d['trajectory_id']}",
+                **{
+                    who: " · ".join(str(x) for x in (w["outcome"], w["kind"], w["first_wrong_step"]) if x is not None)
+                    for who, w in d["labels"].items()
+                },
+            }
+            for d in items
+        ],
+        hide_index=True,
+        width="stretch",
         column_config={"open": st.column_config.LinkColumn("id", display_text=r"id=(\d+)", width="small")},
     )

@@ -77,15 +77,22 @@ else:
     if cmp["diff"] is None:
         d[0].metric("success rate B − A", "—")
     else:
-        d[0].metric("success rate B − A", f"{100 * cmp['diff']:+.1f} pp",
-                    help="mean over paired cases of B's success rate minus A's (percentage points)")
-        d[1].metric("95% interval", f"{100 * cmp['diff_ci_low']:+.1f} to {100 * cmp['diff_ci_high']:+.1f} pp",
-                    help="paired bootstrap over cases")
+        d[0].metric(
+            "success rate B − A",
+            f"{100 * cmp['diff']:+.1f} pp",
+            help="mean over paired cases of B's success rate minus A's (percentage points)",
+        )
+        d[1].metric(
+            "95% interval",
+            f"{100 * cmp['diff_ci_low']:+.1f} to {100 * cmp['diff_ci_high']:+.1f} pp",
+            help="paired bootstrap over cases",
+        )
     d[2].metric("McNemar p", f"{cmp['mcnemar_p']:.3g}", help="exact test on regressions against fixes")
     only_a, only_b = only_cases(att_a, att_b)
     if only_a or only_b:
-        st.warning(f"{len(only_a)} case(s) only in A and {len(only_b)} only in B: not paired, so not in the "
-                   "counts above.")
+        st.warning(
+            f"{len(only_a)} case(s) only in A and {len(only_b)} only in B: not paired, so not in the counts above."
+        )
         for side, names in (("A", only_a), ("B", only_b)):
             if names:
                 with st.expander(f"Cases only in {side} ({len(names)})"):
@@ -96,10 +103,15 @@ else:
     with left:
         st.markdown(f"**Cases that changed ({len(rows)})**: click a row to set its two trajectories side by side.")
         if rows:
-            st.dataframe(rows, hide_index=True, width="stretch", key="changes", on_select=_open_case,
-                         selection_mode="single-row",
-                         column_config={"open": st.column_config.LinkColumn("link", display_text="link",
-                                                                            width="small")})
+            st.dataframe(
+                rows,
+                hide_index=True,
+                width="stretch",
+                key="changes",
+                on_select=_open_case,
+                selection_mode="single-row",
+                column_config={"open": st.column_config.LinkColumn("link", display_text="link", width="small")},
+            )
         else:
             st.caption("No paired case changed.")
     with right:
@@ -114,18 +126,19 @@ else:
     # any case opens by its URL (?case=...).
     others = sorted((set(att_a) | set(att_b)) - changed)
     wanted = st.query_params.get("case")
-    cases = [r["case"] for r in rows] + others[:OTHER_CASES] + (
-        [wanted] if wanted in others[OTHER_CASES:] else [])
+    cases = [r["case"] for r in rows] + others[:OTHER_CASES] + ([wanted] if wanted in others[OTHER_CASES:] else [])
 
-predict = st.expander("What predicts failure" + (f" in runs {a} and {b}" if a != b else f" in run {a}"),
-                      key="predict", on_change="rerun")
+predict = st.expander(
+    "What predicts failure" + (f" in runs {a} and {b}" if a != b else f" in run {a}"), key="predict", on_change="rerun"
+)
 with predict:
     if predict.open:  # ranked only when asked: two seconds on two 50k-trajectory runs
         render_predictors(sorted({a, b}), url=S.url, link_run=b, stamp=(runs[a].n_done, runs[b].n_done))
 
 st.subheader("Side by side")
-case = st.selectbox("Case", cases, index=None, key="case", bind="query-params",
-                    placeholder="pick a case (or click a changed one above)")
+case = st.selectbox(
+    "Case", cases, index=None, key="case", bind="query-params", placeholder="pick a case (or click a changed one above)"
+)
 if case is None:
     st.stop()
 rows_a, rows_b = att_a.get(case, []), att_b.get(case, [])
@@ -148,8 +161,13 @@ def _attempt(col, side: str, rows: list, default: int) -> tuple:
     start = int(wanted) if wanted and wanted.isdigit() and int(wanted) in numbers else default
     if len(rows) == 1:
         return rows[0]
-    n = col.selectbox(f"Attempt in {side}", numbers, index=numbers.index(start), key=f"att-{side}-{a}-{b}-{case}",
-                      format_func=lambda x: f"attempt {x} · " + next(r[1] for r in rows if r[0] == x))
+    n = col.selectbox(
+        f"Attempt in {side}",
+        numbers,
+        index=numbers.index(start),
+        key=f"att-{side}-{a}-{b}-{case}",
+        format_func=lambda x: f"attempt {x} · " + next(r[1] for r in rows if r[0] == x),
+    )
     return next(r for r in rows if r[0] == n)
 
 
@@ -158,5 +176,6 @@ row_a = _attempt(pa, "A", rows_a, first_a)
 row_b = _attempt(pb, "B", rows_b, first_b)
 detail_a, detail_b = get_trajectory(row_a[3], store=S), get_trajectory(row_b[3], store=S)
 words = annotator_labels([row_a[3], row_b[3]], store=S)
-render_side_by_side(detail_a, detail_b, words=words,
-                    titles=(f"A · run {a} · attempt {row_a[0]}", f"B · run {b} · attempt {row_b[0]}"))
+render_side_by_side(
+    detail_a, detail_b, words=words, titles=(f"A · run {a} · attempt {row_a[0]}", f"B · run {b} · attempt {row_b[0]}")
+)

@@ -33,7 +33,8 @@ def _effective(run_id: int, url: str) -> dict:
     out = {}
     for o in ("pass", "fail", "error", "unknown"):
         n = count_trajectories(run_id=run_id, label=o, store=S) + count_trajectories(
-            run_id=run_id, label="none", outcome=o, store=S)
+            run_id=run_id, label="none", outcome=o, store=S
+        )
         if n:
             out[o] = n
     return out
@@ -50,8 +51,13 @@ if not runs:
     st.stop()
 wanted = st.query_params.get("run")
 default = [int(wanted)] if wanted and wanted.isdigit() and int(wanted) in runs else list(runs)[:10]
-chosen = st.multiselect("Runs", list(runs), default=default, key="dash-runs",
-                        format_func=lambda i: f"{i} · {runs[i].name or runs[i].spec_key or ''}")
+chosen = st.multiselect(
+    "Runs",
+    list(runs),
+    default=default,
+    key="dash-runs",
+    format_func=lambda i: f"{i} · {runs[i].name or runs[i].spec_key or ''}",
+)
 if not chosen:
     st.caption("Pick at least one run.")
     st.stop()
@@ -76,19 +82,33 @@ c = st.columns(5)
 c[0].metric("trajectories", f"{n_all:,}")
 for i, o in enumerate(("pass", "fail", "error", "unknown"), start=1):
     share = f" ({100 * total.get(o, 0) / n_all:.0f}%)" if n_all else ""
-    c[i].metric(o, f"{total.get(o, 0):,}{share}", help="labels where present, grades otherwise; "
-                "error: the server or harness failed, not the model")
+    c[i].metric(
+        o,
+        f"{total.get(o, 0):,}{share}",
+        help="labels where present, grades otherwise; error: the server or harness failed, not the model",
+    )
 
 if kind_rows:
     event = st.altair_chart(failure_kind_chart(kind_rows), width="stretch", on_select="rerun", key="kinds")
     picked = (event.selection.get(KIND_PICK) if event and event.selection else None) or []
     if picked and picked[0].get("kind"):
-        st.switch_page("views/trajectories.py", query_params={"run": str(picked[0]["run_id"]),
-                                                              "kind": str(picked[0]["kind"])})
+        st.switch_page(
+            "views/trajectories.py", query_params={"run": str(picked[0]["run_id"]), "kind": str(picked[0]["kind"])}
+        )
     st.dataframe(
-        [{"open": "trajectories?" + urlencode({"run": r["run_id"], "kind": r["kind"]}), "run": r["run"],
-          "kind": r["kind"], "failures": r["n"], "what it means": r["definition"]} for r in kind_rows],
-        hide_index=True, width="stretch", key="kind-table",
+        [
+            {
+                "open": "trajectories?" + urlencode({"run": r["run_id"], "kind": r["kind"]}),
+                "run": r["run"],
+                "kind": r["kind"],
+                "failures": r["n"],
+                "what it means": r["definition"],
+            }
+            for r in kind_rows
+        ],
+        hide_index=True,
+        width="stretch",
+        key="kind-table",
         column_config={"open": st.column_config.LinkColumn("list", display_text="open", width="small")},
     )
     st.caption("Click a bar (or open) to list those failures.")
@@ -98,19 +118,24 @@ else:
 left, right = st.columns(2)
 with left:
     if outcome_rows:
-        st.altair_chart(counts_chart(outcome_rows, x="run", color="outcome", title="Outcomes (labels, else grades)"),
-                        width="stretch")
+        st.altair_chart(
+            counts_chart(outcome_rows, x="run", color="outcome", title="Outcomes (labels, else grades)"),
+            width="stretch",
+        )
 with right:
     if mode_rows:
-        st.altair_chart(counts_chart(mode_rows, x="failure mode", color="run", title="Failure modes (labels)"),
-                        width="stretch")
+        st.altair_chart(
+            counts_chart(mode_rows, x="failure mode", color="run", title="Failure modes (labels)"), width="stretch"
+        )
     else:
         st.caption("No failure modes labelled yet: the Label queue assigns them.")
 
 sample = [
-    {"role": "model" if r["role"] == "actor" else "tool",
-     "tool": (r["tool_name"] or "(none)") if r["role"] == "tool" else f"→ {r['tool_name'] or 'answer'}",
-     "latency_ms": r["latency_ms"]}
+    {
+        "role": "model" if r["role"] == "actor" else "tool",
+        "tool": (r["tool_name"] or "(none)") if r["role"] == "tool" else f"→ {r['tool_name'] or 'answer'}",
+        "latency_ms": r["latency_ms"],
+    }
     for r in step_latency_sample(store=S, run_ids=chosen)
 ]
 if sample:
@@ -128,9 +153,19 @@ for col, sort, title in ((t1, "latency_ms", "Slowest"), (t2, "n_steps", "Longest
         st.markdown(f"**{title}**")
         page = list_trajectories(sort=sort, limit=10, store=S, **filters)
         st.dataframe(
-            [{"open": "trajectory?" + urlencode({"id": r.id}), "run": r.run_id, "goal": short(r.goal, 50),
-              "grade": r.outcome, "steps": r.n_steps, "latency ms": round(r.latency_ms, 1)} for r in page.rows],
-            hide_index=True, width="stretch",
+            [
+                {
+                    "open": "trajectory?" + urlencode({"id": r.id}),
+                    "run": r.run_id,
+                    "goal": short(r.goal, 50),
+                    "grade": r.outcome,
+                    "steps": r.n_steps,
+                    "latency ms": round(r.latency_ms, 1),
+                }
+                for r in page.rows
+            ],
+            hide_index=True,
+            width="stretch",
             column_config={"open": st.column_config.LinkColumn("id", display_text=r"id=(\d+)")},
         )
 

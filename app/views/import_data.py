@@ -13,8 +13,10 @@ from components.safe import md_escape, short
 from evalrx.store import ImportFormatError, preview_file
 
 st.title("Import")
-st.caption("Trajectories made elsewhere: Inspect AI logs (.eval, .json), ATIF documents, evalrx exports and "
-           "OpenAI chat-messages JSONL. The format is read from the content, not the name.")
+st.caption(
+    "Trajectories made elsewhere: Inspect AI logs (.eval, .json), ATIF documents, evalrx exports and "
+    "OpenAI chat-messages JSONL. The format is read from the content, not the name."
+)
 
 key = st.session_state.setdefault("import_key", uuid.uuid4().hex)
 job = importer.current(key)
@@ -44,9 +46,21 @@ if job is None:
     for note in pre.notes:
         st.warning(md_escape(note))
     st.subheader(f"First {len(pre.first)} trajectories")
-    st.dataframe([{"case": short(c.id, 40), "attempt": tr.attempt, "outcome": tr.outcome.value,
-                   "steps": len(tr.steps), "goal": short(tr.goal, 80), "final answer": short(tr.final_answer, 80)}
-                  for c, tr in pre.first], hide_index=True, width="stretch")
+    st.dataframe(
+        [
+            {
+                "case": short(c.id, 40),
+                "attempt": tr.attempt,
+                "outcome": tr.outcome.value,
+                "steps": len(tr.steps),
+                "goal": short(tr.goal, 80),
+                "final answer": short(tr.final_answer, 80),
+            }
+            for c, tr in pre.first
+        ],
+        hide_index=True,
+        width="stretch",
+    )
     again = False
     if pre.already_imported_as:
         runs = ", ".join(str(r) for r in pre.already_imported_as)
@@ -74,11 +88,14 @@ def progress() -> None:
     elif job.result.already_imported:
         st.info(f"Already imported as run {', '.join(map(str, job.result.run_ids))}; nothing written.")
     else:
-        st.success(f"Imported {job.result.n_trajectories} trajectories ({job.result.format}) "
-                   f"into run {', '.join(map(str, job.result.run_ids))}.")
+        st.success(
+            f"Imported {job.result.n_trajectories} trajectories ({job.result.format}) "
+            f"into run {', '.join(map(str, job.result.run_ids))}."
+        )
         for rid in job.result.run_ids:
-            st.page_link("views/trajectories.py", label=f"Open run {rid}", icon=":material/list:",
-                         query_params={"run": str(rid)})
+            st.page_link(
+                "views/trajectories.py", label=f"Open run {rid}", icon=":material/list:", query_params={"run": str(rid)}
+            )
     if st.button("Import another file", key="import_another"):
         importer.forget(key)
         st.session_state.pop("import_upload", None)

@@ -13,8 +13,16 @@ from components.safe import md_escape
 from components.diagnosis_card import render_diagnosis
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 from evalrx.store import (
-    count_trajectories, delete_kind, encode_cursor, get_trajectory, list_kinds, list_runs, list_trajectories,
-    save_kind, second_opinion_queue, step_media,
+    count_trajectories,
+    delete_kind,
+    encode_cursor,
+    get_trajectory,
+    list_kinds,
+    list_runs,
+    list_trajectories,
+    save_kind,
+    second_opinion_queue,
+    step_media,
 )
 
 S = store()
@@ -37,16 +45,38 @@ def _reset_queue() -> None:
 runs = _runs(S.url)
 st.title("Label queue")
 top = st.columns([2, 1.3, 0.8, 1.4, 1.6], vertical_alignment="bottom")
-run_key = top[0].selectbox("Run", list(runs), index=None, key="run", bind="query-params", accept_new_options=True,
-                           placeholder="all runs", on_change=_reset_queue)
-only_fail = top[1].toggle("Only failures", key="fails", bind="query-params", on_change=_reset_queue,
-                          help="only trajectories the automatic grader failed (errored cases are not failures)")
-blind = top[2].toggle("Blind", key="blind", bind="query-params",
-                      help="hide the automatic grade while you label")
-second = top[3].toggle("Second opinion", key="second", bind="query-params", on_change=_reset_queue,
-                       help="blind: a sample of this run's failures labelled by someone else, not yet by you")
-annotator = top[4].text_input("Annotator", key="annotator", bind="query-params", persist_state="session",
-                              placeholder="your name (saved with each label)")
+run_key = top[0].selectbox(
+    "Run",
+    list(runs),
+    index=None,
+    key="run",
+    bind="query-params",
+    accept_new_options=True,
+    placeholder="all runs",
+    on_change=_reset_queue,
+)
+only_fail = top[1].toggle(
+    "Only failures",
+    key="fails",
+    bind="query-params",
+    on_change=_reset_queue,
+    help="only trajectories the automatic grader failed (errored cases are not failures)",
+)
+blind = top[2].toggle("Blind", key="blind", bind="query-params", help="hide the automatic grade while you label")
+second = top[3].toggle(
+    "Second opinion",
+    key="second",
+    bind="query-params",
+    on_change=_reset_queue,
+    help="blind: a sample of this run's failures labelled by someone else, not yet by you",
+)
+annotator = top[4].text_input(
+    "Annotator",
+    key="annotator",
+    bind="query-params",
+    persist_state="session",
+    placeholder="your name (saved with each label)",
+)
 
 if run_key in runs:
     top[0].caption(md_escape(runs[run_key]))
@@ -63,8 +93,10 @@ if second:
         st.stop()
     queue = [t for t in second_opinion_queue(int(run_key), me, store=S) if t not in ss.so_skipped]
     tid = queue[0] if queue else None
-    st.caption(f"{len(queue):,} trajectories wait for your second opinion in run {run_key}"
-               + (f" · {len(ss.so_skipped)} skipped" if ss.so_skipped else ""))
+    st.caption(
+        f"{len(queue):,} trajectories wait for your second opinion in run {run_key}"
+        + (f" · {len(ss.so_skipped)} skipped" if ss.so_skipped else "")
+    )
     if tid is None:
         st.success("No second opinion left for you in this run.")
         if ss.so_skipped:
@@ -77,8 +109,12 @@ else:
         after = encode_cursor(ss.q_after, ss.q_after) if ss.q_after else None
         page = list_trajectories(sort="id", descending=False, limit=1, after=after, store=S, **filters)
         tid = page.rows[0].id if page.rows else None
-    st.caption(f"{remaining:,} unlabelled" + (" failures" if only_fail else "") + " in this queue"
-               + (f" · {len(ss.q_seen)} done this session" if ss.q_seen else ""))
+    st.caption(
+        f"{remaining:,} unlabelled"
+        + (" failures" if only_fail else "")
+        + " in this queue"
+        + (f" · {len(ss.q_seen)} done this session" if ss.q_seen else "")
+    )
 if tid is None:
     if ss.q_after:
         st.info("No unlabelled trajectory after the ones you skipped.")
@@ -114,7 +150,11 @@ def taxonomy_editor(kinds: list) -> None:
     """Edit the shared taxonomy: add your own kinds, bind keys 1-9; built-in kinds stay."""
     rows = [{"kind": k.key, "definition": k.definition, "key": k.hotkey, "built in": k.builtin} for k in kinds]
     edited = st.data_editor(
-        rows, num_rows="dynamic", key="taxonomy-editor", hide_index=True, width="stretch",
+        rows,
+        num_rows="dynamic",
+        key="taxonomy-editor",
+        hide_index=True,
+        width="stretch",
         disabled=["built in"],
         column_config={"key": st.column_config.SelectboxColumn("key", options=list("123456789"))},
     )
@@ -150,14 +190,27 @@ with right:
         st.markdown(f"#### Trajectory {tid}")
         label_panel(detail, store=S, kinds=kinds, annotator_key="annotator", key="lq", on_saved=_done, blind=second)
         n1, n2 = st.columns(2)
-        n1.button("Back", key="lq-back", icon=":material/undo:", shortcut="B", on_click=_back,
-                  disabled=second or not ss.q_seen, width="stretch")
+        n1.button(
+            "Back",
+            key="lq-back",
+            icon=":material/undo:",
+            shortcut="B",
+            on_click=_back,
+            disabled=second or not ss.q_seen,
+            width="stretch",
+        )
         n2.button("Skip", key="lq-skip", icon=":material/skip_next:", shortcut="N", on_click=_skip, width="stretch")
-    st.caption("Keys: Enter accept the proposal · P pass · F fail · U unknown · 1–9 fail with that kind · "
-               "W first wrong step → next model turn · N skip · B back · ? all keys")
+    st.caption(
+        "Keys: Enter accept the proposal · P pass · F fail · U unknown · 1–9 fail with that kind · "
+        "W first wrong step → next model turn · N skip · B back · ? all keys"
+    )
     if not second:  # its own page and the history show the earlier labels
-        st.page_link("views/trajectory.py", label="Open on its own page", icon=":material/open_in_new:",
-                     query_params={"id": str(tid)})
+        st.page_link(
+            "views/trajectory.py",
+            label="Open on its own page",
+            icon=":material/open_in_new:",
+            query_params={"id": str(tid)},
+        )
         with st.expander("Label history"):
             history_table(tid, store=S)
     with st.expander("Failure taxonomy"):
@@ -169,7 +222,8 @@ with left:
     if not blind:
         render_diagnosis(detail, {k.key: k.definition for k in kinds})
     render_case(detail, store=S, blind=blind)
-    render_timeline(detail, store=S, media=step_media(tid, store=S), show_user=False,
-                    first_wrong=ss.get(f"lq-fws-{tid}"))
+    render_timeline(
+        detail, store=S, media=step_media(tid, store=S), show_user=False, first_wrong=ss.get(f"lq-fws-{tid}")
+    )
     with st.expander("Latency and tokens"):
         render_charts(detail)

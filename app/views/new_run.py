@@ -3,8 +3,14 @@
 import streamlit as st
 
 from components.data import store
-from components.launch import (DEFAULT_SUITE, DEMO_SPEC, build_config, cases_from_upload, runtime_settings,
-                               start_api_worker)
+from components.launch import (
+    DEFAULT_SUITE,
+    DEMO_SPEC,
+    build_config,
+    cases_from_upload,
+    runtime_settings,
+    start_api_worker,
+)
 from components.safe import md_escape
 from evalrx.core.capability import Capability
 from evalrx.models.backends import RuntimeConfig, backends_for
@@ -50,10 +56,15 @@ def _is_real(key: str) -> bool:
 
 left, right = st.columns([3, 2], gap="large")
 with left:
-    spec_key = st.selectbox("Model", specs, index=specs.index(DEMO_SPEC) if DEMO_SPEC in specs else 0, key="spec",
-                            format_func=lambda k: f"{k} · real model, slow" if _is_real(k) else k,
-                            help="The spec registry (see the Models page). A real model gives white-box "
-                                 "results worth reading; on CPU it is slow, so keep its suites small.")
+    spec_key = st.selectbox(
+        "Model",
+        specs,
+        index=specs.index(DEMO_SPEC) if DEMO_SPEC in specs else 0,
+        key="spec",
+        format_func=lambda k: f"{k} · real model, slow" if _is_real(k) else k,
+        help="The spec registry (see the Models page). A real model gives white-box "
+        "results worth reading; on CPU it is slow, so keep its suites small.",
+    )
     spec = REGISTRY[spec_key]
     if spec.notes:
         st.caption(md_escape(spec.notes))
@@ -69,8 +80,11 @@ with left:
         caps = next(b for b in backends if b.name == name).provides(spec)
         return ", ".join(c.value for c in Capability if c in caps)
 
-    backend = st.radio("Backend", names, key="backend", horizontal=True,
-                       captions=[_provides(n) for n in names]) if names else None
+    backend = (
+        st.radio("Backend", names, key="backend", horizontal=True, captions=[_provides(n) for n in names])
+        if names
+        else None
+    )
     if backend is None:
         st.error("No backend can serve this model.")
 
@@ -79,8 +93,9 @@ with left:
     tools = st.multiselect("Tools the agent may call", sorted(TOOLS), default=default_tools, key="tools")
     st.caption("  \n".join(f"**{md_escape(n)}**: {md_escape(descriptions.get(n, ''))}" for n in sorted(TOOLS)))
 
-    source = st.segmented_control("Cases", ["Bundled suite", "Upload a case file"], default="Bundled suite",
-                                  key="source", required=True)
+    source = st.segmented_control(
+        "Cases", ["Bundled suite", "Upload a case file"], default="Bundled suite", key="source", required=True
+    )
     cases, suite, problem = None, None, None
     if source == "Upload a case file":
         up = st.file_uploader("JSONL case file, one case per line", type=["jsonl", "json"], key="upload")
@@ -99,16 +114,19 @@ with left:
             problem = "upload a case file"
     else:
         suites = list_suites()
-        suite = st.selectbox("Suite", suites, index=suites.index(DEFAULT_SUITE) if DEFAULT_SUITE in suites else 0,
-                             key="suite")
+        suite = st.selectbox(
+            "Suite", suites, index=suites.index(DEFAULT_SUITE) if DEFAULT_SUITE in suites else 0, key="suite"
+        )
         st.caption(f"{_suite_size(suite)} cases")
     limit = st.number_input("Run only the first N cases (0 = all)", min_value=0, value=0, step=1, key="limit")
     if _is_real(spec_key):
         n_cases = len(cases) if cases is not None else (_suite_size(suite) if suite else 0)
         n_run = min(n_cases, int(limit)) if limit else n_cases
         if n_run > REAL_CASES_HINT:
-            st.info(f"{spec_key} is a real model running on CPU (seconds per model turn): {n_run} cases will take "
-                    f"a while. It is best on small suites: set the first N cases to {REAL_CASES_HINT} or fewer.")
+            st.info(
+                f"{spec_key} is a real model running on CPU (seconds per model turn): {n_run} cases will take "
+                f"a while. It is best on small suites: set the first N cases to {REAL_CASES_HINT} or fewer."
+            )
     name = st.text_input("Run name", key="name", placeholder="default: model on suite")
 
 with right:
@@ -119,44 +137,93 @@ with right:
     system = st.text_area("System prompt", key="system", placeholder="optional", height=80)
     st.markdown("**Attempts**")
     rep_col, temp_col, seed_col = st.columns(3)
-    repeats = rep_col.number_input("Attempts per case", min_value=1, max_value=100, value=1, key="repeats",
-                                   help="Run each case K times: pass@k, pass^k and the flaky cases (Runs → "
-                                        "Reliability). Sample (temperature > 0) so attempts can differ.")
-    temperature = temp_col.number_input("Temperature", min_value=0.0, max_value=5.0, value=0.0, step=0.1,
-                                        key="temperature", help="0 = greedy (every attempt the same on a "
-                                                                "local model)")
-    seed = seed_col.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="seed",
-                                 help="Local models: each attempt's sampling seed comes from it, so the run "
-                                      "reproduces.")
+    repeats = rep_col.number_input(
+        "Attempts per case",
+        min_value=1,
+        max_value=100,
+        value=1,
+        key="repeats",
+        help="Run each case K times: pass@k, pass^k and the flaky cases (Runs → "
+        "Reliability). Sample (temperature > 0) so attempts can differ.",
+    )
+    temperature = temp_col.number_input(
+        "Temperature",
+        min_value=0.0,
+        max_value=5.0,
+        value=0.0,
+        step=0.1,
+        key="temperature",
+        help="0 = greedy (every attempt the same on a local model)",
+    )
+    seed = seed_col.number_input(
+        "Seed",
+        min_value=0,
+        max_value=2**31 - 1,
+        value=0,
+        step=1,
+        key="seed",
+        help="Local models: each attempt's sampling seed comes from it, so the run reproduces.",
+    )
     local = backend == "hf_local"
-    analyzers = st.multiselect("Analyzers", _analyzer_names(), key="analyzers", disabled=not local,
-                               help="White-box analyzers run on the worker after each case (hf_local only).")
+    analyzers = st.multiselect(
+        "Analyzers",
+        _analyzer_names(),
+        key="analyzers",
+        disabled=not local,
+        help="White-box analyzers run on the worker after each case (hf_local only).",
+    )
     with st.expander("Advanced"):
-        checkpoint = st.text_input("Local weights directory", key="checkpoint",
-                                   placeholder="default: the spec's weights",
-                                   help="A directory with config and weights that overrides the spec's (local backends).")
-        max_new_tokens = st.number_input("Max new tokens per model turn", min_value=1, max_value=32768, value=256,
-                                         key="max_new_tokens")
+        checkpoint = st.text_input(
+            "Local weights directory",
+            key="checkpoint",
+            placeholder="default: the spec's weights",
+            help="A directory with config and weights that overrides the spec's (local backends).",
+        )
+        max_new_tokens = st.number_input(
+            "Max new tokens per model turn", min_value=1, max_value=32768, value=256, key="max_new_tokens"
+        )
     base_url, api_key, concurrency = None, None, 1
     timeout, retries = RuntimeConfig.timeout, RuntimeConfig.max_retries
     if backend == "api":
         st.markdown("**API**")
         base_url = st.text_input("Base URL", key="base_url", placeholder="default: $OPENAI_BASE_URL or OpenAI")
-        api_key = st.text_input("API key", key="api_key", type="password",
-                                help="Never stored: held only by a worker started for this run, and sent "
-                                     "only to its base URL. Leave empty to use the workers' OPENAI_API_KEY "
-                                     "(which they send only to hosts in EVALRX_KEY_HOSTS).")
+        api_key = st.text_input(
+            "API key",
+            key="api_key",
+            type="password",
+            help="Never stored: held only by a worker started for this run, and sent "
+            "only to its base URL. Leave empty to use the workers' OPENAI_API_KEY "
+            "(which they send only to hosts in EVALRX_KEY_HOSTS).",
+        )
         concurrency = st.number_input("Concurrent cases", min_value=1, max_value=64, value=4, key="concurrency")
-        timeout = st.number_input("Time limit per model call (s)", min_value=1.0, max_value=MAX_TIMEOUT_S,
-                                  value=float(RuntimeConfig.timeout), step=5.0, key="timeout",
-                                  help="The whole budget of one model call, retries and waits included; "
-                                       "a call that runs out ends its case as an error.")
-        retries = st.number_input("Retries per model call", min_value=0, max_value=MAX_RETRIES,
-                                  value=RuntimeConfig.max_retries, step=1, key="retries",
-                                  help="Tries after the first (server busy, connection lost), within the time limit.")
+        timeout = st.number_input(
+            "Time limit per model call (s)",
+            min_value=1.0,
+            max_value=MAX_TIMEOUT_S,
+            value=float(RuntimeConfig.timeout),
+            step=5.0,
+            key="timeout",
+            help="The whole budget of one model call, retries and waits included; "
+            "a call that runs out ends its case as an error.",
+        )
+        retries = st.number_input(
+            "Retries per model call",
+            min_value=0,
+            max_value=MAX_RETRIES,
+            value=RuntimeConfig.max_retries,
+            step=1,
+            key="retries",
+            help="Tries after the first (server busy, connection lost), within the time limit.",
+        )
 
-    if st.button("Launch run", type="primary", icon=":material/rocket_launch:", disabled=backend is None,
-                 width="stretch", key="launch"):
+    if st.button(
+        "Launch run",
+        type="primary",
+        icon=":material/rocket_launch:",
+        disabled=backend is None,
+        width="stretch",
+        key="launch",
+    ):
         from evalrx.runner import enqueue_run
 
         try:
@@ -166,16 +233,32 @@ with right:
             if limit:
                 chosen = chosen[: int(limit)]
             config = build_config(
-                spec=spec_key, backend=backend, tools=tools, suite=suite,
+                spec=spec_key,
+                backend=backend,
+                tools=tools,
+                suite=suite,
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),
-                max_turns=max_turns, block_repeat_calls=block, force_final_answer=force,
-                analyzers=analyzers if local else [], concurrency=concurrency, base_url=base_url, system=system,
-                checkpoint=checkpoint.strip() or None, repeats=repeats, seed=seed,
+                max_turns=max_turns,
+                block_repeat_calls=block,
+                force_final_answer=force,
+                analyzers=analyzers if local else [],
+                concurrency=concurrency,
+                base_url=base_url,
+                system=system,
+                checkpoint=checkpoint.strip() or None,
+                repeats=repeats,
+                seed=seed,
             )
-            runtime = runtime_settings(max_new_tokens=max_new_tokens, backend=backend, timeout=timeout,
-                                       retries=retries, temperature=temperature)
-            run_id = enqueue_run(config, cases=chosen, name=name or None, store=S, runtime=runtime,
-                                 key_bound=bool(api_key))
+            runtime = runtime_settings(
+                max_new_tokens=max_new_tokens,
+                backend=backend,
+                timeout=timeout,
+                retries=retries,
+                temperature=temperature,
+            )
+            run_id = enqueue_run(
+                config, cases=chosen, name=name or None, store=S, runtime=runtime, key_bound=bool(api_key)
+            )
         except (CaseFileError, ValueError) as exc:
             st.error(md_escape(exc))
         else:

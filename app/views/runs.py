@@ -24,7 +24,9 @@ def _stats(run_id: int, n_done: int, status: str, store_url: str):
 
 def _cancel(run_id: int) -> None:
     status = request_cancel(run_id, store=S)
-    flash(f"Run {run_id}: " + ("cancelled" if status == "cancelled" else "cancel requested, stops after the current case"))
+    flash(
+        f"Run {run_id}: " + ("cancelled" if status == "cancelled" else "cancel requested, stops after the current case")
+    )
 
 
 st.title("Runs")
@@ -47,16 +49,30 @@ def live() -> None:
     for r in active:
         with st.container(border=True, key=f"live-{r.id}"):
             head, btn = st.columns([5, 1], vertical_alignment="center")
-            head.markdown(f"**Run {r.id} · {md_escape(r.name or '')}** · {md_escape(r.spec_key or '')} on "
-                          f"{md_escape(r.backend or '')} · `{r.status}`")
-            btn.button("Cancel", key=f"cancel-{r.id}", icon=":material/stop_circle:", disabled=r.cancel_requested,
-                       on_click=_cancel, args=(r.id,), width="stretch")
+            head.markdown(
+                f"**Run {r.id} · {md_escape(r.name or '')}** · {md_escape(r.spec_key or '')} on "
+                f"{md_escape(r.backend or '')} · `{r.status}`"
+            )
+            btn.button(
+                "Cancel",
+                key=f"cancel-{r.id}",
+                icon=":material/stop_circle:",
+                disabled=r.cancel_requested,
+                on_click=_cancel,
+                args=(r.id,),
+                width="stretch",
+            )
             st.progress(r.progress, text=progress_text(r))
 
     rows = [run_row(r, _stats(r.id, r.n_done, r.status, S.url)) for r in runs]
     st.subheader(f"All runs ({len(runs)})")
     event = st.dataframe(
-        rows, hide_index=True, width="stretch", key="runs-table", on_select="rerun", selection_mode="single-row",
+        rows,
+        hide_index=True,
+        width="stretch",
+        key="runs-table",
+        on_select="rerun",
+        selection_mode="single-row",
         column_config={
             "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
             "success": st.column_config.NumberColumn("success %", format="%.1f"),
@@ -80,21 +96,35 @@ def details(r, runs: list) -> None:
     c[2].metric("success", "—" if stats.success_rate is None else f"{100 * stats.success_rate:.1f}%")
     c[3].metric("latency p50", "—" if stats.latency_p50_ms is None else f"{stats.latency_p50_ms:,.0f} ms")
     c[4].metric("latency p95", "—" if stats.latency_p95_ms is None else f"{stats.latency_p95_ms:,.0f} ms")
-    c[5].metric("tokens", f"{stats.prompt_tokens + stats.completion_tokens:,}",
-                help=f"prompt {stats.prompt_tokens:,}, completion {stats.completion_tokens:,}")
+    c[5].metric(
+        "tokens",
+        f"{stats.prompt_tokens + stats.completion_tokens:,}",
+        help=f"prompt {stats.prompt_tokens:,}, completion {stats.completion_tokens:,}",
+    )
     links = st.columns(5)
-    links[0].page_link("views/trajectories.py", label="All trajectories", icon=":material/list:",
-                       query_params={"run": str(r.id)})
-    links[1].page_link("views/trajectories.py", label="Failures", icon=":material/error:",
-                       query_params={"run": str(r.id), "outcome": "fail"})
-    links[2].page_link("views/label.py", label="Label this run", icon=":material/label:",
-                       query_params={"run": str(r.id)})
-    links[3].page_link("views/dashboard.py", label="Dashboard", icon=":material/monitoring:",
-                       query_params={"run": str(r.id)})
+    links[0].page_link(
+        "views/trajectories.py", label="All trajectories", icon=":material/list:", query_params={"run": str(r.id)}
+    )
+    links[1].page_link(
+        "views/trajectories.py",
+        label="Failures",
+        icon=":material/error:",
+        query_params={"run": str(r.id), "outcome": "fail"},
+    )
+    links[2].page_link(
+        "views/label.py", label="Label this run", icon=":material/label:", query_params={"run": str(r.id)}
+    )
+    links[3].page_link(
+        "views/dashboard.py", label="Dashboard", icon=":material/monitoring:", query_params={"run": str(r.id)}
+    )
     older = next((o.id for o in runs if o.id < r.id), None)  # the run before it, the natural baseline
     if older is not None:
-        links[4].page_link("views/compare.py", label=f"Compare with run {older}", icon=":material/compare_arrows:",
-                           query_params={"a": str(older), "b": str(r.id)})
+        links[4].page_link(
+            "views/compare.py",
+            label=f"Compare with run {older}",
+            icon=":material/compare_arrows:",
+            query_params={"a": str(older), "b": str(r.id)},
+        )
     with st.expander("Export this run", icon=":material/download:"):
         export_controls(f"export-run-{r.id}", f"run{r.id}", run_id=r.id, store=S)
     tabs = st.tabs(["Overview", "Reliability", "Predictors", "Agreement"], key="view", bind="query-params")
@@ -117,8 +147,11 @@ def overview(r, stats) -> None:
     left, mid, right = st.columns(3)
     with left:
         st.markdown("**Ended by**")
-        st.dataframe([{"terminated": k or "(unknown)", "n": v} for k, v in sorted(stats.terminated.items())],
-                     hide_index=True, width="stretch")
+        st.dataframe(
+            [{"terminated": k or "(unknown)", "n": v} for k, v in sorted(stats.terminated.items())],
+            hide_index=True,
+            width="stretch",
+        )
     with mid:
         st.markdown("**Grades and labels**")
         rows = [{"kind": "grade", "value": k, "n": v} for k, v in sorted(stats.outcomes.items())]
@@ -128,8 +161,11 @@ def overview(r, stats) -> None:
         st.dataframe(rows, hide_index=True, width="stretch")
     with right:
         st.markdown("**Tool calls**")
-        st.dataframe([{"tool": k, "trajectories": v} for k, v in sorted(stats.tool_calls.items())],
-                     hide_index=True, width="stretch")
+        st.dataframe(
+            [{"tool": k, "trajectories": v} for k, v in sorted(stats.tool_calls.items())],
+            hide_index=True,
+            width="stretch",
+        )
         st.caption(f"{stats.n_parse_errors} parse errors · mean {stats.mean_steps or 0:.1f} steps")
     if r.error:
         st.markdown(":red[**Error**]")

@@ -7,7 +7,14 @@ import streamlit as st
 from components.data import store
 from components.export_panel import export_controls
 from components.filters import (
-    FILTER_KEYS, LABEL_CHOICES, OUTCOMES, SORT_CHOICES, as_context, describe, sort_args, store_filters,
+    FILTER_KEYS,
+    LABEL_CHOICES,
+    OUTCOMES,
+    SORT_CHOICES,
+    as_context,
+    describe,
+    sort_args,
+    store_filters,
 )
 from components.safe import md_escape, short
 from evalrx.store import failure_modes, list_kinds, list_runs, list_trajectories, matching_ids
@@ -42,28 +49,57 @@ with st.container(border=True):
         a.caption(md_escape(runs[st.session_state["run"]]))
     b.selectbox("Grade", list(OUTCOMES), index=None, key="outcome", placeholder="any", **BOUND)
     c.selectbox("Label", list(LABEL_CHOICES), index=None, key="label", placeholder="any", **BOUND)
-    d.selectbox("Diagnosed as", list(kinds), index=None, key="kind", placeholder="any", accept_new_options=True,
-                help="the failure kind of the trajectory's diagnosis (why it failed)", **BOUND)
+    d.selectbox(
+        "Diagnosed as",
+        list(kinds),
+        index=None,
+        key="kind",
+        placeholder="any",
+        accept_new_options=True,
+        help="the failure kind of the trajectory's diagnosis (why it failed)",
+        **BOUND,
+    )
     e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1], vertical_alignment="bottom")
     e.selectbox("Ended by", TERMINATIONS, index=None, key="term", placeholder="any", accept_new_options=True, **BOUND)
     f.selectbox("Used tool", tools, index=None, key="tool", placeholder="any", accept_new_options=True, **BOUND)
-    g.text_input("Search", key="q", type="search",
-                 placeholder="text in prompts, answers, model turns, calls, observations", **BOUND)
+    g.text_input(
+        "Search",
+        key="q",
+        type="search",
+        placeholder="text in prompts, answers, model turns, calls, observations",
+        **BOUND,
+    )
     h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
     k, m, _ = st.columns([1, 1, 4], vertical_alignment="bottom")
-    k.selectbox("Labelled as", modes, index=None, key="mode", placeholder="any", accept_new_options=True,
-                help="the failure kind a reviewer's label gave", **BOUND)
-    m.number_input("Tool margin below", min_value=0.0, step=0.5, value=None, key="margin", placeholder="any",
-                   help="smallest tool-decision margin (nats) of the chosen tool, from the tool_decision analysis",
-                   **BOUND)
+    k.selectbox(
+        "Labelled as",
+        modes,
+        index=None,
+        key="mode",
+        placeholder="any",
+        accept_new_options=True,
+        help="the failure kind a reviewer's label gave",
+        **BOUND,
+    )
+    m.number_input(
+        "Tool margin below",
+        min_value=0.0,
+        step=0.5,
+        value=None,
+        key="margin",
+        placeholder="any",
+        help="smallest tool-decision margin (nats) of the chosen tool, from the tool_decision analysis",
+        **BOUND,
+    )
 
 params = {k: st.session_state.get(k) for k in FILTER_KEYS}
 filters = store_filters(params)
 sort, desc = sort_args(params)
-result = list_trajectories(sort=sort, descending=desc, limit=PAGE_SIZE, offset=(page_no - 1) * PAGE_SIZE,
-                           with_total=True, store=S, **filters)
+result = list_trajectories(
+    sort=sort, descending=desc, limit=PAGE_SIZE, offset=(page_no - 1) * PAGE_SIZE, with_total=True, store=S, **filters
+)
 total = result.total or 0
 n_pages = max(1, -(-total // PAGE_SIZE))
 st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
@@ -93,7 +129,12 @@ if not rows:
     st.info("No trajectory matches this filter." if total == 0 else "This page is past the end of the list.")
     st.stop()
 event = st.dataframe(
-    rows, hide_index=True, width="stretch", key="traj-table", on_select="rerun", selection_mode="single-row",
+    rows,
+    hide_index=True,
+    width="stretch",
+    key="traj-table",
+    on_select="rerun",
+    selection_mode="single-row",
     height=min(35 * (len(rows) + 1) + 3, 720),
     column_config={
         "open": st.column_config.LinkColumn("id", display_text=r"id=(\d+)", help="opens in a new tab", width="small"),

@@ -41,9 +41,13 @@ def go(target: int) -> None:
 
 st.title(f"Trajectory {row.id}")
 nav = st.columns([1, 1, 1, 3], vertical_alignment="center")
-if nav[0].button("Previous", key="prev", icon=":material/arrow_back:", shortcut="K", disabled=prev_id is None, width="stretch"):
+if nav[0].button(
+    "Previous", key="prev", icon=":material/arrow_back:", shortcut="K", disabled=prev_id is None, width="stretch"
+):
     go(prev_id)
-if nav[1].button("Next", key="next", icon=":material/arrow_forward:", shortcut="J", disabled=next_id is None, width="stretch"):
+if nav[1].button(
+    "Next", key="next", icon=":material/arrow_forward:", shortcut="J", disabled=next_id is None, width="stretch"
+):
     go(next_id)
 nav[2].page_link("views/trajectories.py", label="List", icon=":material/list:", query_params=keep)
 nav[3].caption(f"Within: {md_escape(describe(keep))}")
@@ -57,17 +61,28 @@ if others:
     o = next((x for x in others if x["run_id"] != row.run_id), others[0])  # another run before another attempt
     where = f"run {o['run_id']}" if o["run_id"] != row.run_id else "this run"
     same = st.columns([2, 2, 3], vertical_alignment="center")
-    same[0].page_link("views/trajectory.py", label=f"Same case in {where} (attempt {o['attempt']}, {o['outcome']})",
-                      icon=":material/call_split:", query_params={"id": str(o["trajectory_id"])})
+    same[0].page_link(
+        "views/trajectory.py",
+        label=f"Same case in {where} (attempt {o['attempt']}, {o['outcome']})",
+        icon=":material/call_split:",
+        query_params={"id": str(o["trajectory_id"])},
+    )
     lo, hi = sorted((o["run_id"], row.run_id))
-    same[1].page_link("views/compare.py", label="Compare the two side by side", icon=":material/compare_arrows:",
-                      query_params={"a": str(lo), "b": str(hi), "case": row.sample_id})
+    same[1].page_link(
+        "views/compare.py",
+        label="Compare the two side by side",
+        icon=":material/compare_arrows:",
+        query_params={"a": str(lo), "b": str(hi), "case": row.sample_id},
+    )
     if len(others) > 1:
         with same[2].popover(f"All {len(others)} elsewhere", icon=":material/list:"):
             for x in others:
-                st.page_link("views/trajectory.py", query_params={"id": str(x["trajectory_id"])},
-                             label=f"run {x['run_id']} · {md_escape(short(x['run_name'] or '', 30))} · attempt {x['attempt']} "
-                                   f"· {x['outcome']}")
+                st.page_link(
+                    "views/trajectory.py",
+                    query_params={"id": str(x["trajectory_id"])},
+                    label=f"run {x['run_id']} · {md_escape(short(x['run_name'] or '', 30))} · attempt {x['attempt']} "
+                    f"· {x['outcome']}",
+                )
 cur = current_label(detail)
 st.markdown(facts_line(row, cur))
 err = detail.trajectory.metrics.get("error")
@@ -89,8 +104,9 @@ main, side = st.columns([3, 2], gap="large")
 with side:
     with st.container(border=True):
         st.markdown("#### Label")
-        annotator = st.text_input("Annotator", key="annotator", persist_state="session",
-                                  placeholder="your name (saved with each label)")
+        annotator = st.text_input(
+            "Annotator", key="annotator", persist_state="session", placeholder="your name (saved with each label)"
+        )
         label_panel(detail, store=S, kinds=kinds, annotator_key="annotator", key="tl")
     with st.expander("Label history", expanded=False):
         history_table(row.id, store=S)

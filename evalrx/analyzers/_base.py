@@ -155,8 +155,9 @@ class HookAnalyzer(Analyzer):
         """Run the hook on one finished case: an iterable of `AnalysisRecord` (or None)."""
         return self.hook(ctx)
 
-    def run_trajectory(self, model: Any, trajectory: Any, *, tools: Optional[list] = None,
-                       system: Optional[str] = None) -> AnalysisResult:
+    def run_trajectory(
+        self, model: Any, trajectory: Any, *, tools: Optional[list] = None, system: Optional[str] = None
+    ) -> AnalysisResult:
         raise NotImplementedError(
             f"{self.name!r} is a worker hook: it runs on each finished case of a run that lists it, "
             "not on a stored trajectory."

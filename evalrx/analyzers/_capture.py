@@ -116,8 +116,10 @@ def capture_problem(
         g0, g1 = pt.gen_tokens
         if ids[:g0] != list(cap.prompt_ids):
             at = _first_difference(ids[:g0], cap.prompt_ids)
-            return (f"step {step}: the rebuilt conversation differs from the prompt the model saw "
-                    f"(token {at} of {len(cap.prompt_ids)})")
+            return (
+                f"step {step}: the rebuilt conversation differs from the prompt the model saw "
+                f"(token {at} of {len(cap.prompt_ids)})"
+            )
         fed = cap.fed_ids
         if ids[g0 : g0 + len(fed)] != fed:
             at = _first_difference(ids[g0 : g0 + len(fed)], fed)

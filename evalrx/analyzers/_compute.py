@@ -145,7 +145,9 @@ def eager_attention(hf: Any) -> Iterator[None]:
             except (ValueError, ImportError) as exc:  # the kernel it had cannot be re-selected here
                 import warnings
 
-                warnings.warn(f"could not restore {before!r} attention after the attention analysis: {exc}", stacklevel=3)
+                warnings.warn(
+                    f"could not restore {before!r} attention after the attention analysis: {exc}", stacklevel=3
+                )
 
 
 def attention_modules(layers: Any) -> list:

@@ -313,8 +313,6 @@ def messages_from_trajectory(
     return conversation_from_trajectory(trajectory, system, tools, style=style).messages
 
 
-
-
 # ----------------------------------------------------------------------------- rendering
 
 
@@ -357,4 +355,3 @@ def drop_images(conversation: Conversation) -> Conversation:
             m = dict(m, content="".join(b.get("text", "") for b in kept))
         msgs.append(m)
     return Conversation(msgs, conversation.tools, conversation.turns, conversation.style, conversation.message_info)
-

@@ -167,8 +167,11 @@ def plan_passes(
         as_written = not getattr(turn, "verbatim", True) or upto.startswith(prompt + turn.content + (eos or ""))
         candidate = mode == "auto" and as_written and upto.startswith(prompt) and full_text.startswith(upto)
         rendered.append((turn, prompt, upto, candidate, as_written))
-    known = {turn.step_idx: _known_prompt((prompt_ids or {}).get(turn.step_idx), full_ids, full_off, len(prompt))
-             for turn, prompt, _, candidate, _ in rendered if candidate}
+    known = {
+        turn.step_idx: _known_prompt((prompt_ids or {}).get(turn.step_idx), full_ids, full_off, len(prompt))
+        for turn, prompt, _, candidate, _ in rendered
+        if candidate
+    }
     # One batched call tokenizes every other candidate prompt (the fast tokenizer runs it in parallel).
     texts = [prompt for turn, prompt, _, candidate, _ in rendered if candidate and known[turn.step_idx] is None]
     tokenized = iter(_batch_ids(tokenizer, texts) if texts else [])
@@ -182,7 +185,7 @@ def plan_passes(
             g1 = first_token_at(full_off, gen_end)
             shared.append(PassTurn(turn.step_idx, (len(prompt), gen_end), (g0, g1), turn))
         else:
-            completion = upto[len(prompt):] if upto.startswith(prompt) and as_written else (turn.content + (eos or ""))
+            completion = upto[len(prompt) :] if upto.startswith(prompt) and as_written else (turn.content + (eos or ""))
             own.append(_own_pass(tokenizer, prompt, completion, turn, eos))
     passes: list = []
     if shared:
@@ -289,10 +292,18 @@ class TrajectoryPlan:
 
         `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model.
         """
-        known = {step: cap.prompt_ids for step, cap in (captures or {}).items()
-                 if getattr(cap, "model_ref", None) == id(local.hf) and getattr(cap, "prompt_ids", None)}
+        known = {
+            step: cap.prompt_ids
+            for step, cap in (captures or {}).items()
+            if getattr(cap, "model_ref", None) == id(local.hf) and getattr(cap, "prompt_ids", None)
+        }
         conv, passes = plan_trajectory(
-            local.tokenizer, trajectory, tools=tools, system=system, mode=mode, renderer=local.renderer,
+            local.tokenizer,
+            trajectory,
+            tools=tools,
+            system=system,
+            mode=mode,
+            renderer=local.renderer,
             prompt_ids=known,
         )
         return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode)
@@ -302,8 +313,10 @@ class TrajectoryPlan:
         key = (index, max_value_tokens, max_answer_tokens)
         if key not in self._points:
             self._points[key] = pass_decisions(
-                self.local.tokenizer, self.passes[index],
-                max_value_tokens=max_value_tokens, max_answer_tokens=max_answer_tokens,
+                self.local.tokenizer,
+                self.passes[index],
+                max_value_tokens=max_value_tokens,
+                max_answer_tokens=max_answer_tokens,
             )
         return self._points[key]
 

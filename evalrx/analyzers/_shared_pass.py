@@ -233,8 +233,12 @@ def _source(read: set, captures: dict, analyzer: PassAnalyzer) -> str:
     if read:
         return next(iter(read)) if len(read) == 1 else "mixed"
     kinds = analyzer.generation_capture
-    covered = bool(captures) and bool(kinds) and all(
-        getattr(cap, _CAPTURED.get(kind, kind), None) is not None for cap in captures.values() for kind in kinds
+    covered = (
+        bool(captures)
+        and bool(kinds)
+        and all(
+            getattr(cap, _CAPTURED.get(kind, kind), None) is not None for cap in captures.values() for kind in kinds
+        )
     )
     return "generation" if covered else "teacher_forced"
 
@@ -284,8 +288,13 @@ def _run_group(local, trajectory, group, tools, system, mode, results, fail, cap
         if not wanted:
             continue
         try:
-            result = pass_result(plan, i, [req for _, req in wanted], captures,
-                                 all(analyzers[name].generation_capture for name, _ in wanted))
+            result = pass_result(
+                plan,
+                i,
+                [req for _, req in wanted],
+                captures,
+                all(analyzers[name].generation_capture for name, _ in wanted),
+            )
         except Exception as exc:
             for name, _ in wanted:
                 failure(name, exc)
@@ -477,6 +486,9 @@ def analyze(
             for name, _ in shared:
                 fail(name, exc)
         else:
-            results.update(run_pass_analyzers(local, trajectory, shared, tools=tools, system=system, fail=fail,
-                                              captures=dict(captures or {})))
+            results.update(
+                run_pass_analyzers(
+                    local, trajectory, shared, tools=tools, system=system, fail=fail, captures=dict(captures or {})
+                )
+            )
     return {name: results[name] for name, _ in analyzers if name in results}

@@ -93,7 +93,14 @@ class AttentionResult(AnalysisResult):
         labels = {k: v for k, v in arrays.items() if k.startswith("label_")}
         if "label_arg" in meta:
             labels["label_arg"] = meta["label_arg"]
-        return cls(arrays["positions"], arrays["token_ids"], arrays["mass"], meta.get("segments") or [], labels, meta.get("info"))
+        return cls(
+            arrays["positions"],
+            arrays["token_ids"],
+            arrays["mass"],
+            meta.get("segments") or [],
+            labels,
+            meta.get("info"),
+        )
 
 
 def _segment_mass(rows: Any, seg_of_token: np.ndarray, n_segments: int) -> np.ndarray:
@@ -107,7 +114,9 @@ def _segment_mass(rows: Any, seg_of_token: np.ndarray, n_segments: int) -> np.nd
     return torch.matmul(rows, onehot).permute(1, 0, 2).contiguous().cpu().numpy()
 
 
-def segment_mass(local: Any, ids: Sequence[int], positions: Sequence[int], seg_of_token: np.ndarray, n_segments: int) -> np.ndarray:
+def segment_mass(
+    local: Any, ids: Sequence[int], positions: Sequence[int], seg_of_token: np.ndarray, n_segments: int
+) -> np.ndarray:
     """One teacher-forced pass; returns `[P, L, S]` attention mass of each query position per segment."""
     from evalrx.analyzers._compute import teacher_forced
 
@@ -293,7 +302,9 @@ class AttentionAnalyzer(PassAnalyzer):
         pos = [n - 1] if positions is None else [p + n if p < 0 else p for p in positions]
         seg_of, segs = _text_segments(local, text, ids, offsets)
         mass = segment_mass(local, ids, pos, seg_of, len(segs))
-        return AttentionResult(pos, [ids[p] for p in pos], mass, segs, None, {"model": model_id(model), "source": "text"})
+        return AttentionResult(
+            pos, [ids[p] for p in pos], mass, segs, None, {"model": model_id(model), "source": "text"}
+        )
 
     def requests(self, plan: TrajectoryPlan) -> list:
         """Per pass, the attention rows at the decision positions of the kinds analysed."""

@@ -93,7 +93,9 @@ class LensResult(AnalysisResult):
 
     result_type = "logit_lens"
 
-    def __init__(self, *, labels: Optional[dict] = None, info: Optional[dict] = None, vocab: Optional[dict] = None, **arrays: Any) -> None:
+    def __init__(
+        self, *, labels: Optional[dict] = None, info: Optional[dict] = None, vocab: Optional[dict] = None, **arrays: Any
+    ) -> None:
         for name, dtype in _ARRAY_FIELDS:
             setattr(self, name, np.asarray(arrays[name], dtype=dtype))
         self.labels = {}
@@ -373,7 +375,12 @@ class LogitLensAnalyzer(PassAnalyzer):
         points = request.state
         positions = [int(p.position) for p in points]
         lens, _ = lens_at(
-            plan.local, result.ids, result.logits_at(positions), result.hidden_states, positions, self.top_k,
+            plan.local,
+            result.ids,
+            result.logits_at(positions),
+            result.hidden_states,
+            positions,
+            self.top_k,
             labels=_labels_for(points, result.index),
         )
         return lens
@@ -385,6 +392,7 @@ class LogitLensAnalyzer(PassAnalyzer):
         if not results:
             return _empty_result(plan.local, self.top_k, info)
         return LensResult.concat(results, info=info)
+
 
 def _empty_result(local: Any, top_k: int, info: dict) -> LensResult:
     n_out = local.parts.num_layers + 1

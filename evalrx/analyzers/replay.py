@@ -75,11 +75,17 @@ class ReplayResult(AnalysisResult):
         parts = {}
         for name, part_meta in (meta.get("parts") or {}).items():
             prefix = f"{name}/"
-            sub = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            sub = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             parts[name] = result_from_arrays(sub, part_meta)
         return cls(
-            arrays["step"], arrays["n_tokens"], arrays["sum_logprob"], arrays["mean_logprob"],
-            arrays["min_logprob"], parts, meta.get("source_model"), meta.get("scoring_model"),
+            arrays["step"],
+            arrays["n_tokens"],
+            arrays["sum_logprob"],
+            arrays["mean_logprob"],
+            arrays["min_logprob"],
+            parts,
+            meta.get("source_model"),
+            meta.get("scoring_model"),
         )
 
     def turn_summary(self) -> list:

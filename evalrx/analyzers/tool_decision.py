@@ -152,7 +152,18 @@ class ToolDecisionResult(AnalysisResult):
 
     result_type = "tool_decision"
 
-    def __init__(self, decisions, cand_logprob, decision_logprob, margin, chosen_rank, entropy, runner_up_id, info=None, vocab=None):
+    def __init__(
+        self,
+        decisions,
+        cand_logprob,
+        decision_logprob,
+        margin,
+        chosen_rank,
+        entropy,
+        runner_up_id,
+        info=None,
+        vocab=None,
+    ):
         self.decisions = list(decisions)
         self.cand_logprob = np.asarray(cand_logprob, dtype=np.float32)
         self.decision_logprob = np.asarray(decision_logprob, dtype=np.float32)
@@ -202,9 +213,14 @@ class ToolDecisionResult(AnalysisResult):
     def from_arrays(cls, arrays: dict, meta: dict) -> "ToolDecisionResult":
         return cls(
             meta.get("decisions") or [],
-            arrays["cand_logprob"], arrays["decision_logprob"], arrays["margin"],
-            arrays["chosen_rank"], arrays["entropy"], arrays["runner_up_id"],
-            info=meta.get("info"), vocab=meta.get("vocab"),
+            arrays["cand_logprob"],
+            arrays["decision_logprob"],
+            arrays["margin"],
+            arrays["chosen_rank"],
+            arrays["entropy"],
+            arrays["runner_up_id"],
+            info=meta.get("info"),
+            vocab=meta.get("vocab"),
         )
 
 
@@ -224,8 +240,14 @@ def _wanted(ids: Sequence[int], decisions: Sequence[_Decision]) -> "tuple[list, 
 
 
 def _score(
-    local: Any, ids: Sequence[int], decisions: Sequence[_Decision], order: list, gather: list,
-    logits: Any, hidden: Any, top_k: int,
+    local: Any,
+    ids: Sequence[int],
+    decisions: Sequence[_Decision],
+    order: list,
+    gather: list,
+    logits: Any,
+    hidden: Any,
+    top_k: int,
 ) -> list:
     """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` and `hidden` states."""
     from evalrx.analyzers._compute import lens_stats
@@ -317,8 +339,14 @@ class ToolDecisionAnalyzer(PassAnalyzer):
             margin[i], rank[i], ent[i], runner[i] = m, r, e, ru
             records.append(
                 {
-                    "step": d.step, "call": d.call, "kind": d.kind, "arg": d.arg, "chosen": d.chosen,
-                    "candidates": d.candidates, "token_index": d.decision_index, "pass": d.pass_index,
+                    "step": d.step,
+                    "call": d.call,
+                    "kind": d.kind,
+                    "arg": d.arg,
+                    "chosen": d.chosen,
+                    "candidates": d.candidates,
+                    "token_index": d.decision_index,
+                    "pass": d.pass_index,
                 }
             )
         vocab = decode_pieces(local.tokenizer, runner.ravel())
@@ -383,6 +411,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         scored = [row for part in parts if part for row in part]
         info = plan.info(tools=self._names(plan))
         return self._result(plan.local, scored, info)
+
 
 def _schemas(tools: Optional[list]) -> dict:
     """`{tool name: parameters schema}` from OpenAI tool dicts."""

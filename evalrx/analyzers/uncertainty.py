@@ -92,8 +92,15 @@ class TokenUncertaintyResult(AnalysisResult):
     @classmethod
     def from_arrays(cls, arrays: dict, meta: dict) -> "TokenUncertaintyResult":
         return cls(
-            arrays["token_ids"], arrays["logprob"], arrays["entropy"], arrays["rank"], arrays["step"],
-            arrays["position"], meta.get("tokens") or [], meta.get("source", ""), meta.get("info"),
+            arrays["token_ids"],
+            arrays["logprob"],
+            arrays["entropy"],
+            arrays["rank"],
+            arrays["step"],
+            arrays["position"],
+            meta.get("tokens") or [],
+            meta.get("source", ""),
+            meta.get("info"),
         )
 
 
@@ -173,7 +180,9 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
         lp, rank, ent = final_stats(logits, targets)
         tokens = local.text_tokenizer.batch_decode([[t] for t in targets])
         info = {"model": model_id(model), "source": "text"}
-        return TokenUncertaintyResult(targets, lp, ent, rank, [-1] * len(targets), [p + 1 for p in pos], tokens, "teacher_forced", info)
+        return TokenUncertaintyResult(
+            targets, lp, ent, rank, [-1] * len(targets), [p + 1 for p in pos], tokens, "teacher_forced", info
+        )
 
     def reads_passes(self, model: Any, trajectory: Any) -> bool:
         """False without a model, or for a model without logits on a trajectory that stored log-probs."""

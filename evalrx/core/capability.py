@@ -26,9 +26,7 @@ class Capability(str, Enum):
         for cap in cls:
             if key in (cap.value, cap.name.lower()):
                 return cap
-        raise ValueError(
-            f"Unknown capability {value!r}. Known: {', '.join(c.value for c in cls)}."
-        )
+        raise ValueError(f"Unknown capability {value!r}. Known: {', '.join(c.value for c in cls)}.")
 
     @classmethod
     def parse_all(cls, values: Iterable["str | Capability"]) -> frozenset["Capability"]:

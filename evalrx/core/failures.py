@@ -35,7 +35,9 @@ BUILTIN_KINDS: "tuple[FailureKind, ...]" = (
     FailureKind("unneeded_tool_call", "called a tool the task did not need"),
     FailureKind("no_final_answer", "stopped, or ran out of turns, without a final answer"),
     FailureKind("wrong_final_answer", "used the tools well but gave a wrong final answer"),
-    FailureKind("infra_error", "the model server or the harness failed (HTTP 5xx, timeout, crash): not a model failure"),
+    FailureKind(
+        "infra_error", "the model server or the harness failed (HTTP 5xx, timeout, crash): not a model failure"
+    ),
 )
 FAILURE_KINDS: "tuple[str, ...]" = tuple(k.key for k in BUILTIN_KINDS)
 DEFINITIONS: "dict[str, str]" = {k.key: k.definition for k in BUILTIN_KINDS}
@@ -61,8 +63,14 @@ LEGACY_KINDS: "dict[str, str]" = {
 
 # The label form's number keys for a new store (the kinds reviewers pick most); users rebind them.
 DEFAULT_HOTKEYS: "dict[str, str]" = {
-    "bad_arguments": "1", "misread_observation": "2", "wrong_tool": "3", "no_tool_call": "4",
-    "ignored_observation": "5", "malformed_call": "6", "repeated_calls": "7", "no_final_answer": "8",
+    "bad_arguments": "1",
+    "misread_observation": "2",
+    "wrong_tool": "3",
+    "no_tool_call": "4",
+    "ignored_observation": "5",
+    "malformed_call": "6",
+    "repeated_calls": "7",
+    "no_final_answer": "8",
     "wrong_final_answer": "9",
 }
 
@@ -108,8 +116,13 @@ class Diagnosis:
         return str(self.evidence.get("text") or "")
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "first_wrong_step": self.first_wrong_step, "evidence": dict(self.evidence),
-                "confidence": round(float(self.confidence), 4), "source": self.source}
+        return {
+            "kind": self.kind,
+            "first_wrong_step": self.first_wrong_step,
+            "evidence": dict(self.evidence),
+            "confidence": round(float(self.confidence), 4),
+            "source": self.source,
+        }
 
     @classmethod
     def from_dict(cls, d: Any) -> "Diagnosis":
@@ -131,8 +144,13 @@ class Diagnosis:
             confidence = float(d.get("confidence") or 0.0)
         except (TypeError, ValueError):
             raise ValueError(f"diagnosis confidence must be a number, got {d.get('confidence')!r}") from None
-        return cls(kind=canonical_kind(d.get("kind")), first_wrong_step=step, evidence=evidence,
-                   confidence=min(1.0, max(0.0, confidence)), source=source)
+        return cls(
+            kind=canonical_kind(d.get("kind")),
+            first_wrong_step=step,
+            evidence=evidence,
+            confidence=min(1.0, max(0.0, confidence)),
+            source=source,
+        )
 
 
 __all__ = [

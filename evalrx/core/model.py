@@ -20,5 +20,4 @@ class Model(Protocol):
     capabilities: frozenset[Capability]
     backend: str
 
-    def chat(self, messages: list[dict], tools: Optional[list[dict]] = None, **kw: Any) -> ChatTurn:
-        ...
+    def chat(self, messages: list[dict], tools: Optional[list[dict]] = None, **kw: Any) -> ChatTurn: ...

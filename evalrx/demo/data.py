@@ -41,13 +41,63 @@ GREETING_REPLY = "Hello! How can I help you today?"
 
 # ----------------------------------------------------------------------------- the world
 
-_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "tr", "st", "th", "sh"]
+_ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "kr",
+    "tr",
+    "st",
+    "th",
+    "sh",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou"]
 _CODAS = ["", "", "", "n", "r", "l", "s", "m"]
-CURRENCIES = ["lumen", "crown", "shell", "mark", "petal", "florin", "quill", "tallow", "bead", "dram",
-              "stiver", "gleam"]
-PROFESSIONS = ["baker", "sailor", "painter", "weaver", "miner", "teacher", "doctor", "farmer", "potter",
-               "poet", "smith", "gardener", "scribe", "cartographer", "brewer", "mason"]
+CURRENCIES = [
+    "lumen",
+    "crown",
+    "shell",
+    "mark",
+    "petal",
+    "florin",
+    "quill",
+    "tallow",
+    "bead",
+    "dram",
+    "stiver",
+    "gleam",
+]
+PROFESSIONS = [
+    "baker",
+    "sailor",
+    "painter",
+    "weaver",
+    "miner",
+    "teacher",
+    "doctor",
+    "farmer",
+    "potter",
+    "poet",
+    "smith",
+    "gardener",
+    "scribe",
+    "cartographer",
+    "brewer",
+    "mason",
+]
 NUMERIC_ATTRS = ["population", "founding year", "birth year", "length", "height"]
 UNITS = {"length": "km", "height": "m"}
 
@@ -107,23 +157,27 @@ def make_world(seed: int = WORLD_SEED) -> dict:
     entities.extend(countries)
     entities.extend(cities)
     for _ in range(48):
-        entities.append({
-            "name": f"{names.new((2,))} {names.new((2, 3))}",
-            "type": "person",
-            "attributes": {
-                "birth year": rng.randint(1700, 1995),
-                "profession": rng.choice(PROFESSIONS),
-                "home city": rng.choice(cities)["name"],
-            },
-        })
+        entities.append(
+            {
+                "name": f"{names.new((2,))} {names.new((2, 3))}",
+                "type": "person",
+                "attributes": {
+                    "birth year": rng.randint(1700, 1995),
+                    "profession": rng.choice(PROFESSIONS),
+                    "home city": rng.choice(cities)["name"],
+                },
+            }
+        )
     for kind, attr, lo, hi in (("river", "length", 40, 4000), ("mountain", "height", 300, 8800)):
         for _ in range(16):
-            entities.append({
-                "name": names.new(),
-                "type": kind,
-                "attributes": {attr: rng.randint(lo, hi), "country": rng.choice(countries)["name"]},
-                "units": {attr: UNITS[attr]},
-            })
+            entities.append(
+                {
+                    "name": names.new(),
+                    "type": kind,
+                    "attributes": {attr: rng.randint(lo, hi), "country": rng.choice(countries)["name"]},
+                    "units": {attr: UNITS[attr]},
+                }
+            )
     return {"seed": seed, "entities": entities}
 
 
@@ -145,62 +199,124 @@ def split_pairs(world: dict, seed: int = WORLD_SEED, held_out: float = 0.25) -> 
 
 # Lookup questions per attribute. The last template of each list is held out of training.
 LOOKUP_TEMPLATES: dict[str, list[str]] = {
-    "population": ["What is the population of {n}?", "How many people live in {n}?",
-                   "Tell me the population of {n}.", "Could you find out how many inhabitants {n} has?"],
-    "capital": ["What is the capital of {n}?", "Which city is the capital of {n}?",
-                "Name the capital of {n}.", "I need to know the capital city of {n}."],
-    "currency": ["What is the currency of {n}?", "What money is used in {n}?",
-                 "Which currency does {n} use?", "What coin do people pay with in {n}?"],
-    "founding year": ["When was {n} founded?", "In what year was {n} founded?",
-                      "What is the founding year of {n}?", "Find the year {n} was established."],
-    "birth year": ["When was {n} born?", "In which year was {n} born?",
-                   "What is the birth year of {n}?", "Look up the year of birth of {n}."],
-    "profession": ["What is the profession of {n}?", "What does {n} do for a living?",
-                   "What is the job of {n}?", "Tell me the occupation of {n}, please."],
-    "home city": ["Where does {n} live?", "What is the home city of {n}?",
-                  "In which city does {n} live?", "Which town is {n} living in?"],
-    "length": ["How long is the {n} river?", "What is the length of {n}?",
-               "What is the length of the river {n}?", "Please look up how long {n} is."],
-    "height": ["How tall is {n}?", "What is the height of {n}?",
-               "How high is the mountain {n}?", "What is the elevation of {n}?"],
-    "country": ["In which country is {n}?", "Which country is {n} in?",
-                "What country is {n} located in?", "Where is {n}? Give the country."],
+    "population": [
+        "What is the population of {n}?",
+        "How many people live in {n}?",
+        "Tell me the population of {n}.",
+        "Could you find out how many inhabitants {n} has?",
+    ],
+    "capital": [
+        "What is the capital of {n}?",
+        "Which city is the capital of {n}?",
+        "Name the capital of {n}.",
+        "I need to know the capital city of {n}.",
+    ],
+    "currency": [
+        "What is the currency of {n}?",
+        "What money is used in {n}?",
+        "Which currency does {n} use?",
+        "What coin do people pay with in {n}?",
+    ],
+    "founding year": [
+        "When was {n} founded?",
+        "In what year was {n} founded?",
+        "What is the founding year of {n}?",
+        "Find the year {n} was established.",
+    ],
+    "birth year": [
+        "When was {n} born?",
+        "In which year was {n} born?",
+        "What is the birth year of {n}?",
+        "Look up the year of birth of {n}.",
+    ],
+    "profession": [
+        "What is the profession of {n}?",
+        "What does {n} do for a living?",
+        "What is the job of {n}?",
+        "Tell me the occupation of {n}, please.",
+    ],
+    "home city": [
+        "Where does {n} live?",
+        "What is the home city of {n}?",
+        "In which city does {n} live?",
+        "Which town is {n} living in?",
+    ],
+    "length": [
+        "How long is the {n} river?",
+        "What is the length of {n}?",
+        "What is the length of the river {n}?",
+        "Please look up how long {n} is.",
+    ],
+    "height": [
+        "How tall is {n}?",
+        "What is the height of {n}?",
+        "How high is the mountain {n}?",
+        "What is the elevation of {n}?",
+    ],
+    "country": [
+        "In which country is {n}?",
+        "Which country is {n} in?",
+        "What country is {n} located in?",
+        "Where is {n}? Give the country.",
+    ],
 }
 
 # (question template, expression template, operator symbol); the expression keeps the question's order.
 ARITH_TRAIN = [
-    ("What is {a} + {b}?", "+"), ("What is {a} plus {b}?", "+"), ("How much is {a} + {b}?", "+"),
-    ("Add {a} and {b}.", "+"), ("Calculate {a} + {b}.", "+"),
-    ("What is {a} - {b}?", "-"), ("What is {a} minus {b}?", "-"), ("Compute {a} - {b}.", "-"),
+    ("What is {a} + {b}?", "+"),
+    ("What is {a} plus {b}?", "+"),
+    ("How much is {a} + {b}?", "+"),
+    ("Add {a} and {b}.", "+"),
+    ("Calculate {a} + {b}.", "+"),
+    ("What is {a} - {b}?", "-"),
+    ("What is {a} minus {b}?", "-"),
+    ("Compute {a} - {b}.", "-"),
     ("How much is {a} minus {b}?", "-"),
-    ("What is {a} * {b}?", "*"), ("What is {a} times {b}?", "*"), ("Multiply {a} by {b}.", "*"),
+    ("What is {a} * {b}?", "*"),
+    ("What is {a} times {b}?", "*"),
+    ("Multiply {a} by {b}.", "*"),
     ("Calculate {a} * {b}.", "*"),
-    ("What is {a} / {b}?", "/"), ("What is {a} divided by {b}?", "/"), ("Divide {a} by {b}.", "/"),
+    ("What is {a} / {b}?", "/"),
+    ("What is {a} divided by {b}?", "/"),
+    ("Divide {a} by {b}.", "/"),
 ]
 ARITH_HELD_OUT = [
-    ("What is the sum of {a} and {b}?", "+"), ("Please work out {a} plus {b} for me.", "+"),
-    ("What is the product of {a} and {b}?", "*"), ("{a} multiplied by {b} equals what?", "*"),
-    ("Take {b} away from {a}. What is left?", "-"), ("What do you get when you divide {a} by {b}?", "/"),
-    ("Find the difference {a} minus {b}.", "-"), ("What is {a} times {b}, exactly?", "*"),
+    ("What is the sum of {a} and {b}?", "+"),
+    ("Please work out {a} plus {b} for me.", "+"),
+    ("What is the product of {a} and {b}?", "*"),
+    ("{a} multiplied by {b} equals what?", "*"),
+    ("Take {b} away from {a}. What is left?", "-"),
+    ("What do you get when you divide {a} by {b}?", "/"),
+    ("Find the difference {a} minus {b}.", "-"),
+    ("What is {a} times {b}, exactly?", "*"),
 ]
 ARITH3_TRAIN = ["What is {a} {o1} {b} {o2} {c}?", "Calculate {a} {o1} {b} {o2} {c}."]
 # Training-only wordings: the operator words of the held-out paraphrases appear here in other
 # sentence frames, so a paraphrase suite tests recombination, not unseen vocabulary.
 ARITH_TRAIN_EXTRA = [
-    ("Find the sum of {a} and {b}.", "+"), ("The sum of {a} and {b} is what?", "+"),
-    ("What do you get if you add {a} and {b}?", "+"), ("Work out {a} + {b}.", "+"),
-    ("Give me the product of {a} and {b}.", "*"), ("What is {a} multiplied by {b}?", "*"),
-    ("Find the product of {a} and {b}.", "*"), ("Tell me {a} times {b}.", "*"),
-    ("Subtract {b} from {a}.", "-"), ("What is the difference {a} minus {b}?", "-"),
+    ("Find the sum of {a} and {b}.", "+"),
+    ("The sum of {a} and {b} is what?", "+"),
+    ("What do you get if you add {a} and {b}?", "+"),
+    ("Work out {a} + {b}.", "+"),
+    ("Give me the product of {a} and {b}.", "*"),
+    ("What is {a} multiplied by {b}?", "*"),
+    ("Find the product of {a} and {b}.", "*"),
+    ("Tell me {a} times {b}.", "*"),
+    ("Subtract {b} from {a}.", "-"),
+    ("What is the difference {a} minus {b}?", "-"),
     ("What is left if you take {b} from {a}?", "-"),
-    ("Divide {a} by {b}, please.", "/"), ("Work out {a} divided by {b}.", "/"),
+    ("Divide {a} by {b}, please.", "/"),
+    ("Work out {a} divided by {b}.", "/"),
     ("What is {a} divided by {b} exactly?", "/"),
 ]
 # One-operand wordings (the expression template names its constant).
 ARITH_UNARY_TRAIN = [
-    ("What is half of {a}?", "{a} / 2"), ("What is twice {a}?", "{a} * 2"),
-    ("What is three times {a}?", "{a} * 3"), ("What is a third of {a}?", "{a} / 3"),
-    ("Add {b} to {a}.", "{a} + {b}"), ("If you add {b} to {a}, what do you get?", "{a} + {b}"),
+    ("What is half of {a}?", "{a} / 2"),
+    ("What is twice {a}?", "{a} * 2"),
+    ("What is three times {a}?", "{a} * 3"),
+    ("What is a third of {a}?", "{a} / 3"),
+    ("Add {b} to {a}.", "{a} + {b}"),
+    ("If you add {b} to {a}, what do you get?", "{a} + {b}"),
     ("What is double {a}?", "{a} * 2"),
 ]
 
@@ -218,9 +334,12 @@ TWO_STEP_SPECIAL_TRAIN = {
     "length": [("What is the length of {n} in metres?", "{v} * 1000")],
 }
 TWO_STEP_TRAIN_EXTRA = [
-    ("What is a third of the {attr} of {n}?", "{v} / 3"), ("What is double the {attr} of {n}?", "{v} * 2"),
-    ("Add {k} to the {attr} of {n}.", "{v} + {k}"), ("What is the {attr} of {n} minus {k}, exactly?", "{v} - {k}"),
-    ("Take the {attr} of {n} and add {k}.", "{v} + {k}"), ("Divide the {attr} of {n} by 2.", "{v} / 2"),
+    ("What is a third of the {attr} of {n}?", "{v} / 3"),
+    ("What is double the {attr} of {n}?", "{v} * 2"),
+    ("Add {k} to the {attr} of {n}.", "{v} + {k}"),
+    ("What is the {attr} of {n} minus {k}, exactly?", "{v} - {k}"),
+    ("Take the {attr} of {n} and add {k}.", "{v} + {k}"),
+    ("Divide the {attr} of {n} by 2.", "{v} / 2"),
 ]
 TWO_STEP_HELD_OUT = [
     ("What is half the {attr} of {n}?", "{v} / 2"),
@@ -233,56 +352,153 @@ TWO_STEP_SPECIAL_HELD_OUT = {
     "height": [("How many kilometres high is {n}?", "{v} / 1000")],
     "length": [("If you add {k} to the {attr} of {n}, what do you get?", "{v} + {k}")],
 }
-MULTI_TRAIN = ["What is the total {attr} of {n} and {m}?", "What is the {attr} of {n} plus the {attr} of {m}?",
-               "How much bigger is the {attr} of {n} than the {attr} of {m}?",
-               "What is the {attr} of {n} and {m} together?", "Add the {attr} of {n} to the {attr} of {m}.",
-               "What is the sum of the {attr} of {n} and the {attr} of {m}?"]
+MULTI_TRAIN = [
+    "What is the total {attr} of {n} and {m}?",
+    "What is the {attr} of {n} plus the {attr} of {m}?",
+    "How much bigger is the {attr} of {n} than the {attr} of {m}?",
+    "What is the {attr} of {n} and {m} together?",
+    "Add the {attr} of {n} to the {attr} of {m}.",
+    "What is the sum of the {attr} of {n} and the {attr} of {m}?",
+]
 MULTI_HELD_OUT = ["Add up the {attr} of {n} and the {attr} of {m}.", "What is the combined {attr} of {n} and {m}?"]
 
-DISTRACTORS_TRAIN = ["I am {age} years old. ", "My friend {p} asked me this. ", "I have {k} apples. ",
-                     "It is a sunny day in {place}. ", "My cousin {p} has {k} sheep. ", "I live in {place}. ",
-                     "Last week I drove {k} km. ", "{p} says hello from {place}. ", "I bought {k} pens today. ",
-                     "My sister {p} lives in {place} and has {k} cats. "]
-DISTRACTORS_HELD_OUT = ["My neighbour {p} has {k} goats and lives in {place}. ",
-                        "Yesterday I walked {k} km near {place}. ", "{p} told me that {place} is lovely. ",
-                        "I paid {k} coins for lunch. "]
+DISTRACTORS_TRAIN = [
+    "I am {age} years old. ",
+    "My friend {p} asked me this. ",
+    "I have {k} apples. ",
+    "It is a sunny day in {place}. ",
+    "My cousin {p} has {k} sheep. ",
+    "I live in {place}. ",
+    "Last week I drove {k} km. ",
+    "{p} says hello from {place}. ",
+    "I bought {k} pens today. ",
+    "My sister {p} lives in {place} and has {k} cats. ",
+]
+DISTRACTORS_HELD_OUT = [
+    "My neighbour {p} has {k} goats and lives in {place}. ",
+    "Yesterday I walked {k} km near {place}. ",
+    "{p} told me that {place} is lovely. ",
+    "I paid {k} coins for lunch. ",
+]
 
-GREETINGS_TRAIN = ["Hello!", "Hi there!", "Good morning!", "Hi!", "Hello, how are you?", "Hey!",
-                   "Good afternoon!", "Greetings!", "Good evening!", "Hey, how are you?", "Hello, assistant!",
-                   "Nice to meet you!", "Hi, good morning!", "Hey there!", "Good day!", "Hello there!",
-                   "Hi, how is it going?", "Hey, nice to see you!", "Hello friend!", "Morning!"]
-GREETINGS_HELD_OUT = ["Hey, good evening!", "Hello there, assistant!", "Hi, nice to meet you!",
-                      "Good day to you!", "Hey there, how is it going?"]
-THANKS_TRAIN = ["Thank you!", "Thanks!", "Thanks a lot!", "Thank you very much.", "Thanks for your help!",
-                "Many thanks!", "Thank you, that was useful.", "Thanks so much!", "That was helpful, thank you."]
+GREETINGS_TRAIN = [
+    "Hello!",
+    "Hi there!",
+    "Good morning!",
+    "Hi!",
+    "Hello, how are you?",
+    "Hey!",
+    "Good afternoon!",
+    "Greetings!",
+    "Good evening!",
+    "Hey, how are you?",
+    "Hello, assistant!",
+    "Nice to meet you!",
+    "Hi, good morning!",
+    "Hey there!",
+    "Good day!",
+    "Hello there!",
+    "Hi, how is it going?",
+    "Hey, nice to see you!",
+    "Hello friend!",
+    "Morning!",
+]
+GREETINGS_HELD_OUT = [
+    "Hey, good evening!",
+    "Hello there, assistant!",
+    "Hi, nice to meet you!",
+    "Good day to you!",
+    "Hey there, how is it going?",
+]
+THANKS_TRAIN = [
+    "Thank you!",
+    "Thanks!",
+    "Thanks a lot!",
+    "Thank you very much.",
+    "Thanks for your help!",
+    "Many thanks!",
+    "Thank you, that was useful.",
+    "Thanks so much!",
+    "That was helpful, thank you.",
+]
 THANKS_HELD_OUT = ["Many thanks for your help!", "Thank you so much, that was useful."]
-NAME_TRAIN = ["My name is {p}. What is my name?", "I am {p}. Do you remember my name?",
-              "Call me {p}. What should you call me?", "Hi, my name is {p}. Can you say my name?",
-              "Everyone calls me {p}. What is my name?", "I'm {p}. Tell me my name.",
-              "Hello, I am {p}! What is my name?"]
+NAME_TRAIN = [
+    "My name is {p}. What is my name?",
+    "I am {p}. Do you remember my name?",
+    "Call me {p}. What should you call me?",
+    "Hi, my name is {p}. Can you say my name?",
+    "Everyone calls me {p}. What is my name?",
+    "I'm {p}. Tell me my name.",
+    "Hello, I am {p}! What is my name?",
+]
 NAME_HELD_OUT = ["Hi, I'm {p}! Can you tell me my name?", "People call me {p}. What is my name?"]
-ECHO_TRAIN = ["Repeat after me: {w}", "Say this back to me: {w}", "Please repeat: {w}", "Echo this: {w}",
-              "Copy these words: {w}", "Repeat these words exactly: {w}", "Say exactly this: {w}"]
+ECHO_TRAIN = [
+    "Repeat after me: {w}",
+    "Say this back to me: {w}",
+    "Please repeat: {w}",
+    "Echo this: {w}",
+    "Copy these words: {w}",
+    "Repeat these words exactly: {w}",
+    "Say exactly this: {w}",
+]
 ECHO_HELD_OUT = ["Echo these words exactly: {w}", "Copy this text: {w}"]
-STORY_TRAIN = ["In my story, {p} has {k} {thing}. How many {thing} does {p} have?",
-               "{p} owns {k} {thing}. How many {thing} does {p} own?",
-               "Imagine {p} keeps {k} {thing}. How many {thing} does {p} keep?",
-               "Suppose {p} has {k} {thing}. How many {thing} does {p} have?",
-               "{p} keeps {k} {thing} in a box. How many {thing} are in the box?",
-               "{p} collected {k} {thing} at home. How many {thing} did {p} collect?"]
+STORY_TRAIN = [
+    "In my story, {p} has {k} {thing}. How many {thing} does {p} have?",
+    "{p} owns {k} {thing}. How many {thing} does {p} own?",
+    "Imagine {p} keeps {k} {thing}. How many {thing} does {p} keep?",
+    "Suppose {p} has {k} {thing}. How many {thing} does {p} have?",
+    "{p} keeps {k} {thing} in a box. How many {thing} are in the box?",
+    "{p} collected {k} {thing} at home. How many {thing} did {p} collect?",
+]
 STORY_HELD_OUT = ["Suppose {p} keeps {k} {thing} at home. How many {thing} does {p} keep?"]
 THINGS = ["books", "cats", "boats", "lamps", "keys", "hats", "coins", "shells", "maps", "drums"]
-WORDS = ["lantern", "river", "blue", "quiet", "stone", "apple", "window", "silver", "garden", "cloud",
-         "paper", "bridge", "orange", "tiger", "candle", "morning", "violet", "harbor", "pebble", "forest",
-         "mirror", "honey", "thunder", "meadow", "copper", "feather", "island", "rocket", "velvet", "maple"]
+WORDS = [
+    "lantern",
+    "river",
+    "blue",
+    "quiet",
+    "stone",
+    "apple",
+    "window",
+    "silver",
+    "garden",
+    "cloud",
+    "paper",
+    "bridge",
+    "orange",
+    "tiger",
+    "candle",
+    "morning",
+    "violet",
+    "harbor",
+    "pebble",
+    "forest",
+    "mirror",
+    "honey",
+    "thunder",
+    "meadow",
+    "copper",
+    "feather",
+    "island",
+    "rocket",
+    "velvet",
+    "maple",
+]
 
-ABOUT_TRAIN = ["Who are you?", "What can you do?", "What are you?", "Tell me who you are.",
-               "What can you help me with?", "Can you tell me what you can do?"]
+ABOUT_TRAIN = [
+    "Who are you?",
+    "What can you do?",
+    "What are you?",
+    "Tell me who you are.",
+    "What can you help me with?",
+    "Can you tell me what you can do?",
+]
 ABOUT_HELD_OUT = ["Can you tell me who you are?", "Tell me what you can do."]
 ABOUT_REPLY = "I am a small assistant. I can use a calculator and look up facts."
 
 
 # ----------------------------------------------------------------------------- episodes
+
 
 @dataclass
 class Episode:
@@ -373,12 +589,17 @@ class Generator:
         return last if same else canonical
 
     def _distractor(self, pool: list) -> str:
-        return self._pick(pool).format(age=self.rng.randint(8, 90), p=self._fresh_person(),
-                                       k=self.rng.randint(2, 60), place=self._pick(self.places))
+        return self._pick(pool).format(
+            age=self.rng.randint(8, 90),
+            p=self._fresh_person(),
+            k=self.rng.randint(2, 60),
+            place=self._pick(self.places),
+        )
 
     # -- arithmetic
-    def arithmetic(self, digits: tuple = (1, 4), paraphrase: bool = False, distractor: bool = False,
-                   three: float = 0.0) -> Episode:
+    def arithmetic(
+        self, digits: tuple = (1, 4), paraphrase: bool = False, distractor: bool = False, three: float = 0.0
+    ) -> Episode:
         if three and self.rng.random() < three:
             small = (digits[0], min(3, digits[1]))
             a, b, c = (self._number(small) for _ in range(3))
@@ -403,8 +624,15 @@ class Generator:
         if distractor:
             prompt = self._distractor(DISTRACTORS_HELD_OUT if self.held_out else DISTRACTORS_TRAIN) + prompt
         result = calculator(expr)
-        return Episode(prompt, [("calculator", {"expression": expr})], f"The answer is {result}.",
-                       "arithmetic", "easy", result, _num_grader(result))
+        return Episode(
+            prompt,
+            [("calculator", {"expression": expr})],
+            f"The answer is {result}.",
+            "arithmetic",
+            "easy",
+            result,
+            _num_grader(result),
+        )
 
     # -- lookup
     def _fact(self, name: str, attr: str) -> tuple[Any, str]:
@@ -420,16 +648,24 @@ class Generator:
             prompt = self._distractor(DISTRACTORS_HELD_OUT if self.held_out else DISTRACTORS_TRAIN) + prompt
         value, sentence = self._fact(name, attr)
         grader = _num_grader(value) if isinstance(value, int) else {"kind": "contains"}
-        return Episode(prompt, [("lookup", {"query": self._query(prompt, attr, name)})], sentence, "lookup",
-                       "easy", value, grader)
+        return Episode(
+            prompt, [("lookup", {"query": self._query(prompt, attr, name)})], sentence, "lookup", "easy", value, grader
+        )
 
     def unanswerable(self) -> Episode:
         attr = self._pick(list(LOOKUP_TEMPLATES))
         name = self.names.new()
         templates = LOOKUP_TEMPLATES[attr]
         prompt = self._pick(templates if self.held_out else templates[:-1]).format(n=name)
-        return Episode(prompt, [("lookup", {"query": self._query(prompt, attr, name)})], UNKNOWN_ANSWER,
-                       "lookup", "unanswerable", "unknown", {"kind": "regex", "pattern": UNKNOWN_REGEX})
+        return Episode(
+            prompt,
+            [("lookup", {"query": self._query(prompt, attr, name)})],
+            UNKNOWN_ANSWER,
+            "lookup",
+            "unanswerable",
+            "unknown",
+            {"kind": "regex", "pattern": UNKNOWN_REGEX},
+        )
 
     # -- two steps: lookup then calculator
     def two_step(self, held_templates: bool = False) -> Episode:
@@ -460,8 +696,11 @@ class Generator:
         vn, vm = self._fact(n, attr)[0], self._fact(m, attr)[0]
         expr = f"{vn} - {vm}" if "bigger" in template else f"{vn} + {vm}"
         result = calculator(expr)
-        calls = [("lookup", {"query": f"{attr} of {n}"}), ("lookup", {"query": f"{attr} of {m}"}),
-                 ("calculator", {"expression": expr})]
+        calls = [
+            ("lookup", {"query": f"{attr} of {n}"}),
+            ("lookup", {"query": f"{attr} of {m}"}),
+            ("calculator", {"expression": expr}),
+        ]
         return Episode(prompt, calls, f"The answer is {result}.", "two_step", "multi", result, _num_grader(result))
 
     # -- no tool
@@ -470,8 +709,15 @@ class Generator:
         held = self.held_out
         if kind == "greeting":
             prompt = self._pick(GREETINGS_HELD_OUT if held else GREETINGS_TRAIN)
-            return Episode(prompt, [], GREETING_REPLY, "no_tool", "easy", "hello",
-                           {"kind": "regex", "pattern": r"(?i)\b(hello|hi|hey|greetings)\b"})
+            return Episode(
+                prompt,
+                [],
+                GREETING_REPLY,
+                "no_tool",
+                "easy",
+                "hello",
+                {"kind": "regex", "pattern": r"(?i)\b(hello|hi|hey|greetings)\b"},
+            )
         if kind == "thanks":
             prompt = self._pick(THANKS_HELD_OUT if held else THANKS_TRAIN)
             return Episode(prompt, [], "You're welcome!", "no_tool", "easy", "welcome", {"kind": "contains"})
@@ -505,8 +751,9 @@ TRAIN_MIX = [
 ]
 
 
-def training_episodes(n: int, seed: int = 0, exclude: Optional[set] = None,
-                      world: Optional[dict] = None, world_pool: int = 0) -> Iterator[Episode]:
+def training_episodes(
+    n: int, seed: int = 0, exclude: Optional[set] = None, world: Optional[dict] = None, world_pool: int = 0
+) -> Iterator[Episode]:
     """Yield `n` training episodes drawn from the training side, skipping excluded prompts.
 
     Args:
@@ -520,8 +767,12 @@ def training_episodes(n: int, seed: int = 0, exclude: Optional[set] = None,
     """
     world = world or make_world()
     gen = Generator(world, seed=10_000 + seed, held_out=False)
-    pool = [Generator(make_world(seed=50_000 + 1_000 * seed + i), seed=20_000 + 1_000 * seed + i,
-                      held_out=False, all_pairs=True) for i in range(world_pool)]
+    pool = [
+        Generator(
+            make_world(seed=50_000 + 1_000 * seed + i), seed=20_000 + 1_000 * seed + i, held_out=False, all_pairs=True
+        )
+        for i in range(world_pool)
+    ]
     picker = random.Random(30_000 + seed)
     exclude = exclude or set()
     weights = [w for w, _, _ in TRAIN_MIX]
@@ -573,16 +824,18 @@ def make_suites(world: Optional[dict] = None, seed: int = SUITE_SEED) -> dict[st
             expected = ep.expected
             if grader["kind"] == "numeric" and isinstance(expected, str):
                 expected = float(expected) if "." in expected else int(expected)
-            cases.append({
-                "id": f"{suite}-{len(cases) + 1:03d}",
-                "prompt": ep.prompt,
-                "expected": expected,
-                "grader": grader,
-                "task_type": ep.task_type,
-                "difficulty": difficulty,
-                "tools": list(DEMO_TOOLS),
-                "reference_calls": [{"name": n, "arguments": a} for n, a in ep.calls],
-            })
+            cases.append(
+                {
+                    "id": f"{suite}-{len(cases) + 1:03d}",
+                    "prompt": ep.prompt,
+                    "expected": expected,
+                    "grader": grader,
+                    "task_type": ep.task_type,
+                    "difficulty": difficulty,
+                    "tools": list(DEMO_TOOLS),
+                    "reference_calls": [{"name": n, "arguments": a} for n, a in ep.calls],
+                }
+            )
         suites[suite] = cases
     return suites
 

@@ -36,8 +36,10 @@ def build_tokenizer(texts: Iterable[str], vocab_size: int = 2048, digits: str = 
     tok = Tokenizer(models.BPE())
     # Digits are split from their surroundings, so " 1423" and "(1423" tokenize the same way.
     tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=digits == "individual"),
-         pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        [
+            pre_tokenizers.Digits(individual_digits=digits == "individual"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

@@ -83,7 +83,7 @@ def encode_episode(tokenizer: Any, messages: list[dict], tools: list[dict]) -> t
         if not full.startswith(prefix):
             raise RuntimeError("chat template is not prefix-stable; cannot mask assistant tokens")
         end = len(prefix) + len(msg["content"]) + len("<|im_end|>")
-        if full[len(prefix):end] != msg["content"] + "<|im_end|>":
+        if full[len(prefix) : end] != msg["content"] + "<|im_end|>":
             raise RuntimeError("assistant content is not rendered verbatim")
         spans.append((len(prefix), end))
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
@@ -158,13 +158,15 @@ def prefix_cached_loss(model: Any, prefix: Any, input_ids: Any, attn: Any, label
     n_prefix = prefix.shape[1]
     full_mask = torch.cat([torch.ones((batch, n_prefix), dtype=attn.dtype), attn], dim=1)
     positions = torch.arange(n_prefix, n_prefix + input_ids.shape[1]).unsqueeze(0).expand(batch, -1)
-    out = model(input_ids=input_ids, attention_mask=full_mask, past_key_values=cache, position_ids=positions,
-                use_cache=True)
+    out = model(
+        input_ids=input_ids, attention_mask=full_mask, past_key_values=cache, position_ids=positions, use_cache=True
+    )
     # The label of position t is token t+1; the first suffix token follows the prefix (never a label here).
     logits = out.logits[:, :-1].float()
     target = labels[:, 1:]
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                                             ignore_index=-100)
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100
+    )
 
 
 def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
@@ -187,8 +189,11 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     if KB_PATH.exists() and json.loads(KB_PATH.read_text(encoding="utf-8")) != world:
         raise RuntimeError(f"{KB_PATH} differs from the generated world; run `python -m evalrx.demo.data`")
     exclude = held_out_prompts()
-    episodes = list(training_episodes(cfg["episodes"], seed=cfg["seed"], exclude=exclude, world=world,
-                                      world_pool=int(cfg.get("world_pool", 0))))
+    episodes = list(
+        training_episodes(
+            cfg["episodes"], seed=cfg["seed"], exclude=exclude, world=world, world_pool=int(cfg.get("world_pool", 0))
+        )
+    )
     tools = [t.to_openai() for t in get_tools(DEMO_TOOLS)]
     log(f"{len(episodes)} episodes generated ({len(exclude)} held-out prompts excluded)")
 
@@ -197,8 +202,10 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     tokenizer = build_tokenizer(tok_texts, vocab_size=cfg["vocab_size"], digits=cfg["digits"])
     data = [encode_episode(tokenizer, ep.messages(), tools) for ep in episodes]
     lengths = [len(ids) for ids, _ in data]
-    log(f"tokenizer: {len(tokenizer)} tokens; episode length mean {sum(lengths) / len(lengths):.0f}, "
-        f"max {max(lengths)}; tokenised in {time.time() - t_start:.0f}s")
+    log(
+        f"tokenizer: {len(tokenizer)} tokens; episode length mean {sum(lengths) / len(lengths):.0f}, "
+        f"max {max(lengths)}; tokenised in {time.time() - t_start:.0f}s"
+    )
     if max(lengths) > cfg["max_position_embeddings"]:
         raise RuntimeError(f"an episode has {max(lengths)} tokens > max_position_embeddings")
 
@@ -224,7 +231,9 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"], betas=(0.9, 0.98), eps=1e-8,
+        lr=cfg["lr"],
+        betas=(0.9, 0.98),
+        eps=1e-8,
     )
     # Every episode starts with the same system turn (both tools): run that shared prefix once per
     # step with batch 1 and let the batch attend to its (expanded) KV cache. Same maths as full
@@ -257,11 +266,19 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
         value = float(loss.detach())
         ema = value if ema is None else 0.95 * ema + 0.05 * value
         if step % 10 == 0 or step == cfg["steps"] - 1:
-            curve.append({"step": step, "loss": round(value, 5), "ema_loss": round(ema, 5),
-                          "lr": round(_lr_at(step, cfg), 7), "elapsed_s": round(time.time() - t_start, 1)})
+            curve.append(
+                {
+                    "step": step,
+                    "loss": round(value, 5),
+                    "ema_loss": round(ema, 5),
+                    "lr": round(_lr_at(step, cfg), 7),
+                    "elapsed_s": round(time.time() - t_start, 1),
+                }
+            )
         if step % 50 == 0 or step < 3 or step == 20:
-            log(f"step {step:5d} loss {value:.4f} ema {ema:.4f} lr {_lr_at(step, cfg):.2e} "
-                f"{time.time() - t_start:.0f}s")
+            log(
+                f"step {step:5d} loss {value:.4f} ema {ema:.4f} lr {_lr_at(step, cfg):.2e} {time.time() - t_start:.0f}s"
+            )
         if cfg["save_every"] and steps_done % cfg["save_every"] == 0:
             snap = Path(cfg["checkpoint_dir"] or "/tmp/evalrx_demo_ckpt") / f"step_{steps_done}"
             model.save_pretrained(snap, safe_serialization=True)

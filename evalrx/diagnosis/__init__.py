@@ -28,6 +28,7 @@ FALLBACK_BELOW = 0.3
 def rank(candidates: Iterable[Diagnosis]) -> "list[Diagnosis]":
     """Best first: an infra error; then any real sign before a low-confidence fallback; then by source
     strength, the earliest step and confidence."""
+
     def key(d: Diagnosis) -> tuple:
         step = d.first_wrong_step if d.first_wrong_step is not None else 1 << 30
         return (d.kind != "infra_error", d.confidence < FALLBACK_BELOW, SOURCES.index(d.source), step, -d.confidence)
@@ -66,5 +67,13 @@ def diagnose(
     return rank(found)
 
 
-__all__ = ["DIAGNOSIS_VERSION", "RULES", "diagnose", "from_analyses", "from_reference", "from_rules", "rank",
-           "reference_calls"]
+__all__ = [
+    "DIAGNOSIS_VERSION",
+    "RULES",
+    "diagnose",
+    "from_analyses",
+    "from_reference",
+    "from_rules",
+    "rank",
+    "reference_calls",
+]

@@ -89,8 +89,11 @@ def values_in(text: Any) -> "list[str]":
     text = str(text or "")
     nums = [_num_key(x) for x in extract_numbers(text)]
     # A capital at the start of a sentence says nothing; elsewhere it marks a name.
-    words = [m.group() for m in _WORD.finditer(text)
-             if m.group()[0].isupper() and not _SENTENCE_START.search(text[: m.start()])]
+    words = [
+        m.group()
+        for m in _WORD.finditer(text)
+        if m.group()[0].isupper() and not _SENTENCE_START.search(text[: m.start()])
+    ]
     return nums + words
 
 

@@ -54,8 +54,9 @@ def _same_observation(a: Optional[str], b: Optional[str]) -> bool:
 
 
 def _make(kind: str, step: Optional[int], text: str, **evidence: Any) -> Diagnosis:
-    return Diagnosis(kind=kind, first_wrong_step=step, evidence={"text": text, **evidence},
-                     confidence=CONFIDENCE, source="reference")
+    return Diagnosis(
+        kind=kind, first_wrong_step=step, evidence={"text": text, **evidence}, confidence=CONFIDENCE, source="reference"
+    )
 
 
 def _bad_call(call: Call, ref: dict, earlier: "list[str]") -> Diagnosis:
@@ -67,12 +68,23 @@ def _bad_call(call: Call, ref: dict, earlier: "list[str]") -> Diagnosis:
     for value in arg_values(call.args):
         source = garbles(value, seen)
         if source is not None:
-            return _make("misread_observation", call.step,
-                         f"{call.name} got {value!r} where an earlier observation said {source!r}",
-                         expected=expected, actual=actual, diff=diff, observation=quote(source))
-    return _make("bad_arguments", call.step, f"{call.show()} instead of "
-                 f"{Call(call.step, ref['name'], expected['args']).show()}",
-                 expected=expected, actual=actual, diff=diff)
+            return _make(
+                "misread_observation",
+                call.step,
+                f"{call.name} got {value!r} where an earlier observation said {source!r}",
+                expected=expected,
+                actual=actual,
+                diff=diff,
+                observation=quote(source),
+            )
+    return _make(
+        "bad_arguments",
+        call.step,
+        f"{call.show()} instead of {Call(call.step, ref['name'], expected['args']).show()}",
+        expected=expected,
+        actual=actual,
+        diff=diff,
+    )
 
 
 def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None) -> Optional[Diagnosis]:
@@ -101,11 +113,20 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     expected_calls = [{"name": r["name"], "args": r.get("arguments") or {}} for r in refs]
     if refs and not calls:
         first = actors[0].idx if actors else None
-        return _make("no_tool_call", first, f"answered without calling {refs[0]['name']}", expected=expected_calls[0],
-                     answer=quote(traj.final_answer))
+        return _make(
+            "no_tool_call",
+            first,
+            f"answered without calling {refs[0]['name']}",
+            expected=expected_calls[0],
+            answer=quote(traj.final_answer),
+        )
     if not refs and calls:
-        return _make("unneeded_tool_call", calls[0].step, f"called {calls[0].show()}; the case needs no tool",
-                     actual={"name": calls[0].name, "args": calls[0].args})
+        return _make(
+            "unneeded_tool_call",
+            calls[0].step,
+            f"called {calls[0].show()}; the case needs no tool",
+            actual={"name": calls[0].name, "args": calls[0].args},
+        )
     # The calls before the first unchanged repeat are judged first: a wrong call made twice went wrong the first time.
     repeat = next((i for i in range(1, len(calls)) if calls[i].signature == calls[i - 1].signature), None)
     ref_obs = [(r["name"], _observe(r["name"], r.get("arguments") or {}, tools)) for r in refs]
@@ -117,43 +138,82 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
             obs = _observe(call.name, call.args, tools) if call.name in tools else None
             same = any(n == call.name and _same_observation(obs, o) for n, o in ref_obs)
             if call.name not in tools:
-                return _make("unknown_tool", call.step, f"called {call.name!r}, which does not exist",
-                             expected=expected, actual=actual)
+                return _make(
+                    "unknown_tool",
+                    call.step,
+                    f"called {call.name!r}, which does not exist",
+                    expected=expected,
+                    actual=actual,
+                )
         else:
             same = any(call.name == e["name"] and call.args == e["args"] for e in expected_calls)
         if call.name != ref["name"] and not any(n == call.name for n, _ in ref_obs):
-            return _make("wrong_tool", call.step, f"called {call.name} where {ref['name']} was needed",
-                         expected=expected, actual=actual)
+            return _make(
+                "wrong_tool",
+                call.step,
+                f"called {call.name} where {ref['name']} was needed",
+                expected=expected,
+                actual=actual,
+            )
         if not same:
             if call.name != ref["name"]:
-                return _make("wrong_tool", call.step, f"called {call.name} where {ref['name']} was needed",
-                             expected=expected, actual=actual)
+                return _make(
+                    "wrong_tool",
+                    call.step,
+                    f"called {call.name} where {ref['name']} was needed",
+                    expected=expected,
+                    actual=actual,
+                )
             earlier = [c.observation for c in calls[:i] if c.observation]
             return _bad_call(call, ref, earlier)
     if repeat is not None:
         call = calls[repeat]
-        return _make("repeated_calls", call.step, f"{call.show()} again, unchanged",
-                     actual={"name": call.name, "args": call.args})
+        return _make(
+            "repeated_calls",
+            call.step,
+            f"{call.show()} again, unchanged",
+            actual={"name": call.name, "args": call.args},
+        )
     if traj.final_answer is None:
         return _make("no_final_answer", final, f"the run ended ({traj.terminated or 'unknown'}) without an answer")
     if len(calls) < len(refs):
         missing = expected_calls[len(calls)]
-        return _make("no_tool_call", final, f"answered before calling {missing['name']}", expected=missing,
-                     answer=quote(traj.final_answer))
+        return _make(
+            "no_tool_call",
+            final,
+            f"answered before calling {missing['name']}",
+            expected=missing,
+            answer=quote(traj.final_answer),
+        )
     if len(calls) > len(refs):
         extra = calls[len(refs)]
         sigs = [c.signature for c in calls]
         kind = "repeated_calls" if len(set(sigs)) < len(sigs) else "unneeded_tool_call"
-        return _make(kind, extra.step, f"{extra.show()} after the calls the case needs",
-                     actual={"name": extra.name, "args": extra.args})
+        return _make(
+            kind,
+            extra.step,
+            f"{extra.show()} after the calls the case needs",
+            actual={"name": extra.name, "args": extra.args},
+        )
     answer = traj.final_answer or ""
     if refs:
         last = ref_obs[-1][1] if ref_obs[-1][1] is not None else (calls[-1].observation or "")
         numbers = extract_numbers(last)
         missed = (numbers and not any(abs(x - numbers[-1]) < 1e-6 for x in extract_numbers(answer))) or (
-            not numbers and last.split() and last.split()[-1].strip(".'").lower() not in answer.lower())
+            not numbers and last.split() and last.split()[-1].strip(".'").lower() not in answer.lower()
+        )
         if missed:
-            return _make("misread_observation", final, "the answer does not carry the last observation's value",
-                         answer=quote(answer), observation=quote(last))
-    return _make("wrong_final_answer", final, f"answered {quote(answer, 80)!r}; expected {quote(case.expected, 80)!r}",
-                 answer=quote(answer), expected_answer=quote(case.expected))
+            return _make(
+                "misread_observation",
+                final,
+                "the answer does not carry the last observation's value",
+                answer=quote(answer),
+                observation=quote(last),
+            )
+    return _make(
+        "wrong_final_answer",
+        final,
+        f"answered {quote(answer, 80)!r}; expected {quote(case.expected, 80)!r}",
+        answer=quote(answer),
+        expected_answer=quote(case.expected),
+    )

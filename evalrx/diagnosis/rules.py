@@ -26,21 +26,45 @@ from evalrx.diagnosis._evidence import (
 
 # How much each sign is worth on its own (a malformed call is certain; an unexplained argument less so).
 CONFIDENCE = {
-    "infra_error": 1.0, "malformed_call": 0.9, "unknown_tool": 0.9, "no_final_answer": 0.9,
-    "repeated_calls": 0.7, "ignored_tool_error": 0.6, "ignored_observation": 0.6, "misread_observation": 0.6,
-    "bad_arguments": 0.5, "no_tool_call": 0.5, "wrong_final_answer": 0.2,
+    "infra_error": 1.0,
+    "malformed_call": 0.9,
+    "unknown_tool": 0.9,
+    "no_final_answer": 0.9,
+    "repeated_calls": 0.7,
+    "ignored_tool_error": 0.6,
+    "ignored_observation": 0.6,
+    "misread_observation": 0.6,
+    "bad_arguments": 0.5,
+    "no_tool_call": 0.5,
+    "wrong_final_answer": 0.2,
 }
 # A question that names the work a tool does, or is plain arithmetic on numbers it states.
 _TOOL_WORDS = re.compile(r"\b(look ?up|search|calculate|compute|evaluate)\b", re.I)
 _ARITHMETIC = re.compile(r"\d\s*(?:[-+*/×÷^%]|\b(?:plus|minus|times|divided by|multiplied by|percent|of)\b)\s*\d", re.I)
 _ERROR_WORDS = re.compile(r"\b(error|failed|fail|could not|couldn't|cannot|can't|unable|sorry)\b", re.I)
-RULES = ("infra_error", "malformed_call", "unknown_tool", "repeated_calls", "ignored_tool_error", "bad_arguments",
-         "misread_observation", "ignored_observation", "no_tool_call", "no_final_answer", "wrong_final_answer")
+RULES = (
+    "infra_error",
+    "malformed_call",
+    "unknown_tool",
+    "repeated_calls",
+    "ignored_tool_error",
+    "bad_arguments",
+    "misread_observation",
+    "ignored_observation",
+    "no_tool_call",
+    "no_final_answer",
+    "wrong_final_answer",
+)
 
 
 def _make(kind: str, step: Optional[int], text: str, **evidence: object) -> Diagnosis:
-    return Diagnosis(kind=kind, first_wrong_step=step, evidence={"text": text, **evidence},
-                     confidence=CONFIDENCE[kind], source="heuristic")
+    return Diagnosis(
+        kind=kind,
+        first_wrong_step=step,
+        evidence={"text": text, **evidence},
+        confidence=CONFIDENCE[kind],
+        source="heuristic",
+    )
 
 
 def from_rules(traj: Trajectory) -> "list[Diagnosis]":
@@ -60,35 +84,79 @@ def from_rules(traj: Trajectory) -> "list[Diagnosis]":
     calls = calls_of(traj)
     unknown = next((c for c in calls if c.error and "unknown tool" in (c.observation or "")), None)
     if unknown is not None:
-        out.append(_make("unknown_tool", unknown.step, f"called {unknown.name!r}, which does not exist",
-                         observation=quote(unknown.observation)))
+        out.append(
+            _make(
+                "unknown_tool",
+                unknown.step,
+                f"called {unknown.name!r}, which does not exist",
+                observation=quote(unknown.observation),
+            )
+        )
     seen: dict = {}
     for c in calls:
         if c.signature in seen:
-            out.append(_make("repeated_calls", c.step, f"{c.show()} again (first at step {seen[c.signature]})",
-                             actual={"name": c.name, "args": c.args}))
+            out.append(
+                _make(
+                    "repeated_calls",
+                    c.step,
+                    f"{c.show()} again (first at step {seen[c.signature]})",
+                    actual={"name": c.name, "args": c.args},
+                )
+            )
             break
         seen[c.signature] = c.step
     answer = traj.final_answer
     has_answer = answer is not None and bool(str(answer).strip())
     last_call = calls[-1] if calls else None
-    if last_call is not None and last_call.error and has_answer and final is not None and final > last_call.step \
-            and unknown is not last_call and not _ERROR_WORDS.search(str(answer)):
-        out.append(_make("ignored_tool_error", final, "answered as if the call had succeeded",
-                         answer=quote(answer), observation=quote(last_call.observation)))
+    if (
+        last_call is not None
+        and last_call.error
+        and has_answer
+        and final is not None
+        and final > last_call.step
+        and unknown is not last_call
+        and not _ERROR_WORDS.search(str(answer))
+    ):
+        out.append(
+            _make(
+                "ignored_tool_error",
+                final,
+                "answered as if the call had succeeded",
+                answer=quote(answer),
+                observation=quote(last_call.observation),
+            )
+        )
     out += _argument_signs(traj, calls)
     if has_answer and last_call is not None and not last_call.error and last_call.observation:
         sign = _answer_vs_observation(str(answer), last_call.observation, final)
         if sign is not None:
             out.append(sign)
-    if not calls and not bad and has_answer and (_TOOL_WORDS.search(traj.goal or "") or _ARITHMETIC.search(traj.goal or "")):
-        out.append(_make("no_tool_call", actors[0].idx if actors else final,
-                         "answered a question that needs a tool without calling one", answer=quote(answer)))
+    if (
+        not calls
+        and not bad
+        and has_answer
+        and (_TOOL_WORDS.search(traj.goal or "") or _ARITHMETIC.search(traj.goal or ""))
+    ):
+        out.append(
+            _make(
+                "no_tool_call",
+                actors[0].idx if actors else final,
+                "answered a question that needs a tool without calling one",
+                answer=quote(answer),
+            )
+        )
     if not has_answer:
         out.append(_make("no_final_answer", final, f"the run ended ({traj.terminated or 'unknown'}) without an answer"))
     if not out and traj.outcome is Label.FAIL:
-        out.append(_make("wrong_final_answer", final, "graded wrong; no step shows why", answer=quote(answer),
-                         expected_answer=quote(traj.ground_truth)))
+        out.append(
+            _make(
+                "wrong_final_answer",
+                final,
+                "graded wrong; no step shows why",
+                answer=quote(answer),
+                expected_answer=quote(traj.ground_truth),
+            )
+        )
     return out
 
 
@@ -107,11 +175,23 @@ def _argument_signs(traj: Trajectory, calls: list) -> "list[Diagnosis]":
             source = garbles(value, [v for o in observations for v in values_in(o)])
             actual = {"name": c.name, "args": c.args}
             if source is not None:
-                return [_make("misread_observation", c.step,
-                              f"{c.name} got {value!r} where an earlier observation said {source!r}",
-                              actual=actual, observation=quote(source))]
-            return [_make("bad_arguments", c.step, f"{c.name} got {value!r}, which neither the question nor an "
-                          "earlier observation states", actual=actual)]
+                return [
+                    _make(
+                        "misread_observation",
+                        c.step,
+                        f"{c.name} got {value!r} where an earlier observation said {source!r}",
+                        actual=actual,
+                        observation=quote(source),
+                    )
+                ]
+            return [
+                _make(
+                    "bad_arguments",
+                    c.step,
+                    f"{c.name} got {value!r}, which neither the question nor an earlier observation states",
+                    actual=actual,
+                )
+            ]
         if c.observation and not c.error:
             observations.append(c.observation)
     return []
@@ -137,11 +217,21 @@ def _answer_vs_observation(answer: str, observation: str, step: Optional[int]) -
         return None
     near = next((v for v in ans_values if garbles(v, [key])), None)
     if near is not None:
-        return _make("misread_observation", step, f"the answer says {near!r} where the observation said {key!r}",
-                     answer=quote(answer), observation=quote(observation))
+        return _make(
+            "misread_observation",
+            step,
+            f"the answer says {near!r} where the observation said {key!r}",
+            answer=quote(answer),
+            observation=quote(observation),
+        )
     if obs_nums and ans_nums or (not obs_nums and ans_values):
-        return _make("ignored_observation", step, f"the answer says {quote(', '.join(ans_nums or ans_values), 60)!r}; "
-                     f"the last observation said {key!r}", answer=quote(answer), observation=quote(observation))
+        return _make(
+            "ignored_observation",
+            step,
+            f"the answer says {quote(', '.join(ans_nums or ans_values), 60)!r}; the last observation said {key!r}",
+            answer=quote(answer),
+            observation=quote(observation),
+        )
     return None
 
 

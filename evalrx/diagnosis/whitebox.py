@@ -66,13 +66,25 @@ def _diagnosis(d: dict, final: float, peak: float, collapsed: bool) -> Diagnosis
     chosen = str(d.get("chosen") or (cands[0] if cands else "?"))
     alt = next((c for c in cands if c != chosen), "another token")
     what = "tool name" if d.get("kind") == "tool_name" else f"argument {d.get('arg', '')!s}"
-    how = (f"led by {peak:.2f} nats at a middle layer, {final:.2f} at the last" if collapsed
-           else f"only {final:.2f} nats ahead at the last layer")
+    how = (
+        f"led by {peak:.2f} nats at a middle layer, {final:.2f} at the last"
+        if collapsed
+        else f"only {final:.2f} nats ahead at the last layer"
+    )
     kind = "wrong_tool" if d.get("kind") == "tool_name" else "bad_arguments"
-    return Diagnosis(kind=kind, first_wrong_step=d.get("step"), confidence=CONFIDENCE, source="whitebox",
-                     evidence={"text": f"{what}: chose {chosen!r} over {alt!r}, {how}",
-                               "chosen": chosen, "alternative": alt, "margin_last": round(final, 4),
-                               "margin_peak": round(peak, 4)})
+    return Diagnosis(
+        kind=kind,
+        first_wrong_step=d.get("step"),
+        confidence=CONFIDENCE,
+        source="whitebox",
+        evidence={
+            "text": f"{what}: chose {chosen!r} over {alt!r}, {how}",
+            "chosen": chosen,
+            "alternative": alt,
+            "margin_last": round(final, 4),
+            "margin_peak": round(peak, 4),
+        },
+    )
 
 
 LENS_CONFIDENT = 0.5  # a middle layer's top token at least this likely counts as "the lens showed it"
@@ -97,8 +109,9 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
 
     def before(step: int) -> set:
         if step not in stated:
-            parts = [trajectory.goal or ""] + [obs_text(s.observation) for s in trajectory.steps
-                                               if s.role is StepRole.TOOL and s.idx < step]
+            parts = [trajectory.goal or ""] + [
+                obs_text(s.observation) for s in trajectory.steps if s.role is StepRole.TOOL and s.idx < step
+            ]
             stated[step] = {v.lower() for part in parts for v in values_in(part)}
         return stated[step]
 
@@ -122,10 +135,21 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
             # Word pieces of 3+ characters that are not one another's extension: short pieces match anything.
             distinct = len(right) >= 3 and piece.isalnum() and not (right.startswith(piece) or piece.startswith(right))
             if distinct and states(values, right) and not states(values, piece):
-                return [Diagnosis(kind=kind, first_wrong_step=step, confidence=CONFIDENCE, source="whitebox",
-                                  evidence={"text": f"layer {layer} of {n_layers - 1} predicted {right!r}, which an "
-                                            f"earlier step states; the last layer wrote {piece!r}",
-                                            "chosen": piece, "alternative": right, "layer": layer})]
+                return [
+                    Diagnosis(
+                        kind=kind,
+                        first_wrong_step=step,
+                        confidence=CONFIDENCE,
+                        source="whitebox",
+                        evidence={
+                            "text": f"layer {layer} of {n_layers - 1} predicted {right!r}, which an "
+                            f"earlier step states; the last layer wrote {piece!r}",
+                            "chosen": piece,
+                            "alternative": right,
+                            "layer": layer,
+                        },
+                    )
+                ]
     return []
 
 

@@ -426,8 +426,15 @@ def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
     )
 
 
-def run_case(handle: Any, case: Any, tools: Iterable[Tool], *, grade: bool = False, seed: Optional[int] = None,
-             **agent_kwargs: Any) -> Trajectory:
+def run_case(
+    handle: Any,
+    case: Any,
+    tools: Iterable[Tool],
+    *,
+    grade: bool = False,
+    seed: Optional[int] = None,
+    **agent_kwargs: Any,
+) -> Trajectory:
     """Run one case through the agent loop: the one place `run_batch`, the worker and the offline runner run a case.
 
     A run that raises (a server down, a limit) becomes an error trajectory instead of an exception.
@@ -508,8 +515,9 @@ def run_batch(
         except Exception as exc:  # keep the batch alive; the error is recorded on the case
             trajectory = error_trajectory(case, exc)
         else:
-            trajectory = run_case(handle, case, tools, codec=codec, max_turns=max_turns, system=system,
-                                  **(agent_kwargs or {}))
+            trajectory = run_case(
+                handle, case, tools, codec=codec, max_turns=max_turns, system=system, **(agent_kwargs or {})
+            )
         if on_result is not None:
             on_result(case, trajectory)
         return trajectory

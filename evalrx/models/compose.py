@@ -38,7 +38,8 @@ def compose(spec: ModelSpec, backend: str, runtime: Optional[Any] = None, want: 
             analyzer=f"load({spec.key!r}, backend={backend!r})",
             model=f"{spec.key} on {backend}",
             missing=missing,
-            hint=no_codec if no_codec and Capability.TOOL_CALLS in missing
+            hint=no_codec
+            if no_codec and Capability.TOOL_CALLS in missing
             else "Choose a backend that provides them (hf_local gives model internals).",
         )
     handle = info.build(spec, runtime or RuntimeConfig(), want)

@@ -148,8 +148,10 @@ def _convert(src: Path, out: Path) -> dict:
     t_model = time.perf_counter()
     packed = sorted({type(m).__name__ for m in model.modules() if "gguf" in type(m).__name__.lower()})
     if packed or any(not p.is_floating_point() for p in model.parameters()):
-        raise GGUFConversionError(f"transformers left weights of {src.name} packed ({', '.join(packed) or 'integer'} "
-                                  "tensors); a dense checkpoint cannot be saved from them")
+        raise GGUFConversionError(
+            f"transformers left weights of {src.name} packed ({', '.join(packed) or 'integer'} "
+            "tensors); a dense checkpoint cannot be saved from them"
+        )
     # The weights are de-quantized float32 tensors by now; the quantizer left on the model only
     # makes save_pretrained refuse ("quantized with gguf and is not serializable").
     model.hf_quantizer = None

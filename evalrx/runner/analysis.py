@@ -112,17 +112,21 @@ def _analyzer_hook(name: str, kwargs: dict) -> Hook:
     def hook(ctx: CaseContext) -> list:
         result = analyzer.run_trajectory(ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system)
         meta = dict(result.meta)
-        return [AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"),
-                               result=result)]
+        return [
+            AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"), result=result)
+        ]
 
     return hook
 
 
 def _error_record(name: str, exc: BaseException) -> AnalysisRecord:
-    return AnalysisRecord(name, meta={
-        "error": f"{type(exc).__name__}: {exc}",
-        "traceback": "".join(traceback.format_exception(exc, limit=3))[-2000:],
-    })
+    return AnalysisRecord(
+        name,
+        meta={
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(exc, limit=3))[-2000:],
+        },
+    )
 
 
 def _shared_pass_hook(specs: list) -> Hook:
@@ -138,8 +142,14 @@ def _shared_pass_hook(specs: list) -> Hook:
     def hook(ctx: CaseContext) -> list:
         errors: dict = {}
         try:
-            results = analyze(ctx.handle, ctx.trajectory, [dict(kwargs, name=name) for name, kwargs in specs],
-                              tools=ctx.tool_schemas, system=ctx.system, errors=errors)
+            results = analyze(
+                ctx.handle,
+                ctx.trajectory,
+                [dict(kwargs, name=name) for name, kwargs in specs],
+                tools=ctx.tool_schemas,
+                system=ctx.system,
+                errors=errors,
+            )
         except Exception as exc:  # nothing ran: every analyzer records why
             results, errors = {}, {name: exc for name, _ in specs}
         records = []
@@ -148,8 +158,15 @@ def _shared_pass_hook(specs: list) -> Hook:
                 records.append(_error_record(name, errors.get(name) or RuntimeError("no result")))
                 continue
             meta = dict(results[name].meta)
-            records.append(AnalysisRecord(name, arrays=results[name].to_arrays(), meta=meta,
-                                          step_idx=meta.get("step_idx"), result=results[name]))
+            records.append(
+                AnalysisRecord(
+                    name,
+                    arrays=results[name].to_arrays(),
+                    meta=meta,
+                    step_idx=meta.get("step_idx"),
+                    result=results[name],
+                )
+            )
         return records
 
     return hook

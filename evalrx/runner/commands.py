@@ -54,8 +54,11 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("run_id", nargs="?", type=int)
     p.add_argument("--status", action="append", help="only runs with this status (repeatable)")
     p.add_argument("--limit", type=int, default=50)
-    p.add_argument("--keep-errors", action="store_true",
-                   help="retry: run only the cases without a trajectory (by default errored cases run again too)")
+    p.add_argument(
+        "--keep-errors",
+        action="store_true",
+        help="retry: run only the cases without a trajectory (by default errored cases run again too)",
+    )
     p.add_argument("--json", action="store_true", help="show: print the run's figures as JSON")
     _url_arg(p)
     args = p.parse_args(argv)
@@ -71,8 +74,10 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{'id':>5}  {'status':10} {'done':>9}  {'pass':>5} {'fail':>5} {'err':>4}  {'model':24} name")
             for r in runs:
                 flag = " (cancelling)" if r.cancel_requested and r.status == "running" else ""
-                print(f"{r.id:>5}  {r.status + flag:10} {f'{r.n_done}/{r.n_cases}':>9}  {r.n_pass:>5} {r.n_fail:>5} "
-                      f"{r.n_error:>4}  {(r.spec_key or '-')[:24]:24} {r.name}")
+                print(
+                    f"{r.id:>5}  {r.status + flag:10} {f'{r.n_done}/{r.n_cases}':>9}  {r.n_pass:>5} {r.n_fail:>5} "
+                    f"{r.n_error:>4}  {(r.spec_key or '-')[:24]:24} {r.name}"
+                )
             if not runs:
                 print("(no runs)")
             return 0
@@ -87,22 +92,36 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
                 import dataclasses
                 import json
 
-                print(json.dumps({"run": dataclasses.asdict(info), "stats": dataclasses.asdict(st), **rel.to_dict(),
-                                  "agreement": agree}, default=str, indent=1))
+                print(
+                    json.dumps(
+                        {
+                            "run": dataclasses.asdict(info),
+                            "stats": dataclasses.asdict(st),
+                            **rel.to_dict(),
+                            "agreement": agree,
+                        },
+                        default=str,
+                        indent=1,
+                    )
+                )
                 return 0
             rate = f"{st.success_rate:.1%}" if st.success_rate is not None else "-"
-            lat = (f"{st.latency_p50_ms:.0f} / {st.latency_p95_ms:.0f} ms" if st.latency_p50_ms is not None else "-")
-            print(f"run {info.id}: {info.name}\n  status {info.status}, {info.n_done}/{info.n_cases} cases, "
-                  f"worker {info.worker_id or '-'}\n  success {rate}  outcomes {st.outcomes}\n"
-                  f"  terminated {st.terminated}\n  latency p50/p95 {lat}\n"
-                  f"  tokens {st.prompt_tokens} prompt, {st.completion_tokens} completion\n"
-                  f"  tool calls {st.tool_calls}  labels {st.labels}")
+            lat = f"{st.latency_p50_ms:.0f} / {st.latency_p95_ms:.0f} ms" if st.latency_p50_ms is not None else "-"
+            print(
+                f"run {info.id}: {info.name}\n  status {info.status}, {info.n_done}/{info.n_cases} cases, "
+                f"worker {info.worker_id or '-'}\n  success {rate}  outcomes {st.outcomes}\n"
+                f"  terminated {st.terminated}\n  latency p50/p95 {lat}\n"
+                f"  tokens {st.prompt_tokens} prompt, {st.completion_tokens} completion\n"
+                f"  tool calls {st.tool_calls}  labels {st.labels}"
+            )
             errors = st.outcomes.get("error", 0)
             kinds = {k: v for k, v in st.failure_kinds.items() if k != "infra_error"}
             print(f"  failures by kind {kinds or '{}'}" + (f"  ({errors} errored, counted apart)" if errors else ""))
             _print_reliability(rel)
             if agree["annotators"][1:]:
-                pairs = ", ".join(f"{q['a']}/{q['b']} {_num(q['kappa'])} (n={q['n']})" for q in agree["outcome"]["pairs"])
+                pairs = ", ".join(
+                    f"{q['a']}/{q['b']} {_num(q['kappa'])} (n={q['n']})" for q in agree["outcome"]["pairs"]
+                )
                 print(f"  agreement on outcome (Cohen's kappa): {pairs or '-'}")
             if info.error:
                 print(f"  error: {info.error}")
@@ -131,8 +150,9 @@ def _print_reliability(rel) -> None:
     print("  pass@k  " + "  ".join(f"k={k} {_num(rel.pass_at_k[k])}" for k in ks))
     if rel.k_max > 1:
         print("  pass^k  " + "  ".join(f"k={k} {_num(rel.pass_hat_k[k])}" for k in ks))
-        flaky = ", ".join(f"{cid} ({'/'.join(k or '?' for k in rel.flaky_kinds.get(cid, [])) or '-'})"
-                          for cid in rel.flaky_cases[:20])
+        flaky = ", ".join(
+            f"{cid} ({'/'.join(k or '?' for k in rel.flaky_kinds.get(cid, [])) or '-'})" for cid in rel.flaky_cases[:20]
+        )
         more = f" and {len(rel.flaky_cases) - 20} more" if len(rel.flaky_cases) > 20 else ""
         print(f"  flaky cases {len(rel.flaky_cases)}: {flaky or '-'}{more}")
 
@@ -155,18 +175,23 @@ def compare_main(argv: Optional[Sequence[str]] = None) -> int:
 
         import evalrx.store as S
 
-        c = S.compare_runs(args.run_a, args.run_b, resamples=args.resamples, seed=args.seed,
-                           store=S.connect(args.url))
+        c = S.compare_runs(args.run_a, args.run_b, resamples=args.resamples, seed=args.seed, store=S.connect(args.url))
         if args.json:
             print(json.dumps(c, default=str))
             return 0
-        print(f"run {args.run_a} (A) vs run {args.run_b} (B): {c['n_paired']} cases in both"
-              f" ({c['only_a']} only in A, {c['only_b']} only in B)")
-        print(f"  both pass {c['both_pass']}  both fail {c['both_fail']}  regressions (A pass, B fail) "
-              f"{c['regressions']}  fixes (A fail, B pass) {c['fixes']}" + (f"  mixed {c['mixed']}" if c["mixed"] else ""))
+        print(
+            f"run {args.run_a} (A) vs run {args.run_b} (B): {c['n_paired']} cases in both"
+            f" ({c['only_a']} only in A, {c['only_b']} only in B)"
+        )
+        print(
+            f"  both pass {c['both_pass']}  both fail {c['both_fail']}  regressions (A pass, B fail) "
+            f"{c['regressions']}  fixes (A fail, B pass) {c['fixes']}" + (f"  mixed {c['mixed']}" if c["mixed"] else "")
+        )
         print(f"  McNemar exact p = {_num(c['mcnemar_p'], '.4g')}")
-        print(f"  success rate B - A = {_num(c['diff'], '+.3f')}  95% CI [{_num(c['diff_ci_low'], '+.3f')}, "
-              f"{_num(c['diff_ci_high'], '+.3f')}] (paired bootstrap, {args.resamples} resamples)")
+        print(
+            f"  success rate B - A = {_num(c['diff'], '+.3f')}  95% CI [{_num(c['diff_ci_low'], '+.3f')}, "
+            f"{_num(c['diff_ci_high'], '+.3f')}] (paired bootstrap, {args.resamples} resamples)"
+        )
         shift = [f"{k} {v['a']}->{v['b']}" for k, v in c["kind_shift"].items() if v["change"]]
         print(f"  failure kinds A->B: {', '.join(shift) or 'no change'}")
         return 0
@@ -176,16 +201,25 @@ def compare_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def import_main(argv: Optional[Sequence[str]] = None) -> int:
     """`evalrx import FILE`: trajectories from an Inspect `.eval`/`.json` log, ATIF, evalrx or OpenAI chat JSONL."""
-    p = argparse.ArgumentParser(prog="evalrx import", description="Import trajectories into the store as new run(s). "
-                                "The format is told from the content: an Inspect AI .eval or .json log, ATIF (JSON "
-                                "or JSONL), an evalrx export or `evalrx run --out` JSONL, or OpenAI chat JSONL.")
+    p = argparse.ArgumentParser(
+        prog="evalrx import",
+        description="Import trajectories into the store as new run(s). "
+        "The format is told from the content: an Inspect AI .eval or .json log, ATIF (JSON "
+        "or JSONL), an evalrx export or `evalrx run --out` JSONL, or OpenAI chat JSONL.",
+    )
     p.add_argument("path", help="the file to import")
-    p.add_argument("--name", help="name of the new run (default: the exported run's name, the log's task, or the "
-                   "file name)")
-    p.add_argument("--again", action="store_true",
-                   help="import a file whose exact bytes were imported before (refused by default)")
-    p.add_argument("--max-record-mb", type=float, metavar="MB",
-                   help="largest record (a JSONL line, a log sample, a whole JSON document) to read; default 64")
+    p.add_argument(
+        "--name", help="name of the new run (default: the exported run's name, the log's task, or the file name)"
+    )
+    p.add_argument(
+        "--again", action="store_true", help="import a file whose exact bytes were imported before (refused by default)"
+    )
+    p.add_argument(
+        "--max-record-mb",
+        type=float,
+        metavar="MB",
+        help="largest record (a JSONL line, a log sample, a whole JSON document) to read; default 64",
+    )
     p.add_argument("--max-depth", type=int, metavar="N", help="deepest JSON nesting to read; default 200")
     _url_arg(p)
     args = p.parse_args(argv)
@@ -195,8 +229,9 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
 
         try:
             limits = S.ImportLimits.from_options(args.max_record_mb, args.max_depth)
-            res = S.import_file(args.path, run_name=args.name, store=S.connect(args.url), again=args.again,
-                                limits=limits)
+            res = S.import_file(
+                args.path, run_name=args.name, store=S.connect(args.url), again=args.again, limits=limits
+            )
         except S.SchemaError:
             raise
         except (ValueError, FileNotFoundError, ImportError) as exc:  # one line, never a traceback
@@ -204,8 +239,10 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
         runs = ", ".join(map(str, res.run_ids))
         if res.already_imported:
-            print(f"{args.path}: already imported as run{'s' if len(res.run_ids) > 1 else ''} {runs}; nothing "
-                  "written (--again imports it again)")
+            print(
+                f"{args.path}: already imported as run{'s' if len(res.run_ids) > 1 else ''} {runs}; nothing "
+                "written (--again imports it again)"
+            )
             return 0
         for note in res.notes:
             print(f"evalrx import: note: {note}", file=sys.stderr)
@@ -219,16 +256,26 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
     """`evalrx export RUN_ID OUT`: a run as JSONL, Parquet, ATIF or OpenTelemetry GenAI traces (OTLP JSON)."""
     p = argparse.ArgumentParser(prog="evalrx export", description="Export a run's trajectories.")
     p.add_argument("run_id", type=int)
-    p.add_argument("out", nargs="?", help="output file; the name implies the format: .jsonl, .parquet (needs "
-                   "pyarrow), .atif.jsonl / .atif.json, .otlp.json (needs opentelemetry-proto)")
-    p.add_argument("--format", choices=["jsonl", "parquet", "atif", "otel"],
-                   help="the format, when the file name does not say it")
-    p.add_argument("--otel-content", action="store_true",
-                   help="otel: put tool arguments and results and model output on the spans (off: they may be "
-                   "sensitive)")
-    p.add_argument("--otel-endpoint", metavar="URL",
-                   help="otel: also POST the traces as OTLP/HTTP protobuf to URL, e.g. http://localhost:4318/v1/traces "
-                   "(OUT may then be left out)")
+    p.add_argument(
+        "out",
+        nargs="?",
+        help="output file; the name implies the format: .jsonl, .parquet (needs "
+        "pyarrow), .atif.jsonl / .atif.json, .otlp.json (needs opentelemetry-proto)",
+    )
+    p.add_argument(
+        "--format", choices=["jsonl", "parquet", "atif", "otel"], help="the format, when the file name does not say it"
+    )
+    p.add_argument(
+        "--otel-content",
+        action="store_true",
+        help="otel: put tool arguments and results and model output on the spans (off: they may be sensitive)",
+    )
+    p.add_argument(
+        "--otel-endpoint",
+        metavar="URL",
+        help="otel: also POST the traces as OTLP/HTTP protobuf to URL, e.g. http://localhost:4318/v1/traces "
+        "(OUT may then be left out)",
+    )
     _url_arg(p)
     args = p.parse_args(argv)
     fmt = args.format or ("otel" if args.otel_endpoint and args.out is None else None)
@@ -237,8 +284,14 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
         import evalrx.store as S
 
         try:
-            n = S.export_run(args.run_id, args.out, fmt=fmt, store=S.connect(args.url), otel_content=args.otel_content,
-                             otel_endpoint=args.otel_endpoint)
+            n = S.export_run(
+                args.run_id,
+                args.out,
+                fmt=fmt,
+                store=S.connect(args.url),
+                otel_content=args.otel_content,
+                otel_endpoint=args.otel_endpoint,
+            )
         except S.SchemaError:
             raise
         except (ValueError, FileNotFoundError, ImportError) as exc:

@@ -41,13 +41,19 @@ def rediagnose(
             configs[rid] = run_config(rid, store=st)
         names = [n_ for n_ in configs[rid].get("tools") or [] if n_ in TOOLS]
         c = detail.case
-        case = FailureCase(inputs=Inputs(prompt=c.get("prompt") or ""), id=c.get("id") or "",
-                           expected=c.get("expected"), grader=c.get("grader"), meta=c.get("meta") or {})
+        case = FailureCase(
+            inputs=Inputs(prompt=c.get("prompt") or ""),
+            id=c.get("id") or "",
+            expected=c.get("expected"),
+            grader=c.get("grader"),
+            meta=c.get("meta") or {},
+        )
         analyses: dict = {}
         for rec in load_analyses(tid, store=st):  # oldest first: the newest result per analyzer wins
             analyses[rec["analyzer"]] = rec
-        found = diagnose(detail.trajectory, case=case, tools=get_tools(names, case) if names else None,
-                         analyses=analyses)
+        found = diagnose(
+            detail.trajectory, case=case, tools=get_tools(names, case) if names else None, analyses=analyses
+        )
         with st.write() as s:
             save_diagnoses(s, tid, found, version=DIAGNOSIS_VERSION)
         n += 1

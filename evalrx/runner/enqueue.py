@@ -19,8 +19,7 @@ def _check(cfg: dict) -> None:
     model = cfg.get("model") or {}
     if not model.get("name"):
         raise ValueError("the run config names no model (model.name)")
-    for key, low, high in (("max_turns", 1, 100), ("concurrency", 1, 64), ("repeats", 1, 100),
-                           ("seed", 0, 2**31 - 1)):
+    for key, low, high in (("max_turns", 1, 100), ("concurrency", 1, 64), ("repeats", 1, 100), ("seed", 0, 2**31 - 1)):
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
             raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
@@ -89,8 +88,9 @@ def enqueue_run(
         name = f"{cfg['model']['name']} on {source}"
     st = resolve(store)
     with st.write() as s:
-        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound,
-                                       repeats=int(cfg.get("repeats") or 1))
+        run_id = store_runs.create_run(
+            s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=int(cfg.get("repeats") or 1)
+        )
         store_jobs.enqueue_job(s, run_id)
     return run_id
 
@@ -128,16 +128,23 @@ def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" =
             raise ValueError(f"run {run_id} already has a queued or running job")
         if errors:
             T = t.Trajectory
-            rows = s.execute(select(T.id, T.case_id, T.attempt, T.sample_id, T.error)
-                             .where(T.run_id == run_id, T.outcome == "error")).all()
+            rows = s.execute(
+                select(T.id, T.case_id, T.attempt, T.sample_id, T.error).where(T.run_id == run_id, T.outcome == "error")
+            ).all()
             if rows:
                 s.execute(delete(T).where(T.id.in_([r.id for r in rows])))
                 for r in rows:
-                    s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id, t.RunCase.case_id == r.case_id,
-                                                      t.RunCase.attempt == r.attempt).values(starts=0))
+                    s.execute(
+                        update(t.RunCase)
+                        .where(
+                            t.RunCase.run_id == run_id, t.RunCase.case_id == r.case_id, t.RunCase.attempt == r.attempt
+                        )
+                        .values(starts=0)
+                    )
                 retried = list((run.meta or {}).get("retried") or [])
-                retried.append({"at": t.utcnow().isoformat(), "errors": {r.sample_id: (r.error or "")[:500]
-                                                                         for r in rows}})
+                retried.append(
+                    {"at": t.utcnow().isoformat(), "errors": {r.sample_id: (r.error or "")[:500] for r in rows}}
+                )
                 run.meta = dict(run.meta or {}, retried=retried)
                 run.n_done, run.n_error = run.n_done - len(rows), max(0, run.n_error - len(rows))
         run.status, run.finished_at, run.error = "queued", None, None

@@ -16,8 +16,9 @@ from typing import Any, Optional
 from evalrx.runner.worker import ENV_RUN_KEY
 
 
-def start_keyed_worker(store_url: str, run_id: int, api_key: str, *, log_path: Optional[str] = None,
-                       follow_parent: bool = True) -> int:
+def start_keyed_worker(
+    store_url: str, run_id: int, api_key: str, *, log_path: Optional[str] = None, follow_parent: bool = True
+) -> int:
     """Start a detached worker pinned to `run_id` holding `api_key`; it exits when the run is done
     (and, with `follow_parent`, when this process exits first).
 
@@ -31,9 +32,22 @@ def start_keyed_worker(store_url: str, run_id: int, api_key: str, *, log_path: O
     out: Any = open(log_path, "ab") if log_path else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "evalrx.runner", "--run", str(int(run_id)), "--once", "--max-jobs", "1",
-             *([] if follow_parent else ["--parent-pid", "0"])],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "evalrx.runner",
+                "--run",
+                str(int(run_id)),
+                "--once",
+                "--max-jobs",
+                "1",
+                *([] if follow_parent else ["--parent-pid", "0"]),
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     finally:
         if out is not subprocess.DEVNULL:

@@ -25,8 +25,13 @@ def run_to_jsonl(args: Any) -> int:
     tool_names = [t.strip() for t in args.tools.split(",") if t.strip()]
     get_tools(tool_names)  # fail on an unknown tool before loading weights
     runtime = {"base_url": args.base_url} if args.base_url else {}
-    runtime.update({k: v for k, v in (("timeout", getattr(args, "timeout", None)),
-                                      ("max_retries", getattr(args, "retries", None))) if v is not None})
+    runtime.update(
+        {
+            k: v
+            for k, v in (("timeout", getattr(args, "timeout", None)), ("max_retries", getattr(args, "retries", None)))
+            if v is not None
+        }
+    )
     handle = evalrx.load(args.spec, backend=args.backend, checkpoint=args.checkpoint, **runtime)
     if handle.backend == "api":
         # One tiny request first, so an unreachable server is one clear error, not N error rows.

@@ -44,11 +44,18 @@ def ensure_worker(
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         proc = subprocess.Popen(
             [sys.executable, "-m", "evalrx.runner", "--worker-id", worker_id, "--parent-pid", str(os.getpid())],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
         )
         if log_path:
             out.close()  # the worker holds its own copy
         now = t.utcnow()
-        s.add(t.Worker(id=worker_id, hostname=jobs.host_key(), pid=proc.pid, status="idle",
-                       started_at=now, heartbeat_at=now))
+        s.add(
+            t.Worker(
+                id=worker_id, hostname=jobs.host_key(), pid=proc.pid, status="idle", started_at=now, heartbeat_at=now
+            )
+        )
     return proc.pid

@@ -50,15 +50,18 @@ def check_prompt(handle: Any, case: FailureCase, max_bytes: int) -> None:
     prompt = case.inputs.prompt or ""
     size = len(prompt.encode("utf-8"))
     if size > max_bytes:
-        raise PromptTooLarge(f"the prompt is {size:,} bytes, over the limit of {max_bytes:,} "
-                             "(evalrx worker --max-prompt-bytes); it was not sent to the model")
+        raise PromptTooLarge(
+            f"the prompt is {size:,} bytes, over the limit of {max_bytes:,} "
+            "(evalrx worker --max-prompt-bytes); it was not sent to the model"
+        )
     tokenizer = getattr(handle, "tokenizer", None)
     context = getattr(getattr(getattr(handle, "model", None), "config", None), "max_position_embeddings", None)
     if tokenizer is not None and isinstance(context, int) and size >= context:  # only long prompts pay for this
         n = len(tokenizer(prompt)["input_ids"])
         if n >= context:
-            raise PromptTooLarge(f"the prompt is {n:,} tokens; the model's context is {context:,}; "
-                                 "it was not sent to the model")
+            raise PromptTooLarge(
+                f"the prompt is {n:,} tokens; the model's context is {context:,}; it was not sent to the model"
+            )
 
 
 class JobCancelled(Exception):
@@ -95,8 +98,11 @@ def _capturing(tool: Any, sink: list) -> Any:
 
 def _images_by_step(traj: Trajectory, captured: list) -> dict:
     """Pair captured image lists with the tool steps that reported images, both in call order."""
-    steps = [s.idx for s in traj.steps if s.role is StepRole.TOOL and isinstance(s.observation, dict)
-             and (s.observation.get("n_images") or 0) > 0]
+    steps = [
+        s.idx
+        for s in traj.steps
+        if s.role is StepRole.TOOL and isinstance(s.observation, dict) and (s.observation.get("n_images") or 0) > 0
+    ]
     return dict(zip(steps, captured))
 
 
@@ -131,14 +137,19 @@ def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Opti
 
     from evalrx.models.backends.api import PLACEHOLDER_KEY
 
-    url = cfg.get("base_url") or (cfg.get("runtime") or {}).get("base_url") or os.environ.get("OPENAI_BASE_URL") \
+    url = (
+        cfg.get("base_url")
+        or (cfg.get("runtime") or {}).get("base_url")
+        or os.environ.get("OPENAI_BASE_URL")
         or OPENAI_URL
+    )
     if run_key:
         return run_key, url
     host = (urlsplit(url).hostname or "").lower()
     if os.environ.get("OPENAI_API_KEY") and host not in key_hosts():
-        log.warning("not sending this worker's OPENAI_API_KEY to %s (add the host to %s to allow it)",
-                    host, ENV_KEY_HOSTS)
+        log.warning(
+            "not sending this worker's OPENAI_API_KEY to %s (add the host to %s to allow it)", host, ENV_KEY_HOSTS
+        )
         return PLACEHOLDER_KEY, url
     return None, url  # the backend reads the environment's key
 
@@ -262,8 +273,7 @@ class Worker:
                     if self.exit_when_idle:
                         break
                     if time.monotonic() - last_sweep > max(self.stale_after_s / 2, self.poll_s):
-                        jobs.requeue_stale(self.store, stale_after_s=self.stale_after_s,
-                                           max_attempts=self.max_attempts)
+                        jobs.requeue_stale(self.store, stale_after_s=self.stale_after_s, max_attempts=self.max_attempts)
                         last_sweep = time.monotonic()
                     self.stop_event.wait(self.poll_s)
                     continue
@@ -281,8 +291,14 @@ class Worker:
     def run_job(self, job: Any) -> str:
         """Run one claimed job to its end; returns its final status (or "lost"/"released")."""
         self.current_job = job.id
-        log.info("worker %s: job %s (run %s), %s/%s cases done", self.worker_id, job.id, job.run_id,
-                 job.progress_done, job.progress_total)
+        log.info(
+            "worker %s: job %s (run %s), %s/%s cases done",
+            self.worker_id,
+            job.id,
+            job.run_id,
+            job.progress_done,
+            job.progress_total,
+        )
         try:
             status = self._run_job(job)
         except jobs.LeaseLost as exc:
@@ -313,8 +329,10 @@ class Worker:
         cfg, cases, starts = self._load_job(job)
         # An attempt that killed its worker max_case_attempts times is recorded as an error; the run goes on.
         for case_id, attempt, case in [c for c in cases if starts.get(c[:2], 0) >= self.max_case_attempts]:
-            died = RuntimeError(f"the worker died {starts[case_id, attempt]} times on this case; not run again "
-                                "(`evalrx runs retry` runs it once more)")
+            died = RuntimeError(
+                f"the worker died {starts[case_id, attempt]} times on this case; not run again "
+                "(`evalrx runs retry` runs it once more)"
+            )
             from evalrx.models.agent import error_trajectory
 
             traj = error_trajectory(case, died)
@@ -336,8 +354,11 @@ class Worker:
         if jobs.cancel_requested(self.store, job.id):
             raise JobCancelled()
         parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
-        results = self._results_parallel(job.run_id, handle, cfg, cases, int(cfg["concurrency"])) if parallel \
+        results = (
+            self._results_parallel(job.run_id, handle, cfg, cases, int(cfg["concurrency"]))
+            if parallel
             else self._results_serial(job.run_id, handle, cfg, cases)
+        )
         for case_id, case, result in results:
             cancel = self._record(job, handle, cfg, hooks, case_id, case, result)
             if cancel:
@@ -372,8 +393,14 @@ class Worker:
             traj.outcome = Label.ERROR
         else:
             # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
-            traj = run_case(handle, case, tools, grade=True, seed=run.attempt_seed(case.id, attempt),
-                            **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers))
+            traj = run_case(
+                handle,
+                case,
+                tools,
+                grade=True,
+                seed=run.attempt_seed(case.id, attempt),
+                **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers),
+            )
         traj.attempt = attempt
         if traj.terminated == "error":
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
@@ -417,21 +444,38 @@ class Worker:
                 for fut in running:
                     fut.cancel()
 
-    def _record(self, job: Any, handle: Any, cfg: dict, hooks: list, case_id: int, case: FailureCase,
-                result: CaseResult) -> bool:
+    def _record(
+        self, job: Any, handle: Any, cfg: dict, hooks: list, case_id: int, case: FailureCase, result: CaseResult
+    ) -> bool:
         """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
         traj, tools = result.trajectory, result.tools
         media = {idx: [convert.image_bytes(im) for im in ims] for idx, ims in result.images.items()}
         records: list = []
         if hooks:
             schemas = [tool.to_openai() for tool in tools]
-            ctx = analysis.CaseContext(handle=handle, case=case, trajectory=traj, tools=tools,
-                                       tool_schemas=schemas, system=cfg.get("system"), run_config=cfg)
+            ctx = analysis.CaseContext(
+                handle=handle,
+                case=case,
+                trajectory=traj,
+                tools=tools,
+                tool_schemas=schemas,
+                system=cfg.get("system"),
+                run_config=cfg,
+            )
             records = analysis.run_all(hooks, ctx)
         diagnoses = diagnose_case(traj, case, tools, records)
         try:
-            return jobs.record_case(self.store, job.id, self.worker_id, job.run_id, case_id, traj,
-                                    diagnoses=diagnoses, records=records, media=media)
+            return jobs.record_case(
+                self.store,
+                job.id,
+                self.worker_id,
+                job.run_id,
+                case_id,
+                traj,
+                diagnoses=diagnoses,
+                records=records,
+                media=media,
+            )
         except IntegrityError:  # already stored (cannot happen while we own the job): never twice
             log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)
             return jobs.cancel_requested(self.store, job.id)
@@ -482,17 +526,29 @@ class Worker:
             name = req.get("model") or (run_model["name"] if local else analysis_store.default_replay_model())
             handle = self._local_handle(name, cfg)
             tools = get_tools(list(cfg.get("tools") or []))
-            ctx = analysis.CaseContext(handle=handle, case=None, trajectory=detail.trajectory, tools=tools,
-                                       tool_schemas=[tool.to_openai() for tool in tools],
-                                       system=cfg.get("system"), run_config=cfg)
+            ctx = analysis.CaseContext(
+                handle=handle,
+                case=None,
+                trajectory=detail.trajectory,
+                tools=tools,
+                tool_schemas=[tool.to_openai() for tool in tools],
+                system=cfg.get("system"),
+                run_config=cfg,
+            )
             records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)
             source = f"{run_model.get('name')} on {run_model.get('backend') or 'hf_local'}"
             for rec in records:
                 rec.meta = dict(rec.meta or {}, requested=req["id"], scored_on=name, source_model=source)
             failed = [r for r in records if (r.meta or {}).get("error")]
             error = "; ".join(f"{r.analyzer}: {r.meta['error']}" for r in failed) or None
-            analysis_store.finish_request(self.store, req["id"], "failed" if failed and len(failed) == len(records)
-                                          else "done", error=error, trajectory_id=tid, records=records)
+            analysis_store.finish_request(
+                self.store,
+                req["id"],
+                "failed" if failed and len(failed) == len(records) else "done",
+                error=error,
+                trajectory_id=tid,
+                records=records,
+            )
             from evalrx.runner.diagnose import rediagnose
 
             rediagnose([tid], store=self.store)  # white-box evidence may change the diagnosis
@@ -525,20 +581,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-jobs", type=_positive_int, help="exit after this many jobs")
     p.add_argument("--poll", type=_seconds, default=1.0, help="seconds between polls of an empty queue")
     p.add_argument("--heartbeat", type=_seconds, default=5.0, help="seconds between heartbeats")
-    p.add_argument("--stale-after", type=_seconds, default=60.0,
-                   help="requeue running jobs whose heartbeat is older than this (seconds)")
-    p.add_argument("--backend", action="append", dest="backends",
-                   help="claim only runs on this backend (repeatable), e.g. api on a machine without a GPU")
-    p.add_argument("--plugin", action="append", default=[],
-                   help="import this module first (to register specs, backends, tools or analyzers); "
-                        "also read from $EVALRX_PLUGINS (comma-separated)")
+    p.add_argument(
+        "--stale-after",
+        type=_seconds,
+        default=60.0,
+        help="requeue running jobs whose heartbeat is older than this (seconds)",
+    )
+    p.add_argument(
+        "--backend",
+        action="append",
+        dest="backends",
+        help="claim only runs on this backend (repeatable), e.g. api on a machine without a GPU",
+    )
+    p.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        help="import this module first (to register specs, backends, tools or analyzers); "
+        "also read from $EVALRX_PLUGINS (comma-separated)",
+    )
     p.add_argument("--worker-id", help="a unique worker id (default: host:pid:random)")
-    p.add_argument("--run", type=_positive_int, dest="run_id",
-                   help=f"serve only this run; its API key, if it has one of its own, comes from ${ENV_RUN_KEY}")
-    p.add_argument("--max-case-attempts", type=_positive_int, default=DEFAULT_CASE_ATTEMPTS,
-                   help="record a case whose worker died this many times as an error and go on")
-    p.add_argument("--max-prompt-bytes", type=_positive_int, default=DEFAULT_PROMPT_BYTES,
-                   help="a longer prompt is recorded as an error without calling the model")
+    p.add_argument(
+        "--run",
+        type=_positive_int,
+        dest="run_id",
+        help=f"serve only this run; its API key, if it has one of its own, comes from ${ENV_RUN_KEY}",
+    )
+    p.add_argument(
+        "--max-case-attempts",
+        type=_positive_int,
+        default=DEFAULT_CASE_ATTEMPTS,
+        help="record a case whose worker died this many times as an error and go on",
+    )
+    p.add_argument(
+        "--max-prompt-bytes",
+        type=_positive_int,
+        default=DEFAULT_PROMPT_BYTES,
+        help="a longer prompt is recorded as an error without calling the model",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return p
 
@@ -572,13 +652,18 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.stale_after <= 2 * args.heartbeat:
-        parser.error(f"--stale-after ({args.stale_after:g} s) must exceed twice --heartbeat ({args.heartbeat:g} s), "
-                     "or live jobs look dead and their cases run twice")
+        parser.error(
+            f"--stale-after ({args.stale_after:g} s) must exceed twice --heartbeat ({args.heartbeat:g} s), "
+            "or live jobs look dead and their cases run twice"
+        )
     run_key = os.environ.pop(ENV_RUN_KEY, None) or None  # held in memory; not passed on to any child
     if run_key and args.run_id is None:
         parser.error(f"${ENV_RUN_KEY} is set but no --run: a run's own key serves only that run")
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     plugins = list(args.plugin) + [m for m in os.environ.get("EVALRX_PLUGINS", "").split(",") if m.strip()]
     for mod in plugins:
         importlib.import_module(mod.strip())
@@ -587,10 +672,20 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     except SchemaError as exc:
         print(f"evalrx worker: {exc}", file=sys.stderr)
         return 2
-    worker = Worker(store, worker_id=args.worker_id, poll_s=args.poll, heartbeat_s=args.heartbeat,
-                    stale_after_s=args.stale_after, backends=args.backends, exit_when_idle=args.once,
-                    max_jobs=args.max_jobs, run_id=args.run_id, run_key=run_key,
-                    max_case_attempts=args.max_case_attempts, max_prompt_bytes=args.max_prompt_bytes)
+    worker = Worker(
+        store,
+        worker_id=args.worker_id,
+        poll_s=args.poll,
+        heartbeat_s=args.heartbeat,
+        stale_after_s=args.stale_after,
+        backends=args.backends,
+        exit_when_idle=args.once,
+        max_jobs=args.max_jobs,
+        run_id=args.run_id,
+        run_key=run_key,
+        max_case_attempts=args.max_case_attempts,
+        max_prompt_bytes=args.max_prompt_bytes,
+    )
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("signal %s: stopping after the current case", signum)
@@ -602,5 +697,3 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     n = worker.run()
     log.info("worker %s stopped after %s job(s)", worker.worker_id, n)
     return 0
-
-

@@ -92,8 +92,9 @@ def agreement(labels: Mapping[Hashable, Mapping[str, Any]]) -> dict[str, Any]:
     pairs = []
     for x, y in combinations(annotators, 2):
         both = [by for by in given.values() if x in by and y in by]
-        pairs.append({"a": x, "b": y, "n": len(both),
-                      "kappa": cohen_kappa([by[x] for by in both], [by[y] for by in both])})
+        pairs.append(
+            {"a": x, "b": y, "n": len(both), "kappa": cohen_kappa([by[x] for by in both], [by[y] for by in both])}
+        )
 
     fleiss = None
     if len(annotators) >= 3:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from evalrx.runstats._order import sorted_ids
 
+
 @dataclass(frozen=True)
 class PairedComparison:
     """A vs B; a case passes at rate 1.0 and fails at 0.0, any rate in between counts as `mixed`."""
@@ -28,8 +29,9 @@ class PairedComparison:
 
     def to_dict(self) -> dict[str, Any]:
         # Shallow: `asdict` deep-copies every case dict (a second on a 50k-case comparison).
-        return {f.name: (list(getattr(self, f.name)) if f.name == "cases" else getattr(self, f.name))
-                for f in fields(self)}
+        return {
+            f.name: (list(getattr(self, f.name)) if f.name == "cases" else getattr(self, f.name)) for f in fields(self)
+        }
 
 
 def _rate(side: str, cid: Hashable, value: float) -> float:

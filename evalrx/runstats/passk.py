@@ -55,8 +55,7 @@ class Reliability:
             "pass_hat_k": {str(k): v for k, v in self.pass_hat_k.items()},
             "flaky_cases": list(self.flaky_cases),
             "case_rates": [
-                {"case_id": r.case_id, "n": r.n, "passes": r.passes, "rate": r.rate}
-                for r in self.case_rates
+                {"case_id": r.case_id, "n": r.n, "passes": r.passes, "rate": r.rate} for r in self.case_rates
             ],
             "flaky_kinds": {str(cid): list(kinds) for cid, kinds in self.flaky_kinds.items()},
         }

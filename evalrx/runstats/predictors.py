@@ -106,13 +106,13 @@ def _one(signal: str, pairs: list[tuple[float, bool]], resamples: int, seed: int
         rng = np.random.default_rng(seed)
         # Resampling cases within each class (stratified) is drawing each class's counts per value from a
         # multinomial: the same bootstrap at a cost that does not grow with the number of cases.
-        boot = _auroc_counts(rng.multinomial(int(fail.sum()), fail / fail.sum(), size=resamples),
-                             rng.multinomial(int(passed.sum()), passed / passed.sum(), size=resamples))
+        boot = _auroc_counts(
+            rng.multinomial(int(fail.sum()), fail / fail.sum(), size=resamples),
+            rng.multinomial(int(passed.sum()), passed / passed.sum(), size=resamples),
+        )
         lo, hi = (float(q) for q in np.percentile(boot, [2.5, 97.5]))
 
-    return Predictor(
-        signal, n, n_failed, auroc, lo, hi, strength, split, n_high or 0, n_low or 0, rate_high, rate_low
-    )
+    return Predictor(signal, n, n_failed, auroc, lo, hi, strength, split, n_high or 0, n_low or 0, rate_high, rate_low)
 
 
 def predictors(

@@ -29,8 +29,11 @@ MARGIN_SCORE = "tool_margin"
 LENS_SETTLE_SCORE = "lens_settle_layer"
 ENTROPY_SCORE = "decision_entropy"
 OBS_ATTENTION_SCORE = "obs_attention_share"
-SCORES_OF = {"tool_decision": (MARGIN_SCORE,), "logit_lens": (LENS_SETTLE_SCORE, ENTROPY_SCORE),
-             "attention": (OBS_ATTENTION_SCORE,)}
+SCORES_OF = {
+    "tool_decision": (MARGIN_SCORE,),
+    "logit_lens": (LENS_SETTLE_SCORE, ENTROPY_SCORE),
+    "attention": (OBS_ATTENTION_SCORE,),
+}
 REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
@@ -65,8 +68,11 @@ def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
     decisions = meta.get("decisions") or []
     if margin is None or not decisions:
         return None
-    values = [float(margin[i][-1]) for i, d in enumerate(decisions)
-              if d.get("kind") == "tool_name" and i < len(margin) and len(margin[i])]
+    values = [
+        float(margin[i][-1])
+        for i, d in enumerate(decisions)
+        if d.get("kind") == "tool_name" and i < len(margin) and len(margin[i])
+    ]
     values = [v for v in values if not math.isnan(v)]
     return min(values) if values else None
 
@@ -97,8 +103,11 @@ def _attention_scores(result: Any) -> dict:
         return {}
     shares = []
     for p, step in enumerate(steps):
-        seen = [i for i, seg in enumerate(result.segments)
-                if seg["kind"] == "observation" and seg.get("step") is not None and seg["step"] < int(step)]
+        seen = [
+            i
+            for i, seg in enumerate(result.segments)
+            if seg["kind"] == "observation" and seg.get("step") is not None and seg["step"] < int(step)
+        ]
         if seen:
             shares.append(float(result.mass[p, -1, max(seen, key=lambda i: result.segments[i]["step"])]))
     return {OBS_ATTENTION_SCORE: float(np.mean(shares))} if shares else {}
@@ -125,8 +134,9 @@ def analysis_scores(analyzer: str, meta: dict, arrays: dict, result: Any = None)
     return _lens_scores(result) if kind == "logit_lens" else _attention_scores(result)
 
 
-def save_analyses(session: Session, trajectory_id: int, records: Sequence[Any], *, replace: bool = False,
-                  index: bool = True) -> list:
+def save_analyses(
+    session: Session, trajectory_id: int, records: Sequence[Any], *, replace: bool = False, index: bool = True
+) -> list:
     """Store a trajectory's analysis records and their indexed numbers in the caller's transaction.
 
     `records` are `AnalysisRecord`-like objects (analyzer, arrays, meta, step_idx, and optionally the
@@ -140,19 +150,36 @@ def save_analyses(session: Session, trajectory_id: int, records: Sequence[Any], 
         return []
     if replace:
         names = sorted({r.analyzer for r in records})
-        session.execute(delete(t.Analysis).where(t.Analysis.trajectory_id == trajectory_id,
-                                                 t.Analysis.analyzer.in_(names)))
-        indexed = sorted({n for r in records if not (r.meta or {}).get("error")
-                          for n in SCORES_OF.get((r.meta or {}).get("result_type") or r.analyzer, ())})
+        session.execute(
+            delete(t.Analysis).where(t.Analysis.trajectory_id == trajectory_id, t.Analysis.analyzer.in_(names))
+        )
+        indexed = sorted(
+            {
+                n
+                for r in records
+                if not (r.meta or {}).get("error")
+                for n in SCORES_OF.get((r.meta or {}).get("result_type") or r.analyzer, ())
+            }
+        )
         if indexed:
-            session.execute(delete(t.TrajectoryScore).where(t.TrajectoryScore.trajectory_id == trajectory_id,
-                                                            t.TrajectoryScore.name.in_(indexed)))
+            session.execute(
+                delete(t.TrajectoryScore).where(
+                    t.TrajectoryScore.trajectory_id == trajectory_id, t.TrajectoryScore.name.in_(indexed)
+                )
+            )
     # Core inserts of the tables: the ORM's bulk path took ~0.35 ms more per case's four results.
     analyses = t.Analysis.__table__
-    rows = [{"trajectory_id": trajectory_id, "analyzer": r.analyzer, "step_idx": r.step_idx,
-             "meta": convert.jsonable(r.meta or {}), "created_at": t.utcnow()} for r in records]
-    ids = list(session.execute(insert(analyses).returning(analyses.c.id, sort_by_parameter_order=True),
-                               rows).scalars())
+    rows = [
+        {
+            "trajectory_id": trajectory_id,
+            "analyzer": r.analyzer,
+            "step_idx": r.step_idx,
+            "meta": convert.jsonable(r.meta or {}),
+            "created_at": t.utcnow(),
+        }
+        for r in records
+    ]
+    ids = list(session.execute(insert(analyses).returning(analyses.c.id, sort_by_parameter_order=True), rows).scalars())
     arrays = []
     scores: dict = {}
     for aid, rec in zip(ids, records):
@@ -166,8 +193,10 @@ def save_analyses(session: Session, trajectory_id: int, records: Sequence[Any], 
     if arrays:
         session.execute(insert(t.AnalysisArray.__table__), arrays)
     if scores:
-        session.execute(insert(t.TrajectoryScore.__table__), [{"trajectory_id": trajectory_id, "name": name,
-                                                               "value": value} for name, value in scores.items()])
+        session.execute(
+            insert(t.TrajectoryScore.__table__),
+            [{"trajectory_id": trajectory_id, "name": name, "value": value} for name, value in scores.items()],
+        )
     return ids
 
 
@@ -181,9 +210,16 @@ def replace_analyses(session: Session, trajectory_id: int, records: Sequence[Any
 
 def _info(row: t.AnalysisRequest) -> dict:
     return {
-        "id": row.id, "trajectory_id": row.trajectory_id, "analyzers": list(row.analyzers or []),
-        "model": row.model, "status": row.status, "worker_id": row.worker_id, "error": row.error,
-        "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
+        "id": row.id,
+        "trajectory_id": row.trajectory_id,
+        "analyzers": list(row.analyzers or []),
+        "model": row.model,
+        "status": row.status,
+        "worker_id": row.worker_id,
+        "error": row.error,
+        "created_at": row.created_at,
+        "started_at": row.started_at,
+        "finished_at": row.finished_at,
     }
 
 
@@ -212,8 +248,9 @@ def request_analysis(
     with resolve(store).write() as s:
         if s.get(t.Trajectory, trajectory_id) is None:
             raise ValueError(f"no trajectory {trajectory_id}")
-        row = t.AnalysisRequest(trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model,
-                                status="queued")
+        row = t.AnalysisRequest(
+            trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model, status="queued"
+        )
         s.add(row)
         s.flush()
         return row.id
@@ -223,8 +260,11 @@ def claim_request(store: Store, worker_id: str) -> Optional[dict]:
     """Atomically take the oldest queued analysis request (None when there is none)."""
     with store.write() as s:
         row = s.execute(
-            select(t.AnalysisRequest).where(t.AnalysisRequest.status == "queued")
-            .order_by(t.AnalysisRequest.id).limit(1).with_for_update(skip_locked=True)
+            select(t.AnalysisRequest)
+            .where(t.AnalysisRequest.status == "queued")
+            .order_by(t.AnalysisRequest.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
         ).scalar_one_or_none()
         if row is None:
             return None
@@ -233,15 +273,25 @@ def claim_request(store: Store, worker_id: str) -> Optional[dict]:
         return _info(row)
 
 
-def finish_request(store: Store, request_id: int, status: str, *, error: Optional[str] = None,
-                   trajectory_id: Optional[int] = None, records: Sequence[Any] = ()) -> None:
+def finish_request(
+    store: Store,
+    request_id: int,
+    status: str,
+    *,
+    error: Optional[str] = None,
+    trajectory_id: Optional[int] = None,
+    records: Sequence[Any] = (),
+) -> None:
     """Mark a request done or failed; with `records`, store them in the same transaction."""
     assert status in ("done", "failed")
     with store.write() as s:
         if records and trajectory_id is not None:
             replace_analyses(s, trajectory_id, records)
-        s.execute(update(t.AnalysisRequest).where(t.AnalysisRequest.id == request_id).values(
-            status=status, error=error, finished_at=t.utcnow()))
+        s.execute(
+            update(t.AnalysisRequest)
+            .where(t.AnalysisRequest.id == request_id)
+            .values(status=status, error=error, finished_at=t.utcnow())
+        )
 
 
 def requeue_stale_requests(store: Store, live_workers: Sequence[str]) -> int:
@@ -263,6 +313,13 @@ def get_request(request_id: int, *, store: "Store | str | None" = None) -> Optio
 def requests_for(trajectory_id: int, *, store: "Store | str | None" = None) -> list[dict]:
     """A trajectory's analysis requests, newest first (what the page shows as status)."""
     with resolve(store).read() as s:
-        rows = s.execute(select(t.AnalysisRequest).where(t.AnalysisRequest.trajectory_id == trajectory_id)
-                         .order_by(t.AnalysisRequest.id.desc())).scalars().all()
+        rows = (
+            s.execute(
+                select(t.AnalysisRequest)
+                .where(t.AnalysisRequest.trajectory_id == trajectory_id)
+                .order_by(t.AnalysisRequest.id.desc())
+            )
+            .scalars()
+            .all()
+        )
         return [_info(r) for r in rows]

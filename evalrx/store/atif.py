@@ -59,17 +59,21 @@ def to_atif(row: dict) -> dict:
     # prompt step gives back no evalrx step, so `rebuilt` lines up with `groups` once those are dropped).
     rebuilt = [r for r in _rebuild(out_steps)[0] if r is not None]
     for st, group, made in zip(made_steps, groups, rebuilt):
-        diffs = [{k: v for k, v in orig.items() if _canon(again.get(k)) != _canon(v)}
-                 for orig, again in zip(group, made)]
+        diffs = [
+            {k: v for k, v in orig.items() if _canon(again.get(k)) != _canon(v)} for orig, again in zip(group, made)
+        ]
         if any(diffs):
             st["extra"] = {"evalrx": {"steps": diffs}}
     metrics = row.get("metrics") or {}
     actor = [s for s in steps if s.get("role") == "actor"]
     final = {
-        "total_prompt_tokens": _int(metrics.get("total_prompt_tokens"),
-                                    sum(_int((s.get("span") or {}).get("prompt_tokens"), 0) for s in actor)),
-        "total_completion_tokens": _int(metrics.get("total_completion_tokens"),
-                                        sum(_int((s.get("span") or {}).get("completion_tokens"), 0) for s in actor)),
+        "total_prompt_tokens": _int(
+            metrics.get("total_prompt_tokens"), sum(_int((s.get("span") or {}).get("prompt_tokens"), 0) for s in actor)
+        ),
+        "total_completion_tokens": _int(
+            metrics.get("total_completion_tokens"),
+            sum(_int((s.get("span") or {}).get("completion_tokens"), 0) for s in actor),
+        ),
         "total_steps": len(out_steps),
     }
     agent = {"name": "evalrx", "version": __version__}
@@ -77,8 +81,9 @@ def to_atif(row: dict) -> dict:
         agent["model_name"] = str(model)
     return {
         "schema_version": SCHEMA_VERSION,
-        "session_id": session_id(run.get("name"), row.get("case_id") or case.get("id") or row.get("sample_id"),
-                                 row.get("attempt") or 1),
+        "session_id": session_id(
+            run.get("name"), row.get("case_id") or case.get("id") or row.get("sample_id"), row.get("attempt") or 1
+        ),
         "agent": agent,
         "steps": out_steps,
         "final_metrics": final,
@@ -123,8 +128,11 @@ def _atif_step(group: list) -> dict:
     ids = [str(c.get("id") or f"call_{head.get('idx')}_{j}") for j, c in enumerate(calls)]
     if calls:
         step["tool_calls"] = [
-            {"tool_call_id": ids[j], "function_name": str(c.get("name") or ""),
-             "arguments": c.get("args") if isinstance(c.get("args"), dict) else {}}
+            {
+                "tool_call_id": ids[j],
+                "function_name": str(c.get("name") or ""),
+                "arguments": c.get("args") if isinstance(c.get("args"), dict) else {},
+            }
             for j, c in enumerate(calls)
         ]
     results = [_result(t, i, ids) for i, t in enumerate(group[1:])]
@@ -166,7 +174,7 @@ def _metrics_of(span: dict) -> dict:
 def _split_reasoning(content: str) -> tuple[str, Optional[str]]:
     """`<think>r</think>\\nmessage` -> (message, r), only where joining them back gives the same text."""
     if content.startswith(_THINK_OPEN) and _THINK_CLOSE in content:
-        reasoning, _, rest = content[len(_THINK_OPEN):].partition(_THINK_CLOSE)
+        reasoning, _, rest = content[len(_THINK_OPEN) :].partition(_THINK_CLOSE)
         message = rest[1:] if rest.startswith("\n") else rest
         if _join_reasoning(message, reasoning) == content:
             return message, reasoning
@@ -203,8 +211,9 @@ def from_atif(doc: dict) -> dict:
         if not isinstance(st, dict):
             raise ValueError(f"ATIF step {i + 1} is not an object")
         if st.get("source") not in _SOURCES:
-            raise ValueError(f"ATIF step {i + 1} has source {st.get('source')!r}; expected one of "
-                             f"{', '.join(_SOURCES)}")
+            raise ValueError(
+                f"ATIF step {i + 1} has source {st.get('source')!r}; expected one of {', '.join(_SOURCES)}"
+            )
     rebuilt, system = _rebuild(steps_in)
     steps: list = []
     for st, made in zip(steps_in, rebuilt):
@@ -257,8 +266,15 @@ def _rebuild(steps_in: list) -> tuple[list, Optional[str]]:
         span.update(_span_of(st.get("metrics")))
         span["turn"] = turn
         reasoning = st.get("reasoning_content")
-        made = [_step(idx, "actor", _join_reasoning(message, reasoning if isinstance(reasoning, str) else None),
-                      tool_calls=calls, span=span)]
+        made = [
+            _step(
+                idx,
+                "actor",
+                _join_reasoning(message, reasoning if isinstance(reasoning, str) else None),
+                tool_calls=calls,
+                span=span,
+            )
+        ]
         idx += 1
         order = [c["id"] for c in calls]
         for content, call_id in results:
@@ -271,10 +287,24 @@ def _rebuild(steps_in: list) -> tuple[list, Optional[str]]:
     return out, ("\n".join(system) if system else None)
 
 
-def _step(idx: int, role: str, content: str, *, tool_calls: Optional[list] = None, observation: Any = None,
-          span: Optional[dict] = None) -> dict:
-    return {"idx": idx, "role": role, "content": content, "tool_calls": tool_calls or [],
-            "observation": observation, "parse_error": None, "span": span or {}}
+def _step(
+    idx: int,
+    role: str,
+    content: str,
+    *,
+    tool_calls: Optional[list] = None,
+    observation: Any = None,
+    span: Optional[dict] = None,
+) -> dict:
+    return {
+        "idx": idx,
+        "role": role,
+        "content": content,
+        "tool_calls": tool_calls or [],
+        "observation": observation,
+        "parse_error": None,
+        "span": span or {},
+    }
 
 
 def _message(value: Any, n: int) -> str:
@@ -364,8 +394,12 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
     final = last["content"] if last and last["role"] == "actor" and not last["tool_calls"] else None
     fm = doc.get("final_metrics") if isinstance(doc.get("final_metrics"), dict) else {}
     metrics: dict = {
-        "n_steps": len(steps), "n_turns": len(actor), "n_tool_calls": sum(len(s["tool_calls"]) for s in actor),
-        "n_parse_errors": 0, "terminated": "final" if final is not None else "incomplete", "source": "atif",
+        "n_steps": len(steps),
+        "n_turns": len(actor),
+        "n_tool_calls": sum(len(s["tool_calls"]) for s in actor),
+        "n_parse_errors": 0,
+        "terminated": "final" if final is not None else "incomplete",
+        "source": "atif",
     }
     for ours in ("total_prompt_tokens", "total_completion_tokens", "total_cost_usd"):
         if isinstance(fm.get(ours), (int, float)) and not isinstance(fm.get(ours), bool):
@@ -378,8 +412,18 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
     model = agent.get("model_name")
     name = str(agent.get("name") or "atif") + (f" ({model})" if model else "")
     return {
-        "sample_id": sid, "goal": goal, "steps": steps, "final_answer": final, "outcome": "unknown",
-        "metrics": metrics, "case": {"id": sid, "prompt": goal, "meta": meta},
-        "run": {"name": name, "config": {"model": {"name": model or "unknown", "backend": "atif"},
-                                         "atif_agent": {k: agent.get(k) for k in ("name", "version") if k in agent}}},
+        "sample_id": sid,
+        "goal": goal,
+        "steps": steps,
+        "final_answer": final,
+        "outcome": "unknown",
+        "metrics": metrics,
+        "case": {"id": sid, "prompt": goal, "meta": meta},
+        "run": {
+            "name": name,
+            "config": {
+                "model": {"name": model or "unknown", "backend": "atif"},
+                "atif_agent": {k: agent.get(k) for k in ("name", "version") if k in agent},
+            },
+        },
     }

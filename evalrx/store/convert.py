@@ -66,6 +66,7 @@ def canonical_json(value: Any) -> str:
 
 # ---------------------------------------------------------------- blobs and images
 
+
 def sniff_mime(data: bytes) -> str:
     """Guess an image's MIME type from its first bytes."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -101,6 +102,7 @@ def sha256(data: bytes) -> str:
 
 
 # ---------------------------------------------------------------- cases
+
 
 def case_fields(case: FailureCase, image_sha: Optional[str]) -> dict:
     """The `cases` row for a FailureCase, with the digest that deduplicates identical content."""
@@ -139,6 +141,7 @@ def case_dict(row: Any) -> dict:
 
 
 # ---------------------------------------------------------------- trajectories and steps
+
 
 def _num(value: Any, kind: type = float) -> Any:
     try:
@@ -261,9 +264,7 @@ def trajectory_fields(traj: Trajectory) -> dict:
         "n_turns": metric("n_turns", len(actor), int),
         "n_tool_calls": metric("n_tool_calls", sum(len(s.tool_calls or []) for s in actor), int),
         "n_parse_errors": metric("n_parse_errors", sum(1 for s in actor if s.parse_error), int),
-        "latency_ms": metric(
-            "total_latency_ms", sum(_num(s.span.get("latency_ms")) or 0.0 for s in actor), float
-        ),
+        "latency_ms": metric("total_latency_ms", sum(_num(s.span.get("latency_ms")) or 0.0 for s in actor), float),
         "tool_latency_ms": metric(
             "total_tool_latency_ms", sum(_num(s.span.get("latency_ms")) or 0.0 for s in tool), float
         ),
@@ -293,6 +294,7 @@ def trajectory_from_rows(row: Any, steps: Iterable[Any]) -> Trajectory:
 
 
 # ---------------------------------------------------------------- arrays
+
 
 def encode_array(array: Any) -> tuple[str, list, bytes]:
     """A numpy array as (dtype string, shape, little-endian C-order bytes)."""

@@ -20,9 +20,20 @@ from evalrx.store.engine import Store, resolve
 def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Diagnosis], *, version: int = 1) -> None:
     """Replace a trajectory's diagnoses with `diagnoses` (best first), in the caller's transaction."""
     session.execute(delete(t.DiagnosisRow).where(t.DiagnosisRow.trajectory_id == trajectory_id))
-    rows = [{"trajectory_id": trajectory_id, "rank": i, "kind": d.kind, "first_wrong_step": d.first_wrong_step,
-             "evidence": convert.jsonable(d.evidence), "confidence": float(d.confidence), "source": d.source,
-             "version": version, "created_at": t.utcnow()} for i, d in enumerate(diagnoses)]
+    rows = [
+        {
+            "trajectory_id": trajectory_id,
+            "rank": i,
+            "kind": d.kind,
+            "first_wrong_step": d.first_wrong_step,
+            "evidence": convert.jsonable(d.evidence),
+            "confidence": float(d.confidence),
+            "source": d.source,
+            "version": version,
+            "created_at": t.utcnow(),
+        }
+        for i, d in enumerate(diagnoses)
+    ]
     if rows:
         session.execute(insert(t.DiagnosisRow.__table__), rows)
     top = diagnoses[0].kind if diagnoses else None
@@ -30,13 +41,23 @@ def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Dia
 
 
 def _from_row(r: t.DiagnosisRow) -> Diagnosis:
-    return Diagnosis(kind=r.kind, first_wrong_step=r.first_wrong_step, evidence=dict(r.evidence or {}),
-                     confidence=float(r.confidence), source=r.source)
+    return Diagnosis(
+        kind=r.kind,
+        first_wrong_step=r.first_wrong_step,
+        evidence=dict(r.evidence or {}),
+        confidence=float(r.confidence),
+        source=r.source,
+    )
 
 
 def diagnoses_in(session: Session, trajectory_id: int) -> "list[Diagnosis]":
-    rows = session.execute(select(t.DiagnosisRow).where(t.DiagnosisRow.trajectory_id == trajectory_id)
-                           .order_by(t.DiagnosisRow.rank)).scalars().all()
+    rows = (
+        session.execute(
+            select(t.DiagnosisRow).where(t.DiagnosisRow.trajectory_id == trajectory_id).order_by(t.DiagnosisRow.rank)
+        )
+        .scalars()
+        .all()
+    )
     return [_from_row(r) for r in rows]
 
 

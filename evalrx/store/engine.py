@@ -68,8 +68,10 @@ def make_engine(url: str, **kw: Any) -> Engine:
         parsed.get_dialect()
     except Exception:  # NoSuchModuleError, ArgumentError: say what a store URL looks like
         shown = re.sub(r"//[^/@]*@", "//***@", url)  # never echo a password
-        raise SchemaError(f"{shown!r} is not a store URL this evalrx can open; use sqlite:///path/to/evalrx.sqlite "
-                          "or postgresql+psycopg://user@host/db") from None
+        raise SchemaError(
+            f"{shown!r} is not a store URL this evalrx can open; use sqlite:///path/to/evalrx.sqlite "
+            "or postgresql+psycopg://user@host/db"
+        ) from None
     if parsed.get_backend_name() != "sqlite":
         kw.setdefault("pool_pre_ping", True)
         return create_engine(url, **kw)
@@ -111,9 +113,7 @@ class Store:
         self.dialect = self.engine.dialect.name
         self._schema_ok = False
         self._read = sessionmaker(bind=self.engine, expire_on_commit=False)
-        self._write = sessionmaker(
-            bind=self.engine.execution_options(evalrx_write=True), expire_on_commit=False
-        )
+        self._write = sessionmaker(bind=self.engine.execution_options(evalrx_write=True), expire_on_commit=False)
 
     @property
     def display_url(self) -> str:
@@ -154,8 +154,7 @@ class Store:
             return
         if rev is None:
             raise SchemaError(
-                f"The store at {self.display_url} has no evalrx schema yet. "
-                f"Run `evalrx db upgrade` first."
+                f"The store at {self.display_url} has no evalrx schema yet. Run `evalrx db upgrade` first."
             )
         if rev < SCHEMA_VERSION:
             raise SchemaError(

@@ -146,8 +146,12 @@ def messages_to_steps(
             turn_ids = [c.get("id") for c in calls]
             steps.append(
                 Step(
-                    idx=len(steps), role=StepRole.ACTOR, content=text, tool_calls=calls,
-                    parse_error="; ".join(errors) or None, span={"turn": turn},
+                    idx=len(steps),
+                    role=StepRole.ACTOR,
+                    content=text,
+                    tool_calls=calls,
+                    parse_error="; ".join(errors) or None,
+                    span={"turn": turn},
                 )
             )
             final = text if not calls and not errors else None
@@ -199,8 +203,14 @@ def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
         raise ValueError(f"`attempt` / `epoch` must be a whole number from 1, not {attempt!r}")
     case = FailureCase(inputs=Inputs(prompt=goal), id=sample_id, expected=expected, meta=meta)
     traj = Trajectory(
-        sample_id=sample_id, goal=goal, steps=steps, final_answer=final, ground_truth=expected,
-        outcome=outcome_of(verdict), metrics=_metrics(steps, final, {"source": "openai"}), attempt=attempt or 0,
+        sample_id=sample_id,
+        goal=goal,
+        steps=steps,
+        final_answer=final,
+        ground_truth=expected,
+        outcome=outcome_of(verdict),
+        metrics=_metrics(steps, final, {"source": "openai"}),
+        attempt=attempt or 0,
     )
     return case, traj
 
@@ -270,8 +280,14 @@ def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
     image = _first_image(messages, attachments)
     case = FailureCase(inputs=Inputs(prompt=goal, image=image), id=sid, expected=target, meta=meta)
     traj = Trajectory(
-        sample_id=sid, goal=goal, steps=steps, final_answer=final,
-        ground_truth=target, outcome=outcome, metrics=_metrics(steps, final, extra), attempt=epoch,
+        sample_id=sid,
+        goal=goal,
+        steps=steps,
+        final_answer=final,
+        ground_truth=target,
+        outcome=outcome,
+        metrics=_metrics(steps, final, extra),
+        attempt=epoch,
     )
     return case, traj
 
@@ -332,8 +348,12 @@ def _model_span(ev: dict, attachments: Optional[dict]) -> tuple[dict, Optional[s
     if "latency_ms" not in span and isinstance(out.get("time"), (int, float)):
         span["latency_ms"] = round(float(out["time"]) * 1000, 3)
     usage = out.get("usage") if isinstance(out.get("usage"), dict) else {}
-    for ours, theirs in (("prompt_tokens", "input_tokens"), ("completion_tokens", "output_tokens"),
-                         ("cached_tokens", "input_tokens_cache_read"), ("reasoning_tokens", "reasoning_tokens")):
+    for ours, theirs in (
+        ("prompt_tokens", "input_tokens"),
+        ("completion_tokens", "output_tokens"),
+        ("cached_tokens", "input_tokens_cache_read"),
+        ("reasoning_tokens", "reasoning_tokens"),
+    ):
         if isinstance(usage.get(theirs), int):
             span[ours] = usage[theirs]
     if ev.get("error"):
@@ -352,8 +372,9 @@ def _logprob(lp: dict) -> dict:
     out = {"token": lp.get("token"), "logprob": lp.get("logprob")}
     top = lp.get("top_logprobs")
     if isinstance(top, list) and top:
-        out["top_logprobs"] = [{"token": t.get("token"), "logprob": t.get("logprob")}
-                               for t in top if isinstance(t, dict)]
+        out["top_logprobs"] = [
+            {"token": t.get("token"), "logprob": t.get("logprob")} for t in top if isinstance(t, dict)
+        ]
     return out
 
 

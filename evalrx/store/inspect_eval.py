@@ -61,17 +61,22 @@ class EvalLogReader:
             with zipfile.ZipFile(self.path) as zf:
                 infos = zf.infolist()
         except zipfile.BadZipFile as exc:
-            raise ImportFormatError(self.path, "zip", f"not a readable zip ({exc}); the .eval log is damaged or "
-                                    "truncated (a log still being written is copied whole by Inspect, so copy it "
-                                    "again)") from None
+            raise ImportFormatError(
+                self.path,
+                "zip",
+                f"not a readable zip ({exc}); the .eval log is damaged or "
+                "truncated (a log still being written is copied whole by Inspect, so copy it "
+                "again)",
+            ) from None
         entries: dict = {}
         for info in infos:  # a name written twice is a superseded sample: the last one counts, as in Inspect
             entries[info.filename] = info
         self._entries = entries
         name = HEADER if HEADER in entries else START if START in entries else None
         if name is None:
-            raise ImportFormatError(self.path, "zip", "a zip file, but not an Inspect .eval log (it has neither "
-                                    f"{HEADER} nor {START})")
+            raise ImportFormatError(
+                self.path, "zip", f"a zip file, but not an Inspect .eval log (it has neither {HEADER} nor {START})"
+            )
         self.complete = name == HEADER
         with self.path.open("rb") as fh:
             header = self._json(fh, entries[name])
@@ -79,8 +84,9 @@ class EvalLogReader:
             raise ImportFormatError(self.path, name, "not an Inspect log header (no `eval` object)")
         self.header = header
         self.samples = self._sample_entries()
-        self.compressions = sorted({_METHOD_NAMES.get(e.info.compress_type, str(e.info.compress_type))
-                                    for e in self.samples})
+        self.compressions = sorted(
+            {_METHOD_NAMES.get(e.info.compress_type, str(e.info.compress_type)) for e in self.samples}
+        )
 
     def _sample_entries(self) -> list:
         found = []
@@ -91,8 +97,9 @@ class EvalLogReader:
         ids = (self.header["eval"].get("dataset") or {}).get("sample_ids") or []
         order = {str(sid): i for i, sid in enumerate(ids)}
         # dataset order then epoch (the zip holds them in completion order, which differs run to run)
-        found.sort(key=lambda e: (order.get(e.sample_id, len(order)), e.sample_id if e.sample_id not in order else "",
-                                  e.epoch))
+        found.sort(
+            key=lambda e: (order.get(e.sample_id, len(order)), e.sample_id if e.sample_id not in order else "", e.epoch)
+        )
         return found
 
     def iter_samples(self) -> Iterator[tuple[EvalSampleEntry, Any]]:
@@ -134,8 +141,9 @@ def read_entry(fh: BinaryIO, info: zipfile.ZipInfo, path: "str | Path", limits: 
     except ImportFormatError:
         raise
     except Exception as exc:  # zlib.error, zstandard.ZstdError: the bytes are not what the method says
-        raise ImportFormatError(path, info.filename, f"the entry cannot be decompressed ({exc}); the log is "
-                                "damaged") from None
+        raise ImportFormatError(
+            path, info.filename, f"the entry cannot be decompressed ({exc}); the log is damaged"
+        ) from None
     if zlib.crc32(out) != info.CRC or len(out) != info.file_size:
         raise ImportFormatError(path, info.filename, "the entry does not match its checksum (a damaged log)")
     return bytes(out)
@@ -155,8 +163,9 @@ def _decompressor(info: zipfile.ZipInfo, path: "str | Path"):
         except ImportError:
             raise ImportError("this .eval log is Zstandard-compressed: pip install zstandard") from None
         return _ZstdFrames(zstandard.ZstdDecompressor())
-    raise ImportFormatError(path, info.filename, f"zip compression method {method} is not one Inspect writes "
-                            "(stored, Deflate or Zstandard)")
+    raise ImportFormatError(
+        path, info.filename, f"zip compression method {method} is not one Inspect writes (stored, Deflate or Zstandard)"
+    )
 
 
 class _ZstdFrames:

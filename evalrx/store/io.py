@@ -45,11 +45,24 @@ from evalrx.store.runs import create_run, save_trajectory, upsert_case
 EXPORT_BATCH = 500
 EXPORT_FORMATS = ("jsonl", "parquet", "atif", "otel")
 # How each import format is named to people (`ImportResult.format` holds the keys).
-FORMAT_NAMES = {"evalrx": "evalrx JSONL", "openai": "OpenAI chat JSONL", "atif": "ATIF",
-                "inspect": "Inspect .json log", "inspect-eval": "Inspect .eval log"}
+FORMAT_NAMES = {
+    "evalrx": "evalrx JSONL",
+    "openai": "OpenAI chat JSONL",
+    "atif": "ATIF",
+    "inspect": "Inspect .json log",
+    "inspect-eval": "Inspect .eval log",
+}
 
-__all__ = ["EXPORT_FORMATS", "ImportFormatError", "ImportResult", "export_format", "export_run", "import_file",
-           "iter_export_rows", "read_file"]
+__all__ = [
+    "EXPORT_FORMATS",
+    "ImportFormatError",
+    "ImportResult",
+    "export_format",
+    "export_run",
+    "import_file",
+    "iter_export_rows",
+    "read_file",
+]
 
 
 @dataclass
@@ -170,10 +183,20 @@ def _our_row(row: dict) -> _Item:
     if row.get("diagnosis") is not None:
         diagnosis = Diagnosis.from_dict(row["diagnosis"])
         if diagnosis.first_wrong_step is not None and not 0 <= diagnosis.first_wrong_step < max(len(traj.steps), 1):
-            raise ValueError(f"diagnosis first_wrong_step={diagnosis.first_wrong_step} is not a step of this trajectory")
+            raise ValueError(
+                f"diagnosis first_wrong_step={diagnosis.first_wrong_step} is not a step of this trajectory"
+            )
         diagnoses = [diagnosis] if diagnosis.kind else []
-    return _Item(case=case, traj=traj, where=None, labels=labels, tags=tags,
-                 run_name=run.get("name"), run_config=run.get("config"), diagnoses=diagnoses)
+    return _Item(
+        case=case,
+        traj=traj,
+        where=None,
+        labels=labels,
+        tags=tags,
+        run_name=run.get("name"),
+        run_config=run.get("config"),
+        diagnoses=diagnoses,
+    )
 
 
 def _items(path: Path, limits: ImportLimits, reading: _Reading) -> Iterator[_Item]:
@@ -277,8 +300,11 @@ def _read_document(path: Path, limits: ImportLimits, reading: _Reading) -> Itera
         yield from _read_jsonl(path, [(1, b"", doc)], limits, reading)
     else:
         raise UnknownFormatError(
-            path, 1, "not a format evalrx reads: expected evalrx or OpenAI chat JSONL, ATIF (JSON or JSONL), or an "
-            "Inspect AI log (.json or .eval)")
+            path,
+            1,
+            "not a format evalrx reads: expected evalrx or OpenAI chat JSONL, ATIF (JSON or JSONL), or an "
+            "Inspect AI log (.json or .eval)",
+        )
 
 
 def _read_inspect_log(path: Path, log: dict, reading: _Reading) -> Iterator[_Item]:
@@ -307,16 +333,24 @@ def _read_eval(path: Path, limits: ImportLimits, reading: _Reading) -> Iterator[
 
     log = EvalLogReader(path, limits)
     if not log.samples:
-        raise ImportFormatError(path, "samples/", "the log has no samples (it was written with log_samples=False, "
-                                "or no sample had finished when it was copied)")
+        raise ImportFormatError(
+            path,
+            "samples/",
+            "the log has no samples (it was written with log_samples=False, "
+            "or no sample had finished when it was copied)",
+        )
     reading.kinds.add("inspect-eval")
     if not log.complete:
         reading.notes.append(
             f"{path.name} is an unfinished Inspect log (no header.json: Inspect was still writing it, or stopped); "
-            f"imported the {len(log.samples)} sample(s) it holds")
+            f"imported the {len(log.samples)} sample(s) it holds"
+        )
     name, config = formats.inspect_run_info(log.header)
-    meta = {"inspect_status": log.header.get("status") or "started", "incomplete": not log.complete,
-            "compression": log.compressions}
+    meta = {
+        "inspect_status": log.header.get("status") or "started",
+        "incomplete": not log.complete,
+        "compression": log.compressions,
+    }
     for entry, sample in log.iter_samples():
         try:
             case, traj = formats.from_inspect_sample(sample)
@@ -351,8 +385,9 @@ class ImportPreview:
     already_imported_as: list = field(default_factory=list)  # runs the same bytes made before
 
 
-def preview_file(path: "str | Path", *, n_first: int = 5, limits: Optional[ImportLimits] = None,
-                 store: "Store | str | None" = None) -> ImportPreview:
+def preview_file(
+    path: "str | Path", *, n_first: int = 5, limits: Optional[ImportLimits] = None, store: "Store | str | None" = None
+) -> ImportPreview:
     """Read a whole file as `import_file` would (streaming, every record checked) and say what it holds.
 
     Raises:
@@ -376,8 +411,16 @@ def preview_file(path: "str | Path", *, n_first: int = 5, limits: Optional[Impor
             first.append((item.case, item.traj))
     with resolve(store).read() as s:
         before = list(s.execute(select(t.Run.id).where(t.Run.source_sha256 == file_sha256(path))).scalars())
-    return ImportPreview(format=reading.format, n_trajectories=n, n_cases=len(cases), max_attempt=top,
-                         models=sorted(models), notes=list(reading.notes), first=first, already_imported_as=before)
+    return ImportPreview(
+        format=reading.format,
+        n_trajectories=n,
+        n_cases=len(cases),
+        max_attempt=top,
+        models=sorted(models),
+        notes=list(reading.notes),
+        first=first,
+        already_imported_as=before,
+    )
 
 
 def _existing(path: "str | Path") -> Path:
@@ -401,8 +444,7 @@ class _RunWriter:
 
     def __init__(self, session: Any, path: Path, *, name: str, config: dict, meta: dict, sha: str) -> None:
         self.s, self.path = session, path
-        self.run_id = create_run(session, name=name, config=config, cases=[], source="import", status="done",
-                                 meta=meta)
+        self.run_id = create_run(session, name=name, config=config, cases=[], source="import", status="done", meta=meta)
         self.s.get(t.Run, self.run_id).source_sha256 = sha
         self.positions: dict = {}  # case row id -> position: a case keeps one place whatever its attempts
         self.seen: dict = {}  # (case key, attempt) -> where it was
@@ -417,17 +459,23 @@ class _RunWriter:
         if key in self.seen:
             which = f" attempt {attempt}" if attempt > 1 else ""
             before = self.seen[key]
-            raise ImportFormatError(self.path, item.where, f"case {item.case.id!r}{which} appears twice in one run "
-                                    f"(also at {f'line {before}' if isinstance(before, int) else before})")
+            raise ImportFormatError(
+                self.path,
+                item.where,
+                f"case {item.case.id!r}{which} appears twice in one run "
+                f"(also at {f'line {before}' if isinstance(before, int) else before})",
+            )
         self.seen[key] = item.where
         case_id = upsert_case(self.s, item.case)
         position = self.positions.setdefault(case_id, len(self.positions))
-        self.s.execute(insert(t.RunCase),
-                       [{"run_id": self.run_id, "case_id": case_id, "attempt": attempt, "position": position}])
+        self.s.execute(
+            insert(t.RunCase), [{"run_id": self.run_id, "case_id": case_id, "attempt": attempt, "position": position}]
+        )
         found = item.diagnoses if item.diagnoses is not None else diagnose(item.traj, case=item.case)
         try:
-            save_trajectory(self.s, self.run_id, case_id, item.traj, labels=item.labels, tags=item.tags,
-                            diagnoses=found)
+            save_trajectory(
+                self.s, self.run_id, case_id, item.traj, labels=item.labels, tags=item.tags, diagnoses=found
+            )
         except ValueError as exc:
             raise ImportFormatError(self.path, item.where, str(exc)) from None
         if item.traj.outcome is Label.ERROR or item.traj.terminated == "error":
@@ -482,27 +530,37 @@ def import_file(
         if not again:
             before = s.execute(select(t.Run.id, t.Run.meta).where(t.Run.source_sha256 == sha).order_by(t.Run.id)).all()
             if before:
-                return ImportResult(run_ids=[r.id for r in before], n_trajectories=0, already_imported=True,
-                                    format=str((before[0].meta or {}).get("format") or ""))
+                return ImportResult(
+                    run_ids=[r.id for r in before],
+                    n_trajectories=0,
+                    already_imported=True,
+                    format=str((before[0].meta or {}).get("format") or ""),
+                )
         for item in _items(path, limits, reading):
             name = run_name or item.run_name or path.stem
             key = (name, convert.canonical_json(item.run_config or {}))
             writer = writers.get(key)
             if writer is None:
                 meta = {"format": None, "file": path.name, **(item.run_meta or {})}
-                writer = writers[key] = _RunWriter(s, path, name=name, config=item.run_config or
-                                                   {"source_file": path.name}, meta=meta, sha=sha)
+                writer = writers[key] = _RunWriter(
+                    s, path, name=name, config=item.run_config or {"source_file": path.name}, meta=meta, sha=sha
+                )
             try:
                 writer.add(item)
                 if on_progress is not None:
                     on_progress(sum(w.n for w in writers.values()))
             except RecursionError:  # only past a raised --max-depth: Python's own limit, as one line
-                raise NestingTooDeepError(path, item.where, "JSON nested too deeply to store; flatten the record "
-                                          "or lower --max-depth") from None
+                raise NestingTooDeepError(
+                    path, item.where, "JSON nested too deeply to store; flatten the record or lower --max-depth"
+                ) from None
         for writer in writers.values():
             writer.finish(reading.format)
-    return ImportResult(run_ids=[w.run_id for w in writers.values()], n_trajectories=sum(w.n for w in writers.values()),
-                        format=reading.format, notes=list(reading.notes))
+    return ImportResult(
+        run_ids=[w.run_id for w in writers.values()],
+        n_trajectories=sum(w.n for w in writers.values()),
+        format=reading.format,
+        notes=list(reading.notes),
+    )
 
 
 # ---------------------------------------------------------------- writing
@@ -513,18 +571,29 @@ def iter_export_rows(run_id: int, *, store: "Store | str | None" = None) -> Iter
     return _export_rows(run_id, store=store)
 
 
-def _export_rows(run_id: Optional[int], *, store: "Store | str | None" = None, with_ids: bool = False,
-                 trajectory_ids: Optional[Sequence[int]] = None) -> Iterator[dict]:
+def _export_rows(
+    run_id: Optional[int],
+    *,
+    store: "Store | str | None" = None,
+    with_ids: bool = False,
+    trajectory_ids: Optional[Sequence[int]] = None,
+) -> Iterator[dict]:
     """Export rows of a run, or of chosen trajectories (any runs; `run_id` then narrows them to one);
     `with_ids` adds `_trajectory_id`, `_run_id` and `_created_at` (for the OTLP export's ids and times)."""
     st = resolve(store)
     with st.read() as s:
         if run_id is not None and s.get(t.Run, run_id) is None:
             raise ValueError(f"no run with id {run_id}")
-        q = (select(t.Trajectory.id)
-             .outerjoin(t.RunCase, (t.RunCase.run_id == t.Trajectory.run_id)
-                        & (t.RunCase.case_id == t.Trajectory.case_id) & (t.RunCase.attempt == t.Trajectory.attempt))
-             .order_by(t.Trajectory.run_id, t.RunCase.position, t.Trajectory.attempt, t.Trajectory.id))
+        q = (
+            select(t.Trajectory.id)
+            .outerjoin(
+                t.RunCase,
+                (t.RunCase.run_id == t.Trajectory.run_id)
+                & (t.RunCase.case_id == t.Trajectory.case_id)
+                & (t.RunCase.attempt == t.Trajectory.attempt),
+            )
+            .order_by(t.Trajectory.run_id, t.RunCase.position, t.Trajectory.attempt, t.Trajectory.id)
+        )
         if run_id is not None:
             q = q.where(t.Trajectory.run_id == run_id)
         if trajectory_ids is not None:
@@ -541,9 +610,7 @@ def _export_rows(run_id: Optional[int], *, store: "Store | str | None" = None, w
                 steps[st_row.trajectory_id].append(st_row)
             case_rows = {
                 c.id: c
-                for c in s.execute(
-                    select(t.Case).where(t.Case.id.in_({trajs[i].case_id for i in chunk}))
-                ).scalars()
+                for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_id for i in chunk}))).scalars()
             }
             for tid in chunk:
                 row = trajs[tid]
@@ -557,8 +624,11 @@ def _export_rows(run_id: Optional[int], *, store: "Store | str | None" = None, w
                 sha = case_out.pop("image_sha256")
                 if sha:
                     blob = s.get(t.Blob, sha)
-                    case_out["image"] = {"sha256": sha, "mime": blob.mime,
-                                         "base64": base64.b64encode(bytes(blob.data)).decode()}
+                    case_out["image"] = {
+                        "sha256": sha,
+                        "mime": blob.mime,
+                        "base64": base64.b64encode(bytes(blob.data)).decode(),
+                    }
                 out = {
                     "case_id": case.case_key,
                     "meta": case.meta or {},
@@ -585,12 +655,18 @@ def export_diagnosis(diagnoses: list) -> dict:
 def export_format(path: "str | Path") -> str:
     """The export format a file name implies, or a ValueError asking for --format."""
     name = Path(path).name.lower()
-    for suffixes, fmt in (((".parquet",), "parquet"), ((".otlp.json", ".otlp.jsonl"), "otel"),
-                          ((".atif.jsonl", ".atif.json"), "atif"), ((".jsonl",), "jsonl")):
+    for suffixes, fmt in (
+        ((".parquet",), "parquet"),
+        ((".otlp.json", ".otlp.jsonl"), "otel"),
+        ((".atif.jsonl", ".atif.json"), "atif"),
+        ((".jsonl",), "jsonl"),
+    ):
         if name.endswith(suffixes):
             return fmt
-    raise ValueError(f"{path}: cannot tell the export format from the name; add --format "
-                     f"{'|'.join(EXPORT_FORMATS)}, or name it .jsonl, .parquet, .atif.jsonl or .otlp.json")
+    raise ValueError(
+        f"{path}: cannot tell the export format from the name; add --format "
+        f"{'|'.join(EXPORT_FORMATS)}, or name it .jsonl, .parquet, .atif.jsonl or .otlp.json"
+    )
 
 
 def export_run(
@@ -621,8 +697,14 @@ def export_run(
 
     if get_run(run_id, store=store) is None:
         raise ValueError(f"no run with id {run_id}")
-    return _export(lambda ids: _export_rows(run_id, store=store, with_ids=ids), path, fmt=fmt, run_id=run_id,
-                   otel_content=otel_content, otel_endpoint=otel_endpoint)
+    return _export(
+        lambda ids: _export_rows(run_id, store=store, with_ids=ids),
+        path,
+        fmt=fmt,
+        run_id=run_id,
+        otel_content=otel_content,
+        otel_endpoint=otel_endpoint,
+    )
 
 
 def export_trajectories(
@@ -635,13 +717,25 @@ def export_trajectories(
 ) -> int:
     """Write chosen trajectories (a filtered list; any runs) in any export format; returns how many."""
     ids = list(trajectory_ids)
-    return _export(lambda with_ids: _export_rows(None, store=store, with_ids=with_ids, trajectory_ids=ids), path,
-                   fmt=fmt, run_id=None, otel_content=otel_content, otel_endpoint=None)
+    return _export(
+        lambda with_ids: _export_rows(None, store=store, with_ids=with_ids, trajectory_ids=ids),
+        path,
+        fmt=fmt,
+        run_id=None,
+        otel_content=otel_content,
+        otel_endpoint=None,
+    )
 
 
-def _export(rows_of: Callable[[bool], Iterator[dict]], path: "str | Path | None", *, fmt: Optional[str],
-            run_id: Optional[int],
-            otel_content: bool, otel_endpoint: Optional[str]) -> int:
+def _export(
+    rows_of: Callable[[bool], Iterator[dict]],
+    path: "str | Path | None",
+    *,
+    fmt: Optional[str],
+    run_id: Optional[int],
+    otel_content: bool,
+    otel_endpoint: Optional[str],
+) -> int:
     if path is None and not (fmt == "otel" and otel_endpoint):
         raise ValueError("give an output file (only --format otel with --otel-endpoint may go without one)")
     path = Path(path) if path is not None else None
@@ -657,8 +751,9 @@ def _export(rows_of: Callable[[bool], Iterator[dict]], path: "str | Path | None"
     if fmt == "otel":
         from evalrx.store import otel
 
-        return otel.write_traces(otel.trace_requests(rows_of(True), run_id=run_id, content=otel_content), path,
-                                 endpoint=otel_endpoint)
+        return otel.write_traces(
+            otel.trace_requests(rows_of(True), run_id=run_id, content=otel_content), path, endpoint=otel_endpoint
+        )
     rows = rows_of(False)
     if fmt == "parquet":
         return _write_parquet(rows, path)
@@ -667,20 +762,51 @@ def _export(rows_of: Callable[[bool], Iterator[dict]], path: "str | Path | None"
     return write_lines(path, (json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) for row in rows))
 
 
-LABEL_COLUMNS = ("trajectory_id", "run_id", "case_id", "attempt", "outcome", "failure_kind", "first_wrong_step",
-                 "step_idx", "annotator", "note", "created_at")
+LABEL_COLUMNS = (
+    "trajectory_id",
+    "run_id",
+    "case_id",
+    "attempt",
+    "outcome",
+    "failure_kind",
+    "first_wrong_step",
+    "step_idx",
+    "annotator",
+    "note",
+    "created_at",
+)
 
 
-def export_labels_csv(path: "str | Path", *, run_id: Optional[int] = None,
-                      trajectory_ids: Optional[Sequence[int]] = None, store: "Store | str | None" = None) -> int:
+def export_labels_csv(
+    path: "str | Path",
+    *,
+    run_id: Optional[int] = None,
+    trajectory_ids: Optional[Sequence[int]] = None,
+    store: "Store | str | None" = None,
+) -> int:
     """The current labels alone (of a run, or of chosen trajectories) as CSV; returns the rows written."""
     import csv
     import io as _io
 
     L, T = t.LabelRow, t.Trajectory
-    q = (select(L.trajectory_id, T.run_id, T.sample_id, T.attempt, L.outcome, L.failure_mode, L.first_wrong_step,
-                L.step_idx, L.annotator, L.note, L.created_at)
-         .join(T, T.id == L.trajectory_id).where(L.is_current).order_by(L.trajectory_id, L.step_idx))
+    q = (
+        select(
+            L.trajectory_id,
+            T.run_id,
+            T.sample_id,
+            T.attempt,
+            L.outcome,
+            L.failure_mode,
+            L.first_wrong_step,
+            L.step_idx,
+            L.annotator,
+            L.note,
+            L.created_at,
+        )
+        .join(T, T.id == L.trajectory_id)
+        .where(L.is_current)
+        .order_by(L.trajectory_id, L.step_idx)
+    )
     if run_id is not None:
         q = q.where(T.run_id == run_id)
     if trajectory_ids is not None:
@@ -725,17 +851,31 @@ def _write_parquet(rows: Iterator[dict], path: Path) -> int:
     for r in rows:
         current = next((lab for lab in reversed(r["labels"]) if lab["step_idx"] is None and lab["is_current"]), {})
         m = r["metrics"] or {}
-        flat.append({
-            "run_name": r["run"]["name"], "case_id": r["case_id"], "sample_id": r["sample_id"],
-            "attempt": r.get("attempt", 1), "goal": r["goal"],
-            "final_answer": r["final_answer"], "ground_truth": dumps(r["ground_truth"]), "outcome": r["outcome"],
-            "terminated": str(m.get("terminated", "")), "n_steps": len(r["steps"]),
-            "latency_ms": float(m.get("total_latency_ms") or 0.0),
-            "label": current.get("outcome"), "failure_mode": current.get("failure_mode"),
-            "first_wrong_step": current.get("first_wrong_step"), "note": current.get("note"),
-            "tags": r["tags"], "steps_json": dumps(r["steps"]), "metrics_json": dumps(m),
-            "labels_json": dumps(r["labels"]), "case_json": dumps(r["case"]),
-            "failure_kind": r["diagnosis"]["kind"], "diagnosis_json": dumps(r["diagnosis"]),
-        })
+        flat.append(
+            {
+                "run_name": r["run"]["name"],
+                "case_id": r["case_id"],
+                "sample_id": r["sample_id"],
+                "attempt": r.get("attempt", 1),
+                "goal": r["goal"],
+                "final_answer": r["final_answer"],
+                "ground_truth": dumps(r["ground_truth"]),
+                "outcome": r["outcome"],
+                "terminated": str(m.get("terminated", "")),
+                "n_steps": len(r["steps"]),
+                "latency_ms": float(m.get("total_latency_ms") or 0.0),
+                "label": current.get("outcome"),
+                "failure_mode": current.get("failure_mode"),
+                "first_wrong_step": current.get("first_wrong_step"),
+                "note": current.get("note"),
+                "tags": r["tags"],
+                "steps_json": dumps(r["steps"]),
+                "metrics_json": dumps(m),
+                "labels_json": dumps(r["labels"]),
+                "case_json": dumps(r["case"]),
+                "failure_kind": r["diagnosis"]["kind"],
+                "diagnosis_json": dumps(r["diagnosis"]),
+            }
+        )
     pq.write_table(pa.Table.from_pylist(flat), path)
     return len(flat)

@@ -80,8 +80,16 @@ def register_worker(store: Store, worker_id: str, *, pid: Optional[int] = None) 
     with store.write() as s:
         row = s.get(t.Worker, worker_id)
         if row is None:
-            s.add(t.Worker(id=worker_id, hostname=host_key(), pid=pid or os.getpid(), status="idle",
-                           started_at=now, heartbeat_at=now))
+            s.add(
+                t.Worker(
+                    id=worker_id,
+                    hostname=host_key(),
+                    pid=pid or os.getpid(),
+                    status="idle",
+                    started_at=now,
+                    heartbeat_at=now,
+                )
+            )
         else:
             row.status, row.heartbeat_at, row.pid, row.hostname = "idle", now, pid or os.getpid(), host_key()
 
@@ -100,8 +108,14 @@ def alive_in(session: Session, within_s: float) -> list[dict]:
         select(t.Worker).where(t.Worker.heartbeat_at >= since, t.Worker.status != "stopped")
     ).scalars()
     return [
-        {"id": w.id, "pid": w.pid, "host": w.hostname, "status": w.status, "job_id": w.job_id,
-         "heartbeat_at": w.heartbeat_at}
+        {
+            "id": w.id,
+            "pid": w.pid,
+            "host": w.hostname,
+            "status": w.status,
+            "job_id": w.job_id,
+            "heartbeat_at": w.heartbeat_at,
+        }
         for w in rows
         if w.hostname != here or pid_alive(w.pid)
     ]
@@ -127,8 +141,13 @@ def claim_next(
     now = t.utcnow()
     with store.write() as s:
         while True:
-            q = (select(t.Job).join(t.Run, t.Run.id == t.Job.run_id).where(t.Job.status == "queued")
-                 .order_by(t.Job.id).limit(1))
+            q = (
+                select(t.Job)
+                .join(t.Run, t.Run.id == t.Job.run_id)
+                .where(t.Job.status == "queued")
+                .order_by(t.Job.id)
+                .limit(1)
+            )
             q = q.where(t.Run.id == run_id) if run_id is not None else q.where(t.Run.key_bound.is_(False))
             if backends:
                 q = q.where(t.Run.backend.in_(list(backends)))
@@ -189,9 +208,7 @@ def cancel_requested(store: Store, job_id: int) -> bool:
         return bool(s.execute(select(t.Job.cancel_requested).where(t.Job.id == job_id)).scalar())
 
 
-def finish_job(
-    store: Store, job_id: int, worker_id: str, status: str, *, error: Optional[str] = None
-) -> bool:
+def finish_job(store: Store, job_id: int, worker_id: str, status: str, *, error: Optional[str] = None) -> bool:
     """Mark an owned job (and its run) done, failed or cancelled. False if the lease was lost."""
     assert status in ("done", "failed", "cancelled")
     now = t.utcnow()
@@ -236,9 +253,7 @@ def request_cancel(run_id: int, *, store: "Store | str | None" = None) -> str:
         return status
 
 
-def requeue_stale(
-    store: Store, *, stale_after_s: float = 60.0, max_attempts: int = DEFAULT_MAX_ATTEMPTS
-) -> list[int]:
+def requeue_stale(store: Store, *, stale_after_s: float = 60.0, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> list[int]:
     """Put back in the queue the running jobs whose worker died.
 
     A worker is dead when its heartbeat is older than `stale_after_s`, or at once when it
@@ -274,8 +289,10 @@ def requeue_stale(
                 continue
             if (job.idle_claims or 0) >= max_attempts:  # deaths on a case end that case, not the job
                 job.status, job.finished_at = "failed", now
-                job.error = (f"worker {who} stopped {job.idle_claims} times in a row before storing any case "
-                             "(while loading the model?); giving up")
+                job.error = (
+                    f"worker {who} stopped {job.idle_claims} times in a row before storing any case "
+                    "(while loading the model?); giving up"
+                )
                 run.status, run.finished_at, run.error = "failed", now, job.error
                 continue
             job.status, job.worker_id, job.heartbeat_at = "queued", None, None
@@ -285,8 +302,18 @@ def requeue_stale(
     return requeued
 
 
-def record_case(store: Store, job_id: int, worker_id: str, run_id: int, case_id: int, traj: Any, *,
-                diagnoses: Sequence[Any] = (), records: Sequence[Any] = (), media: Optional[dict] = None) -> bool:
+def record_case(
+    store: Store,
+    job_id: int,
+    worker_id: str,
+    run_id: int,
+    case_id: int,
+    traj: Any,
+    *,
+    diagnoses: Sequence[Any] = (),
+    records: Sequence[Any] = (),
+    media: Optional[dict] = None,
+) -> bool:
     """Write one finished case in one transaction, if this worker still owns the job: the trajectory, its
     images, analyses and diagnoses, the run's counters and the job's progress. Returns the cancel flag.
 
@@ -305,12 +332,16 @@ def record_case(store: Store, job_id: int, worker_id: str, run_id: int, case_id:
         if media:
             save_step_media(s, tid, media)
         save_analyses(s, tid, records)
-        s.execute(update(t.Run).where(t.Run.id == run_id).values(
-            n_done=t.Run.n_done + 1,
-            n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
-            n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
-            n_error=t.Run.n_error + (1 if error else 0),
-        ))
+        s.execute(
+            update(t.Run)
+            .where(t.Run.id == run_id)
+            .values(
+                n_done=t.Run.n_done + 1,
+                n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
+                n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
+                n_error=t.Run.n_error + (1 if error else 0),
+            )
+        )
         owned.progress_done = owned.progress_done + 1
         owned.idle_claims = 0  # this claim stored a case: deaths so far were the case's, not the job's
         owned.heartbeat_at = t.utcnow()

@@ -135,15 +135,19 @@ def set_label(
     """
     with resolve(store).write() as s:
         row = _set_in_session(
-            s, trajectory_id, outcome=outcome, failure_mode=failure_mode, first_wrong_step=first_wrong_step,
-            note=note, annotator=annotator, step_idx=step_idx,
+            s,
+            trajectory_id,
+            outcome=outcome,
+            failure_mode=failure_mode,
+            first_wrong_step=first_wrong_step,
+            note=note,
+            annotator=annotator,
+            step_idx=step_idx,
         )
         return _info(row)
 
 
-def label_history(
-    trajectory_id: int, *, step_idx: Any = "all", store: "Store | str | None" = None
-) -> list[LabelInfo]:
+def label_history(trajectory_id: int, *, step_idx: Any = "all", store: "Store | str | None" = None) -> list[LabelInfo]:
     """Every label row of a trajectory, oldest first (`step_idx`: "all", None or a step index)."""
     with resolve(store).read() as s:
         q = select(t.LabelRow).where(t.LabelRow.trajectory_id == trajectory_id)
@@ -197,6 +201,7 @@ def restore_labels(session: Session, trajectory_id: int, labels: Iterable[dict])
 
 
 # ---------------------------------------------------------------- tags
+
 
 def tag_in_session(session: Session, trajectory_id: int, name: str) -> None:
     from evalrx.store.runs import insert_ignore
@@ -268,5 +273,3 @@ def failure_modes(*, store: "Store | str | None" = None) -> list[str]:
             .order_by(func.count().desc(), t.LabelRow.failure_mode)
         ).all()
         return [r[0] for r in rows]
-
-

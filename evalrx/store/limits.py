@@ -19,8 +19,12 @@ DEFAULT_MAX_RECORD_BYTES = 64 * MiB
 DEFAULT_MAX_DEPTH = 200
 
 UTF8_BOM = b"\xef\xbb\xbf"
-_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
-         (b"\xfe\xff", "UTF-16"))
+_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 _DEPTH_CHUNK = 4 * MiB  # bytes scanned at once: bounds the scan's memory on a large record
 
 
@@ -53,8 +57,11 @@ def check_size(n: int, path: "str | Path", where: Any, limits: ImportLimits, wha
     if n > limits.max_record_bytes:
         need = -(-n // MiB)
         raise RecordTooLargeError(
-            path, where, f"the {what} is {megabytes(n)}, over the {megabytes(limits.max_record_bytes)} limit on one "
-            f"record; raise it with --max-record-mb {need} (the record is held in memory while it is read)")
+            path,
+            where,
+            f"the {what} is {megabytes(n)}, over the {megabytes(limits.max_record_bytes)} limit on one "
+            f"record; raise it with --max-record-mb {need} (the record is held in memory while it is read)",
+        )
 
 
 def read_lines(fh: BinaryIO, path: "str | Path", limits: ImportLimits) -> Iterator[tuple[int, bytes]]:
@@ -75,15 +82,23 @@ def decode_utf8(data: bytes, path: "str | Path", where: Any, *, first: bool = Fa
     if first:
         for bom, name in _BOMS:
             if data.startswith(bom):
-                raise EncodingError(path, where or 1, f"the file is {name} (it starts with a {name} byte-order mark); "
-                                    "save it as UTF-8, e.g. `iconv -f utf-16 -t utf-8 FILE > FILE.utf8`")
+                raise EncodingError(
+                    path,
+                    where or 1,
+                    f"the file is {name} (it starts with a {name} byte-order mark); "
+                    "save it as UTF-8, e.g. `iconv -f utf-16 -t utf-8 FILE > FILE.utf8`",
+                )
         if data.startswith(UTF8_BOM):  # Windows tools write one; it says UTF-8, so it is harmless
-            data = data[len(UTF8_BOM):]
+            data = data[len(UTF8_BOM) :]
     nul = data.find(b"\x00")
     if nul >= 0:  # raw NULs are never valid JSON text: UTF-16/32 without a byte-order mark
         line, col = _line_col(data, nul, where)
-        raise EncodingError(path, line, f"NUL byte at column {col}: the file looks like UTF-16 or UTF-32 without a "
-                            "byte-order mark; save it as UTF-8")
+        raise EncodingError(
+            path,
+            line,
+            f"NUL byte at column {col}: the file looks like UTF-16 or UTF-32 without a "
+            "byte-order mark; save it as UTF-8",
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -91,8 +106,11 @@ def decode_utf8(data: bytes, path: "str | Path", where: Any, *, first: bool = Fa
         bad = data[exc.start]
         guess = "Latin-1 / Windows-1252" if bad >= 0x80 else "not UTF-8"
         raise EncodingError(
-            path, line, f"byte 0x{bad:02x} at column {col} is not UTF-8 (the text looks like {guess}); convert the "
-            "file to UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8`") from None
+            path,
+            line,
+            f"byte 0x{bad:02x} at column {col} is not UTF-8 (the text looks like {guess}); convert the "
+            "file to UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8`",
+        ) from None
 
 
 def _line_col(data: bytes, pos: int, where: Any) -> tuple[Any, int]:
@@ -126,8 +144,9 @@ def json_depth(data: bytes, limit: int) -> Optional[int]:
     return peak if peak > limit else None
 
 
-def parse_json(data: bytes, path: "str | Path", where: Any, limits: ImportLimits, *, first: bool = False,
-               what: str = "record") -> Any:
+def parse_json(
+    data: bytes, path: "str | Path", where: Any, limits: ImportLimits, *, first: bool = False, what: str = "record"
+) -> Any:
     """Parse one JSON record within the limits.
 
     Args:
@@ -141,14 +160,18 @@ def parse_json(data: bytes, path: "str | Path", where: Any, limits: ImportLimits
     text = decode_utf8(data, path, where, first=first)
     deep = json_depth(data, limits.max_depth)
     if deep is not None:
-        raise NestingTooDeepError(path, where if where is not None else 1,
-                                  f"JSON nested {deep} levels deep, over the limit of {limits.max_depth}; flatten "
-                                  "the record, or raise the limit with --max-depth")
+        raise NestingTooDeepError(
+            path,
+            where if where is not None else 1,
+            f"JSON nested {deep} levels deep, over the limit of {limits.max_depth}; flatten "
+            "the record, or raise the limit with --max-depth",
+        )
     try:
         return json.loads(text)
     except RecursionError:  # a --max-depth above what Python's parser can follow
-        raise NestingTooDeepError(path, where if where is not None else 1,
-                                  "JSON nested too deeply for Python's parser; flatten the record") from None
+        raise NestingTooDeepError(
+            path, where if where is not None else 1, "JSON nested too deeply for Python's parser; flatten the record"
+        ) from None
     except json.JSONDecodeError as exc:
         if where is None:
             raise ImportFormatError(path, exc.lineno, f"not valid JSON ({exc.msg} at column {exc.colno})") from None

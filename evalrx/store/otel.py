@@ -40,8 +40,9 @@ def _proto() -> Any:
     return trace_service_pb2, trace_pb2, common_pb2, resource_pb2
 
 
-def trace_requests(rows: Iterable[dict], *, run_id: Optional[int], content: bool = False,
-                   batch: int = BATCH) -> Iterator[tuple[Any, int]]:
+def trace_requests(
+    rows: Iterable[dict], *, run_id: Optional[int], content: bool = False, batch: int = BATCH
+) -> Iterator[tuple[Any, int]]:
     """(ExportTraceServiceRequest, trajectories in it) for export rows carrying `_trajectory_id`/`_created_at`."""
     from evalrx import __version__
 
@@ -51,12 +52,23 @@ def trace_requests(rows: Iterable[dict], *, run_id: Optional[int], content: bool
     run_name = None
 
     def request() -> Any:
-        resource = resource_pb2.Resource(attributes=_attributes(common_pb2, {
-            "service.name": "evalrx", "service.version": __version__, "evalrx.run.id": run_id,
-            "evalrx.run.name": run_name}))
+        resource = resource_pb2.Resource(
+            attributes=_attributes(
+                common_pb2,
+                {
+                    "service.name": "evalrx",
+                    "service.version": __version__,
+                    "evalrx.run.id": run_id,
+                    "evalrx.run.name": run_name,
+                },
+            )
+        )
         scope = common_pb2.InstrumentationScope(name=SCOPE, version=__version__)
-        return trace_service_pb2.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
-            resource=resource, scope_spans=[trace_pb2.ScopeSpans(scope=scope, spans=spans)])])
+        return trace_service_pb2.ExportTraceServiceRequest(
+            resource_spans=[
+                trace_pb2.ResourceSpans(resource=resource, scope_spans=[trace_pb2.ScopeSpans(scope=scope, spans=spans)])
+            ]
+        )
 
     for row in rows:
         run_name = (row.get("run") or {}).get("name")
@@ -95,8 +107,9 @@ def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, com
         role = step.get("role")
         if role == "actor":
             actor = step
-            call_ids = [str(c.get("id") or f"call_{step.get('idx')}_{j}")
-                        for j, c in enumerate(step.get("tool_calls") or [])]
+            call_ids = [
+                str(c.get("id") or f"call_{step.get('idx')}_{j}") for j, c in enumerate(step.get("tool_calls") or [])
+            ]
         if role not in ("actor", "tool"):
             continue
         begin = start if start is not None else cursor
@@ -108,90 +121,172 @@ def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, com
             calls = step.get("tool_calls") or []
             name = f"chat {model}"
             kind = Span.SPAN_KIND_CLIENT
-            attrs.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-                          "gen_ai.provider.name": provider, "gen_ai.usage.input_tokens": span.get("prompt_tokens"),
-                          "gen_ai.usage.output_tokens": span.get("completion_tokens"),
-                          "gen_ai.response.finish_reasons": ["tool_calls" if calls else "stop"],
-                          "evalrx.parse_error": step.get("parse_error")})
+            attrs.update(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": model,
+                    "gen_ai.provider.name": provider,
+                    "gen_ai.usage.input_tokens": span.get("prompt_tokens"),
+                    "gen_ai.usage.output_tokens": span.get("completion_tokens"),
+                    "gen_ai.response.finish_reasons": ["tool_calls" if calls else "stop"],
+                    "evalrx.parse_error": step.get("parse_error"),
+                }
+            )
             if content:
                 parts: list = [{"type": "text", "content": step.get("content") or ""}]
-                parts += [{"type": "tool_call", "id": call_ids[j], "name": c.get("name"), "arguments": c.get("args")}
-                          for j, c in enumerate(calls) if isinstance(c, dict)]
-                attrs["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": parts}],
-                                                             ensure_ascii=False, sort_keys=True, default=str)
+                parts += [
+                    {"type": "tool_call", "id": call_ids[j], "name": c.get("name"), "arguments": c.get("args")}
+                    for j, c in enumerate(calls)
+                    if isinstance(c, dict)
+                ]
+                attrs["gen_ai.output.messages"] = json.dumps(
+                    [{"role": "assistant", "parts": parts}], ensure_ascii=False, sort_keys=True, default=str
+                )
         else:
             call = _answered_call(step, actor, call_ids)
             tool = str(step.get("content") or "unknown")
             name = f"execute_tool {tool}"
             kind = Span.SPAN_KIND_INTERNAL
-            attrs.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
-                          "gen_ai.tool.type": "function",
-                          "gen_ai.tool.call.id": call_ids[call] if call is not None else None})
+            attrs.update(
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": tool,
+                    "gen_ai.tool.type": "function",
+                    "gen_ai.tool.call.id": call_ids[call] if call is not None else None,
+                }
+            )
             if content:
                 args = (actor.get("tool_calls") or [])[call].get("args") if call is not None else None
-                attrs["gen_ai.tool.call.arguments"] = (json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)
-                                                       if args is not None else None)
+                attrs["gen_ai.tool.call.arguments"] = (
+                    json.dumps(args, ensure_ascii=False, sort_keys=True, default=str) if args is not None else None
+                )
                 attrs["gen_ai.tool.call.result"] = convert.observation_text(step.get("observation"))
             if span.get("tool_error") or span.get("parse_error"):
-                attrs["error.type"] = str(span.get("tool_error_type") or ("tool_error" if span.get("tool_error")
-                                                                            else "parse_error"))
-                status = trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR,
-                                          message=convert.observation_text(step.get("observation"))[:1000])
-        sp = Span(trace_id=trace_id, span_id=_hash_id(8, "span", run_id, tid, step.get("idx")), parent_span_id=root_id,
-                  name=name, kind=kind, start_time_unix_nano=begin, end_time_unix_nano=end,
-                  attributes=_attributes(common_pb2, attrs))
+                attrs["error.type"] = str(
+                    span.get("tool_error_type") or ("tool_error" if span.get("tool_error") else "parse_error")
+                )
+                status = trace_pb2.Status(
+                    code=trace_pb2.Status.STATUS_CODE_ERROR,
+                    message=convert.observation_text(step.get("observation"))[:1000],
+                )
+        sp = Span(
+            trace_id=trace_id,
+            span_id=_hash_id(8, "span", run_id, tid, step.get("idx")),
+            parent_span_id=root_id,
+            name=name,
+            kind=kind,
+            start_time_unix_nano=begin,
+            end_time_unix_nano=end,
+            attributes=_attributes(common_pb2, attrs),
+        )
         if status is not None:
             sp.status.CopyFrom(status)
         by_step[step.get("idx")] = sp
         out.append(sp)
     root_end = max(cursor, base + int(float(metrics.get("total_latency_ms") or 0) * 1e6))
     attrs = {
-        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "evalrx", "gen_ai.request.model": model,
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "evalrx",
+        "gen_ai.request.model": model,
         "gen_ai.provider.name": provider,
-        "gen_ai.conversation.id": session_id((row.get("run") or {}).get("name"), row.get("case_id"),
-                                             row.get("attempt") or 1),
+        "gen_ai.conversation.id": session_id(
+            (row.get("run") or {}).get("name"), row.get("case_id"), row.get("attempt") or 1
+        ),
         "gen_ai.usage.input_tokens": metrics.get("total_prompt_tokens"),
         "gen_ai.usage.output_tokens": metrics.get("total_completion_tokens"),
-        "evalrx.run.id": run_id, "evalrx.trajectory.id": tid, "evalrx.case.id": row.get("case_id"),
-        "evalrx.sample_id": row.get("sample_id"), "evalrx.attempt": row.get("attempt") or 1,
-        "evalrx.outcome": row.get("outcome"), "evalrx.terminated": metrics.get("terminated"),
+        "evalrx.run.id": run_id,
+        "evalrx.trajectory.id": tid,
+        "evalrx.case.id": row.get("case_id"),
+        "evalrx.sample_id": row.get("sample_id"),
+        "evalrx.attempt": row.get("attempt") or 1,
+        "evalrx.outcome": row.get("outcome"),
+        "evalrx.terminated": metrics.get("terminated"),
         "evalrx.failure_kind": (row.get("diagnosis") or {}).get("kind"),
     }
     if content:
-        attrs["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": [{"type": "text",
-                                                    "content": row.get("goal") or ""}]}], ensure_ascii=False)
+        attrs["gen_ai.input.messages"] = json.dumps(
+            [{"role": "user", "parts": [{"type": "text", "content": row.get("goal") or ""}]}], ensure_ascii=False
+        )
         attrs["evalrx.final_answer"] = row.get("final_answer")
-    root = Span(trace_id=trace_id, span_id=root_id, name="invoke_agent", kind=Span.SPAN_KIND_INTERNAL,
-                start_time_unix_nano=base, end_time_unix_nano=root_end, attributes=_attributes(common_pb2, attrs))
+    root = Span(
+        trace_id=trace_id,
+        span_id=root_id,
+        name="invoke_agent",
+        kind=Span.SPAN_KIND_INTERNAL,
+        start_time_unix_nano=base,
+        end_time_unix_nano=root_end,
+        attributes=_attributes(common_pb2, attrs),
+    )
     if row.get("outcome") == "error" or metrics.get("terminated") == "error":
-        root.status.CopyFrom(trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR,
-                                              message=str(metrics.get("error") or "the trajectory ended in an error")))
-    root.events.append(_evaluation(common_pb2, trace_pb2, root_end, "outcome", row.get("outcome"), {
-        "evalrx.terminated": metrics.get("terminated")}))
+        root.status.CopyFrom(
+            trace_pb2.Status(
+                code=trace_pb2.Status.STATUS_CODE_ERROR,
+                message=str(metrics.get("error") or "the trajectory ended in an error"),
+            )
+        )
+    root.events.append(
+        _evaluation(
+            common_pb2,
+            trace_pb2,
+            root_end,
+            "outcome",
+            row.get("outcome"),
+            {"evalrx.terminated": metrics.get("terminated")},
+        )
+    )
     for lab in row.get("labels") or []:
         holder = by_step.get(lab.get("step_idx"), root)
-        holder.events.append(_evaluation(common_pb2, trace_pb2, _ns(lab.get("created_at")) or root_end,
-                                         "evalrx.label", lab.get("outcome"), {
-            "gen_ai.evaluation.explanation": lab.get("note"), "evalrx.label.failure_mode": lab.get("failure_mode"),
-            "evalrx.label.first_wrong_step": lab.get("first_wrong_step"), "evalrx.label.step_idx": lab.get("step_idx"),
-            "evalrx.label.annotator": lab.get("annotator"), "evalrx.label.is_current": lab.get("is_current")}))
+        holder.events.append(
+            _evaluation(
+                common_pb2,
+                trace_pb2,
+                _ns(lab.get("created_at")) or root_end,
+                "evalrx.label",
+                lab.get("outcome"),
+                {
+                    "gen_ai.evaluation.explanation": lab.get("note"),
+                    "evalrx.label.failure_mode": lab.get("failure_mode"),
+                    "evalrx.label.first_wrong_step": lab.get("first_wrong_step"),
+                    "evalrx.label.step_idx": lab.get("step_idx"),
+                    "evalrx.label.annotator": lab.get("annotator"),
+                    "evalrx.label.is_current": lab.get("is_current"),
+                },
+            )
+        )
     diagnosis = row.get("diagnosis") or {}
     if diagnosis.get("kind"):
         evidence = diagnosis.get("evidence") or {}
-        root.events.append(_evaluation(common_pb2, trace_pb2, root_end, "evalrx.diagnosis", diagnosis["kind"], {
-            "gen_ai.evaluation.explanation": evidence.get("text") if isinstance(evidence, dict) else str(evidence),
-            "evalrx.diagnosis.first_wrong_step": diagnosis.get("first_wrong_step"),
-            "evalrx.diagnosis.confidence": diagnosis.get("confidence"),
-            "evalrx.diagnosis.source": diagnosis.get("source")}))
+        root.events.append(
+            _evaluation(
+                common_pb2,
+                trace_pb2,
+                root_end,
+                "evalrx.diagnosis",
+                diagnosis["kind"],
+                {
+                    "gen_ai.evaluation.explanation": evidence.get("text")
+                    if isinstance(evidence, dict)
+                    else str(evidence),
+                    "evalrx.diagnosis.first_wrong_step": diagnosis.get("first_wrong_step"),
+                    "evalrx.diagnosis.confidence": diagnosis.get("confidence"),
+                    "evalrx.diagnosis.source": diagnosis.get("source"),
+                },
+            )
+        )
     return [root, *out]
 
 
 def _evaluation(common_pb2: Any, trace_pb2: Any, when: int, name: str, label: Any, extra: dict) -> Any:
     """A `gen_ai.evaluation.result` event: pass/fail verdicts also get a 1/0 score."""
-    attrs = {"gen_ai.evaluation.name": name, "gen_ai.evaluation.score.label": label,
-             "gen_ai.evaluation.score.value": {"pass": 1.0, "fail": 0.0}.get(label), **extra}
-    return trace_pb2.Span.Event(time_unix_nano=when, name="gen_ai.evaluation.result",
-                                attributes=_attributes(common_pb2, attrs))
+    attrs = {
+        "gen_ai.evaluation.name": name,
+        "gen_ai.evaluation.score.label": label,
+        "gen_ai.evaluation.score.value": {"pass": 1.0, "fail": 0.0}.get(label),
+        **extra,
+    }
+    return trace_pb2.Span.Event(
+        time_unix_nano=when, name="gen_ai.evaluation.result", attributes=_attributes(common_pb2, attrs)
+    )
 
 
 def _answered_call(step: dict, actor: Optional[dict], call_ids: list) -> Optional[int]:
@@ -281,8 +376,9 @@ def _recode_ids(data: dict, recode: Any) -> None:
                             holder[key] = recode(holder[key])
 
 
-def write_traces(requests: Iterable[tuple[Any, int]], path: Optional[Path], *,
-                 endpoint: Optional[str] = None, timeout: float = 30.0) -> int:
+def write_traces(
+    requests: Iterable[tuple[Any, int]], path: Optional[Path], *, endpoint: Optional[str] = None, timeout: float = 30.0
+) -> int:
     """Write OTLP JSON lines to `path` (if given) and POST each request to `endpoint` (if given).
 
     Returns:
@@ -313,10 +409,12 @@ def post(request: Any, endpoint: str, *, timeout: float = 30.0) -> None:
     import urllib.request
 
     if not endpoint.startswith(("http://", "https://")):
-        raise ValueError(f"--otel-endpoint must be an http(s) URL such as http://localhost:4318/v1/traces, "
-                         f"not {endpoint!r}")
-    req = urllib.request.Request(endpoint, data=request.SerializeToString(), method="POST",
-                                 headers={"Content-Type": "application/x-protobuf"})
+        raise ValueError(
+            f"--otel-endpoint must be an http(s) URL such as http://localhost:4318/v1/traces, not {endpoint!r}"
+        )
+    req = urllib.request.Request(
+        endpoint, data=request.SerializeToString(), method="POST", headers={"Content-Type": "application/x-protobuf"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             resp.read()

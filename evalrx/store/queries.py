@@ -33,11 +33,25 @@ SORTS = {
 }
 
 _ROW_COLUMNS = (
-    t.Trajectory.id, t.Trajectory.run_id, t.Trajectory.case_id, t.Trajectory.sample_id, t.Trajectory.goal,
-    t.Trajectory.final_answer, t.Trajectory.outcome, t.Trajectory.terminated, t.Trajectory.n_steps,
-    t.Trajectory.n_tool_calls, t.Trajectory.n_parse_errors, t.Trajectory.latency_ms, t.Trajectory.prompt_tokens,
-    t.Trajectory.completion_tokens, t.Trajectory.label, t.Trajectory.failure_mode, t.Trajectory.created_at,
-    t.Trajectory.failure_kind, t.Trajectory.attempt,
+    t.Trajectory.id,
+    t.Trajectory.run_id,
+    t.Trajectory.case_id,
+    t.Trajectory.sample_id,
+    t.Trajectory.goal,
+    t.Trajectory.final_answer,
+    t.Trajectory.outcome,
+    t.Trajectory.terminated,
+    t.Trajectory.n_steps,
+    t.Trajectory.n_tool_calls,
+    t.Trajectory.n_parse_errors,
+    t.Trajectory.latency_ms,
+    t.Trajectory.prompt_tokens,
+    t.Trajectory.completion_tokens,
+    t.Trajectory.label,
+    t.Trajectory.failure_mode,
+    t.Trajectory.created_at,
+    t.Trajectory.failure_kind,
+    t.Trajectory.attempt,
 )
 
 
@@ -65,9 +79,11 @@ def _has_fts(session: Any) -> bool:
     bind = session.get_bind()
     key = str(bind.engine.url)
     if key not in _FTS:
-        _FTS[key] = bind.dialect.name == "sqlite" and session.execute(
-            sql_text("SELECT 1 FROM sqlite_master WHERE name = 'trajectory_fts'")
-        ).first() is not None
+        _FTS[key] = (
+            bind.dialect.name == "sqlite"
+            and session.execute(sql_text("SELECT 1 FROM sqlite_master WHERE name = 'trajectory_fts'")).first()
+            is not None
+        )
     return _FTS[key]
 
 
@@ -83,10 +99,14 @@ def _text_condition(session: Any, needle: str) -> Any:
     if session is None or len(needle) < 3 or not _has_fts(session):
         return like
     phrase = '"' + needle.replace('"', '""') + '"'
-    ids = session.execute(
-        sql_text("SELECT rowid FROM trajectory_fts WHERE trajectory_fts MATCH :p LIMIT :n"),
-        {"p": phrase, "n": FTS_PROBE},
-    ).scalars().all()
+    ids = (
+        session.execute(
+            sql_text("SELECT rowid FROM trajectory_fts WHERE trajectory_fts MATCH :p LIMIT :n"),
+            {"p": phrase, "n": FTS_PROBE},
+        )
+        .scalars()
+        .all()
+    )
     return T.id.in_(ids) if len(ids) < FTS_PROBE else like
 
 
@@ -139,9 +159,7 @@ def filter_trajectories(
     if terms:
         q = q.where(T.terminated == terms[0]) if len(terms) == 1 else q.where(T.terminated.in_(terms))
     if tool:
-        q = q.where(
-            exists().where(t.TrajectoryTool.trajectory_id == T.id, t.TrajectoryTool.tool == tool)
-        )
+        q = q.where(exists().where(t.TrajectoryTool.trajectory_id == T.id, t.TrajectoryTool.tool == tool))
     if tag:
         q = q.where(
             exists()
@@ -215,8 +233,18 @@ def list_trajectories(
         return _list(s, col, ident, sort, descending, limit, after, offset, with_total, filters)
 
 
-def _list(s: Any, col: Any, ident: Any, sort: str, descending: bool, limit: int, after: Optional[str],
-          offset: Optional[int], with_total: bool, filters: dict) -> Page:
+def _list(
+    s: Any,
+    col: Any,
+    ident: Any,
+    sort: str,
+    descending: bool,
+    limit: int,
+    after: Optional[str],
+    offset: Optional[int],
+    with_total: bool,
+    filters: dict,
+) -> Page:
     q = filter_trajectories(select(*_ROW_COLUMNS), session=s, **filters)
     if after:
         value, last_id = _decode_cursor(after)
@@ -260,9 +288,9 @@ def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) ->
         row = s.get(t.Trajectory, trajectory_id)
         if row is None:
             return None
-        steps = s.execute(
-            select(t.Step).where(t.Step.trajectory_id == trajectory_id).order_by(t.Step.idx)
-        ).scalars().all()
+        steps = (
+            s.execute(select(t.Step).where(t.Step.trajectory_id == trajectory_id).order_by(t.Step.idx)).scalars().all()
+        )
         case = s.get(t.Case, row.case_id)
         analyses = s.execute(
             select(t.Analysis.analyzer, t.Analysis.step_idx, t.Analysis.id)
@@ -294,13 +322,28 @@ def find_trajectory(run_id: int, sample_id: str, *, store: "Store | str | None" 
 
 def _run_info(run: t.Run, job: Optional[t.Job]) -> RunInfo:
     return RunInfo(
-        id=run.id, name=run.name, status=run.status, source=run.source, spec_key=run.spec_key,
-        backend=run.backend, config=run.config or {}, n_cases=run.n_cases, n_done=run.n_done,
-        n_pass=run.n_pass, n_fail=run.n_fail, n_error=run.n_error, created_at=run.created_at,
-        started_at=run.started_at, finished_at=run.finished_at, error=run.error,
-        job_id=job.id if job else None, job_status=job.status if job else None,
-        worker_id=job.worker_id if job else None, heartbeat_at=job.heartbeat_at if job else None,
-        cancel_requested=bool(job.cancel_requested) if job else False, job_claims=job.attempts if job else 0,
+        id=run.id,
+        name=run.name,
+        status=run.status,
+        source=run.source,
+        spec_key=run.spec_key,
+        backend=run.backend,
+        config=run.config or {},
+        n_cases=run.n_cases,
+        n_done=run.n_done,
+        n_pass=run.n_pass,
+        n_fail=run.n_fail,
+        n_error=run.n_error,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        error=run.error,
+        job_id=job.id if job else None,
+        job_status=job.status if job else None,
+        worker_id=job.worker_id if job else None,
+        heartbeat_at=job.heartbeat_at if job else None,
+        cancel_requested=bool(job.cancel_requested) if job else False,
+        job_claims=job.attempts if job else 0,
     )
 
 
@@ -308,9 +351,7 @@ def list_runs(
     *, status: "str | Sequence[str] | None" = None, limit: int = 200, store: "Store | str | None" = None
 ) -> list[RunInfo]:
     """Runs, newest first, with their job's status, worker and heartbeat."""
-    latest_job = (
-        select(func.max(t.Job.id).label("job_id"), t.Job.run_id).group_by(t.Job.run_id).subquery()
-    )
+    latest_job = select(func.max(t.Job.id).label("job_id"), t.Job.run_id).group_by(t.Job.run_id).subquery()
     q = (
         select(t.Run, t.Job)
         .outerjoin(latest_job, latest_job.c.run_id == t.Run.id)
@@ -343,13 +384,17 @@ def _percentile(s: Any, run_id: int, n: int, p: float) -> Optional[float]:
         return None
     pos = p * (n - 1)
     lo = int(pos)
-    vals = s.execute(
-        select(t.Trajectory.latency_ms)
-        .where(t.Trajectory.run_id == run_id)
-        .order_by(t.Trajectory.latency_ms)
-        .limit(2)
-        .offset(lo)
-    ).scalars().all()
+    vals = (
+        s.execute(
+            select(t.Trajectory.latency_ms)
+            .where(t.Trajectory.run_id == run_id)
+            .order_by(t.Trajectory.latency_ms)
+            .limit(2)
+            .offset(lo)
+        )
+        .scalars()
+        .all()
+    )
     if len(vals) == 1 or pos == lo:
         return float(vals[0])
     return float(vals[0] + (vals[1] - vals[0]) * (pos - lo))
@@ -412,14 +457,15 @@ def pending_cases(session: Any, run_id: int) -> list[tuple[int, int, int]]:
     """(position, case id, attempt) of a run's attempts that have no trajectory yet: every case's first
     attempt in order, then every second attempt, ..."""
     T, R = t.Trajectory, t.RunCase
-    return [tuple(r) for r in session.execute(
-        select(R.position, R.case_id, R.attempt)
-        .where(R.run_id == run_id)
-        .where(~exists().where(T.run_id == run_id, T.case_id == R.case_id, T.attempt == R.attempt))
-        .order_by(R.attempt, R.position)
-    ).all()]
-
-
+    return [
+        tuple(r)
+        for r in session.execute(
+            select(R.position, R.case_id, R.attempt)
+            .where(R.run_id == run_id)
+            .where(~exists().where(T.run_id == run_id, T.case_id == R.case_id, T.attempt == R.attempt))
+            .order_by(R.attempt, R.position)
+        ).all()
+    ]
 
 
 def step_media(trajectory_id: int, *, store: "Store | str | None" = None) -> dict[int, list[str]]:

@@ -18,8 +18,13 @@ from evalrx.store.engine import Store, resolve
 
 GRADED = ("pass", "fail")
 # Stored numbers a predictor row carries, by the name the table shows (columns of `trajectories`).
-COLUMN_SIGNALS = {"turns": "n_turns", "tool_calls": "n_tool_calls", "parse_errors": "n_parse_errors",
-                  "prompt_tokens": "prompt_tokens", "latency_ms": "latency_ms"}
+COLUMN_SIGNALS = {
+    "turns": "n_turns",
+    "tool_calls": "n_tool_calls",
+    "parse_errors": "n_parse_errors",
+    "prompt_tokens": "prompt_tokens",
+    "latency_ms": "latency_ms",
+}
 AUTO = "auto"  # the automatic diagnosis, compared with the annotators as if it were one
 ADJUDICATOR = "adjudicator"  # who an adjudicated label is saved as: a verdict on a disagreement, not a rater
 
@@ -28,8 +33,9 @@ def _attempts(session: Any, run_id: int) -> dict:
     """{case id: [(attempt, outcome, failure kind, trajectory id)]} of a run's graded attempts."""
     T = t.Trajectory
     out: dict = defaultdict(list)
-    rows = session.execute(select(T.sample_id, T.attempt, T.outcome, T.failure_kind, T.id)
-                           .where(T.run_id == run_id, T.outcome.in_(GRADED)))
+    rows = session.execute(
+        select(T.sample_id, T.attempt, T.outcome, T.failure_kind, T.id).where(T.run_id == run_id, T.outcome.in_(GRADED))
+    )
     for sample_id, attempt, outcome, kind, tid in rows:
         out[sample_id].append((attempt, outcome, kind, tid))
     return out
@@ -59,8 +65,9 @@ def run_reliability(run_id: int, *, store: "Store | str | None" = None) -> Any:
     return reliability(passed, kinds)
 
 
-def compare_runs(run_a: int, run_b: int, *, resamples: int = 2000, seed: int = 0,
-                 store: "Store | str | None" = None) -> dict:
+def compare_runs(
+    run_a: int, run_b: int, *, resamples: int = 2000, seed: int = 0, store: "Store | str | None" = None
+) -> dict:
     """Two runs paired case by case (B minus A): the counts, McNemar's p, the bootstrap interval of the
     success-rate difference, cases found in one run only, and how failure kinds shifted.
 
@@ -88,8 +95,10 @@ def compare_attempts(att_a: dict, att_b: dict, *, resamples: int = 2000, seed: i
             for _, o, kind, _ in att[cid]:
                 if o == "fail":
                     shift[kind or "undiagnosed"][side] += 1
-    out["kind_shift"] = {k: dict(v, change=v["b"] - v["a"]) for k, v in
-                         sorted(shift.items(), key=lambda kv: -abs(kv[1]["b"] - kv[1]["a"]))}
+    out["kind_shift"] = {
+        k: dict(v, change=v["b"] - v["a"])
+        for k, v in sorted(shift.items(), key=lambda kv: -abs(kv[1]["b"] - kv[1]["a"]))
+    }
     return out
 
 
@@ -97,8 +106,9 @@ def trajectories_of_case(run_id: int, case_id: str, *, store: "Store | str | Non
     """Trajectory ids of one case in a run, by attempt (any outcome)."""
     T = t.Trajectory
     with resolve(store).read() as s:
-        return list(s.execute(select(T.id).where(T.run_id == run_id, T.sample_id == case_id)
-                              .order_by(T.attempt)).scalars())
+        return list(
+            s.execute(select(T.id).where(T.run_id == run_id, T.sample_id == case_id).order_by(T.attempt)).scalars()
+        )
 
 
 def other_runs_of_case(trajectory_id: int, *, limit: int = 20, store: "Store | str | None" = None) -> list[dict]:
@@ -108,12 +118,14 @@ def other_runs_of_case(trajectory_id: int, *, limit: int = 20, store: "Store | s
         me = s.get(T, trajectory_id)
         if me is None:
             raise ValueError(f"no trajectory with id {trajectory_id}")
-        rows = s.execute(select(T.run_id, t.Run.name, T.id, T.attempt, T.outcome)
-                         .join(t.Run, t.Run.id == T.run_id)
-                         .where(T.sample_id == me.sample_id, T.id != me.id)
-                         .order_by(T.run_id.desc(), T.attempt).limit(limit)).all()
-    return [{"run_id": r[0], "run_name": r[1], "trajectory_id": r[2], "attempt": r[3], "outcome": r[4]}
-            for r in rows]
+        rows = s.execute(
+            select(T.run_id, t.Run.name, T.id, T.attempt, T.outcome)
+            .join(t.Run, t.Run.id == T.run_id)
+            .where(T.sample_id == me.sample_id, T.id != me.id)
+            .order_by(T.run_id.desc(), T.attempt)
+            .limit(limit)
+        ).all()
+    return [{"run_id": r[0], "run_name": r[1], "trajectory_id": r[2], "attempt": r[3], "outcome": r[4]} for r in rows]
 
 
 def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None) -> list[dict]:
@@ -125,16 +137,26 @@ def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None
         for rid in run_ids:
             _check_run(s, rid)
         where = and_(T.run_id.in_(list(run_ids)), T.outcome.in_(GRADED))
-        rows = {r[0]: {"trajectory_id": r[0], "failed": r[1] == "fail",
-                       **{name: r[2 + i] for i, name in enumerate(COLUMN_SIGNALS)}}
-                for r in s.execute(select(T.id, T.outcome, *cols).where(where))}
-        for tid, name, value in s.execute(select(t.TrajectoryScore.trajectory_id, t.TrajectoryScore.name,
-                                                 t.TrajectoryScore.value)
-                                          .join(T, T.id == t.TrajectoryScore.trajectory_id).where(where)):
+        rows = {
+            r[0]: {
+                "trajectory_id": r[0],
+                "failed": r[1] == "fail",
+                **{name: r[2 + i] for i, name in enumerate(COLUMN_SIGNALS)},
+            }
+            for r in s.execute(select(T.id, T.outcome, *cols).where(where))
+        }
+        for tid, name, value in s.execute(
+            select(t.TrajectoryScore.trajectory_id, t.TrajectoryScore.name, t.TrajectoryScore.value)
+            .join(T, T.id == t.TrajectoryScore.trajectory_id)
+            .where(where)
+        ):
             rows[tid][name] = value
         kinds: dict = defaultdict(set)
-        for tid, kind in s.execute(select(t.DiagnosisRow.trajectory_id, t.DiagnosisRow.kind)
-                                   .join(T, T.id == t.DiagnosisRow.trajectory_id).where(where)):
+        for tid, kind in s.execute(
+            select(t.DiagnosisRow.trajectory_id, t.DiagnosisRow.kind)
+            .join(T, T.id == t.DiagnosisRow.trajectory_id)
+            .where(where)
+        ):
             if kind:
                 kinds[tid].add(kind)
     every = sorted({k for ks in kinds.values() for k in ks})
@@ -144,27 +166,31 @@ def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None
     return list(rows.values())
 
 
-def predictor_table(run_ids: Sequence[int], *, resamples: int = 1000, seed: int = 0,
-                    store: "Store | str | None" = None) -> list[dict]:
+def predictor_table(
+    run_ids: Sequence[int], *, resamples: int = 1000, seed: int = 0, store: "Store | str | None" = None
+) -> list[dict]:
     """For each stored signal: AUROC for failure with a bootstrap interval and the failure rate when
     high vs low, strongest first (`runstats.predictors` over `predictor_rows`)."""
     from evalrx.runstats import predictors
 
     rows = predictor_rows(run_ids, store=store)
     names = sorted({k for r in rows for k in r} - {"trajectory_id", "failed"})
-    return [p.to_dict() for p in predictors(rows, outcome_key="failed", signals=names, resamples=resamples,
-                                            seed=seed)]
+    return [p.to_dict() for p in predictors(rows, outcome_key="failed", signals=names, resamples=resamples, seed=seed)]
 
 
-def annotator_labels(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None,
-                     store: "Store | str | None" = None) -> dict:
+def annotator_labels(
+    trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
+) -> dict:
     """{trajectory id: {annotator: (outcome, kind, first wrong step)}}: each annotator's latest word on a
     whole trajectory (superseded labels count: the history keeps who said what), plus the automatic
     diagnosis as annotator `auto` (kind and step) where a trajectory has one."""
     L, T, D = t.LabelRow, t.Trajectory, t.DiagnosisRow
     with resolve(store).read() as s:
-        q = (select(L.trajectory_id, L.annotator, L.outcome, L.failure_mode, L.first_wrong_step)
-             .where(L.step_idx.is_(None)).order_by(L.created_at, L.id))
+        q = (
+            select(L.trajectory_id, L.annotator, L.outcome, L.failure_mode, L.first_wrong_step)
+            .where(L.step_idx.is_(None))
+            .order_by(L.created_at, L.id)
+        )
         dq = select(D.trajectory_id, D.kind, D.first_wrong_step).where(D.rank == 0)
         if run_id is not None:
             q = q.join(T, T.id == L.trajectory_id).where(T.run_id == run_id)
@@ -182,8 +208,9 @@ def annotator_labels(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: 
     return dict(out)
 
 
-def label_agreement(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None,
-                    store: "Store | str | None" = None) -> dict:
+def label_agreement(
+    trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
+) -> dict:
     """Agreement among annotators (Cohen's kappa per pair, Fleiss' kappa for three or more) on outcome and
     on failure kind, agreement on the first wrong step (exact, within one), and the automatic diagnosis
     against each annotator (kind kappa, step agreement, confusion matrix of kinds)."""
@@ -200,21 +227,36 @@ def label_agreement(trajectory_ids: Optional[Sequence[int]] = None, *, run_id: O
     out["kind"] = agreement({k: v for k, v in field(1, humans).items() if len(v) >= 2})
     steps = []
     for i, a in enumerate(humans):
-        for b in humans[i + 1:]:
+        for b in humans[i + 1 :]:
             both = {tid: v for tid, v in labels.items() if a in v and b in v}
-            steps.append({"a": a, "b": b, **step_agreement({k: v[a][2] for k, v in both.items()},
-                                                           {k: v[b][2] for k, v in both.items()})})
+            steps.append(
+                {
+                    "a": a,
+                    "b": b,
+                    **step_agreement({k: v[a][2] for k, v in both.items()}, {k: v[b][2] for k, v in both.items()}),
+                }
+            )
     out["steps"] = steps
     auto = []
     for a in humans:
         both = {tid: v for tid, v in labels.items() if a in v and AUTO in v and v[a][0] == "fail"}
         ka = {k: v[a][1] or "none" for k, v in both.items()}
         kb = {k: v[AUTO][1] or "none" for k, v in both.items()}
-        auto.append({"annotator": a, "n": len(both), "kind_kappa": cohen_kappa(ka, kb) if both else None,
-                     **{f"step_{k}": v for k, v in step_agreement({k: v[a][2] for k, v in both.items()},
-                                                                   {k: v[AUTO][2] for k, v in both.items()}).items()
-                        if k != "n"},
-                     "confusion": kind_confusion(ka, kb) if both else None})
+        auto.append(
+            {
+                "annotator": a,
+                "n": len(both),
+                "kind_kappa": cohen_kappa(ka, kb) if both else None,
+                **{
+                    f"step_{k}": v
+                    for k, v in step_agreement(
+                        {k: v[a][2] for k, v in both.items()}, {k: v[AUTO][2] for k, v in both.items()}
+                    ).items()
+                    if k != "n"
+                },
+                "confusion": kind_confusion(ka, kb) if both else None,
+            }
+        )
     out["auto"] = auto
     return out
 
@@ -228,20 +270,28 @@ def disagreements(run_id: int, *, store: "Store | str | None" = None) -> list[di
             continue  # already resolved
         human = {a: v for a, v in words.items() if a != AUTO}
         if len(human) >= 2 and len({(v[0], v[1]) for v in human.values()}) > 1:
-            out.append({"trajectory_id": tid, "labels": {a: {"outcome": v[0], "kind": v[1], "first_wrong_step": v[2]}
-                                                         for a, v in sorted(human.items())}})
+            out.append(
+                {
+                    "trajectory_id": tid,
+                    "labels": {
+                        a: {"outcome": v[0], "kind": v[1], "first_wrong_step": v[2]} for a, v in sorted(human.items())
+                    },
+                }
+            )
     return out
 
 
-def second_opinion_queue(run_id: int, annotator: str, *, fraction: float = 0.2, seed: int = 0,
-                         store: "Store | str | None" = None) -> list[int]:
+def second_opinion_queue(
+    run_id: int, annotator: str, *, fraction: float = 0.2, seed: int = 0, store: "Store | str | None" = None
+) -> list[int]:
     """A fixed random sample (`fraction`) of a run's failures labelled by someone else and not yet by
     `annotator`: what the label queue's second-opinion mode routes to them, blind to the first label."""
     import random
 
     words = annotator_labels(run_id=run_id, store=store)
-    failed = sorted(tid for tid, v in words.items()
-                    if any(w[0] == "fail" for a, w in v.items() if a not in (AUTO, ADJUDICATOR)))
+    failed = sorted(
+        tid for tid, v in words.items() if any(w[0] == "fail" for a, w in v.items() if a not in (AUTO, ADJUDICATOR))
+    )
     rng = random.Random(f"{seed}:{run_id}")  # the same sample for everyone, whoever asks first
     sample = sorted(rng.sample(failed, max(1, round(len(failed) * fraction)))) if failed else []
     return [tid for tid in sample if annotator not in words[tid]]

@@ -36,7 +36,10 @@ def put_blob(session: Session, data: bytes, mime: Optional[str] = None) -> str:
     """Store bytes once (by SHA-256) and return the hash."""
     digest = convert.sha256(data)
     values = {
-        "sha256": digest, "mime": mime or convert.sniff_mime(data), "size": len(data), "data": data,
+        "sha256": digest,
+        "mime": mime or convert.sniff_mime(data),
+        "size": len(data),
+        "data": data,
         "created_at": t.utcnow(),
     }
     insert_ignore(session, t.Blob, values, ["sha256"])
@@ -63,20 +66,63 @@ def upsert_case(session: Session, case: FailureCase) -> int:
 
 
 # What a queued run's stored config may hold: an allow-list, so a header, token or key never gets in.
-RUN_CONFIG_KEYS = frozenset({
-    "model", "tools", "suite", "case_file", "max_turns", "system", "block_repeat_calls", "force_final_answer",
-    "concurrency", "analyzers", "base_url", "runtime", "chat_kwargs", "repeats", "seed",
-})
+RUN_CONFIG_KEYS = frozenset(
+    {
+        "model",
+        "tools",
+        "suite",
+        "case_file",
+        "max_turns",
+        "system",
+        "block_repeat_calls",
+        "force_final_answer",
+        "concurrency",
+        "analyzers",
+        "base_url",
+        "runtime",
+        "chat_kwargs",
+        "repeats",
+        "seed",
+    }
+)
 MODEL_KEYS = frozenset({"name", "backend", "want", "checkpoint", "device", "dtype"})
 # RuntimeConfig's fields less the key (a test keeps the two lists in step).
-RUNTIME_KEYS = frozenset({"device", "dtype", "max_new_tokens", "temperature", "base_url", "timeout", "max_retries",
-                          "attn_implementation", "trust_remote_code", "extra"})
+RUNTIME_KEYS = frozenset(
+    {
+        "device",
+        "dtype",
+        "max_new_tokens",
+        "temperature",
+        "base_url",
+        "timeout",
+        "max_retries",
+        "attn_implementation",
+        "trust_remote_code",
+        "extra",
+    }
+)
 # Query parameters that carry credentials in URLs people paste (`?api-key=`, `?token=`, signed URLs).
 _SECRET_PARAM = re.compile(r"(key|token|secret|passw|auth|signature|sig|credential|session|cookie)", re.I)
 # A key is secret when one of its words is one of these (`api_key`, `hf_token`, `Authorization`, `headers`),
 # but not `max_new_tokens`.
-_SECRET_WORDS = frozenset({"key", "apikey", "secret", "password", "passwd", "token", "authorization", "auth",
-                           "header", "headers", "cookie", "credential", "credentials", "bearer"})
+_SECRET_WORDS = frozenset(
+    {
+        "key",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "token",
+        "authorization",
+        "auth",
+        "header",
+        "headers",
+        "cookie",
+        "credential",
+        "credentials",
+        "bearer",
+    }
+)
 
 
 def is_secret_name(name: Any) -> bool:
@@ -91,8 +137,9 @@ def clean_url(url: Any) -> Any:
 
     parts = urlsplit(url)
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                       if not _SECRET_PARAM.search(k)])
+    query = urlencode(
+        [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if not _SECRET_PARAM.search(k)]
+    )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
@@ -133,11 +180,7 @@ def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
 
 def _strip_secrets(value: Any) -> Any:
     if isinstance(value, dict):
-        return {
-            k: _strip_secrets(v)
-            for k, v in value.items()
-            if not is_secret_name(k)
-        }
+        return {k: _strip_secrets(v) for k, v in value.items() if not is_secret_name(k)}
     if isinstance(value, list):
         return [_strip_secrets(v) for v in value]
     return clean_url(value) if isinstance(value, str) and "://" in value else value
@@ -212,8 +255,9 @@ def save_trajectory(
     tid = session.execute(
         insert(table).returning(table.c.id), [dict(fields, run_id=run_id, case_id=case_id)]
     ).scalar_one()
-    session.execute(insert(t.TrajectoryText.__table__),
-                    [{"trajectory_id": tid, "search_text": convert.search_text(traj)}])
+    session.execute(
+        insert(t.TrajectoryText.__table__), [{"trajectory_id": tid, "search_text": convert.search_text(traj)}]
+    )
     step_rows = [dict(convert.step_fields(s), trajectory_id=tid) for s in traj.steps]
     if step_rows:
         session.execute(insert(t.Step.__table__), step_rows)
@@ -237,9 +281,11 @@ def save_trajectory(
 
 def save_step_media(session: Session, trajectory_id: int, images: dict) -> None:
     """Attach images (bytes, by step index) to a trajectory's steps, each stored once by hash."""
-    ids = dict(session.execute(
-        select(t.Step.idx, t.Step.id).where(t.Step.trajectory_id == trajectory_id, t.Step.idx.in_(list(images)))
-    ).all())
+    ids = dict(
+        session.execute(
+            select(t.Step.idx, t.Step.id).where(t.Step.trajectory_id == trajectory_id, t.Step.idx.in_(list(images)))
+        ).all()
+    )
     rows = []
     for idx, blobs in images.items():
         for pos, data in enumerate(blobs):
@@ -313,11 +359,16 @@ def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[d
         todo = pending_cases(s, run_id)
         rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_({cid for _, cid, _ in todo}))).scalars()}
         shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
-        blobs = {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()} \
-            if shas else {}
+        blobs = (
+            {b.sha256: bytes(b.data) for b in s.execute(select(t.Blob).where(t.Blob.sha256.in_(shas))).scalars()}
+            if shas
+            else {}
+        )
         # Each attempt gets its own case object: tools and the worker may change it while it runs.
-        cases = [(cid, attempt, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256)))
-                 for _, cid, attempt in todo]
+        cases = [
+            (cid, attempt, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256)))
+            for _, cid, attempt in todo
+        ]
         return cfg, cases, case_starts(s, run_id)
 
 
@@ -328,4 +379,3 @@ def trajectory_ids(run_id: Optional[int] = None, *, store: "Store | str | None" 
         if run_id is not None:
             q = q.where(t.Trajectory.run_id == run_id)
         return list(s.execute(q).scalars())
-

@@ -249,9 +249,7 @@ class TrajectoryText(Base):
 
     __tablename__ = "trajectory_texts"
 
-    trajectory_id: Mapped[int] = mapped_column(
-        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
-    )
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
     search_text: Mapped[str] = mapped_column(Text, default="")
 
 
@@ -260,9 +258,7 @@ class TrajectoryTool(Base):
 
     __tablename__ = "trajectory_tools"
 
-    trajectory_id: Mapped[int] = mapped_column(
-        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
-    )
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
     tool: Mapped[str] = mapped_column(String(100), primary_key=True)
 
     __table_args__ = (Index(None, "tool", "trajectory_id"),)
@@ -352,9 +348,7 @@ class TrajectoryScore(Base):
 
     __tablename__ = "trajectory_scores"
 
-    trajectory_id: Mapped[int] = mapped_column(
-        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
-    )
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
     name: Mapped[str] = mapped_column(String(60), primary_key=True)
     value: Mapped[float] = mapped_column(Float)
 
@@ -404,9 +398,7 @@ class DiagnosisRow(Base):
 
     __tablename__ = "diagnoses"
 
-    trajectory_id: Mapped[int] = mapped_column(
-        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
-    )
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
     rank: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[Optional[str]] = mapped_column(String(100))
     first_wrong_step: Mapped[Optional[int]]
@@ -442,9 +434,7 @@ class Tag(Base):
 class TrajectoryTag(Base):
     __tablename__ = "trajectory_tags"
 
-    trajectory_id: Mapped[int] = mapped_column(
-        ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True
-    )
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
     tag_id: Mapped[int] = mapped_column(ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True)
 
     __table_args__ = (Index(None, "tag_id", "trajectory_id"),)

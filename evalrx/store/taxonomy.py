@@ -33,8 +33,11 @@ class KindInfo:
 def list_kinds(*, store: "Store | str | None" = None) -> "list[KindInfo]":
     """Every kind, built-in ones first, in their stored order."""
     with resolve(store).read() as s:
-        rows = s.execute(select(t.FailureKindRow).order_by(t.FailureKindRow.builtin.desc(),
-                                                           t.FailureKindRow.position, t.FailureKindRow.key)).scalars()
+        rows = s.execute(
+            select(t.FailureKindRow).order_by(
+                t.FailureKindRow.builtin.desc(), t.FailureKindRow.position, t.FailureKindRow.key
+            )
+        ).scalars()
         return [KindInfo(r.key, r.definition or "", r.hotkey, bool(r.builtin)) for r in rows]
 
 
@@ -49,8 +52,9 @@ def clean_key(key: str) -> str:
 KEEP = "keep"
 
 
-def save_kind(key: str, definition: str = "", *, hotkey: Optional[str] = KEEP,
-              store: "Store | str | None" = None) -> KindInfo:
+def save_kind(
+    key: str, definition: str = "", *, hotkey: Optional[str] = KEEP, store: "Store | str | None" = None
+) -> KindInfo:
     """Add a custom kind or edit one (a built-in kind's key and definition stay; its hotkey may change).
 
     `hotkey` "1".."9" binds the kind (taking the key from another kind), None unbinds it, and the
@@ -64,13 +68,17 @@ def save_kind(key: str, definition: str = "", *, hotkey: Optional[str] = KEEP,
         raise ValueError(f"hotkey {hotkey!r} must be one of 1-9 (or none)")
     with resolve(store).write() as s:
         if hotkey is not None:
-            s.execute(update(t.FailureKindRow).where(t.FailureKindRow.hotkey == hotkey,
-                                                     t.FailureKindRow.key != key).values(hotkey=None))
+            s.execute(
+                update(t.FailureKindRow)
+                .where(t.FailureKindRow.hotkey == hotkey, t.FailureKindRow.key != key)
+                .values(hotkey=None)
+            )
         row = s.get(t.FailureKindRow, key)
         if row is None:
             position = (s.execute(select(func.max(t.FailureKindRow.position))).scalar() or 0) + 1
-            row = t.FailureKindRow(key=key, definition=definition.strip(), hotkey=hotkey, builtin=False,
-                                   position=position)
+            row = t.FailureKindRow(
+                key=key, definition=definition.strip(), hotkey=hotkey, builtin=False, position=position
+            )
             s.add(row)
         else:
             if not row.builtin:

@@ -54,12 +54,26 @@ class AppServer:
         self.log = open(tmp / "streamlit.log", "w")
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "main.py"),
-                "--server.headless", "true", "--server.fileWatcherType", "none",
-                "--server.port", str(self.port), "--server.address", "127.0.0.1",
-                "--browser.gatherUsageStats", "false",
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                str(ROOT / "app" / "main.py"),
+                "--server.headless",
+                "true",
+                "--server.fileWatcherType",
+                "none",
+                "--server.port",
+                str(self.port),
+                "--server.address",
+                "127.0.0.1",
+                "--browser.gatherUsageStats",
+                "false",
             ],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         try:
             wait_http_ok(f"{self.url}/_stcore/health", proc=self.proc)
@@ -93,7 +107,9 @@ def settle(page, quiet_ms: int = 400, timeout: float = 30_000) -> None:
             if (!window.__evalrxIdleSince) window.__evalrxIdleSince = now;
             return now - window.__evalrxIdleSince >= quiet;
         }""",
-        arg=quiet_ms, polling=50, timeout=timeout,
+        arg=quiet_ms,
+        polling=50,
+        timeout=timeout,
     )
 
 

@@ -44,11 +44,20 @@ def seeded(app_env) -> dict:
     url = app_env["EVALRX_DATABASE_URL"]
     outcomes = ["fail" if i % 3 else "pass" for i in range(24)]
     run_id, ids = fill_run(url, 24, seed=7, name="seeded run", outcomes=outcomes)
-    label_run, label_ids = fill_run(url, 6, seed=8, name="label run", prefix="l",
-                                    outcomes=["fail", "pass", "fail", "fail", "pass", "fail"])
+    label_run, label_ids = fill_run(
+        url, 6, seed=8, name="label run", prefix="l", outcomes=["fail", "pass", "fail", "fail", "pass", "fail"]
+    )
     xss_run, xss_id = add_xss_run(url)
-    return {"url": url, "run": run_id, "ids": ids, "outcomes": outcomes, "label_run": label_run,
-            "label_ids": label_ids, "xss_run": xss_run, "xss": xss_id}
+    return {
+        "url": url,
+        "run": run_id,
+        "ids": ids,
+        "outcomes": outcomes,
+        "label_run": label_run,
+        "label_ids": label_ids,
+        "xss_run": xss_run,
+        "xss": xss_id,
+    }
 
 
 @pytest.fixture(scope="session")

@@ -23,8 +23,11 @@ def analysed(app_env):
     store = S.connect(app_env["EVALRX_DATABASE_URL"])
     # The model finds the home city but garbles its name when copying the observation (misread).
     case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-015")
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"],
-                    analyzers=["logit_lens", "tool_decision", "attention", "token_uncertainty"])
+    cfg = RunConfig(
+        model=ModelConfig("evalrx-tiny"),
+        tools=["calculator", "lookup"],
+        analyzers=["logit_lens", "tool_decision", "attention", "token_uncertainty"],
+    )
     run_id = enqueue_run(cfg, [case], name="analysed demo", store=store)
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     row = S.list_trajectories(run_id=run_id, store=store).rows[0]
@@ -41,8 +44,12 @@ def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, an
     charts = page.locator("[data-testid='stVegaLiteChart']")
     poll(lambda: charts.count() >= 3, what="lens, tool-decision and attention charts")
     # Vega draws each chart into a canvas or svg once its data is in.
-    poll(lambda: page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg").count() >= 3,
-         what="charts drawn")
+    poll(
+        lambda: (
+            page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg").count() >= 3
+        ),
+        what="charts drawn",
+    )
     text = main_text(page)
     assert "margin" in text and "calculator" in text
     assert page.locator(".evalrx-uncertainty span").count() > 5  # generated tokens, one span each
@@ -88,8 +95,11 @@ def test_requesting_an_analysis_from_the_page_reaches_done(app_server, analysed,
     # The app's tests run with the local worker off: serve the queue here, as `evalrx worker` would.
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     assert A.get_request(req["id"], store=store)["status"] == "done"
-    poll(lambda: f"Analysis request {req['id']}: done" in main_text(page), timeout=30,
-         what="the page shows the request done")
+    poll(
+        lambda: f"Analysis request {req['id']}: done" in main_text(page),
+        timeout=30,
+        what="the page shows the request done",
+    )
     settle(page)
     assert page.locator("[data-testid='stVegaLiteChart']").count() >= 3
 

@@ -88,16 +88,19 @@ def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server,
 def test_hostile_model_output_is_inert(app_server, seeded, page):
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    for path in (f"/trajectory?id={seeded['xss']}", f"/trajectories?run={seeded['xss_run']}",
-                 f"/?run={seeded['xss_run']}", f"/label?run={seeded['xss_run']}"):
+    for path in (
+        f"/trajectory?id={seeded['xss']}",
+        f"/trajectories?run={seeded['xss_run']}",
+        f"/?run={seeded['xss_run']}",
+        f"/label?run={seeded['xss_run']}",
+    ):
         goto(page, app_server.url + path)
         page.wait_for_timeout(500)  # time for any injected handler to fire
         assert dialogs == [], (path, dialogs)
         assert page.evaluate("typeof window.__evalrx_xss") == "undefined", path
         # No element came from the model's markup: no injected <img src=x>, no script with our marker.
         assert page.locator("img[src='x']").count() == 0, path
-        assert page.evaluate(
-            "[...document.scripts].some(s => s.textContent.includes('__evalrx_xss'))") is False, path
+        assert page.evaluate("[...document.scripts].some(s => s.textContent.includes('__evalrx_xss'))") is False, path
         assert page.locator("a[href^='javascript']").count() == 0, path
     # The text is shown literally on the trajectory page.
     goto(page, f"{app_server.url}/trajectory?id={seeded['xss']}")
@@ -110,7 +113,9 @@ def test_uploaded_case_file_is_validated_inline(app_server, page, tmp_path):
     bad = tmp_path / "mine.jsonl"
     bad.write_text('{"prompt": "2+2?", "expected": 4}\n{"prompt": "no closing brace"\n')
     good = tmp_path / "good.jsonl"
-    good.write_text('{"prompt": "2+2?", "expected": 4}\n{"prompt": "3*3?", "expected": 9, "grader": {"kind": "numeric"}}\n')
+    good.write_text(
+        '{"prompt": "2+2?", "expected": 4}\n{"prompt": "3*3?", "expected": 9, "grader": {"kind": "numeric"}}\n'
+    )
     goto(page, f"{app_server.url}/new")
     page.get_by_text("Upload a case file").click()
     settle(page)

@@ -39,8 +39,7 @@ def fresh_app(tmp_path_factory):
     """A server on an empty SQLite file (no schema) with the local worker on."""
     tmp = tmp_path_factory.mktemp("fresh")
     url = f"sqlite:///{tmp / 'fresh.sqlite'}"
-    env = dict(os.environ, EVALRX_DATABASE_URL=url,
-               HF_HUB_OFFLINE="1")
+    env = dict(os.environ, EVALRX_DATABASE_URL=url, HF_HUB_OFFLINE="1")
     env.pop("EVALRX_NO_LOCAL_WORKER", None)
     server = AppServer(env, tmp)
     yield server, url
@@ -77,8 +76,11 @@ def _launch(page, base: str, *, suite: str, limit: int, max_turns: int, checkpoi
     page.get_by_role("combobox", name="Suite").click()
     page.get_by_role("option", name=suite, exact=True).click()
     settle(page)
-    for label, value in (("Run only the first N cases (0 = all)", limit), ("Max model turns per case", max_turns),
-                         ("Run name", name)):
+    for label, value in (
+        ("Run only the first N cases (0 = all)", limit),
+        ("Max model turns per case", max_turns),
+        ("Run name", name),
+    ):
         box = page.get_by_label(label, exact=True)
         box.fill(str(value))
         box.press("Tab")

@@ -25,10 +25,18 @@ def two_runs(app_env):
     url = app_env["EVALRX_DATABASE_URL"]
     cases = [make_case(i, prefix="cmp") for i in range(4)]
     calc = ("calculator", {"expression": "6 * 7"})
-    plan_a = [([("lookup", {"query": QUERY_A, "limit": 1})], "pass"), ([calc], "pass"), ([calc], "fail"),
-              ([("lookup", {"query": "plain words"})], "fail")]
-    plan_b = [([("lookup", {"query": QUERY_B, "limit": 1})], "fail"), ([calc], "pass"),
-              ([calc, ("lookup", {"query": "check"})], "pass"), ([("lookup", {"query": XSS})], "fail")]
+    plan_a = [
+        ([("lookup", {"query": QUERY_A, "limit": 1})], "pass"),
+        ([calc], "pass"),
+        ([calc], "fail"),
+        ([("lookup", {"query": "plain words"})], "fail"),
+    ]
+    plan_b = [
+        ([("lookup", {"query": QUERY_B, "limit": 1})], "fail"),
+        ([calc], "pass"),
+        ([calc, ("lookup", {"query": "check"})], "pass"),
+        ([("lookup", {"query": XSS})], "fail"),
+    ]
 
     def build(plan, name):
         def make(pos, attempt):
@@ -38,8 +46,15 @@ def two_runs(app_env):
         def diagnose(pos, attempt):
             if plan[pos][1] != "fail":
                 return None
-            return [Diagnosis(kind="bad_arguments", first_wrong_step=1, evidence={"text": "other arguments"},
-                              confidence=0.9, source="reference")]
+            return [
+                Diagnosis(
+                    kind="bad_arguments",
+                    first_wrong_step=1,
+                    evidence={"text": "other arguments"},
+                    confidence=0.9,
+                    source="reference",
+                )
+            ]
 
         return fill_attempts(url, cases, make, name=name, diagnose=diagnose)
 
@@ -62,14 +77,20 @@ def test_a_regression_opens_aligned_with_the_first_divergence_and_the_changed_ar
     first.wait_for()
     assert "first divergence" in first.inner_text()
     # outlined in red (the page's style block may land a moment after the element)
-    poll(lambda: first.evaluate("e => getComputedStyle(e).borderTopColor") == "rgb(221, 51, 51)", timeout=10,
-         what="the first divergence's red outline")
+    poll(
+        lambda: first.evaluate("e => getComputedStyle(e).borderTopColor") == "rgb(221, 51, 51)",
+        timeout=10,
+        what="the first divergence's red outline",
+    )
     changed = page.locator("[class*='st-key-cmp-argdiff-']")
     assert changed.count() == 2  # the query on each side; `limit` is the same
     left, right = changed.nth(0).inner_text(), changed.nth(1).inner_text()
     assert "query" in left and QUERY_A in left and QUERY_B in right and "changed" in right
-    poll(lambda: changed.nth(0).evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 235, 211)",
-         timeout=10, what="the changed argument's highlight")
+    poll(
+        lambda: changed.nth(0).evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(253, 235, 211)",
+        timeout=10,
+        what="the changed argument's highlight",
+    )
     side_b = page.locator(".st-key-cmp-side-b").inner_text()
     assert "graded fail" in side_b and "bad_arguments" in side_b and "first wrong step 1" in side_b
     assert "graded pass" in page.locator(".st-key-cmp-side-a").inner_text()
@@ -101,8 +122,15 @@ def demo_runs(app_env):
 
     store = S.connect(app_env["EVALRX_DATABASE_URL"])
     cases = load_cases("demo/two_step")[:6]
-    ids = [enqueue_run(RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=turns),
-                       cases, name=f"demo, {turns} turns", store=store) for turns in (4, 2)]
+    ids = [
+        enqueue_run(
+            RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=turns),
+            cases,
+            name=f"demo, {turns} turns",
+            store=store,
+        )
+        for turns in (4, 2)
+    ]
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     return ids
 

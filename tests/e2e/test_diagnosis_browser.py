@@ -19,8 +19,12 @@ def misread(app_env):
 
     store = S.connect(app_env["EVALRX_DATABASE_URL"])
     case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-015")
-    run_id = enqueue_run(RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"]), [case],
-                         name="diagnosed demo", store=store)
+    run_id = enqueue_run(
+        RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"]),
+        [case],
+        name="diagnosed demo",
+        store=store,
+    )
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     row = S.list_trajectories(run_id=run_id, store=store).rows[0]
     assert row.outcome == "fail" and row.failure_kind == "misread_observation"
@@ -47,9 +51,12 @@ def test_a_failure_says_why_and_one_key_accepts_the_proposal(app_server, misread
     assert "first wrong step" in marked.inner_text()
     border = marked.evaluate("e => getComputedStyle(e).borderTopColor")
     assert border == "rgb(221, 51, 51)", border  # outlined in red
-    poll(lambda: page.evaluate(f"""() => {{
+    poll(
+        lambda: page.evaluate(f"""() => {{
         const r = document.querySelector('.st-key-step-{step}').getBoundingClientRect();
-        return r.top < window.innerHeight && r.bottom > 0; }}"""), what="first wrong step scrolled into view")
+        return r.top < window.innerHeight && r.bottom > 0; }}"""),
+        what="first wrong step scrolled into view",
+    )
 
     goto(page, f"{app_server.url}/label?run={run_id}&annotator=rev")
     page.get_by_role("heading", name=f"Trajectory {tid}").wait_for()
@@ -59,7 +66,11 @@ def test_a_failure_says_why_and_one_key_accepts_the_proposal(app_server, misread
     press(page, "Enter")
     lab = poll(lambda: current(store, tid), what="label saved by Enter")
     assert (lab.outcome, lab.failure_mode, lab.first_wrong_step, lab.annotator) == (
-        "fail", "misread_observation", step, "rev")
+        "fail",
+        "misread_observation",
+        step,
+        "rev",
+    )
     page.get_by_text("Nothing left to label here.").wait_for()
     page.reload()
     goto(page, f"{app_server.url}/trajectory?id={tid}")

@@ -11,8 +11,10 @@ import pytest
 from apphelpers import click_dataframe_row, goto, main_text, poll, settle
 from inspect_logs import inspect_env, write_eval_log
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -42,8 +42,23 @@ def serving(spec: str, log: Path, *, checkpoint: Optional[str] = None, max_new_t
     does not shut down cleanly on SIGTERM.
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    cmd = [sys.executable, "-m", "evalrx.cli", "serve", "--spec", spec, "--host", "127.0.0.1", "--port", "0",
-           "--max-new-tokens", str(max_new_tokens), "--device", "cpu", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "evalrx.cli",
+        "serve",
+        "--spec",
+        spec,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     if checkpoint:
         cmd += ["--checkpoint", str(checkpoint)]
     with open(log, "w") as err:
@@ -57,8 +72,9 @@ def serving(spec: str, log: Path, *, checkpoint: Optional[str] = None, max_new_t
             try:
                 line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"evalrx serve printed no ready line in {START_TIMEOUT_S}s:\n"
-                                     f"{log.read_text()[-3000:]}") from None
+                raise AssertionError(
+                    f"evalrx serve printed no ready line in {START_TIMEOUT_S}s:\n{log.read_text()[-3000:]}"
+                ) from None
             if line == "":
                 raise AssertionError(f"evalrx serve exited with {proc.wait()}:\n{log.read_text()[-3000:]}")
             if line.startswith(f"evalrx serve: {spec} on http://127.0.0.1:"):

@@ -43,13 +43,21 @@ def local(tiny_qwen_dir):
 
 @pytest.fixture(scope="module")
 def remote(server):
-    return evalrx.load(QWEN, backend="api", base_url=server, api_key="sk-not-needed", max_new_tokens=MAX_NEW,
-                       max_retries=0, timeout=120)
+    return evalrx.load(
+        QWEN,
+        backend="api",
+        base_url=server,
+        api_key="sk-not-needed",
+        max_new_tokens=MAX_NEW,
+        max_retries=0,
+        timeout=120,
+    )
 
 
 def _post_raw(url: str, data: bytes):
-    req = urllib.request.Request(url + "/chat/completions", data=data, method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + "/chat/completions", data=data, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return resp.status, json.loads(resp.read())
@@ -66,17 +74,34 @@ _STAGE_1 = [
     {"role": "user", "content": "What is 3*4? Use the calculator tool."},
 ]
 _STAGE_2 = _STAGE_1 + [
-    {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_a", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_a", "name": "calculator", "content": "12"},
 ]
 _STAGE_3 = _STAGE_2 + [
     {"role": "assistant", "content": "The answer is 12."},
     {"role": "user", "content": "And the weather in Paris? Also compute 5*6."},
-    {"role": "assistant", "content": "Let me check both.", "tool_calls": [
-        {"id": "call_b", "type": "function", "function": {"name": "search", "arguments": {"query": "weather in Paris"}}},
-        {"id": "call_c", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "5*6"}}},
-    ]},
+    {
+        "role": "assistant",
+        "content": "Let me check both.",
+        "tool_calls": [
+            {
+                "id": "call_b",
+                "type": "function",
+                "function": {"name": "search", "arguments": {"query": "weather in Paris"}},
+            },
+            {
+                "id": "call_c",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": {"expression": "5*6"}},
+            },
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_b", "content": "Sunny, 21 degrees."},
     {"role": "tool", "tool_call_id": "call_c", "content": "30"},
 ]
@@ -146,8 +171,12 @@ def test_agent_trajectories_match(local, remote):
 
     def shape(traj):
         return [
-            (s.role, [evalrx.ToolCall.from_dict(c).signature() if "args" in c else (c.get("name"),) for c in s.tool_calls],
-             s.span.get("prompt_tokens"), s.span.get("completion_tokens"))
+            (
+                s.role,
+                [evalrx.ToolCall.from_dict(c).signature() if "args" in c else (c.get("name"),) for c in s.tool_calls],
+                s.span.get("prompt_tokens"),
+                s.span.get("completion_tokens"),
+            )
             for s in traj.steps
         ]
 
@@ -162,8 +191,19 @@ def test_server_rejects_malformed_requests_and_keeps_serving(server, remote):
     assert code == 400 and payload["error"]["type"] == "invalid_request_error"
     code, payload = _post_raw(server, json.dumps({"model": QWEN}).encode())
     assert code == 400 and "messages" in payload["error"]["message"]
-    code, payload = _post_raw(server, json.dumps({"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode())
+    code, payload = _post_raw(
+        server,
+        json.dumps(
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+                    }
+                ]
+            }
+        ).encode(),
+    )
     assert code == 400 and "does not accept images" in payload["error"]["message"]
     code, models = get_json(server, "/v1/models")
     assert code == 200 and models["data"][0]["id"] == QWEN
@@ -175,9 +215,24 @@ def test_port_in_use_is_one_clear_line(server, tiny_qwen_dir):
     port = server.rsplit(":", 1)[1].split("/")[0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "evalrx.cli", "serve", "--spec", QWEN, "--checkpoint", str(tiny_qwen_dir),
-         "--port", port, "--quiet"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "evalrx.cli",
+            "serve",
+            "--spec",
+            QWEN,
+            "--checkpoint",
+            str(tiny_qwen_dir),
+            "--port",
+            port,
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
     assert f"Cannot listen on 127.0.0.1:{port}" in proc.stderr and "Traceback" not in proc.stderr

@@ -47,8 +47,15 @@ def test_agent_runs_match_through_serve_and_hf_local(cases, tmp_path):
 
     direct = run_batch(local, cases, tools_factory=tools, max_turns=4)
     with serving("evalrx-tiny", tmp_path / "serve.log", max_new_tokens=MAX_NEW) as url:
-        remote = evalrx.load("evalrx-tiny", backend="api", base_url=url, api_key="sk-local", max_retries=0,
-                             timeout=120, max_new_tokens=MAX_NEW)
+        remote = evalrx.load(
+            "evalrx-tiny",
+            backend="api",
+            base_url=url,
+            api_key="sk-local",
+            max_retries=0,
+            timeout=120,
+            max_new_tokens=MAX_NEW,
+        )
         served = run_batch(remote, cases, tools_factory=tools, max_turns=4, concurrency=1)
 
     assert sum(len(_calls(t)) for t in direct) >= 3, "the demo model should call tools on these cases"

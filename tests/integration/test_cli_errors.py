@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_cli(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "evalrx", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": "sk-SECRET-123"},
     )
 
@@ -36,27 +39,61 @@ def assert_one_clear_line(proc: subprocess.CompletedProcess, *needles: str) -> s
 
 
 def test_unknown_spec_lists_known_specs(tmp_path):
-    out = run_cli("run", "--spec", "qwen9-mega", "--suite", "demo", "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    out = run_cli(
+        "run", "--spec", "qwen9-mega", "--suite", "demo", "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path
+    )
     assert_one_clear_line(out, "qwen9-mega", "Known specs", "qwen2.5-7b-instruct")
 
 
 def test_unknown_tool_lists_known_tools(tmp_path):
-    out = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--suite", "demo", "--tools", "calculator,teleport",
-                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    out = run_cli(
+        "run",
+        "--spec",
+        "qwen2.5-0.5b-instruct",
+        "--suite",
+        "demo",
+        "--tools",
+        "calculator,teleport",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        tmp_path=tmp_path,
+    )
     assert_one_clear_line(out, "teleport", "calculator", "lookup")
 
 
 def test_missing_checkpoint_path_says_which_path(tmp_path):
     missing = tmp_path / "no-such-model"
-    out = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--checkpoint", str(missing), "--suite", "demo",
-                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    out = run_cli(
+        "run",
+        "--spec",
+        "qwen2.5-0.5b-instruct",
+        "--checkpoint",
+        str(missing),
+        "--suite",
+        "demo",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        tmp_path=tmp_path,
+    )
     assert_one_clear_line(out, str(missing))
 
 
 def test_unreachable_api_url_names_the_url_and_hides_the_key(tmp_path):
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    out = run_cli("run", "--spec", "gpt-4o-mini", "--backend", "api", "--base-url", url, "--suite", "demo",
-                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    out = run_cli(
+        "run",
+        "--spec",
+        "gpt-4o-mini",
+        "--backend",
+        "api",
+        "--base-url",
+        url,
+        "--suite",
+        "demo",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        tmp_path=tmp_path,
+    )
     line = assert_one_clear_line(out, "127.0.0.1")
     assert "sk-SECRET-123" not in out.stderr + out.stdout
     assert not (tmp_path / "o.jsonl").exists() or (tmp_path / "o.jsonl").read_text() == ""
@@ -66,8 +103,16 @@ def test_unreachable_api_url_names_the_url_and_hides_the_key(tmp_path):
 def test_malformed_case_file_names_file_and_line(tmp_path):
     bad = tmp_path / "cases.jsonl"
     bad.write_text('{"id": "a", "prompt": "What is 2+2?", "expected": "4"}\n{"id": "b", "prompt": \n')
-    out = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--cases", str(bad), "--out", str(tmp_path / "o.jsonl"),
-                  tmp_path=tmp_path)
+    out = run_cli(
+        "run",
+        "--spec",
+        "qwen2.5-0.5b-instruct",
+        "--cases",
+        str(bad),
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        tmp_path=tmp_path,
+    )
     assert_one_clear_line(out, "cases.jsonl:2", "bad JSON")
 
 
@@ -115,8 +160,28 @@ def test_call_budget_flags_reach_the_queued_run_config(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     S.upgrade(url)
     try:
-        assert main(["run", "--spec", "gpt-4o-mini", "--backend", "api", "--suite", "demo", "--limit", "1",
-                     "--url", url, "--timeout", "7.5", "--retries", "0"]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    "--spec",
+                    "gpt-4o-mini",
+                    "--backend",
+                    "api",
+                    "--suite",
+                    "demo",
+                    "--limit",
+                    "1",
+                    "--url",
+                    url,
+                    "--timeout",
+                    "7.5",
+                    "--retries",
+                    "0",
+                ]
+            )
+            == 0
+        )
         (run,) = S.list_runs(store=url)
         assert run.config["runtime"] == {"timeout": 7.5, "max_retries": 0}
     finally:
@@ -136,16 +201,29 @@ def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
 def test_an_api_only_spec_on_a_local_backend_is_refused_not_sent_to_openai(tmp_path):
     cases = tmp_path / "c.jsonl"
     cases.write_text('{"prompt": "2+2?", "expected": 4}\n')
-    out = run_cli("run", "--spec", "gpt-4o-mini", "--backend", "hf_local", "--cases", str(cases),
-                  "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path)
+    out = run_cli(
+        "run",
+        "--spec",
+        "gpt-4o-mini",
+        "--backend",
+        "hf_local",
+        "--cases",
+        str(cases),
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        tmp_path=tmp_path,
+    )
     _one_line(out, "gpt-4o-mini is API-only", "--backend api")
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["run", "--spec", "tiny", "--suite", "demo", "--max-turns", "0"], ["--max-turns", "from 1 to 100"]),
-    (["run", "--spec", "tiny", "--suite", "demo", "--limit", "-1"], ["--limit", "whole number"]),
-    (["run", "--spec", "tiny", "--suite", "demo", "--concurrency", "0"], ["--concurrency", "from 1 to 64"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["run", "--spec", "tiny", "--suite", "demo", "--max-turns", "0"], ["--max-turns", "from 1 to 100"]),
+        (["run", "--spec", "tiny", "--suite", "demo", "--limit", "-1"], ["--limit", "whole number"]),
+        (["run", "--spec", "tiny", "--suite", "demo", "--concurrency", "0"], ["--concurrency", "from 1 to 64"]),
+    ],
+)
 def test_numeric_options_are_range_checked(tmp_path, args, needles):
     _one_line(run_cli(*args, tmp_path=tmp_path), *needles)
 
@@ -153,10 +231,18 @@ def test_numeric_options_are_range_checked(tmp_path, args, needles):
 def test_paths_that_are_directories_or_not_files_get_one_line(tmp_path):
     store = f"sqlite:///{tmp_path / 's.sqlite'}"
     assert run_cli("db", "upgrade", "--url", store, tmp_path=tmp_path).returncode == 0
-    _one_line(run_cli("run", "--spec", "tiny", "--suite", "demo", "--out", str(tmp_path), tmp_path=tmp_path),
-              "is a directory", "run.jsonl")
-    _one_line(run_cli("run", "--spec", "tiny", "--suite", str(tmp_path), "--out", str(tmp_path / "o.jsonl"),
-                      tmp_path=tmp_path), "is a directory, not a case file", "evalrx suites")
+    _one_line(
+        run_cli("run", "--spec", "tiny", "--suite", "demo", "--out", str(tmp_path), tmp_path=tmp_path),
+        "is a directory",
+        "run.jsonl",
+    )
+    _one_line(
+        run_cli(
+            "run", "--spec", "tiny", "--suite", str(tmp_path), "--out", str(tmp_path / "o.jsonl"), tmp_path=tmp_path
+        ),
+        "is a directory, not a case file",
+        "evalrx suites",
+    )
     listed = run_cli("suites", tmp_path=tmp_path)
     assert listed.returncode == 0 and "demo/arithmetic_easy" in listed.stdout
     ok = tmp_path / "ok.jsonl"
@@ -167,8 +253,9 @@ def test_paths_that_are_directories_or_not_files_get_one_line(tmp_path):
 
 
 def test_bad_store_url_and_malformed_imports_get_one_line(tmp_path):
-    _one_line(run_cli("runs", "--url", "foo://user:hunter2@host/db", tmp_path=tmp_path),
-              "is not a store URL", "sqlite:///")
+    _one_line(
+        run_cli("runs", "--url", "foo://user:hunter2@host/db", tmp_path=tmp_path), "is not a store URL", "sqlite:///"
+    )
     assert "hunter2" not in run_cli("runs", "--url", "foo://user:hunter2@host/db", tmp_path=tmp_path).stderr
     store = f"sqlite:///{tmp_path / 's.sqlite'}"
     assert run_cli("db", "upgrade", "--url", store, tmp_path=tmp_path).returncode == 0
@@ -176,6 +263,8 @@ def test_bad_store_url_and_malformed_imports_get_one_line(tmp_path):
     deep.write_text('{"sample_id": "a", "steps": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     _one_line(run_cli("import", str(deep), "--url", store, tmp_path=tmp_path), "line 1", "levels deep, over the limit")
     dup = tmp_path / "dup.jsonl"
-    dup.write_text('{"sample_id": "a", "goal": "g", "steps": [{"idx": 0, "role": "user", "content": "g"}, '
-                   '{"idx": 0, "role": "actor", "content": "h"}]}\n')
+    dup.write_text(
+        '{"sample_id": "a", "goal": "g", "steps": [{"idx": 0, "role": "user", "content": "g"}, '
+        '{"idx": 0, "role": "actor", "content": "h"}]}\n'
+    )
     _one_line(run_cli("import", str(dup), "--url", store, tmp_path=tmp_path), "step 1 has idx 0")

@@ -11,8 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evalrx", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "evalrx", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_run_queues_and_wait_follows_a_worker_to_the_end(tmp_path, tiny_qwen_dir):
@@ -21,8 +22,22 @@ def test_run_queues_and_wait_follows_a_worker_to_the_end(tmp_path, tiny_qwen_dir
     assert cli("db", "upgrade", env=env).returncode == 0
     worker = subprocess.Popen([sys.executable, "-m", "evalrx", "worker", "-q", "--poll", "0.2"], cwd=ROOT, env=env)
     try:
-        q = cli("run", "--spec", "qwen2.5-0.5b-instruct", "--checkpoint", str(tiny_qwen_dir),
-                "--suite", "demo", "--limit", "2", "--max-turns", "1", "--wait", "--no-progress", env=env)
+        q = cli(
+            "run",
+            "--spec",
+            "qwen2.5-0.5b-instruct",
+            "--checkpoint",
+            str(tiny_qwen_dir),
+            "--suite",
+            "demo",
+            "--limit",
+            "2",
+            "--max-turns",
+            "1",
+            "--wait",
+            "--no-progress",
+            env=env,
+        )
     finally:
         worker.terminate()
         worker.wait(30)

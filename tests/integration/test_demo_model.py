@@ -18,9 +18,9 @@ MODEL_DIR = Path(get_spec("evalrx-tiny").hf_repo)
 EASY_CASES = ["arithmetic_easy-001", "lookup_easy-004", "lookup_unanswerable-001", "no_tool-004"]
 
 
-
 def test_the_committed_weights_are_there():
     assert (MODEL_DIR / "model.safetensors").is_file(), f"demo weights missing in {MODEL_DIR}"
+
 
 _OFFLINE_SCRIPT = r"""
 import json, socket, sys
@@ -64,8 +64,7 @@ def test_spec_points_at_the_packaged_model():
 
 def test_loads_and_calls_a_tool_with_the_network_off():
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME="/nonexistent-hf-home")
-    proc = subprocess.run([sys.executable, "-c", _OFFLINE_SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _OFFLINE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["backend"] == "hf_local"

@@ -90,11 +90,16 @@ def test_chat_template_renders_tools_hermes_style_and_is_the_original_without(sm
     assert text.endswith("<|im_start|>user\nWhat is 17 times 23?<|im_end|>\n<|im_start|>assistant\n")
     # Without tools the override renders exactly what the GGUF's own ChatML template does.
     original = (Path(smol.model.config.name_or_path) / "chat_template.jinja").read_text()
-    convo = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-             {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}]
+    convo = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Bye"},
+    ]
     for msgs in (messages, convo):
         assert smol.render(msgs, add_generation_prompt=True) == smol.tokenizer.apply_chat_template(
-            msgs, tokenize=False, add_generation_prompt=True, chat_template=original)
+            msgs, tokenize=False, add_generation_prompt=True, chat_template=original
+        )
 
 
 # ------------------------------------------------------------------------------- white box
@@ -142,11 +147,15 @@ def test_agent_loop_runs_a_calculator_case_to_the_end(smol):
     assert [s.content for s in observations] == [c["name"] for c in calls]
     assert traj.metrics["n_tool_calls"] == len(calls)
     if not calls and not any(s.parse_error for s in loop_turns):  # a real no_tool_call: it answered on its own
-        assert traj.metrics["terminated"] == "final" and traj.final_answer == codec.parse(
-            ChatTurn(text=actors[-1].content)).text
-    print(f"\nsmollm2 agent: {len(calls)} call(s) {calls}, terminated={traj.metrics['terminated']}, "
-          f"answer={traj.final_answer!r}, {traj.metrics.get('total_latency_ms')} ms, "
-          f"{traj.metrics.get('total_completion_tokens')} tokens")
+        assert (
+            traj.metrics["terminated"] == "final"
+            and traj.final_answer == codec.parse(ChatTurn(text=actors[-1].content)).text
+        )
+    print(
+        f"\nsmollm2 agent: {len(calls)} call(s) {calls}, terminated={traj.metrics['terminated']}, "
+        f"answer={traj.final_answer!r}, {traj.metrics.get('total_latency_ms')} ms, "
+        f"{traj.metrics.get('total_completion_tokens')} tokens"
+    )
 
 
 # ------------------------------------------------------------------------------- replay
@@ -157,9 +166,17 @@ OPENAI_ROW = {
     "messages": [
         {"role": "system", "content": "You are a careful assistant. Use the calculator for arithmetic."},
         {"role": "user", "content": "What is 17 times 23?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "calculator", "arguments": "{\"expression\": \"17*23\"}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": '{"expression": "17*23"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "391"},
         {"role": "assistant", "content": "17 times 23 is 391."},
     ],
@@ -173,8 +190,13 @@ def test_replay_of_an_imported_openai_transcript_gives_lens_tool_decision_and_un
     from evalrx.store.formats import from_openai_row
 
     case, traj = from_openai_row(json.loads(json.dumps(OPENAI_ROW)), 1)
-    got = analyze(smol, traj, ["logit_lens", "tool_decision", "token_uncertainty"],
-                  tools=case.meta["tools"], system=case.meta["system"])
+    got = analyze(
+        smol,
+        traj,
+        ["logit_lens", "tool_decision", "token_uncertainty"],
+        tools=case.meta["tools"],
+        system=case.meta["system"],
+    )
     assert list(got) == ["logit_lens", "tool_decision", "token_uncertainty"]
     lens, decision, unc = got["logit_lens"], got["tool_decision"], got["token_uncertainty"]
     assert lens.num_layers == 30 and len(lens.positions) > 0 and np.isfinite(lens.topk_logprobs).all()

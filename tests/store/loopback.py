@@ -8,7 +8,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 
 ANSWER = {
-    "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+    "id": "c1",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "The answer is 7."}}],
     "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
 }

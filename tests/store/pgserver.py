@@ -58,8 +58,11 @@ class PostgresServer:
             shutil.chown(self.root, "postgres", "postgres")
         run = lambda cmd: subprocess.run(cmd, check=True, capture_output=True, text=True)  # noqa: E731
         try:
-            run(self._cmd("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                          "--no-instructions"))
+            run(
+                self._cmd(
+                    "initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions"
+                )
+            )
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"initdb failed: {exc.stderr}") from None
         opts = (
@@ -67,16 +70,18 @@ class PostgresServer:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         try:
-            run(self._cmd("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"),
-                          "-w", "-t", "60", "start"))
+            run(
+                self._cmd(
+                    "pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w", "-t", "60", "start"
+                )
+            )
         except subprocess.CalledProcessError as exc:
             log = (self.root / "log").read_text() if (self.root / "log").exists() else ""
             raise RuntimeError(f"pg_ctl start failed: {exc.stderr}\n{log}") from None
         return self
 
     def stop(self) -> None:
-        subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"),
-                       capture_output=True)
+        subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"), capture_output=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def url(self, dbname: str = "postgres") -> str:
@@ -87,8 +92,7 @@ class PostgresServer:
         import psycopg
 
         name = f"evalrx_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
@@ -98,8 +102,9 @@ class PostgresServer:
         name = url.rsplit("/", 1)[1]
         for _ in range(3):
             try:
-                with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
-                                     autocommit=True) as conn:
+                with psycopg.connect(
+                    f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+                ) as conn:
                     conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 return
             except Exception:

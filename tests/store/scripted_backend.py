@@ -63,8 +63,11 @@ class ScriptedModel:
             a, b = _Q.search(prompt).groups()
             args = {"expression": f"{a}*{b}"}
             if self.backend == "api":
-                call = {"id": f"call_{a}", "type": "function",
-                        "function": {"name": "calculator", "arguments": json.dumps(args)}}
+                call = {
+                    "id": f"call_{a}",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": json.dumps(args)},
+                }
                 return ChatTurn(text="", tool_calls=[call], finish_reason="tool_calls", usage=usage)
             text = "<tool_call>\n" + json.dumps({"name": "calculator", "arguments": args}) + "\n</tool_call>"
             return ChatTurn(text=text, finish_reason="stop", usage=usage)
@@ -74,11 +77,14 @@ class ScriptedModel:
 
 
 if "scripted" not in BACKENDS:
-    register_backend(BackendInfo(
-        name="scripted", description="deterministic test backend",
-        provides=lambda spec: CAPS if spec.family == "scripted" else frozenset(),
-        build=lambda spec, runtime, want: ScriptedModel(spec, runtime),
-    ))
+    register_backend(
+        BackendInfo(
+            name="scripted",
+            description="deterministic test backend",
+            provides=lambda spec: CAPS if spec.family == "scripted" else frozenset(),
+            build=lambda spec, runtime, want: ScriptedModel(spec, runtime),
+        )
+    )
 if "scripted" not in REGISTRY:
     register_spec(ModelSpec("scripted", "scripted", tool_call_style="hermes"))
     register_spec(ModelSpec("scripted-api", "scripted", tool_call_style="openai", tags=("api",)))

@@ -12,8 +12,13 @@ TERMINATIONS = ("final", "max_turns", "forced_final", "error")
 
 
 def make_case(i: int, image: Optional[bytes] = None) -> FailureCase:
-    return FailureCase(inputs=Inputs(prompt=f"Question {i}: what is {i} * 7?", image=image), id=f"q{i:04d}",
-                       expected=i * 7, grader={"kind": "numeric"}, meta={"suite": "test", "i": i})
+    return FailureCase(
+        inputs=Inputs(prompt=f"Question {i}: what is {i} * 7?", image=image),
+        id=f"q{i:04d}",
+        expected=i * 7,
+        grader={"kind": "numeric"},
+        meta={"suite": "test", "i": i},
+    )
 
 
 def make_trajectory(case: FailureCase, rng: random.Random, *, n_turns: Optional[int] = None) -> Trajectory:
@@ -29,37 +34,71 @@ def make_trajectory(case: FailureCase, rng: random.Random, *, n_turns: Optional[
         last = turn == n_turns
         span = {"latency_ms": lat, "prompt_tokens": p, "completion_tokens": c, "turn": turn}
         if last:
-            steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=f"The answer is {case.expected}.", span=span))
+            steps.append(
+                Step(idx=len(steps), role=StepRole.ACTOR, content=f"The answer is {case.expected}.", span=span)
+            )
             break
         tool = rng.choice(TOOLS)
         bad = rng.random() < 0.15
-        steps.append(Step(
-            idx=len(steps), role=StepRole.ACTOR,
-            content=f'<tool_call>\n{{"name": "{tool}", "arguments": {{"x": {turn}}}}}\n</tool_call>',
-            tool_calls=[] if bad else [{"name": tool, "args": {"x": turn}}],
-            parse_error="Expecting value: line 1 column 9" if bad else None, span=span,
-        ))
+        steps.append(
+            Step(
+                idx=len(steps),
+                role=StepRole.ACTOR,
+                content=f'<tool_call>\n{{"name": "{tool}", "arguments": {{"x": {turn}}}}}\n</tool_call>',
+                tool_calls=[] if bad else [{"name": tool, "args": {"x": turn}}],
+                parse_error="Expecting value: line 1 column 9" if bad else None,
+                span=span,
+            )
+        )
         if bad:
             perr += 1
-            steps.append(Step(idx=len(steps), role=StepRole.TOOL, content="", observation="[parse error]",
-                              span={"turn": turn, "parse_error": True}))
+            steps.append(
+                Step(
+                    idx=len(steps),
+                    role=StepRole.TOOL,
+                    content="",
+                    observation="[parse error]",
+                    span={"turn": turn, "parse_error": True},
+                )
+            )
             continue
         calls += 1
         tl = round(rng.uniform(0.01, 3), 3)
         total_tool += tl
-        steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=tool,
-                          observation={"text": f"result {turn} of {tool}", "n_images": 0},
-                          span={"turn": turn, "call": 0, "latency_ms": tl, **({"repeat_blocked": True} if rng.random() < 0.1 else {})}))
+        steps.append(
+            Step(
+                idx=len(steps),
+                role=StepRole.TOOL,
+                content=tool,
+                observation={"text": f"result {turn} of {tool}", "n_images": 0},
+                span={
+                    "turn": turn,
+                    "call": 0,
+                    "latency_ms": tl,
+                    **({"repeat_blocked": True} if rng.random() < 0.1 else {}),
+                },
+            )
+        )
     outcome = rng.choice([Label.PASS, Label.FAIL, Label.FAIL])
     terminated = rng.choice(TERMINATIONS)
     return Trajectory(
-        sample_id=case.id, goal=case.inputs.prompt, steps=steps,
+        sample_id=case.id,
+        goal=case.inputs.prompt,
+        steps=steps,
         final_answer=None if terminated == "max_turns" else f"The answer is {case.expected}.",
-        ground_truth=case.expected, outcome=outcome,
-        metrics={"n_steps": len(steps), "n_turns": n_turns, "n_tool_calls": calls, "n_parse_errors": perr,
-                 "terminated": terminated, "total_latency_ms": round(total_lat, 3),
-                 "total_tool_latency_ms": round(total_tool, 3), "total_prompt_tokens": pt,
-                 "total_completion_tokens": ct},
+        ground_truth=case.expected,
+        outcome=outcome,
+        metrics={
+            "n_steps": len(steps),
+            "n_turns": n_turns,
+            "n_tool_calls": calls,
+            "n_parse_errors": perr,
+            "terminated": terminated,
+            "total_latency_ms": round(total_lat, 3),
+            "total_tool_latency_ms": round(total_tool, 3),
+            "total_prompt_tokens": pt,
+            "total_completion_tokens": ct,
+        },
     )
 
 
@@ -72,8 +111,9 @@ def fill_run(store, n: int, *, seed: int = 0, name: str = "run", config: Optiona
     cases = [make_case(i + seed * 10000) for i in range(n)]
     trajs = [make_trajectory(c, rng) for c in cases]
     with store.write() as s:
-        run_id = runs.create_run(s, name=name, config=config or {"model": {"name": "m", "backend": "hf_local"}},
-                                 cases=cases)
+        run_id = runs.create_run(
+            s, name=name, config=config or {"model": {"name": "m", "backend": "hf_local"}}, cases=cases
+        )
         for pos, case_id, _ in pending_cases(s, run_id):
             runs.save_trajectory(s, run_id, case_id, trajs[pos])
     return run_id, cases, trajs

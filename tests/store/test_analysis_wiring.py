@@ -34,8 +34,11 @@ def demo_store(tmp_path_factory):
     S.upgrade(url)
     store = S.connect(url)
     case = next(c for c in load_cases("demo/lookup_easy") if c.id == "lookup_easy-015")  # a misread
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"],
-                    analyzers=["logit_lens", "tool_decision", "attention"])
+    cfg = RunConfig(
+        model=ModelConfig("evalrx-tiny"),
+        tools=["calculator", "lookup"],
+        analyzers=["logit_lens", "tool_decision", "attention"],
+    )
     run_id = enqueue_run(cfg, [case], store=store)
     assert _worker(store).run() == 1
     tid = S.list_trajectories(run_id=run_id, store=store).rows[0].id
@@ -91,8 +94,11 @@ def test_lens_and_attention_numbers_are_indexed_for_the_predictors(demo_store):
     with store.read() as s:
         from evalrx.store import schema as t
 
-        scores = dict(s.execute(select(t.TrajectoryScore.name, t.TrajectoryScore.value)
-                                .where(t.TrajectoryScore.trajectory_id == tid)).all())
+        scores = dict(
+            s.execute(
+                select(t.TrajectoryScore.name, t.TrajectoryScore.value).where(t.TrajectoryScore.trajectory_id == tid)
+            ).all()
+        )
     assert scores[A.LENS_SETTLE_SCORE] == expected_settle and 0 <= expected_settle <= lens.num_layers + 1
     assert math.isclose(scores[A.ENTROPY_SCORE], expected_entropy, rel_tol=1e-6)
     # Its only attention positions are the lookup call's, before any observation: no share to record.
@@ -105,8 +111,12 @@ def test_lens_and_attention_numbers_are_indexed_for_the_predictors(demo_store):
 def test_attention_share_on_the_latest_observation():
     from evalrx.analyzers import AttentionResult
 
-    segments = [{"kind": "system", "step": None, "label": "system"}, {"kind": "observation", "step": 2, "label": "o2"},
-                {"kind": "observation", "step": 4, "label": "o4"}, {"kind": "turn", "step": 5, "label": "t5"}]
+    segments = [
+        {"kind": "system", "step": None, "label": "system"},
+        {"kind": "observation", "step": 2, "label": "o2"},
+        {"kind": "observation", "step": 4, "label": "o4"},
+        {"kind": "turn", "step": 5, "label": "t5"},
+    ]
     # Two positions: step 1 (before any observation) and step 5 (latest observation: step 4). Layers: 2.
     mass = np.zeros((2, 2, 4), dtype=np.float32)
     mass[1, -1] = [0.1, 0.2, 0.6, 0.1]
@@ -123,18 +133,31 @@ def _repeating_trajectory() -> Trajectory:
         steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content="", tool_calls=[dict(call, id=f"c{i}")]))
         steps.append(Step(idx=len(steps), role=StepRole.TOOL, content="4", observation="4"))
     steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content="The answer is 4."))
-    return Trajectory(sample_id="api-1", goal="What is 2+2?", steps=steps, final_answer="The answer is 4.",
-                      ground_truth=4, metrics={"terminated": "final"})
+    return Trajectory(
+        sample_id="api-1",
+        goal="What is 2+2?",
+        steps=steps,
+        final_answer="The answer is 4.",
+        ground_truth=4,
+        metrics={"terminated": "final"},
+    )
 
 
 def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_store, monkeypatch):
-    monkeypatch.setenv("EVALRX_REPLAY_MODEL", "evalrx-tiny")  # fast here; tests/integration/test_smollm2.py replays on the real one
+    monkeypatch.setenv(
+        "EVALRX_REPLAY_MODEL", "evalrx-tiny"
+    )  # fast here; tests/integration/test_smollm2.py replays on the real one
     store, _, _ = demo_store
     case = load_cases("demo/arithmetic_easy")[0]
     with store.write() as s:
-        run_id = create_run(s, name="api run", config={"model": {"name": "gpt-4o-mini", "backend": "api"},
-                                                       "tools": ["calculator", "lookup"]},
-                            cases=[case], source="import", status="done")
+        run_id = create_run(
+            s,
+            name="api run",
+            config={"model": {"name": "gpt-4o-mini", "backend": "api"}, "tools": ["calculator", "lookup"]},
+            cases=[case],
+            source="import",
+            status="done",
+        )
         from sqlalchemy import select
 
         from evalrx.store import schema as t

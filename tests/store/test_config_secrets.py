@@ -23,23 +23,36 @@ def test_the_runtime_allow_list_is_runtime_config_less_the_key():
     assert RUNTIME_KEYS == {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
 
 
-@pytest.mark.parametrize("url, clean", [
-    (f"http://user:{SECRET}@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
-    (f"https://host/v1?api-key={SECRET}&region=eu", "https://host/v1?region=eu"),
-    (f"https://host/v1?access_token={SECRET}&sig={SECRET}", "https://host/v1"),
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
-])
+@pytest.mark.parametrize(
+    "url, clean",
+    [
+        (f"http://user:{SECRET}@127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+        (f"https://host/v1?api-key={SECRET}&region=eu", "https://host/v1?region=eu"),
+        (f"https://host/v1?access_token={SECRET}&sig={SECRET}", "https://host/v1"),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    ],
+)
 def test_urls_lose_userinfo_and_credential_parameters(url, clean):
     assert clean_url(url) == clean
 
 
 def test_a_queued_run_stores_no_key_header_or_token(store_url, tmp_path):
     store = S.connect(store_url)
-    cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"],
-                    base_url=f"http://user:{SECRET}@127.0.0.1:9/v1?api-key={SECRET}")
-    run_id = enqueue_run(cfg, load_cases("demo/arithmetic_easy")[:1], store=store,
-                         runtime={"max_new_tokens": 32, "api_key": SECRET,
-                                  "extra": {"hf_token": SECRET, "Authorization": f"Bearer {SECRET}", "n": 1}})
+    cfg = RunConfig(
+        model=ModelConfig("gpt-4o-mini", backend="api"),
+        tools=["calculator"],
+        base_url=f"http://user:{SECRET}@127.0.0.1:9/v1?api-key={SECRET}",
+    )
+    run_id = enqueue_run(
+        cfg,
+        load_cases("demo/arithmetic_easy")[:1],
+        store=store,
+        runtime={
+            "max_new_tokens": 32,
+            "api_key": SECRET,
+            "extra": {"hf_token": SECRET, "Authorization": f"Bearer {SECRET}", "n": 1},
+        },
+    )
     info = S.get_run(run_id, store=store)
     assert SECRET not in json.dumps(info.config)
     assert info.config["base_url"] == "http://127.0.0.1:9/v1"
@@ -55,10 +68,22 @@ def test_a_runtime_setting_that_is_not_stored_is_refused_with_the_known_ones():
 
 
 def test_an_imported_run_config_loses_secret_looking_keys_and_url_credentials(store_url, tmp_path):
-    row = {"sample_id": "s1", "goal": "2+2?", "steps": [{"idx": 0, "role": "user", "content": "2+2?"}],
-           "final_answer": "4", "outcome": "pass",
-           "run": {"name": "r", "config": {"base_url": f"http://u:{SECRET}@h/v1", "hf_token": SECRET,
-                                           "headers": {"Authorization": SECRET}, "max_new_tokens": 8}}}
+    row = {
+        "sample_id": "s1",
+        "goal": "2+2?",
+        "steps": [{"idx": 0, "role": "user", "content": "2+2?"}],
+        "final_answer": "4",
+        "outcome": "pass",
+        "run": {
+            "name": "r",
+            "config": {
+                "base_url": f"http://u:{SECRET}@h/v1",
+                "hf_token": SECRET,
+                "headers": {"Authorization": SECRET},
+                "max_new_tokens": 8,
+            },
+        },
+    }
     f = tmp_path / "in.jsonl"
     f.write_text(json.dumps(row) + "\n")
     res = S.import_file(f, store=store_url)

@@ -34,23 +34,49 @@ def _traj(case: FailureCase, turns: list, answer: "str | None", outcome: Label) 
     """Hand-made: each turn is a list of (tool, args, observation); then the answer turn."""
     steps = [Step(idx=0, role=StepRole.USER, content=case.inputs.prompt)]
     for turn in turns:
-        steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content="<tool_call>...</tool_call>",
-                          tool_calls=[{"name": n, "args": a} for n, a, _ in turn]))
+        steps.append(
+            Step(
+                idx=len(steps),
+                role=StepRole.ACTOR,
+                content="<tool_call>...</tool_call>",
+                tool_calls=[{"name": n, "args": a} for n, a, _ in turn],
+            )
+        )
         for i, (n, _, obs) in enumerate(turn):
-            steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=n, observation={"text": obs, "n_images": 0},
-                              span={"call": i}))
+            steps.append(
+                Step(
+                    idx=len(steps),
+                    role=StepRole.TOOL,
+                    content=n,
+                    observation={"text": obs, "n_images": 0},
+                    span={"call": i},
+                )
+            )
     if answer is not None:
         steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=answer))
-    return Trajectory(sample_id=case.id, goal=case.inputs.prompt, steps=steps, final_answer=answer,
-                      ground_truth=case.expected, outcome=outcome,
-                      metrics={"terminated": "final" if answer is not None else "max_turns"})
+    return Trajectory(
+        sample_id=case.id,
+        goal=case.inputs.prompt,
+        steps=steps,
+        final_answer=answer,
+        ground_truth=case.expected,
+        outcome=outcome,
+        metrics={"terminated": "final" if answer is not None else "max_turns"},
+    )
 
 
 def misread() -> tuple:
     """The height of Vafa (7915) copied as 7951 into the calculator: misread_observation at step 3."""
     c = _case("demo/two_step", "two_step-001")
-    return c, _traj(c, [[("lookup", {"query": "height of Vafa"}, "The height of Vafa is 7915 m.")],
-                        [("calculator", {"expression": "7951 + 821"}, "8772")]], "8772", Label.FAIL)
+    return c, _traj(
+        c,
+        [
+            [("lookup", {"query": "height of Vafa"}, "The height of Vafa is 7915 m.")],
+            [("calculator", {"expression": "7951 + 821"}, "8772")],
+        ],
+        "8772",
+        Label.FAIL,
+    )
 
 
 def bad_arguments() -> tuple:
@@ -61,8 +87,12 @@ def bad_arguments() -> tuple:
 
 def passing() -> tuple:
     c = _case("demo/lookup_easy", "lookup_easy-001")
-    return c, _traj(c, [[("lookup", {"query": "founding year of Drogai"}, "The founding year of Drogai is 1124.")]],
-                    "1124", Label.PASS)
+    return c, _traj(
+        c,
+        [[("lookup", {"query": "founding year of Drogai"}, "The founding year of Drogai is 1124.")]],
+        "1124",
+        Label.PASS,
+    )
 
 
 def repeated() -> tuple:
@@ -78,8 +108,14 @@ def store_run(store, items: list, name: str = "diag") -> "tuple[int, dict]":
     cases = [c for c, _ in items]
     tids = {}
     with store.write() as s:
-        run_id = create_run(s, name=name, config={"model": {"name": "hand", "backend": "api"}, "tools": TOOLS},
-                            cases=cases, source="import", status="done")
+        run_id = create_run(
+            s,
+            name=name,
+            config={"model": {"name": "hand", "backend": "api"}, "tools": TOOLS},
+            cases=cases,
+            source="import",
+            status="done",
+        )
         ids = dict(s.execute(select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id)).all())
         for pos, (case, traj) in enumerate(items):
             found = diagnose(traj, case=case, tools=get_tools(TOOLS, case))
@@ -103,10 +139,16 @@ def test_a_new_store_holds_the_builtin_kinds_with_the_default_hotkeys(store_url)
 
 def test_a_custom_kind_is_seen_by_another_process_on_the_same_store(store_url):
     info = S.save_kind("tool_timeout", "  the tool took too long  ", store=store_url)
-    assert (info.key, info.definition, info.hotkey, info.builtin) == ("tool_timeout", "the tool took too long",
-                                                                      None, False)
-    code = ("import json, sys, evalrx.store as S\n"
-            "print(json.dumps([[k.key, k.definition, k.builtin] for k in S.list_kinds(store=sys.argv[1])]))")
+    assert (info.key, info.definition, info.hotkey, info.builtin) == (
+        "tool_timeout",
+        "the tool took too long",
+        None,
+        False,
+    )
+    code = (
+        "import json, sys, evalrx.store as S\n"
+        "print(json.dumps([[k.key, k.definition, k.builtin] for k in S.list_kinds(store=sys.argv[1])]))"
+    )
     out = subprocess.run([sys.executable, "-c", code, store_url], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout)
@@ -217,13 +259,17 @@ def test_export_writes_a_diagnosis_per_row_and_import_keeps_it(store_url, sqlite
             continue
         top = got[0]
         assert (top.kind, top.first_wrong_step, top.source) == (
-            row["diagnosis"]["kind"], row["diagnosis"]["first_wrong_step"], row["diagnosis"]["source"])
+            row["diagnosis"]["kind"],
+            row["diagnosis"]["first_wrong_step"],
+            row["diagnosis"]["source"],
+        )
         assert top.evidence == row["diagnosis"]["evidence"]
     assert S.failure_kind_counts(new_run, store=dst) == {"bad_arguments": 1, "misread_observation": 1}
     again = tmp_path / "again.jsonl"
     S.export_run(new_run, again, store=dst)
-    assert [json.loads(x)["diagnosis"] for x in again.read_text().splitlines()] == \
-        [json.loads(x)["diagnosis"] for x in out.read_text().splitlines()]
+    assert [json.loads(x)["diagnosis"] for x in again.read_text().splitlines()] == [
+        json.loads(x)["diagnosis"] for x in out.read_text().splitlines()
+    ]
 
 
 def test_evalrx_diagnose_recomputes_stored_diagnoses_and_prints_counts(store_url, capsys):

@@ -25,10 +25,17 @@ KEY_A, KEY_B, ENV_KEY = "sk-run-a-0123456789", "sk-run-b-9876543210", "sk-worker
 
 
 def _api_run(store, url: str, *, key_bound: bool = False, n: int = 2, name: str = "api") -> int:
-    cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
-                    base_url=url, concurrency=1)
-    return enqueue_run(cfg, [make_case(i) for i in range(n)], name=name, key_bound=key_bound,
-                       runtime={"max_retries": 0, "timeout": 10.0}, store=store)
+    cfg = RunConfig(
+        model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2, base_url=url, concurrency=1
+    )
+    return enqueue_run(
+        cfg,
+        [make_case(i) for i in range(n)],
+        name=name,
+        key_bound=key_bound,
+        runtime={"max_retries": 0, "timeout": 10.0},
+        store=store,
+    )
 
 
 def _wait_done(store, run_id: int, timeout: float = 60.0) -> None:
@@ -55,8 +62,10 @@ def test_each_run_key_reaches_only_its_own_server(sqlite_url, tmp_path, monkeypa
         other = start_worker(sqlite_url, "--once", "--poll", "0.05", plugin=None)
         assert other.wait(timeout=60) == 0
         assert {S.get_run(r, store=store).status for r in (run_a, run_b)} == {"queued"}
-        pids = [start_keyed_worker(sqlite_url, run_a, KEY_A, log_path=str(tmp_path / "a.log")),
-                start_keyed_worker(sqlite_url, run_b, KEY_B, log_path=str(tmp_path / "b.log"))]
+        pids = [
+            start_keyed_worker(sqlite_url, run_a, KEY_A, log_path=str(tmp_path / "a.log")),
+            start_keyed_worker(sqlite_url, run_b, KEY_B, log_path=str(tmp_path / "b.log")),
+        ]
         for run_id in (run_a, run_b):
             _wait_done(store, run_id)
         for pid in pids:
@@ -65,7 +74,7 @@ def test_each_run_key_reaches_only_its_own_server(sqlite_url, tmp_path, monkeypa
     assert b.seen and set(b.seen) == {f"Bearer {KEY_B}"}
     assert all((S.get_run(r, store=store).n_done, S.get_run(r, store=store).n_error) == (2, 0) for r in (run_a, run_b))
     S.forget(sqlite_url)
-    raw = open(sqlite_url[len("sqlite:///"):], "rb").read()
+    raw = open(sqlite_url[len("sqlite:///") :], "rb").read()
     logs = (tmp_path / "a.log").read_bytes() + (tmp_path / "b.log").read_bytes()
     for key in (KEY_A, KEY_B, ENV_KEY):
         assert key.encode() not in raw and key.encode() not in logs
@@ -93,9 +102,28 @@ def test_the_cli_binds_a_key_to_its_run_through_the_environment(sqlite_url, tmp_
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env.update(MY_RUN_KEY=KEY_A, EVALRX_DATABASE_URL=sqlite_url)
     with ChatServer() as server:
-        cmd = [sys.executable, "-m", "evalrx", "run", "--spec", "gpt-4o-mini", "--backend", "api",
-               "--base-url", server.url, "--api-key-env", "MY_RUN_KEY", "--cases", str(cases),
-               "--tools", "calculator", "--wait", "--no-progress", "--retries", "0"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "evalrx",
+            "run",
+            "--spec",
+            "gpt-4o-mini",
+            "--backend",
+            "api",
+            "--base-url",
+            server.url,
+            "--api-key-env",
+            "MY_RUN_KEY",
+            "--cases",
+            str(cases),
+            "--tools",
+            "calculator",
+            "--wait",
+            "--no-progress",
+            "--retries",
+            "0",
+        ]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=str(REPO))
         assert out.returncode == 0, out.stderr[-2000:]
         assert KEY_A not in " ".join(cmd)  # the key itself never is an argument
@@ -112,9 +140,29 @@ def test_without_wait_the_keyed_worker_finishes_the_run_after_the_cli_exits(sqli
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env.update(MY_RUN_KEY=KEY_B, EVALRX_DATABASE_URL=sqlite_url)
     with ChatServer() as server:
-        out = subprocess.run([sys.executable, "-m", "evalrx", "run", "--spec", "gpt-4o-mini", "--base-url", server.url,
-                              "--api-key-env", "MY_RUN_KEY", "--cases", str(cases), "--tools", "calculator"],
-                             env=env, capture_output=True, text=True, timeout=120, cwd=str(REPO))
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "evalrx",
+                "run",
+                "--spec",
+                "gpt-4o-mini",
+                "--base-url",
+                server.url,
+                "--api-key-env",
+                "MY_RUN_KEY",
+                "--cases",
+                str(cases),
+                "--tools",
+                "calculator",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(REPO),
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         pid = int(out.stdout.split("worker ")[1].split()[0])
         run_id = S.list_runs(store=store)[0].id
@@ -128,13 +176,15 @@ def test_without_wait_the_keyed_worker_finishes_the_run_after_the_cli_exits(sqli
 
 def test_a_case_that_kills_its_worker_ends_as_an_error_and_the_run_goes_on(sqlite_url, tmp_path):
     store = S.connect(sqlite_url)
-    run_id = enqueue_run(scripted_config(), [make_case(i) for i in range(5)], store=store,
-                         runtime={"extra": {"die_on": 2}})
+    run_id = enqueue_run(
+        scripted_config(), [make_case(i) for i in range(5)], store=store, runtime={"extra": {"die_on": 2}}
+    )
     log = tmp_path / "worker.log"
     codes = []
     for _ in range(6):  # each death leaves the job to the next worker, as a supervisor restarts it
-        code = start_worker(sqlite_url, "--once", "--poll", "0.05", "--heartbeat", "0.3",
-                            "--max-case-attempts", "3", log=log).wait(timeout=60)
+        code = start_worker(
+            sqlite_url, "--once", "--poll", "0.05", "--heartbeat", "0.3", "--max-case-attempts", "3", log=log
+        ).wait(timeout=60)
         codes.append(code)
         if S.get_run(run_id, store=store).status == "done":
             break
@@ -154,8 +204,12 @@ def test_a_prompt_over_the_limit_is_an_error_before_any_model_call(sqlite_url):
     with ChatServer() as server:
         cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], base_url=server.url)
         run_id = enqueue_run(cfg, [big, make_case(2)], store=store, runtime={"max_retries": 0})
-        assert start_worker(sqlite_url, "--once", "--poll", "0.05", "--max-prompt-bytes", "1000",
-                            plugin=None).wait(timeout=60) == 0
+        assert (
+            start_worker(sqlite_url, "--once", "--poll", "0.05", "--max-prompt-bytes", "1000", plugin=None).wait(
+                timeout=60
+            )
+            == 0
+        )
     assert len(server.seen) == 1  # only the small case reached the model
     rows = {r.sample_id: r for r in S.list_trajectories(run_id=run_id, store=store).rows}
     assert rows["q0001"].outcome == "error" and rows["q0002"].outcome == "fail"  # the small one was answered (wrongly)
@@ -163,16 +217,24 @@ def test_a_prompt_over_the_limit_is_an_error_before_any_model_call(sqlite_url):
     assert "over the limit of 1,000" in detail.trajectory.metrics["error"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--heartbeat", "0"], "--heartbeat: must be between 0.01 and 86400 seconds"),
-    (["--poll", "-1"], "--poll: must be between 0.01 and 86400 seconds"),
-    (["--heartbeat", "5", "--stale-after", "6"], "--stale-after (6 s) must exceed twice --heartbeat"),
-    (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
-    (["--run", "x"], "--run: 'x' is not a whole number"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--heartbeat", "0"], "--heartbeat: must be between 0.01 and 86400 seconds"),
+        (["--poll", "-1"], "--poll: must be between 0.01 and 86400 seconds"),
+        (["--heartbeat", "5", "--stale-after", "6"], "--stale-after (6 s) must exceed twice --heartbeat"),
+        (["--max-jobs", "0"], "--max-jobs: must be at least 1"),
+        (["--run", "x"], "--run: 'x' is not a whole number"),
+    ],
+)
 def test_worker_options_are_checked_with_one_line(sqlite_url, args, message):
-    out = subprocess.run([sys.executable, "-m", "evalrx.runner", "--url", sqlite_url, *args],
-                         capture_output=True, text=True, timeout=60, cwd=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-m", "evalrx.runner", "--url", sqlite_url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+    )
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
 
 
@@ -183,11 +245,18 @@ def test_an_oversized_output_or_observation_is_stored_cut_with_its_real_size(sql
 
     store = S.connect(sqlite_url)
     huge = "y" * (convert.STORED_TEXT_LIMIT + 1000)
-    traj = Trajectory(sample_id="q0001", goal="g", steps=[
-        Step(0, StepRole.USER, "g"),
-        Step(1, StepRole.ACTOR, huge, tool_calls=[{"name": "calculator", "args": {"expression": "1"}}]),
-        Step(2, StepRole.TOOL, "calculator", observation={"text": huge}),
-        Step(3, StepRole.ACTOR, "done")], final_answer="done", metrics={"terminated": "final"})
+    traj = Trajectory(
+        sample_id="q0001",
+        goal="g",
+        steps=[
+            Step(0, StepRole.USER, "g"),
+            Step(1, StepRole.ACTOR, huge, tool_calls=[{"name": "calculator", "args": {"expression": "1"}}]),
+            Step(2, StepRole.TOOL, "calculator", observation={"text": huge}),
+            Step(3, StepRole.ACTOR, "done"),
+        ],
+        final_answer="done",
+        metrics={"terminated": "final"},
+    )
     with store.write() as s:
         run_id = create_run(s, cases=[make_case(1)])
         from sqlalchemy import select

@@ -63,8 +63,9 @@ def _mock_model(messages, tools, tool_choice, config) -> ModelOutput:
     question = next(m.text for m in messages if m.role == "user")
     expression, answer = SCRIPT[question]
     if not any(m.role == "tool" for m in messages):
-        out = ModelOutput.for_tool_call("mockllm/model", "calculator", {"expression": expression},
-                                        content="Let me use the calculator.")
+        out = ModelOutput.for_tool_call(
+            "mockllm/model", "calculator", {"expression": expression}, content="Let me use the calculator."
+        )
     else:
         out = ModelOutput.from_content("mockllm/model", answer)
     out.usage = _usage()
@@ -78,16 +79,25 @@ def inspect_log(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))  # Inspect's traces, not the developer's
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     task = Task(
-        dataset=[Sample(id="ignored", input="What is 6 * 7?", target="42"),
-                 Sample(id="correct", input="What is 40 + 2?", target="42")],
+        dataset=[
+            Sample(id="ignored", input="What is 6 * 7?", target="42"),
+            Sample(id="correct", input="What is 40 + 2?", target="42"),
+        ],
         solver=[use_tools(calculator()), generate()],
         scorer=includes(),
         name="calculator_task",
     )
     # In a thread of its own: Inspect starts an event loop, and another test's browser may hold this thread's.
     with ThreadPoolExecutor(1) as pool:
-        logs = pool.submit(inspect_eval, task, model="mockllm/model", model_args={"custom_outputs": _mock_model},
-                           log_dir=str(tmp_path / "logs"), log_format="json", display="none").result()
+        logs = pool.submit(
+            inspect_eval,
+            task,
+            model="mockllm/model",
+            model_args={"custom_outputs": _mock_model},
+            log_dir=str(tmp_path / "logs"),
+            log_format="json",
+            display="none",
+        ).result()
     assert len(logs) == 1 and logs[0].status == "success", logs[0].error
     files = list((tmp_path / "logs").glob("*.json"))
     assert len(files) == 1, files
@@ -101,7 +111,10 @@ def _rows(run_id, store):
 def test_real_inspect_log_gets_ignored_observation(inspect_log, store_url):
     # what Inspect wrote: the scorer graded the 24 incorrect and the 42 correct
     raw = json.loads(inspect_log.read_text())
-    assert {s["id"]: next(iter(s["scores"].values()))["value"] for s in raw["samples"]} == {"ignored": "I", "correct": "C"}
+    assert {s["id"]: next(iter(s["scores"].values()))["value"] for s in raw["samples"]} == {
+        "ignored": "I",
+        "correct": "C",
+    }
 
     res = S.import_file(inspect_log, store=store_url)
     assert res.format == "inspect" and res.n_trajectories == 2 and len(res.run_ids) == 1
@@ -127,32 +140,51 @@ def test_real_inspect_log_gets_ignored_observation(inspect_log, store_url):
 
 
 def _call(call_id: str, expression: str) -> dict:
-    return {"id": call_id, "type": "function",
-            "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+    }
 
 
 OPENAI_ROWS = [
     # the tool said 42, the answer says 24: graded fail by whoever wrote the transcript
-    {"id": "contradicts", "expected": "42", "outcome": "fail", "messages": [
-        {"role": "system", "content": "Use the calculator for arithmetic."},
-        {"role": "user", "content": "What is 6 * 7?"},
-        {"role": "assistant", "content": None, "tool_calls": [_call("call_1", "6 * 7")]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "42"},
-        {"role": "assistant", "content": "The answer is 24."}]},
+    {
+        "id": "contradicts",
+        "expected": "42",
+        "outcome": "fail",
+        "messages": [
+            {"role": "system", "content": "Use the calculator for arithmetic."},
+            {"role": "user", "content": "What is 6 * 7?"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("call_1", "6 * 7")]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+            {"role": "assistant", "content": "The answer is 24."},
+        ],
+    },
     # the same call twice (steps 1 and 3); no verdict in the transcript, the rules still run
-    {"id": "repeats", "messages": [
-        {"role": "user", "content": "What is 12 + 30?"},
-        {"role": "assistant", "content": "", "tool_calls": [_call("call_a", "12 + 30")]},
-        {"role": "tool", "tool_call_id": "call_a", "content": "42"},
-        {"role": "assistant", "content": "Let me check that again.", "tool_calls": [_call("call_b", "12 + 30")]},
-        {"role": "tool", "tool_call_id": "call_b", "content": "42"},
-        {"role": "assistant", "content": "The answer is 42."}]},
+    {
+        "id": "repeats",
+        "messages": [
+            {"role": "user", "content": "What is 12 + 30?"},
+            {"role": "assistant", "content": "", "tool_calls": [_call("call_a", "12 + 30")]},
+            {"role": "tool", "tool_call_id": "call_a", "content": "42"},
+            {"role": "assistant", "content": "Let me check that again.", "tool_calls": [_call("call_b", "12 + 30")]},
+            {"role": "tool", "tool_call_id": "call_b", "content": "42"},
+            {"role": "assistant", "content": "The answer is 42."},
+        ],
+    },
     # right answer, graded pass: no diagnosis
-    {"id": "fine", "expected": "42", "outcome": "pass", "messages": [
-        {"role": "user", "content": "What is 40 + 2?"},
-        {"role": "assistant", "content": None, "tool_calls": [_call("call_x", "40 + 2")]},
-        {"role": "tool", "tool_call_id": "call_x", "content": "42"},
-        {"role": "assistant", "content": "It is 42."}]},
+    {
+        "id": "fine",
+        "expected": "42",
+        "outcome": "pass",
+        "messages": [
+            {"role": "user", "content": "What is 40 + 2?"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("call_x", "40 + 2")]},
+            {"role": "tool", "tool_call_id": "call_x", "content": "42"},
+            {"role": "assistant", "content": "It is 42."},
+        ],
+    },
 ]
 
 
@@ -185,12 +217,18 @@ def test_openai_chat_jsonl_gets_rule_diagnoses(store_url, tmp_path):
 
 def test_parallel_calls_answered_out_of_order_pair_by_tool_call_id(sqlite_url, tmp_path):
     """Two calls in one turn whose results come back in the other order (OpenAI allows it: tool_call_id says which)."""
-    row = {"id": "parallel", "expected": "42 and 4", "outcome": "fail", "messages": [
-        {"role": "user", "content": "What is 6 * 7, and what is 2 + 2?"},
-        {"role": "assistant", "content": None, "tool_calls": [_call("call_a", "6 * 7"), _call("call_b", "2 + 2")]},
-        {"role": "tool", "tool_call_id": "call_b", "content": "4"},
-        {"role": "tool", "tool_call_id": "call_a", "content": "42"},
-        {"role": "assistant", "content": "6 * 7 is 42 and 2 + 2 is 5."}]}
+    row = {
+        "id": "parallel",
+        "expected": "42 and 4",
+        "outcome": "fail",
+        "messages": [
+            {"role": "user", "content": "What is 6 * 7, and what is 2 + 2?"},
+            {"role": "assistant", "content": None, "tool_calls": [_call("call_a", "6 * 7"), _call("call_b", "2 + 2")]},
+            {"role": "tool", "tool_call_id": "call_b", "content": "4"},
+            {"role": "tool", "tool_call_id": "call_a", "content": "42"},
+            {"role": "assistant", "content": "6 * 7 is 42 and 2 + 2 is 5."},
+        ],
+    }
     f = tmp_path / "parallel.jsonl"
     f.write_text(json.dumps(row) + "\n")
     res = S.import_file(f, store=sqlite_url)

@@ -20,10 +20,14 @@ def _labelled_run(store):
     cases = [make_case(i, image=png if i == 2 else None) for i in range(12)]
     rng = random.Random(7)
     trajs = [make_trajectory(c, rng) for c in cases]
-    trajs[3].steps[1].content = "unicode ✓ and \"quotes\"\nnew line"
+    trajs[3].steps[1].content = 'unicode ✓ and "quotes"\nnew line'
     with store.write() as s:
-        run_id = runs.create_run(s, name="labelled", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"},
-                                                             "tools": ["calculator"], "max_turns": 4}, cases=cases)
+        run_id = runs.create_run(
+            s,
+            name="labelled",
+            config={"model": {"name": "evalrx-tiny", "backend": "hf_local"}, "tools": ["calculator"], "max_turns": 4},
+            cases=cases,
+        )
         for pos, cid, _ in pending_cases(s, run_id):
             runs.save_trajectory(s, run_id, cid, trajs[pos])
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
@@ -36,8 +40,10 @@ def _labelled_run(store):
 
 def _counts(store):
     with store.read() as s:
-        return {t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
-                for t in ("runs", "trajectories", "steps", "labels", "cases", "trajectory_tags")}
+        return {
+            t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+            for t in ("runs", "trajectories", "steps", "labels", "cases", "trajectory_tags")
+        }
 
 
 def test_round_trip_is_identical(store_url, tmp_path, sqlite_url):
@@ -55,8 +61,10 @@ def test_round_trip_is_identical(store_url, tmp_path, sqlite_url):
     assert [r["sample_id"] for r in rows] == [t.sample_id for t in trajs]  # the run's case order
     assert rows[0]["labels"][0]["outcome"] == "fail" and rows[0]["labels"][1]["is_current"]
     assert rows[1]["tags"] == ["regression"] and rows[2]["case"]["image"]["mime"] == "image/png"
-    assert rows[0]["run"] == {"name": "labelled", "config": {"model": {"name": "evalrx-tiny", "backend": "hf_local"},
-                                                             "tools": ["calculator"], "max_turns": 4}}
+    assert rows[0]["run"] == {
+        "name": "labelled",
+        "config": {"model": {"name": "evalrx-tiny", "backend": "hf_local"}, "tools": ["calculator"], "max_turns": 4},
+    }
     # grades and label history survive in the store itself, not only in the file
     imported = S.connect(store_url)
     info = S.get_run(result.run_ids[0], store=imported)
@@ -83,11 +91,21 @@ def test_import_of_evalrx_run_out_rows(sqlite_url, tmp_path):
 
 def test_openai_records_that_repeat_a_case_become_its_attempts(sqlite_url, tmp_path):
     def rec(outcome, **extra):
-        return {"id": "c1", "outcome": outcome, **extra, "messages": [
-            {"role": "user", "content": "What is 3*4?"}, {"role": "assistant", "content": "12"}]}
+        return {
+            "id": "c1",
+            "outcome": outcome,
+            **extra,
+            "messages": [{"role": "user", "content": "What is 3*4?"}, {"role": "assistant", "content": "12"}],
+        }
 
     f = tmp_path / "repeats.jsonl"
-    rows = [rec("pass"), rec("fail"), rec("pass"), dict(rec("fail"), id="c2", epoch=2), dict(rec("pass"), id="c2", epoch=1)]
+    rows = [
+        rec("pass"),
+        rec("fail"),
+        rec("pass"),
+        dict(rec("fail"), id="c2", epoch=2),
+        dict(rec("pass"), id="c2", epoch=1),
+    ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     res = S.import_file(f, store=sqlite_url)
     got = S.attempts_of(res.run_ids[0], store=sqlite_url)
@@ -103,18 +121,40 @@ def test_openai_records_that_repeat_a_case_become_its_attempts(sqlite_url, tmp_p
 def test_import_openai_chat_messages(sqlite_url, tmp_path):
     f = tmp_path / "chats.jsonl"
     rows = [
-        {"id": "c1", "expected": "12", "outcome": "pass", "messages": [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": "What is 3*4?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "calculator",
-                                                                  "arguments": "{\"expression\": \"3*4\"}"}}]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "12"},
-            {"role": "assistant", "content": "It is 12."}]},
-        {"messages": [
-            {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "x", "type": "function", "function": {"name": "lookup", "arguments": "{not json"}}]}]},
+        {
+            "id": "c1",
+            "expected": "12",
+            "outcome": "pass",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "What is 3*4?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": '{"expression": "3*4"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "12"},
+                {"role": "assistant", "content": "It is 12."},
+            ],
+        },
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": "x", "type": "function", "function": {"name": "lookup", "arguments": "{not json"}}
+                    ],
+                },
+            ]
+        },
     ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     res = S.import_file(f, store=sqlite_url)
@@ -135,28 +175,54 @@ def test_import_openai_chat_messages(sqlite_url, tmp_path):
 
 def _inspect_log():
     sample = lambda sid, epoch, value: {  # noqa: E731
-        "id": sid, "epoch": epoch, "input": "How many r in strawberry?", "target": "3",
+        "id": sid,
+        "epoch": epoch,
+        "input": "How many r in strawberry?",
+        "target": "3",
         "messages": [
             {"role": "system", "content": "You are helpful.", "source": "generate"},
             {"role": "user", "content": "How many r in strawberry?", "source": "input"},
-            {"role": "assistant", "content": [{"type": "reasoning", "reasoning": "count"},
-                                              {"type": "text", "text": "Let me check."}],
-             "tool_calls": [{"id": "t1", "function": "python", "arguments": {"code": "'strawberry'.count('r')"},
-                             "type": "function", "parse_error": None}], "model": "gpt-4o-mini"},
+            {
+                "role": "assistant",
+                "content": [{"type": "reasoning", "reasoning": "count"}, {"type": "text", "text": "Let me check."}],
+                "tool_calls": [
+                    {
+                        "id": "t1",
+                        "function": "python",
+                        "arguments": {"code": "'strawberry'.count('r')"},
+                        "type": "function",
+                        "parse_error": None,
+                    }
+                ],
+                "model": "gpt-4o-mini",
+            },
             {"role": "tool", "content": "3", "tool_call_id": "t1", "function": "python", "error": None},
-            {"role": "assistant", "content": "attachment://abc", "model": "gpt-4o-mini"}],
+            {"role": "assistant", "content": "attachment://abc", "model": "gpt-4o-mini"},
+        ],
         "output": {"model": "gpt-4o-mini", "choices": [], "completion": "There are 3."},
         "scores": {"match": {"value": value, "answer": "3", "explanation": "ok"}},
         "metadata": {"difficulty": "easy"},
         "model_usage": {"openai/gpt-4o-mini": {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}},
-        "total_time": 2.5, "working_time": 1.25,
+        "total_time": 2.5,
+        "working_time": 1.25,
         "attachments": {"abc": "There are 3."},
     }
-    return {"version": 2, "status": "success",
-            "eval": {"task": "count_letters", "task_id": "T1", "run_id": "R1", "model": "openai/gpt-4o-mini",
-                     "created": "2025-01-01T00:00:00+00:00", "dataset": {"name": "letters"}},
-            "plan": {}, "results": {}, "stats": {},
-            "samples": [sample(1, 1, "C"), sample(1, 2, "I"), sample("b", 1, "C")]}
+    return {
+        "version": 2,
+        "status": "success",
+        "eval": {
+            "task": "count_letters",
+            "task_id": "T1",
+            "run_id": "R1",
+            "model": "openai/gpt-4o-mini",
+            "created": "2025-01-01T00:00:00+00:00",
+            "dataset": {"name": "letters"},
+        },
+        "plan": {},
+        "results": {},
+        "stats": {},
+        "samples": [sample(1, 1, "C"), sample(1, 2, "I"), sample("b", 1, "C")],
+    }
 
 
 def test_import_inspect_eval_log(store_url, tmp_path):
@@ -180,20 +246,26 @@ def test_import_inspect_eval_log(store_url, tmp_path):
     assert rows[0].outcome == "pass" and rows[1].outcome == "fail"
 
 
-@pytest.mark.parametrize("content, where, problem", [
-    ('{"sample_id": "a", "goal": "g", "steps": []}\n{"sample_id": "b", "steps": [\n', "line 2", "not valid JSON"),
-    ('{"sample_id": "a", "steps": []}\n\n[1, 2]\n', "line 3", "expected a JSON object"),
-    ('{"sample_id": "a", "steps": [{"role": "actor"}]}\n', "line 1", "step 0 has no 'idx'"),
-    ('{"sample_id": "a", "steps": [{"idx": 0, "role": "robot"}]}\n', "line 1", "step 0"),
-    ('{"sample_id": "a", "steps": [], "outcome": "meh"}\n', "line 1", "outcome 'meh'"),
-    ('{"hello": 1}\n', "line 1", "neither an evalrx trajectory"),
-    ('{"sample_id": "a", "steps": []}\n{"sample_id": "a", "steps": []}\n', "line 2", "appears twice"),
-    ('{"messages": [{"role": "wizard", "content": "x"}]}\n', "line 1", "role 'wizard'"),
-    ('{"messages": [{"role": "assistant", "content": "x"}]}\n', "line 1", "no user message"),
-    ('{"sample_id": "a", "steps": [{"idx": 0, "role": "user"}], "labels": [{"first_wrong_step": 5}]}\n',
-     "line 1", "first_wrong_step=5"),
-    ("", "line 1", "no trajectories"),
-])
+@pytest.mark.parametrize(
+    "content, where, problem",
+    [
+        ('{"sample_id": "a", "goal": "g", "steps": []}\n{"sample_id": "b", "steps": [\n', "line 2", "not valid JSON"),
+        ('{"sample_id": "a", "steps": []}\n\n[1, 2]\n', "line 3", "expected a JSON object"),
+        ('{"sample_id": "a", "steps": [{"role": "actor"}]}\n', "line 1", "step 0 has no 'idx'"),
+        ('{"sample_id": "a", "steps": [{"idx": 0, "role": "robot"}]}\n', "line 1", "step 0"),
+        ('{"sample_id": "a", "steps": [], "outcome": "meh"}\n', "line 1", "outcome 'meh'"),
+        ('{"hello": 1}\n', "line 1", "neither an evalrx trajectory"),
+        ('{"sample_id": "a", "steps": []}\n{"sample_id": "a", "steps": []}\n', "line 2", "appears twice"),
+        ('{"messages": [{"role": "wizard", "content": "x"}]}\n', "line 1", "role 'wizard'"),
+        ('{"messages": [{"role": "assistant", "content": "x"}]}\n', "line 1", "no user message"),
+        (
+            '{"sample_id": "a", "steps": [{"idx": 0, "role": "user"}], "labels": [{"first_wrong_step": 5}]}\n',
+            "line 1",
+            "first_wrong_step=5",
+        ),
+        ("", "line 1", "no trajectories"),
+    ],
+)
 def test_malformed_files_name_file_line_and_problem_and_write_nothing(store_url, tmp_path, content, where, problem):
     store = S.connect(store_url)
     fill_run(store, 1, seed=9)  # something already there must stay as it is
@@ -227,6 +299,7 @@ def test_missing_file(sqlite_url, tmp_path):
 
 def test_parquet_export(sqlite_url, tmp_path):
     import pyarrow.parquet as pq  # the export extra is part of `make test`
+
     store = S.connect(sqlite_url)
     run_id, trajs = _labelled_run(store)
     assert S.export_run(run_id, tmp_path / "out.parquet", store=store) == 12

@@ -22,8 +22,13 @@ def test_an_api_run_against_a_failing_server_is_infra_errors_not_failures(store_
     store = S.connect(store_url)
     cases = load_cases("demo/arithmetic_easy")[:3]
     with failing_500() as server:
-        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
-                        base_url=server.url, concurrency=1)
+        cfg = RunConfig(
+            model=ModelConfig("gpt-4o-mini", backend="api"),
+            tools=["calculator"],
+            max_turns=2,
+            base_url=server.url,
+            concurrency=1,
+        )
         run_id = enqueue_run(cfg, cases, runtime={"max_retries": 0, "timeout": 5.0}, store=store)
         Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     assert len(server.hits) >= 3  # every case reached the server
@@ -46,8 +51,13 @@ def test_retry_runs_the_errored_cases_again_and_keeps_their_errors(sqlite_url, a
     store = S.connect(sqlite_url)
     cases = load_cases("demo/arithmetic_easy")[:2]
     with failing_500() as down:
-        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], max_turns=2,
-                        base_url=down.url, concurrency=1)
+        cfg = RunConfig(
+            model=ModelConfig("gpt-4o-mini", backend="api"),
+            tools=["calculator"],
+            max_turns=2,
+            base_url=down.url,
+            concurrency=1,
+        )
         run_id = enqueue_run(cfg, cases, runtime={"max_retries": 0, "timeout": 5.0}, store=store)
         Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     assert S.get_run(run_id, store=store).n_error == 2
@@ -66,4 +76,3 @@ def test_retry_runs_the_errored_cases_again_and_keeps_their_errors(sqlite_url, a
     with store.read() as s:
         (retried,) = s.get(t.Run, run_id).meta["retried"]
     assert set(retried["errors"]) == {c.id for c in cases} and all("500" in e for e in retried["errors"].values())
-

@@ -23,17 +23,26 @@ def _run_with_everything(store) -> int:
     cases = [make_case(i, image=PNG if i == 2 else None) for i in range(6)]
     rng = random.Random(11)
     with store.write() as s:
-        run_id = runs.create_run(s, name="atif run", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"},
-                                                             "system": "Use the tools."}, cases=cases, repeats=2)
-        work = s.execute(select(t.RunCase.position, t.RunCase.case_id, t.RunCase.attempt)
-                         .where(t.RunCase.run_id == run_id).order_by(t.RunCase.attempt, t.RunCase.position)).all()
+        run_id = runs.create_run(
+            s,
+            name="atif run",
+            config={"model": {"name": "evalrx-tiny", "backend": "hf_local"}, "system": "Use the tools."},
+            cases=cases,
+            repeats=2,
+        )
+        work = s.execute(
+            select(t.RunCase.position, t.RunCase.case_id, t.RunCase.attempt)
+            .where(t.RunCase.run_id == run_id)
+            .order_by(t.RunCase.attempt, t.RunCase.position)
+        ).all()
         for pos, case_id, attempt in work:
             traj = make_trajectory(cases[pos], rng, n_turns=3)
             traj.attempt = attempt
             if pos == 1:
                 traj.steps[1].content = "<think>check the tool ✓</think>\nI will call it."
-                traj.steps[1].tool_calls = [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] \
-                    if traj.steps[1].tool_calls else []
+                traj.steps[1].tool_calls = (
+                    [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] if traj.steps[1].tool_calls else []
+                )
                 traj.steps[0].span = {"has_image": False}
             runs.save_trajectory(s, run_id, case_id, traj)
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
@@ -71,8 +80,11 @@ def test_atif_documents_follow_the_schema(sqlite_url, tmp_path):
     docs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len({d["session_id"] for d in docs}) == 12
     for d in docs:
-        assert d["schema_version"] == "ATIF-v1.4" and d["agent"] == {"name": "evalrx", "version": "0.2.0",
-                                                                     "model_name": "evalrx-tiny"}
+        assert d["schema_version"] == "ATIF-v1.4" and d["agent"] == {
+            "name": "evalrx",
+            "version": "0.2.0",
+            "model_name": "evalrx-tiny",
+        }
         assert [s["step_id"] for s in d["steps"]] == list(range(1, len(d["steps"]) + 1))
         assert d["steps"][0] == {"step_id": 1, "source": "system", "message": "Use the tools."}
         assert d["steps"][1]["source"] == "user" and d["final_metrics"]["total_steps"] == len(d["steps"])
@@ -104,22 +116,46 @@ FOREIGN = {
     "extra": {"task": "googl-price"},
     "final_metrics": {"total_prompt_tokens": 1120, "total_completion_tokens": 124, "total_steps": 3},
     "steps": [
-        {"step_id": 1, "timestamp": "2025-10-11T10:30:00Z", "source": "user",
-         "message": "What is the current trading price of Alphabet (GOOGL)?"},
-        {"step_id": 2, "timestamp": "2025-10-11T10:30:02Z", "source": "agent", "model_name": "gemini-2.5-flash",
-         "message": "I will search for the price and the volume.", "reasoning_content": "Two data points.",
-         "tool_calls": [
-             {"tool_call_id": "call_price_1", "function_name": "financial_search",
-              "arguments": {"ticker": "GOOGL", "metric": "price"}},
-             {"tool_call_id": "call_volume_2", "function_name": "financial_search",
-              "arguments": {"ticker": "GOOGL", "metric": "volume"}}],
-         "observation": {"results": [
-             {"source_call_id": "call_volume_2", "content": "GOOGL volume: 1.5M shares traded."},
-             {"source_call_id": "call_price_1", "content": "GOOGL is currently trading at $185.35"}]},
-         "metrics": {"prompt_tokens": 520, "completion_tokens": 80, "cached_tokens": 200, "cost_usd": 0.00045}},
-        {"step_id": 3, "timestamp": "2025-10-11T10:30:05Z", "source": "agent",
-         "message": "Alphabet (GOOGL) is trading at $185.35.",
-         "metrics": {"prompt_tokens": 600, "completion_tokens": 44, "logprobs": [-0.1, -0.05]}},
+        {
+            "step_id": 1,
+            "timestamp": "2025-10-11T10:30:00Z",
+            "source": "user",
+            "message": "What is the current trading price of Alphabet (GOOGL)?",
+        },
+        {
+            "step_id": 2,
+            "timestamp": "2025-10-11T10:30:02Z",
+            "source": "agent",
+            "model_name": "gemini-2.5-flash",
+            "message": "I will search for the price and the volume.",
+            "reasoning_content": "Two data points.",
+            "tool_calls": [
+                {
+                    "tool_call_id": "call_price_1",
+                    "function_name": "financial_search",
+                    "arguments": {"ticker": "GOOGL", "metric": "price"},
+                },
+                {
+                    "tool_call_id": "call_volume_2",
+                    "function_name": "financial_search",
+                    "arguments": {"ticker": "GOOGL", "metric": "volume"},
+                },
+            ],
+            "observation": {
+                "results": [
+                    {"source_call_id": "call_volume_2", "content": "GOOGL volume: 1.5M shares traded."},
+                    {"source_call_id": "call_price_1", "content": "GOOGL is currently trading at $185.35"},
+                ]
+            },
+            "metrics": {"prompt_tokens": 520, "completion_tokens": 80, "cached_tokens": 200, "cost_usd": 0.00045},
+        },
+        {
+            "step_id": 3,
+            "timestamp": "2025-10-11T10:30:05Z",
+            "source": "agent",
+            "message": "Alphabet (GOOGL) is trading at $185.35.",
+            "metrics": {"prompt_tokens": 600, "completion_tokens": 44, "logprobs": [-0.1, -0.05]},
+        },
     ],
 }
 
@@ -135,12 +171,16 @@ def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_
     assert [s.role.value for s in tr.steps] == ["user", "actor", "tool", "tool", "actor"]
     assert tr.goal == FOREIGN["steps"][0]["message"] and tr.final_answer == "Alphabet (GOOGL) is trading at $185.35."
     assert tr.steps[1].content == "<think>Two data points.</think>\nI will search for the price and the volume."
-    assert tr.steps[1].tool_calls[1] == {"name": "financial_search", "args": {"ticker": "GOOGL", "metric": "volume"},
-                                         "id": "call_volume_2"}
+    assert tr.steps[1].tool_calls[1] == {
+        "name": "financial_search",
+        "args": {"ticker": "GOOGL", "metric": "volume"},
+        "id": "call_volume_2",
+    }
     # results answered out of order: each tool step says which call it answers
     assert [(s.content, s.observation, s.span["call"]) for s in tr.steps[2:4]] == [
         ("financial_search", "GOOGL volume: 1.5M shares traded.", 1),
-        ("financial_search", "GOOGL is currently trading at $185.35", 0)]
+        ("financial_search", "GOOGL is currently trading at $185.35", 0),
+    ]
     assert tr.steps[1].span["prompt_tokens"] == 520 and tr.steps[1].span["started_at"] == "2025-10-11T10:30:02Z"
     assert tr.steps[4].span["logprobs"] == [{"logprob": -0.1}, {"logprob": -0.05}]
     assert row.prompt_tokens == 1120 and row.completion_tokens == 124 and tr.outcome is Label.UNKNOWN
@@ -155,18 +195,23 @@ def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_
         for key in ("source", "message", "reasoning_content", "tool_calls", "timestamp"):
             assert ours.get(key) == theirs.get(key), key
         assert sorted(ours.get("observation", {}).get("results", []), key=json.dumps) == sorted(
-            theirs.get("observation", {}).get("results", []), key=json.dumps)
+            theirs.get("observation", {}).get("results", []), key=json.dumps
+        )
         assert {k: v for k, v in (ours.get("metrics") or {}).items() if k not in strip} == {
-            k: v for k, v in (theirs.get("metrics") or {}).items() if k not in strip}
+            k: v for k, v in (theirs.get("metrics") or {}).items() if k not in strip
+        }
 
 
-@pytest.mark.parametrize("change, problem", [
-    (lambda d: d["steps"][1].update(source="robot"), "line 1: ATIF step 2 has source 'robot'"),
-    (lambda d: d["steps"][1]["tool_calls"][0].pop("function_name"), "line 1: ATIF step 2: tool call 0 has no"),
-    (lambda d: d["steps"][1]["tool_calls"][0].update(arguments=[1]), "`arguments` must be an object"),
-    (lambda d: d.pop("session_id"), "line 1: the ATIF document has no `session_id`"),
-    (lambda d: d.update(steps={}), "line 1: ATIF `steps` must be a list"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda d: d["steps"][1].update(source="robot"), "line 1: ATIF step 2 has source 'robot'"),
+        (lambda d: d["steps"][1]["tool_calls"][0].pop("function_name"), "line 1: ATIF step 2: tool call 0 has no"),
+        (lambda d: d["steps"][1]["tool_calls"][0].update(arguments=[1]), "`arguments` must be an object"),
+        (lambda d: d.pop("session_id"), "line 1: the ATIF document has no `session_id`"),
+        (lambda d: d.update(steps={}), "line 1: ATIF `steps` must be a list"),
+    ],
+)
 def test_malformed_atif_is_one_line_and_writes_nothing(sqlite_url, tmp_path, change, problem):
     doc = json.loads(json.dumps(FOREIGN))
     change(doc)
@@ -182,7 +227,12 @@ def test_export_format_from_the_name_or_asked(sqlite_url, tmp_path, capsys):
     store = S.connect(sqlite_url)
     run_id = _run_with_everything(store)
     assert [S.export_format(n) for n in ("a.parquet", "a.otlp.json", "a.atif.jsonl", "a.atif.json", "a.jsonl")] == [
-        "parquet", "otel", "atif", "atif", "jsonl"]
+        "parquet",
+        "otel",
+        "atif",
+        "atif",
+        "jsonl",
+    ]
     for name in ("run.json", "run.txt", "run"):
         assert export_main([str(run_id), str(tmp_path / name), "--url", sqlite_url]) == 2
         err = capsys.readouterr().err

@@ -46,8 +46,10 @@ def eval_logs(tmp_path_factory):
 
 def _counts(url):
     with S.connect(url).read() as s:
-        return {t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
-                for t in ("runs", "run_cases", "cases", "trajectories", "steps")}
+        return {
+            t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+            for t in ("runs", "run_cases", "cases", "trajectories", "steps")
+        }
 
 
 @pytest.mark.parametrize("compression, method", [("zstd", 93), ("deflate", zipfile.ZIP_DEFLATED)])
@@ -66,17 +68,27 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
     info = S.get_run(res.run_ids[0], store=sqlite_url)
     assert info.name == "lookup_task (mockllm/model)" and info.n_cases == 4 and info.n_pass == 2 and info.n_fail == 2
     # The sample id is the case's; the epoch is the attempt (keyed "id#epoch" here only to read them).
-    rows = {f"{r.sample_id}#{r.attempt}": r
-            for r in S.list_trajectories(run_id=info.id, store=sqlite_url, descending=False).rows}
+    rows = {
+        f"{r.sample_id}#{r.attempt}": r
+        for r in S.list_trajectories(run_id=info.id, store=sqlite_url, descending=False).rows
+    }
     assert set(rows) == {"look#1", "look#2", "missing#1", "missing#2"}
     details = {sid: S.get_trajectory(r.id, store=sqlite_url) for sid, r in rows.items()}
     # epochs are attempts of one case: two cases, each with attempts 1 and 2
     assert {sid: (d.trajectory.attempt, d.case["id"]) for sid, d in details.items()} == {
-        "look#1": (1, "look"), "look#2": (2, "look"), "missing#1": (1, "missing"), "missing#2": (2, "missing")}
+        "look#1": (1, "look"),
+        "look#2": (2, "look"),
+        "missing#1": (1, "missing"),
+        "missing#2": (2, "missing"),
+    }
     with S.connect(sqlite_url).read() as s:
         assert s.execute(text("SELECT count(DISTINCT case_id) FROM trajectories")).scalar() == 2
-        assert sorted(s.execute(text("SELECT position, attempt FROM run_cases")).all()) == [(0, 1), (0, 2),
-                                                                                           (1, 1), (1, 2)]
+        assert sorted(s.execute(text("SELECT position, attempt FROM run_cases")).all()) == [
+            (0, 1),
+            (0, 2),
+            (1, 1),
+            (1, 2),
+        ]
 
     look = details["look#1"]
     t = look.trajectory
@@ -89,9 +101,13 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
         assert step.span["prompt_tokens"] == 20 and step.span["completion_tokens"] == 8
         assert step.span["latency_ms"] >= 0 and step.span["started_at"].startswith("20")
     assert t.steps[3].span["logprobs"] == [
-        {"token": "The", "logprob": -0.25, "top_logprobs": [{"token": "The", "logprob": -0.25},
-                                                            {"token": "A", "logprob": -1.5}]},
-        {"token": " answer", "logprob": -0.5}]
+        {
+            "token": "The",
+            "logprob": -0.25,
+            "top_logprobs": [{"token": "The", "logprob": -0.25}, {"token": "A", "logprob": -1.5}],
+        },
+        {"token": " answer", "logprob": -0.5},
+    ]
     assert t.steps[2].span["latency_ms"] > 0 and not t.steps[2].span.get("tool_error")
     assert t.metrics["grade"] == {"source": "inspect", "scorer": "includes", "value": "C"}
 
@@ -115,8 +131,7 @@ def test_zstd_and_deflate_logs_import_the_same(eval_logs, sqlite_url):
     for name, log in eval_logs.items():
         res = S.import_file(log, store=sqlite_url)
         rows = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url, descending=False).rows
-        out[name] = [(r.sample_id, r.outcome, r.n_steps, r.n_tool_calls, r.prompt_tokens, r.failure_kind)
-                     for r in rows]
+        out[name] = [(r.sample_id, r.outcome, r.n_steps, r.n_tool_calls, r.prompt_tokens, r.failure_kind) for r in rows]
     assert out["zstd"] == out["deflate"] and len(out["zstd"]) == 4
 
 
@@ -126,8 +141,10 @@ def test_reimport_is_refused_and_again_imports(eval_logs, sqlite_url, capsys):
     assert capsys.readouterr().out.strip() == "imported 4 trajectories (inspect-eval) as run(s) 1"
     before = _counts(sqlite_url)
     assert import_main([log, "--url", sqlite_url]) == 0
-    assert capsys.readouterr().out.strip() == f"{log}: already imported as run 1; nothing written (--again " \
-                                              "imports it again)"
+    assert (
+        capsys.readouterr().out.strip() == f"{log}: already imported as run 1; nothing written (--again "
+        "imports it again)"
+    )
     assert _counts(sqlite_url) == before
     res = S.import_file(log, store=sqlite_url)
     assert res.already_imported and res.run_ids == [1] and res.n_trajectories == 0
@@ -142,10 +159,19 @@ def test_reimport_is_refused_and_again_imports(eval_logs, sqlite_url, capsys):
 
 def test_unfinished_log_imports_its_samples_and_says_so(tmp_path, sqlite_url, capsys):
     """A log whose eval process died: start.json and two samples, no header.json."""
-    env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "xdg-data"), XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
-               INSPECT_DISPLAY="none")
-    done = subprocess.run([sys.executable, str(FIXTURES / "crashing_eval.py"), str(tmp_path / "logs")], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = dict(
+        os.environ,
+        XDG_DATA_HOME=str(tmp_path / "xdg-data"),
+        XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
+        INSPECT_DISPLAY="none",
+    )
+    done = subprocess.run(
+        [sys.executable, str(FIXTURES / "crashing_eval.py"), str(tmp_path / "logs")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3, done.stderr[-2000:]
     (log,) = (tmp_path / "logs").glob("*.eval")
     with zipfile.ZipFile(log) as zf:
@@ -166,8 +192,10 @@ def test_unfinished_log_imports_its_samples_and_says_so(tmp_path, sqlite_url, ca
 
 def _synthetic_eval(path: Path, samples: list, *, header: bool = True) -> Path:
     """A Deflate `.eval` zip in Inspect's layout (stdlib zipfile writes it)."""
-    spec = {"version": 2, "eval": {"task": "synthetic", "model": "mockllm/model",
-                                   "dataset": {"sample_ids": [s["id"] for s in samples]}}}
+    spec = {
+        "version": 2,
+        "eval": {"task": "synthetic", "model": "mockllm/model", "dataset": {"sample_ids": [s["id"] for s in samples]}},
+    }
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("_journal/start.json", json.dumps(spec))
         for s in samples:
@@ -178,10 +206,17 @@ def _synthetic_eval(path: Path, samples: list, *, header: bool = True) -> Path:
 
 
 def _sample(i: int) -> dict:
-    return {"id": f"s{i}", "epoch": 1, "input": f"What is {i} + {i}?", "target": str(2 * i),
-            "messages": [{"id": f"u{i}", "role": "user", "content": f"What is {i} + {i}?"},
-                         {"id": f"a{i}", "role": "assistant", "content": f"It is {2 * i}."}],
-            "scores": {"match": {"value": "C"}}}
+    return {
+        "id": f"s{i}",
+        "epoch": 1,
+        "input": f"What is {i} + {i}?",
+        "target": str(2 * i),
+        "messages": [
+            {"id": f"u{i}", "role": "user", "content": f"What is {i} + {i}?"},
+            {"id": f"a{i}", "role": "assistant", "content": f"It is {2 * i}."},
+        ],
+        "scores": {"match": {"value": "C"}},
+    }
 
 
 def test_a_bad_sample_anywhere_writes_nothing(tmp_path, sqlite_url):
@@ -191,8 +226,10 @@ def test_a_bad_sample_anywhere_writes_nothing(tmp_path, sqlite_url):
     before = _counts(sqlite_url)
     with pytest.raises(S.ImportFormatError) as err:
         S.import_file(log, store=sqlite_url)
-    assert str(err.value) == f"{log}: samples/s4_epoch_1.json: message 1 has role 'wizard'; expected one of " \
-                             "system, developer, user, assistant, tool"
+    assert (
+        str(err.value) == f"{log}: samples/s4_epoch_1.json: message 1 has role 'wizard'; expected one of "
+        "system, developer, user, assistant, tool"
+    )
     assert _counts(sqlite_url) == before  # the four good samples before it are not kept either
     samples[4]["messages"][1]["role"] = "assistant"
     _synthetic_eval(log, samples)
@@ -213,9 +250,11 @@ def test_damaged_and_foreign_zips_are_one_line_errors(tmp_path, sqlite_url, eval
         zf.writestr("readme.txt", "hello")
     truncated = tmp_path / "truncated.eval"
     truncated.write_bytes(eval_logs["zstd"].read_bytes()[:2000])
-    for path, problem in ((damaged, f"{info.filename}: the entr"),
-                          (other, "zip: a zip file, but not an Inspect .eval log"),
-                          (truncated, "zip: not a readable zip")):
+    for path, problem in (
+        (damaged, f"{info.filename}: the entr"),
+        (other, "zip: a zip file, but not an Inspect .eval log"),
+        (truncated, "zip: not a readable zip"),
+    ):
         assert import_main([str(path), "--url", sqlite_url]) == 2
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1 and problem in err and "Traceback" not in err, err
@@ -227,8 +266,11 @@ def test_entries_read_one_at_a_time_within_the_size_limit(tmp_path, sqlite_url):
     samples = [_sample(i) for i in range(3)]
     samples[1]["metadata"] = {"blob": "y" * 300_000}
     log = _synthetic_eval(tmp_path / "big.eval", samples)
-    with pytest.raises(S.RecordTooLargeError, match=r"samples/s1_epoch_1.json: the log entry is 0.3 MB, over the "
-                                                    r"0.2 MB limit on one record; raise it with --max-record-mb 1"):
+    with pytest.raises(
+        S.RecordTooLargeError,
+        match=r"samples/s1_epoch_1.json: the log entry is 0.3 MB, over the "
+        r"0.2 MB limit on one record; raise it with --max-record-mb 1",
+    ):
         S.import_file(log, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=200_000))
     assert S.list_runs(store=sqlite_url) == []
     assert S.import_file(log, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=400_000)).n_trajectories == 3

@@ -12,9 +12,15 @@ from evalrx.runner.commands import import_main
 
 
 def _row(i: int) -> dict:
-    return {"sample_id": f"r{i}", "goal": f"question {i}", "outcome": "pass",
-            "steps": [{"idx": 0, "role": "user", "content": f"question {i}"},
-                      {"idx": 1, "role": "actor", "content": f"answer {i}"}]}
+    return {
+        "sample_id": f"r{i}",
+        "goal": f"question {i}",
+        "outcome": "pass",
+        "steps": [
+            {"idx": 0, "role": "user", "content": f"question {i}"},
+            {"idx": 1, "role": "actor", "content": f"answer {i}"},
+        ],
+    }
 
 
 def _jsonl(rows) -> str:
@@ -23,8 +29,10 @@ def _jsonl(rows) -> str:
 
 def _counts(url):
     with S.connect(url).read() as s:
-        return {t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
-                for t in ("runs", "run_cases", "cases", "trajectories", "steps")}
+        return {
+            t: s.execute(text(f"SELECT count(*) FROM {t}")).scalar()
+            for t in ("runs", "run_cases", "cases", "trajectories", "steps")
+        }
 
 
 def _deep_json(depth: int) -> str:
@@ -61,8 +69,10 @@ def test_record_over_the_size_limit(sqlite_url, tmp_path, capsys):
     big["meta"] = {"blob": "z" * 200_000}
     f = _write(tmp_path / "big.jsonl", _jsonl([_row(0), big, _row(2)]))
     err = _one_line_failure(capsys, [str(f), "--max-record-mb", "0.1", "--url", sqlite_url])
-    assert f"{f}: line 2: the line (at least) is 0.1 MB, over the 0.1 MB limit on one record; raise it with " \
-           "--max-record-mb 1" in err
+    assert (
+        f"{f}: line 2: the line (at least) is 0.1 MB, over the 0.1 MB limit on one record; raise it with "
+        "--max-record-mb 1" in err
+    )
     assert S.list_runs(store=sqlite_url) == []
     assert import_main([str(f), "--max-record-mb", "1", "--url", sqlite_url]) == 0
     # a whole-file document (an Inspect .json log) is one record
@@ -85,12 +95,18 @@ def test_json_nested_too_deep_is_one_line(sqlite_url, tmp_path, capsys, where):
         f = _write(tmp_path / "deep.jsonl", json.dumps(_row(1)) + "\n" + line + "\n")
         expect = "deep.jsonl: line 2: JSON nested 5001 levels deep, over the limit of 200"
     elif where == "document":
-        f = _write(tmp_path / "deep.json", '{\n "eval": {"task": "t"},\n "samples": [{"id": 1, "input": "q", '
-                   '"metadata": ' + _deep_json(300) + "}]\n}")
+        f = _write(
+            tmp_path / "deep.json",
+            '{\n "eval": {"task": "t"},\n "samples": [{"id": 1, "input": "q", "metadata": ' + _deep_json(300) + "}]\n}",
+        )
         expect = "deep.json: line 1: JSON nested 303 levels deep, over the limit of 200"
     else:
-        doc = {"schema_version": "ATIF-v1.4", "session_id": "s", "agent": {"name": "a", "version": "1"},
-               "steps": [{"step_id": 1, "source": "user", "message": "hi"}]}
+        doc = {
+            "schema_version": "ATIF-v1.4",
+            "session_id": "s",
+            "agent": {"name": "a", "version": "1"},
+            "steps": [{"step_id": 1, "source": "user", "message": "hi"}],
+        }
         f = _write(tmp_path / "deep.atif.jsonl", json.dumps(doc)[:-1] + ', "extra": ' + _deep_json(250) + "}\n")
         expect = "deep.atif.jsonl: line 1: JSON nested 251 levels deep, over the limit of 200"
     err = _one_line_failure(capsys, [str(f), "--url", sqlite_url])
@@ -107,15 +123,24 @@ def test_brackets_inside_strings_are_not_nesting(sqlite_url, tmp_path):
     assert S.import_file(f, store=sqlite_url).n_trajectories == 1
 
 
-@pytest.mark.parametrize("encode, expect", [
-    (lambda t: t.encode("utf-16"), "line 1: the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it "
-                                   "as UTF-8"),
-    (lambda t: t.encode("utf-16-le"), "line 1: NUL byte at column 2: the file looks like UTF-16 or UTF-32 without "
-                                      "a byte-order mark"),
-    (lambda t: t.replace("answer 2", "réponse 2").encode("latin-1"),
-     "line 3: byte 0xe9 at column 166 is not UTF-8 (the text looks like Latin-1 / Windows-1252); convert the file to "
-     "UTF-8"),
-])
+@pytest.mark.parametrize(
+    "encode, expect",
+    [
+        (
+            lambda t: t.encode("utf-16"),
+            "line 1: the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8",
+        ),
+        (
+            lambda t: t.encode("utf-16-le"),
+            "line 1: NUL byte at column 2: the file looks like UTF-16 or UTF-32 without a byte-order mark",
+        ),
+        (
+            lambda t: t.replace("answer 2", "réponse 2").encode("latin-1"),
+            "line 3: byte 0xe9 at column 166 is not UTF-8 (the text looks like Latin-1 / Windows-1252); convert the file to "
+            "UTF-8",
+        ),
+    ],
+)
 def test_wrong_encodings_name_the_line_and_what_was_found(sqlite_url, tmp_path, capsys, encode, expect):
     f = _write(tmp_path / "enc.jsonl", encode(_jsonl([_row(1), _row(0), _row(2)])))
     err = _one_line_failure(capsys, [str(f), "--url", sqlite_url])
@@ -134,8 +159,9 @@ def test_reimport_of_the_same_bytes_is_refused(sqlite_url, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "imported 2 trajectories (evalrx) as run(s) 1"
     before = _counts(sqlite_url)
     assert import_main([str(f), "--name", "other name", "--url", sqlite_url]) == 0
-    assert capsys.readouterr().out.strip() == f"{f}: already imported as run 1; nothing written (--again imports " \
-                                              "it again)"
+    assert (
+        capsys.readouterr().out.strip() == f"{f}: already imported as run 1; nothing written (--again imports it again)"
+    )
     assert _counts(sqlite_url) == before
     assert import_main([str(f), "--again", "--url", sqlite_url]) == 0
     assert "as run(s) 2" in capsys.readouterr().out
@@ -155,8 +181,18 @@ def test_content_not_the_name_says_the_format(sqlite_url, tmp_path, capsys):
     rows = _write(tmp_path / "looks_like.json", _jsonl([_row(1)]))  # JSONL named .json
     assert import_main([str(rows), "--url", sqlite_url]) == 0
     assert "(evalrx)" in capsys.readouterr().out
-    log = {"eval": {"task": "t", "model": "m"}, "samples": [{"id": 1, "input": "q", "target": "a", "messages": [
-        {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "scores": {"s": {"value": "C"}}}]}
+    log = {
+        "eval": {"task": "t", "model": "m"},
+        "samples": [
+            {
+                "id": 1,
+                "input": "q",
+                "target": "a",
+                "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+                "scores": {"s": {"value": "C"}},
+            }
+        ],
+    }
     named_jsonl = _write(tmp_path / "log.jsonl", json.dumps(log, indent=2))  # an Inspect log named .jsonl
     assert import_main([str(named_jsonl), "--url", sqlite_url]) == 0
     assert "(inspect)" in capsys.readouterr().out

@@ -24,21 +24,51 @@ def _trajectory() -> Trajectory:
     """A user question, two calls in one turn (the second tool fails), then the answer."""
     steps = [
         Step(idx=0, role=StepRole.USER, content="What is 6 * 7, and who is Ada?"),
-        Step(idx=1, role=StepRole.ACTOR, content="Two lookups.",
-             tool_calls=[{"name": "calculator", "args": {"expression": "6 * 7"}, "id": "call_a"},
-                         {"name": "lookup", "args": {"name": "Ada"}}],
-             span={"turn": 1, "latency_ms": 120.5, "prompt_tokens": 50, "completion_tokens": 12,
-                   "started_at": "2025-03-01T10:00:00+00:00"}),
-        Step(idx=2, role=StepRole.TOOL, content="calculator", observation="42", span={"turn": 1, "call": 0,
-                                                                                      "latency_ms": 2.0}),
-        Step(idx=3, role=StepRole.TOOL, content="lookup", observation="lookup failed: timeout",
-             span={"turn": 1, "call": 1, "tool_error": True, "latency_ms": 30.0}),
-        Step(idx=4, role=StepRole.ACTOR, content="42, and I do not know.",
-             span={"turn": 2, "latency_ms": 80.0, "prompt_tokens": 90, "completion_tokens": 9}),
+        Step(
+            idx=1,
+            role=StepRole.ACTOR,
+            content="Two lookups.",
+            tool_calls=[
+                {"name": "calculator", "args": {"expression": "6 * 7"}, "id": "call_a"},
+                {"name": "lookup", "args": {"name": "Ada"}},
+            ],
+            span={
+                "turn": 1,
+                "latency_ms": 120.5,
+                "prompt_tokens": 50,
+                "completion_tokens": 12,
+                "started_at": "2025-03-01T10:00:00+00:00",
+            },
+        ),
+        Step(
+            idx=2,
+            role=StepRole.TOOL,
+            content="calculator",
+            observation="42",
+            span={"turn": 1, "call": 0, "latency_ms": 2.0},
+        ),
+        Step(
+            idx=3,
+            role=StepRole.TOOL,
+            content="lookup",
+            observation="lookup failed: timeout",
+            span={"turn": 1, "call": 1, "tool_error": True, "latency_ms": 30.0},
+        ),
+        Step(
+            idx=4,
+            role=StepRole.ACTOR,
+            content="42, and I do not know.",
+            span={"turn": 2, "latency_ms": 80.0, "prompt_tokens": 90, "completion_tokens": 9},
+        ),
     ]
-    return Trajectory(sample_id="ada", goal=steps[0].content, steps=steps, final_answer="42, and I do not know.",
-                      outcome=Label.FAIL, metrics={"terminated": "final", "total_prompt_tokens": 140,
-                                                   "total_completion_tokens": 21})
+    return Trajectory(
+        sample_id="ada",
+        goal=steps[0].content,
+        steps=steps,
+        final_answer="42, and I do not know.",
+        outcome=Label.FAIL,
+        metrics={"terminated": "final", "total_prompt_tokens": 140, "total_completion_tokens": 21},
+    )
 
 
 @pytest.fixture
@@ -46,11 +76,20 @@ def run_id(sqlite_url):
     store = S.connect(sqlite_url)
     case = FailureCase(inputs=Inputs(prompt="What is 6 * 7, and who is Ada?"), id="ada", expected="42")
     with store.write() as s:
-        rid = runs.create_run(s, name="otel run", config={"model": {"name": "qwen-tiny", "backend": "api"}},
-                              cases=[case])
-        tid = runs.save_trajectory(s, rid, 1, _trajectory(), diagnoses=[
-            Diagnosis(kind="ignored_observation", first_wrong_step=4, evidence={"text": "lookup failed"},
-                      confidence=0.7)])
+        rid = runs.create_run(
+            s, name="otel run", config={"model": {"name": "qwen-tiny", "backend": "api"}}, cases=[case]
+        )
+        tid = runs.save_trajectory(
+            s,
+            rid,
+            1,
+            _trajectory(),
+            diagnoses=[
+                Diagnosis(
+                    kind="ignored_observation", first_wrong_step=4, evidence={"text": "lookup failed"}, confidence=0.7
+                )
+            ],
+        )
     S.set_label(tid, "fail", failure_mode="gave_up", note="did not retry", annotator="ana", store=store)
     S.set_label(tid, "fail", step_idx=3, first_wrong_step=3, annotator="ana", store=store)
     return rid
@@ -69,8 +108,11 @@ def _attrs(holder) -> dict:
     out = {}
     for kv in holder.attributes:
         v = kv.value
-        out[kv.key] = getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") != "array_value" else \
-            [getattr(x, x.WhichOneof("value")) for x in v.array_value.values]
+        out[kv.key] = (
+            getattr(v, v.WhichOneof("value"))
+            if v.WhichOneof("value") != "array_value"
+            else [getattr(x, x.WhichOneof("value")) for x in v.array_value.values]
+        )
     return out
 
 
@@ -89,26 +131,53 @@ def test_otlp_json_spans_names_attributes_parents(run_id, sqlite_url, tmp_path, 
     resource = _attrs(request.resource_spans[0].resource)
     assert resource["service.name"] == "evalrx" and resource["evalrx.run.name"] == "otel run"
     spans = _spans([request])
-    assert [s.name for s in spans] == ["invoke_agent", "chat qwen-tiny", "execute_tool calculator",
-                                       "execute_tool lookup", "chat qwen-tiny"]
+    assert [s.name for s in spans] == [
+        "invoke_agent",
+        "chat qwen-tiny",
+        "execute_tool calculator",
+        "execute_tool lookup",
+        "chat qwen-tiny",
+    ]
     root, chat1, calc, look, chat2 = spans
     assert len({s.trace_id for s in spans}) == 1 and len({s.span_id for s in spans}) == 5
     assert root.parent_span_id == b"" and all(s.parent_span_id == root.span_id for s in spans[1:])
-    assert [s.kind for s in spans] == [Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT, Span.SPAN_KIND_INTERNAL,
-                                       Span.SPAN_KIND_INTERNAL, Span.SPAN_KIND_CLIENT]
+    assert [s.kind for s in spans] == [
+        Span.SPAN_KIND_INTERNAL,
+        Span.SPAN_KIND_CLIENT,
+        Span.SPAN_KIND_INTERNAL,
+        Span.SPAN_KIND_INTERNAL,
+        Span.SPAN_KIND_CLIENT,
+    ]
     a = _attrs(root)
     assert a["gen_ai.operation.name"] == "invoke_agent" and a["gen_ai.request.model"] == "qwen-tiny"
     assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (140, 21)
     assert a["evalrx.outcome"] == "fail" and a["evalrx.failure_kind"] == "ignored_observation"
     c = _attrs(chat1)
-    assert {k: c[k] for k in ("gen_ai.operation.name", "gen_ai.request.model", "gen_ai.usage.input_tokens",
-                              "gen_ai.usage.output_tokens", "gen_ai.provider.name")} == {
-        "gen_ai.operation.name": "chat", "gen_ai.request.model": "qwen-tiny", "gen_ai.usage.input_tokens": 50,
-        "gen_ai.usage.output_tokens": 12, "gen_ai.provider.name": "api"}
+    assert {
+        k: c[k]
+        for k in (
+            "gen_ai.operation.name",
+            "gen_ai.request.model",
+            "gen_ai.usage.input_tokens",
+            "gen_ai.usage.output_tokens",
+            "gen_ai.provider.name",
+        )
+    } == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "qwen-tiny",
+        "gen_ai.usage.input_tokens": 50,
+        "gen_ai.usage.output_tokens": 12,
+        "gen_ai.provider.name": "api",
+    }
     assert c["gen_ai.response.finish_reasons"] == ["tool_calls"]
-    assert _attrs(calc) == {"evalrx.step.idx": 2, "evalrx.turn": 1, "gen_ai.operation.name": "execute_tool",
-                            "gen_ai.tool.name": "calculator", "gen_ai.tool.type": "function",
-                            "gen_ai.tool.call.id": "call_a"}  # no arguments or result unless asked
+    assert _attrs(calc) == {
+        "evalrx.step.idx": 2,
+        "evalrx.turn": 1,
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "calculator",
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": "call_a",
+    }  # no arguments or result unless asked
     assert _attrs(look)["gen_ai.tool.call.id"] == "call_1_1" and _attrs(look)["error.type"] == "tool_error"
     assert look.status.code == Status.STATUS_CODE_ERROR and look.status.message == "lookup failed: timeout"
     assert calc.status.code == Status.STATUS_CODE_UNSET
@@ -123,7 +192,10 @@ def test_otlp_json_spans_names_attributes_parents(run_id, sqlite_url, tmp_path, 
     evals = [(e.name, _attrs(e)) for e in root.events]
     assert all(name == "gen_ai.evaluation.result" for name, _ in evals)
     assert [(x["gen_ai.evaluation.name"], x["gen_ai.evaluation.score.label"]) for _, x in evals] == [
-        ("outcome", "fail"), ("evalrx.label", "fail"), ("evalrx.diagnosis", "ignored_observation")]
+        ("outcome", "fail"),
+        ("evalrx.label", "fail"),
+        ("evalrx.diagnosis", "ignored_observation"),
+    ]
     assert evals[0][1]["gen_ai.evaluation.score.value"] == 0.0
     assert evals[1][1]["gen_ai.evaluation.explanation"] == "did not retry"
     assert evals[1][1]["evalrx.label.failure_mode"] == "gave_up" and evals[1][1]["evalrx.label.annotator"] == "ana"

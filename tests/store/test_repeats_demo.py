@@ -21,8 +21,9 @@ def test_sampled_attempts_are_seeded_per_attempt(sqlite_url):
     cases = load_cases("demo")[:3]
 
     def run(seed):
-        cfg = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=2,
-                        repeats=3, seed=seed)
+        cfg = RunConfig(
+            model=ModelConfig("evalrx-tiny"), tools=["calculator", "lookup"], max_turns=2, repeats=3, seed=seed
+        )
         rid = enqueue_run(cfg, cases, runtime={"temperature": 1.5, "max_new_tokens": 48}, store=store)
         Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
         assert S.get_run(rid, store=store).n_done == 9

@@ -86,8 +86,18 @@ def test_compare_two_runs_counts_mcnemar_and_mismatched_cases(sqlite_url, capsys
     assert {x["case_id"] for x in c["cases"]} == {f"q{i:04d}" for i in range(10)}
     assert compare_main([str(ra), str(rb), "--json", "--url", sqlite_url]) == 0
     out = json.loads(capsys.readouterr().out)
-    for key in ("n_paired", "both_pass", "both_fail", "regressions", "fixes", "mcnemar_p", "diff", "diff_ci_low",
-                "diff_ci_high", "cases"):
+    for key in (
+        "n_paired",
+        "both_pass",
+        "both_fail",
+        "regressions",
+        "fixes",
+        "mcnemar_p",
+        "diff",
+        "diff_ci_low",
+        "diff_ci_high",
+        "cases",
+    ):
         assert key in out
     assert out["regressions"] == 1 and out["fixes"] == 6
     assert compare_main([str(ra), str(rb), "--url", sqlite_url]) == 0
@@ -129,8 +139,14 @@ def test_agreement_between_annotators_and_with_the_diagnosis(sqlite_url, capsys)
     # Outcome: ann agrees with bob on 4 of 6 (fail/fail x4, fail/pass x2) -> table [[4,2],[0,0]]: kappa 0.
     for i, tid in enumerate(sorted(tids)):
         S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=store)
-        S.set_label(tid, "fail" if i < 4 else "pass", failure_mode="bad_arguments" if i < 3 else "wrong_tool",
-                    first_wrong_step=1 if i < 2 else 2, annotator="bob", store=store)
+        S.set_label(
+            tid,
+            "fail" if i < 4 else "pass",
+            failure_mode="bad_arguments" if i < 3 else "wrong_tool",
+            first_wrong_step=1 if i < 2 else 2,
+            annotator="bob",
+            store=store,
+        )
     agree = S.label_agreement(run_id=rid, store=store)
     assert agree["annotators"] == ["ann", "bob"]
     (pair,) = agree["outcome"]["pairs"]
@@ -149,9 +165,19 @@ def test_agreement_between_annotators_and_with_the_diagnosis(sqlite_url, capsys)
 def test_compare_two_imported_runs(sqlite_url, tmp_path, capsys):
     def write(name, outcomes):
         f = tmp_path / name
-        f.write_text("\n".join(json.dumps({"id": f"c{i}", "outcome": o, "messages": [
-            {"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]})
-            for i, o in enumerate(outcomes)) + "\n")
+        f.write_text(
+            "\n".join(
+                json.dumps(
+                    {
+                        "id": f"c{i}",
+                        "outcome": o,
+                        "messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}],
+                    }
+                )
+                for i, o in enumerate(outcomes)
+            )
+            + "\n"
+        )
         return S.import_file(f, store=sqlite_url).run_ids[0]
 
     # 12 cases: c0-c4 pass in both, c5 regresses, c6-c10 are fixed, c11 fails in both.

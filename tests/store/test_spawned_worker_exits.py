@@ -75,8 +75,13 @@ def _kill(pid: int) -> None:
 @pytest.mark.parametrize("how", ["ensure_worker", "python -m evalrx.runner"])
 def test_a_spawned_worker_stops_when_the_process_that_started_it_exits(sqlite_url, monkeypatch, how):
     monkeypatch.delenv("EVALRX_NO_LOCAL_WORKER", raising=False)
-    parent = subprocess.run([sys.executable, "-c", _PARENT.format(url=sqlite_url, how=how)], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)
+    parent = subprocess.run(
+        [sys.executable, "-c", _PARENT.format(url=sqlite_url, how=how)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert parent.returncode == 0, parent.stderr[-2000:]
     pid = int(parent.stdout.split()[-1])
     try:
@@ -116,8 +121,9 @@ def test_the_watch_follows_a_given_pid_and_the_store_file(tmp_path):
     stopped: list = []
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        parent_watch.watch(parent_pid=other.pid, started_under=os.getppid(), poll_s=0.05,
-                           stop=lambda why, _grace: stopped.append(why))
+        parent_watch.watch(
+            parent_pid=other.pid, started_under=os.getppid(), poll_s=0.05, stop=lambda why, _grace: stopped.append(why)
+        )
         time.sleep(0.3)
         assert stopped == []  # alive: nothing happens
         other.kill()
@@ -133,8 +139,13 @@ def test_the_watch_follows_a_given_pid_and_the_store_file(tmp_path):
     db = tmp_path / "s.sqlite"
     db.write_bytes(b"")
     stopped.clear()
-    parent_watch.watch(parent_pid=0, started_under=os.getppid(), store_path=parent_watch.sqlite_file(f"sqlite:///{db}"),
-                       poll_s=0.05, stop=lambda why, _grace: stopped.append(why))
+    parent_watch.watch(
+        parent_pid=0,
+        started_under=os.getppid(),
+        store_path=parent_watch.sqlite_file(f"sqlite:///{db}"),
+        poll_s=0.05,
+        stop=lambda why, _grace: stopped.append(why),
+    )
     time.sleep(0.3)
     assert stopped == []
     (tmp_path / "new.sqlite").write_bytes(b"")

@@ -50,15 +50,23 @@ def test_the_database_allows_one_current_label_per_slot(one):
     S.set_label(tid, "fail", store=store)
     with pytest.raises(IntegrityError):
         with store.write() as s:
-            s.execute(text("INSERT INTO labels (trajectory_id, step_idx, outcome, created_at, is_current) "
-                           "VALUES (:t, NULL, 'pass', '2024-01-01 00:00:00', :c)"), {"t": tid, "c": True})
+            s.execute(
+                text(
+                    "INSERT INTO labels (trajectory_id, step_idx, outcome, created_at, is_current) "
+                    "VALUES (:t, NULL, 'pass', '2024-01-01 00:00:00', :c)"
+                ),
+                {"t": tid, "c": True},
+            )
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"outcome": "maybe"}, "outcome must be one of"),
-    ({"outcome": "fail", "first_wrong_step": 99}, "first_wrong_step=99"),
-    ({"outcome": "fail", "step_idx": -1}, "step_idx=-1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"outcome": "maybe"}, "outcome must be one of"),
+        ({"outcome": "fail", "first_wrong_step": 99}, "first_wrong_step=99"),
+        ({"outcome": "fail", "step_idx": -1}, "step_idx=-1"),
+    ],
+)
 def test_bad_labels_are_refused(one, kwargs, match):
     store, tid, _ = one
     with pytest.raises(ValueError, match=match):

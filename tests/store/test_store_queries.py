@@ -79,14 +79,18 @@ def test_filters_match_a_python_reference(filled):
 
     assert ids(outcome="pass") == {t.sample_id for t in trajs if t.outcome is Label.PASS}
     assert ids(terminated=["error", "max_turns"]) == {
-        t.sample_id for t in trajs if t.terminated in ("error", "max_turns")}
+        t.sample_id for t in trajs if t.terminated in ("error", "max_turns")
+    }
     assert ids(tool="lookup") == {
-        t.sample_id for t in trajs if any(c["name"] == "lookup" for s in t.steps for c in s.tool_calls)}
+        t.sample_id for t in trajs if any(c["name"] == "lookup" for s in t.steps for c in s.tool_calls)
+    }
     assert ids(has_parse_error=True) == {t.sample_id for t in trajs if t.metrics["n_parse_errors"]}
     assert ids(text="QUESTION 10007:") == {cases[7].id}  # case-insensitive
     assert ids(text="result 2 of lookup") == {  # observations are searchable
-        t.sample_id for t in trajs
-        if any(s.observation == {"text": "result 2 of lookup", "n_images": 0} for s in t.steps)}
+        t.sample_id
+        for t in trajs
+        if any(s.observation == {"text": "result 2 of lookup", "n_images": 0} for s in t.steps)
+    }
     # LIKE wildcards in the search text are literal characters
     assert ids(text="%") == set() and ids(text="image%zoom") == set() and ids(text="image_zoom")
     assert len(by_sample) == 60
@@ -94,7 +98,8 @@ def test_filters_match_a_python_reference(filled):
     both = S.count_trajectories(store=store, run_id=[run_id, other])
     assert both == 75
     assert S.count_trajectories(store=store, run_id=run_id, outcome="fail") == len(
-        [t for t in trajs if t.outcome is Label.FAIL])
+        [t for t in trajs if t.outcome is Label.FAIL]
+    )
 
 
 def test_label_and_tag_filters(filled):
@@ -122,8 +127,7 @@ def test_run_stats_match_numpy(filled_ro):
     assert st.n == 60
     assert st.latency_p50_ms == pytest.approx(np.percentile(lat, 50))
     assert st.latency_p95_ms == pytest.approx(np.percentile(lat, 95))
-    assert st.outcomes == {k: v for k, v in
-                           {o.value: sum(t.outcome is o for t in trajs) for o in Label}.items() if v}
+    assert st.outcomes == {k: v for k, v in {o.value: sum(t.outcome is o for t in trajs) for o in Label}.items() if v}
     n_pass = sum(t.outcome is Label.PASS for t in trajs)
     assert st.success_rate == pytest.approx(n_pass / 60)
     assert st.prompt_tokens == sum(t.metrics["total_prompt_tokens"] for t in trajs)
@@ -131,7 +135,8 @@ def test_run_stats_match_numpy(filled_ro):
     assert st.mean_steps == pytest.approx(np.mean([len(t.steps) for t in trajs]))
     assert sum(st.terminated.values()) == 60
     assert st.tool_calls.get("calculator", 0) == sum(
-        any(c["name"] == "calculator" for s in t.steps for c in s.tool_calls) for t in trajs)
+        any(c["name"] == "calculator" for s in t.steps for c in s.tool_calls) for t in trajs
+    )
     assert st.labels == {"none": 60}
 
 
@@ -158,9 +163,12 @@ def test_nul_characters_are_stored_as_replacement_characters(store_url):
     """PostgreSQL rejects NUL in text; both backends store U+FFFD instead, identically."""
     store = S.connect(store_url)
     case = make_case(1)
-    traj = Trajectory(sample_id=case.id, goal="g", steps=[
-        Step(0, StepRole.USER, "g"), Step(1, StepRole.ACTOR, "bad\x00byte", span={"x": "a\x00"})],
-        final_answer="a\x00b")
+    traj = Trajectory(
+        sample_id=case.id,
+        goal="g",
+        steps=[Step(0, StepRole.USER, "g"), Step(1, StepRole.ACTOR, "bad\x00byte", span={"x": "a\x00"})],
+        final_answer="a\x00b",
+    )
     with store.write() as s:
         run_id = runs.create_run(s, cases=[case])
         tid = runs.save_trajectory(s, run_id, pending_cases(s, run_id)[0][1], traj)
@@ -219,8 +227,9 @@ def test_analyses_store_compact_arrays(store_url):
     topk = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
     lp = np.linspace(-5, 0, 24, dtype=np.float16).reshape(2, 3, 4)
     with store.write() as s:
-        record = SimpleNamespace(analyzer="logit_lens", arrays={"topk_ids": topk, "topk_logprobs": lp}, step_idx=1,
-                                 meta={"layers": [0, 1]})
+        record = SimpleNamespace(
+            analyzer="logit_lens", arrays={"topk_ids": topk, "topk_logprobs": lp}, step_idx=1, meta={"layers": [0, 1]}
+        )
         save_analyses(s, tid, [record], index=False)  # raw arrays: not a result to read numbers from
     (got,) = S.load_analyses(tid, "logit_lens", store=store)
     assert got["step_idx"] == 1 and got["meta"] == {"layers": [0, 1]}
@@ -256,8 +265,17 @@ def test_text_search_index_agrees_with_a_substring_scan(filled, probe, monkeypat
     with store.read() as s:
         for tid, st in s.execute(text("SELECT trajectory_id, search_text FROM trajectory_texts")).all():
             texts[tid] = st
-    for needle in ("question 10007:", "Result 2 OF", "image_zoom", "answer is 7", "the answer",
-                   '"x": 2', "no such text at all", "q1", "%"):
+    for needle in (
+        "question 10007:",
+        "Result 2 OF",
+        "image_zoom",
+        "answer is 7",
+        "the answer",
+        '"x": 2',
+        "no such text at all",
+        "q1",
+        "%",
+    ):
         want = {tid for tid, st in texts.items() if needle.lower() in st}
         got = {r.id for r in S.list_trajectories(store=store, text=needle, limit=1000).rows}
         assert got == want, needle
@@ -273,8 +291,12 @@ def test_text_index_follows_deletes(sqlite_url):
     S.delete_run(a, store=store)
     with store.write() as s:
         s.execute(text("INSERT INTO trajectory_fts(trajectory_fts) VALUES ('integrity-check')"))
-        assert s.execute(text("SELECT count(*) FROM trajectory_fts WHERE trajectory_fts MATCH :p"),
-                         {"p": '"question"'}).scalar() == 5
+        assert (
+            s.execute(
+                text("SELECT count(*) FROM trajectory_fts WHERE trajectory_fts MATCH :p"), {"p": '"question"'}
+            ).scalar()
+            == 5
+        )
     assert S.count_trajectories(store=store, text=ca[0].inputs.prompt) == 0
 
 
@@ -291,6 +313,8 @@ def test_dashboard_queries_latency_sample_and_labels_per_annotator(filled):
     S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", annotator="ana", store=store)
     S.set_label(rows[1].id, "pass", annotator="ana", store=store)
     S.set_label(rows[1].id, "fail", annotator="bo", store=store)  # an edit: bo's label is now current
-    counts = {(r["annotator"], r["outcome"]): r["n"] for r in S.label_counts_by_annotator(store=store, run_ids=[run_id])}
+    counts = {
+        (r["annotator"], r["outcome"]): r["n"] for r in S.label_counts_by_annotator(store=store, run_ids=[run_id])
+    }
     assert counts == {("ana", "fail"): 1, ("bo", "fail"): 1}
     assert S.label_counts_by_annotator(store=store, run_ids=[other]) == []

@@ -81,7 +81,7 @@ def test_sqlite_pragmas(sqlite_url):
 def test_write_transaction_takes_the_write_lock_at_begin(sqlite_url, tmp_path):
     """`Store.write()` holds SQLite's write lock before its first statement (BEGIN IMMEDIATE)."""
     store = S.connect(sqlite_url)
-    path = sqlite_url[len("sqlite:///"):]
+    path = sqlite_url[len("sqlite:///") :]
     other = sqlite3.connect(path, timeout=0, isolation_level=None)
     with store.write() as s:
         s.execute(text("SELECT 1"))  # a read only: a deferred BEGIN would hold no write lock yet
@@ -103,9 +103,13 @@ def test_read_transaction_is_a_consistent_snapshot(sqlite_url):
 
         def writer():
             with store.write() as w:
-                w.execute(text("INSERT INTO runs (name, status, source, config, meta, n_cases, n_done, n_pass, "
-                               "n_fail, n_error, created_at) VALUES ('x','queued','queue','{}','{}',0,0,0,0,0,"
-                               "'2020-01-01 00:00:00')"))
+                w.execute(
+                    text(
+                        "INSERT INTO runs (name, status, source, config, meta, n_cases, n_done, n_pass, "
+                        "n_fail, n_error, created_at) VALUES ('x','queued','queue','{}','{}',0,0,0,0,0,"
+                        "'2020-01-01 00:00:00')"
+                    )
+                )
 
         th = threading.Thread(target=writer)
         th.start()
@@ -138,8 +142,14 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
     S.forget(store_url)
     store = S.connect(store_url, check=False)
     with store.write() as s:  # back to an empty 0001 store (the fixture upgraded to head)
-        for table in ("trajectory_fts", "trajectory_texts", "analysis_requests", "trajectory_scores",  # 0002, 0003
-                      "diagnoses", "failure_kinds"):  # 0004
+        for table in (
+            "trajectory_fts",
+            "trajectory_texts",
+            "analysis_requests",
+            "trajectory_scores",  # 0002, 0003
+            "diagnoses",
+            "failure_kinds",
+        ):  # 0004
             s.execute(text(f"DROP TABLE IF EXISTS {table}"))
         s.execute(text("DROP INDEX IF EXISTS ix_trajectories_run_id_failure_kind"))
         s.execute(text("ALTER TABLE trajectories DROP COLUMN failure_kind"))
@@ -148,24 +158,47 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
         s.execute(text("ALTER TABLE trajectories ADD COLUMN search_text TEXT NOT NULL DEFAULT ''"))
         s.execute(text("UPDATE alembic_version SET version_num = '0001'"))
     with store.write() as s:
-        s.execute(text("INSERT INTO runs (id, name, status, source, config, meta, n_cases, n_done, n_pass, n_fail, "
-                       "n_error, created_at) VALUES (1, 'r', 'done', 'import', '{}', '{}', 1, 1, 0, 0, 0, "
-                       "'2024-01-01 00:00:00')"))
+        s.execute(
+            text(
+                "INSERT INTO runs (id, name, status, source, config, meta, n_cases, n_done, n_pass, n_fail, "
+                "n_error, created_at) VALUES (1, 'r', 'done', 'import', '{}', '{}', 1, 1, 0, 0, 0, "
+                "'2024-01-01 00:00:00')"
+            )
+        )
         s.execute(text("INSERT INTO cases (id, digest, case_key, prompt, meta) VALUES (1, 'd', 'c1', 'p', '{}')"))
         s.execute(text("INSERT INTO run_cases (run_id, case_id, position) VALUES (1, 1, 0)"))
-        s.execute(text("INSERT INTO trajectories (id, run_id, case_id, sample_id, goal, outcome, terminated, metrics, "
-                       "n_steps, n_turns, n_tool_calls, n_parse_errors, latency_ms, tool_latency_ms, prompt_tokens, "
-                       "completion_tokens, search_text, created_at) VALUES (1, 1, 1, 'c1', 'Find the river', "
-                       "'pass', 'final', '{}', 2, 1, 0, 0, 1.0, 0.0, 1, 1, 'find the river\nthe nile', "
-                       "'2024-01-01 00:00:00')"))
+        s.execute(
+            text(
+                "INSERT INTO trajectories (id, run_id, case_id, sample_id, goal, outcome, terminated, metrics, "
+                "n_steps, n_turns, n_tool_calls, n_parse_errors, latency_ms, tool_latency_ms, prompt_tokens, "
+                "completion_tokens, search_text, created_at) VALUES (1, 1, 1, 'c1', 'Find the river', "
+                "'pass', 'final', '{}', 2, 1, 0, 0, 1.0, 0.0, 1, 1, 'find the river\nthe nile', "
+                "'2024-01-01 00:00:00')"
+            )
+        )
         for i in range(2):
-            s.execute(text("INSERT INTO steps (trajectory_id, idx, role, content, tool_calls, span) "
-                           "VALUES (1, :i, 'user', 'x', '[]', '{}')"), {"i": i})
+            s.execute(
+                text(
+                    "INSERT INTO steps (trajectory_id, idx, role, content, tool_calls, span) "
+                    "VALUES (1, :i, 'user', 'x', '[]', '{}')"
+                ),
+                {"i": i},
+            )
         # Labels of the old taxonomy: a key that has a current name, and one that has none.
-        s.execute(text("INSERT INTO labels (trajectory_id, outcome, failure_mode, created_at, is_current) "
-                       "VALUES (1, 'fail', 'hallucinated', '2023-01-01 00:00:00', :c)"), {"c": False})
-        s.execute(text("INSERT INTO labels (trajectory_id, outcome, failure_mode, created_at, is_current) "
-                       "VALUES (1, 'fail', 'looping', '2024-01-01 00:00:00', :c)"), {"c": True})
+        s.execute(
+            text(
+                "INSERT INTO labels (trajectory_id, outcome, failure_mode, created_at, is_current) "
+                "VALUES (1, 'fail', 'hallucinated', '2023-01-01 00:00:00', :c)"
+            ),
+            {"c": False},
+        )
+        s.execute(
+            text(
+                "INSERT INTO labels (trajectory_id, outcome, failure_mode, created_at, is_current) "
+                "VALUES (1, 'fail', 'looping', '2024-01-01 00:00:00', :c)"
+            ),
+            {"c": True},
+        )
         s.execute(text("UPDATE trajectories SET label = 'fail', failure_mode = 'looping' WHERE id = 1"))
     assert S.upgrade(store_url) == schema.SCHEMA_VERSION
     S.forget(store_url)

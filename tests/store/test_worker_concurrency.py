@@ -27,8 +27,16 @@ def test_three_workers_drain_a_queue_without_double_claims(backend, request, tmp
     else:
         url = request.getfixturevalue("pg_url")
     store = S.connect(url)
-    run_ids = [enqueue_run(scripted_config(), cases(N_CASES, start=j * 100), name=f"job{j}", store=store,
-                           runtime={"extra": {"delay": 0.01}}) for j in range(N_JOBS)]
+    run_ids = [
+        enqueue_run(
+            scripted_config(),
+            cases(N_CASES, start=j * 100),
+            name=f"job{j}",
+            store=store,
+            runtime={"extra": {"delay": 0.01}},
+        )
+        for j in range(N_JOBS)
+    ]
     reader_out = tmp_path / "reader.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO)]))
     reader = subprocess.Popen([sys.executable, str(HERE / "page_reader.py"), url, "60", str(reader_out)], env=env)

@@ -66,8 +66,12 @@ def test_the_model_load_time_is_recorded_on_the_run_not_in_a_step(sqlite_url, ca
     from evalrx.config import ModelConfig, RunConfig
 
     store = S.connect(sqlite_url)
-    run_id = enqueue_run(RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator"], max_turns=1),
-                         cases(1), runtime={"max_new_tokens": 8}, store=store)
+    run_id = enqueue_run(
+        RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator"], max_turns=1),
+        cases(1),
+        runtime={"max_new_tokens": 8},
+        store=store,
+    )
     assert _worker(store).run() == 1
     with store.read() as s:
         meta = s.get(t.Run, run_id).meta
@@ -177,13 +181,24 @@ def test_stale_and_dead_workers_jobs_are_requeued(store_url):
     assert S.get_run(a, store=store).job_status == "running"
     for run in (b, c):
         info = S.get_run(run, store=store)
-        assert info.job_status == "queued" and info.status == "queued" and "requeued" in S.jobs_of_run(
-            run, store=store)[0].error
+        assert (
+            info.job_status == "queued"
+            and info.status == "queued"
+            and "requeued" in S.jobs_of_run(run, store=store)[0].error
+        )
     # a job that keeps killing its workers before storing any case is given up after max_attempts
     with store.write() as s:
-        s.execute(update(t.Job).where(t.Job.id == jb.id).values(status="running", worker_id="dead", attempts=3,
-                                                               idle_claims=3,
-                                                               heartbeat_at=t.utcnow() - timedelta(hours=1)))
+        s.execute(
+            update(t.Job)
+            .where(t.Job.id == jb.id)
+            .values(
+                status="running",
+                worker_id="dead",
+                attempts=3,
+                idle_claims=3,
+                heartbeat_at=t.utcnow() - timedelta(hours=1),
+            )
+        )
     jobs.requeue_stale(store, stale_after_s=60, max_attempts=3)
     info = S.get_run(b, store=store)
     assert info.status == "failed" and "giving up" in info.error
@@ -206,8 +221,9 @@ def test_a_worker_that_lost_its_job_writes_nothing(store_url):
 
 def test_api_runs_use_a_bounded_pool(store_url, calls):
     store = S.connect(store_url)
-    run_id = enqueue_run(scripted_config(api=True, concurrency=3), cases(9), store=store,
-                         runtime={"extra": {"delay": 0.1}})
+    run_id = enqueue_run(
+        scripted_config(api=True, concurrency=3), cases(9), store=store, runtime={"extra": {"delay": 0.1}}
+    )
     _worker(store).run()
     (handle,) = calls
     assert handle.max_in_flight == 3
@@ -255,8 +271,11 @@ def test_analysis_hooks_store_arrays_and_failures_do_not_fail_the_case(store_url
     store = S.connect(store_url)
 
     def lengths(ctx):
-        yield AnalysisRecord("lengths", arrays={"n": np.array([len(s.content) for s in ctx.trajectory.steps],
-                                                                dtype=np.int16)}, step_idx=0)
+        yield AnalysisRecord(
+            "lengths",
+            arrays={"n": np.array([len(s.content) for s in ctx.trajectory.steps], dtype=np.int16)},
+            step_idx=0,
+        )
 
     def broken(ctx):
         raise RuntimeError("analysis exploded")
@@ -275,8 +294,9 @@ def test_analysis_hooks_store_arrays_and_failures_do_not_fail_the_case(store_url
 def test_enqueue_refuses_bad_configs(store_url):
     store = S.connect(store_url)
     with pytest.raises(ValueError, match="Unknown tool"):
-        enqueue_run(scripted_config().__class__(model=scripted_config().model, tools=["teleport"]), cases(1),
-                    store=store)
+        enqueue_run(
+            scripted_config().__class__(model=scripted_config().model, tools=["teleport"]), cases(1), store=store
+        )
     with pytest.raises(ValueError, match="Unknown model"):
         enqueue_run({"model": {"name": "no-such-model"}}, cases(1), store=store)
     with pytest.raises(ValueError, match="Unknown analyzer 'nope'"):
@@ -301,8 +321,12 @@ def test_enqueue_loads_a_suite(store_url):
     from evalrx.config import ModelConfig, RunConfig
 
     store = S.connect(store_url)
-    run_id = enqueue_run(RunConfig(model=ModelConfig("scripted", backend="scripted"),
-                                   suite="demo/arithmetic_easy", tools=["calculator"]), store=store)
+    run_id = enqueue_run(
+        RunConfig(
+            model=ModelConfig("scripted", backend="scripted"), suite="demo/arithmetic_easy", tools=["calculator"]
+        ),
+        store=store,
+    )
     info = S.get_run(run_id, store=store)
     assert info.n_cases > 5 and info.name == "scripted on demo/arithmetic_easy"
 
@@ -359,8 +383,13 @@ def test_tool_images_are_stored_once_per_content_with_their_step(store_url):
     def factory(case):
         def calculator(expression: str) -> ToolResult:
             return ToolResult(text="21", images=[png, png[:-1]])
-        return Tool("calculator", "returns images", {"type": "object", "properties": {
-            "expression": {"type": "string"}}}, fn=calculator)
+
+        return Tool(
+            "calculator",
+            "returns images",
+            {"type": "object", "properties": {"expression": {"type": "string"}}},
+            fn=calculator,
+        )
 
     original = TOOLS["calculator"]
     register_tool("calculator", factory, replace=True)
@@ -371,8 +400,12 @@ def test_tool_images_are_stored_once_per_content_with_their_step(store_url):
     finally:
         register_tool("calculator", original, replace=True)
     with store.read() as s:
-        media = s.execute(text("SELECT st.idx, m.position, m.blob_sha256 FROM step_media m JOIN steps st "
-                               "ON st.id = m.step_id ORDER BY st.trajectory_id, m.position")).all()
+        media = s.execute(
+            text(
+                "SELECT st.idx, m.position, m.blob_sha256 FROM step_media m JOIN steps st "
+                "ON st.id = m.step_id ORDER BY st.trajectory_id, m.position"
+            )
+        ).all()
         assert s.execute(text("SELECT count(*) FROM blobs")).scalar() == 2
     assert [(idx, pos) for idx, pos, _ in media] == [(2, 0), (2, 1)] * 2
     assert S.get_blob(media[0][2], store=store) == (png, "image/png")
@@ -391,8 +424,7 @@ def test_repeats_run_every_case_k_times_and_resume_per_attempt(store_url, calls)
     cfg, todo, _ = w._load_job(job)
     assert [a for _, a, _ in todo] == [1] * 4 + [2] * 4 + [3] * 4  # every first attempt, then every second...
     for case_id, attempt, case in todo[:5]:  # five attempts finished before a crash
-        w._record(job, None, cfg, [], case_id, case,
-                  w._run_case(worker_mod.load_handle(cfg), cfg, case, attempt))
+        w._record(job, None, cfg, [], case_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case, attempt))
     with store.write() as s:
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
     assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
@@ -413,10 +445,14 @@ def test_the_crash_guard_counts_starts_per_attempt(store_url, calls):
     run_id = enqueue_run(replace(scripted_config(), repeats=2), cases(2), store=store)
     # Attempt 2 of the first case already killed its worker three times; attempt 1 never started.
     with store.write() as s:
-        first_case = s.execute(select(t.RunCase.case_id).where(
-            t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1)).scalar_one()
-        s.execute(update(t.RunCase).where(t.RunCase.run_id == run_id, t.RunCase.case_id == first_case,
-                                          t.RunCase.attempt == 2).values(starts=3))
+        first_case = s.execute(
+            select(t.RunCase.case_id).where(t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1)
+        ).scalar_one()
+        s.execute(
+            update(t.RunCase)
+            .where(t.RunCase.run_id == run_id, t.RunCase.case_id == first_case, t.RunCase.attempt == 2)
+            .values(starts=3)
+        )
     _worker(store, max_case_attempts=3).run()
     got = {(r.case_id, r.attempt): r.outcome for r in S.list_trajectories(run_id=run_id, store=store, limit=10).rows}
     assert len(got) == 4 and got[first_case, 2] == "error"  # only that attempt is given up on

@@ -34,8 +34,9 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(sqlite_url, model
     model, runtime = model_config
     cases = load_cases("demo")[:N_CASES]
     assert len(cases) == N_CASES
-    run_id = enqueue_run(RunConfig(model=model, tools=["calculator", "lookup"], max_turns=3), cases,
-                         runtime=runtime, store=store)
+    run_id = enqueue_run(
+        RunConfig(model=model, tools=["calculator", "lookup"], max_turns=3), cases, runtime=runtime, store=store
+    )
     rng = random.Random(20240601)
     log = tmp_path / "worker.log"
     kills = []

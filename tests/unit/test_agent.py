@@ -54,8 +54,6 @@ def call(name, **args):
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
 
 
-
-
 def test_tool_call_then_final_answer():
     h = ScriptedHandle(
         [
@@ -93,7 +91,9 @@ def test_parallel_calls_run_in_order_one_tool_step_each():
         return x.upper()
 
     tool = Tool("note", "record", fn=note)
-    h = ScriptedHandle([ChatTurn(text=call("note", x="a") + call("note", x="b") + call("note", x="c")), ChatTurn(text="ok")])
+    h = ScriptedHandle(
+        [ChatTurn(text=call("note", x="a") + call("note", x="b") + call("note", x="c")), ChatTurn(text="ok")]
+    )
     traj = Agent(h, [tool]).run("go")
     assert order == ["a", "b", "c"]
     assert [c["args"]["x"] for c in traj.steps[1].tool_calls] == ["a", "b", "c"]
@@ -227,7 +227,9 @@ def test_images_in_first_message_and_tool_results_are_reinjected():
         return ToolResult(text=f"zoomed {region}", images=[img_out], meta={"box": [0, 0, 5, 5]})
 
     tool = Tool("zoom", "crop", fn=zoom)
-    h = ScriptedHandle([ChatTurn(text=call("zoom", region="top") + call("zoom", region="left")), ChatTurn(text="a cat")])
+    h = ScriptedHandle(
+        [ChatTurn(text=call("zoom", region="top") + call("zoom", region="left")), ChatTurn(text="a cat")]
+    )
     traj = Agent(h, [tool]).run(FailureCase(inputs=Inputs(prompt="What is it?", image=img_in)))
 
     first_user = h.seen[0][0]
@@ -244,7 +246,9 @@ def test_images_in_first_message_and_tool_results_are_reinjected():
 
 
 def test_openai_codec_path_uses_native_calls_and_ids():
-    wire = [{"id": "call_x", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "6/2"}'}}]
+    wire = [
+        {"id": "call_x", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "6/2"}'}}
+    ]
     h = ScriptedHandle([ChatTurn(text="", tool_calls=wire), ChatTurn(text="3.0")], backend="api")
     traj = Agent(h, [CALC]).run("6/2")
     assert traj.steps[1].tool_calls[0]["id"] == "call_x"
@@ -290,12 +294,17 @@ def test_trajectory_round_trips_through_json():
         return ToolResult(text="z", images=[object()], meta={"k": 1})
 
     script = [
-        ChatTurn(text=call("zoom", region="a") + call("calculator", expression="2+2"), usage={"prompt_tokens": 3, "completion_tokens": 4}),
+        ChatTurn(
+            text=call("zoom", region="a") + call("calculator", expression="2+2"),
+            usage={"prompt_tokens": 3, "completion_tokens": 4},
+        ),
         ChatTurn(text="<tool_call>{bad}</tool_call>"),
         ChatTurn(text=call("nope")),
         ChatTurn(text="done"),
     ]
-    traj = Agent(ScriptedHandle(script), [CALC, Tool("zoom", "", fn=zoom)]).run(FailureCase.from_prompt("p", expected=4))
+    traj = Agent(ScriptedHandle(script), [CALC, Tool("zoom", "", fn=zoom)]).run(
+        FailureCase.from_prompt("p", expected=4)
+    )
     back = Trajectory.from_dict(json.loads(traj.to_json()))
     assert back == traj
     assert len(traj.steps) == 9
@@ -382,7 +391,11 @@ def test_run_batch_passes_agent_kwargs():
     same = ChatTurn(text=call("calculator", expression="1"))
     h = ScriptedHandle([same, same, ChatTurn(text="1")])
     out = run_batch(
-        h, ["x"], tools_factory=lambda c: [CALC], concurrency=1, max_turns=5,
+        h,
+        ["x"],
+        tools_factory=lambda c: [CALC],
+        concurrency=1,
+        max_turns=5,
         agent_kwargs={"block_repeat_calls": True},
     )
     assert out[0].metrics["n_repeat_blocked"] == 1

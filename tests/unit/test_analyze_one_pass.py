@@ -135,8 +135,9 @@ def test_with_attention_on_an_sdpa_model_the_shared_pass_stays_on_sdpa_and_chang
     and the rows are eager attention's own (checked against eager weights in test_analyzers_trajectory)."""
     assert handle.model.config._attn_implementation == "sdpa"
     weights = []
-    hooks = [layer.self_attn.register_forward_hook(lambda m, a, out: weights.append(out[1]))
-             for layer in handle.parts.layers]
+    hooks = [
+        layer.self_attn.register_forward_hook(lambda m, a, out: weights.append(out[1])) for layer in handle.parts.layers
+    ]
     try:
         for traj, tools in trajectories:
             alone = _alone(handle, traj, tools)

@@ -75,13 +75,17 @@ def test_intermediate_layers_equal_norm_and_unembed_of_hooked_layer_outputs(arch
     layer_list = model.transformer.h if arch == "gpt2" else model.model.layers
     inputs, outputs, hooks = {}, {}, []
     for i, layer in enumerate(layer_list):
-        hooks.append(layer.register_forward_pre_hook(
-            lambda m, a, kw, i=i: inputs.__setitem__(i, (a[0] if a else kw["hidden_states"]).detach()),
-            with_kwargs=True,
-        ))
-        hooks.append(layer.register_forward_hook(
-            lambda m, a, o, i=i: outputs.__setitem__(i, (o[0] if isinstance(o, tuple) else o).detach())
-        ))
+        hooks.append(
+            layer.register_forward_pre_hook(
+                lambda m, a, kw, i=i: inputs.__setitem__(i, (a[0] if a else kw["hidden_states"]).detach()),
+                with_kwargs=True,
+            )
+        )
+        hooks.append(
+            layer.register_forward_hook(
+                lambda m, a, o, i=i: outputs.__setitem__(i, (o[0] if isinstance(o, tuple) else o).detach())
+            )
+        )
     with torch.no_grad():
         model(input_ids=torch.tensor([ids]))
     for h in hooks:
@@ -187,8 +191,9 @@ def test_teacher_forced_rows_rebuilt_from_the_kv_cache_are_eager_attentions_own(
     assert handle.model.config._attn_implementation == "sdpa" and rows_rebuildable(handle)
     ids = _ids(TEXT + " " + TEXT)
     positions = [len(ids) - 1, 3, 9, 3, 0]  # unsorted, repeated, the first token
-    _, states, rows = teacher_forced(local_model(handle, "test"), ids, [len(ids) - 1], hidden=False,
-                                     attention=positions)
+    _, states, rows = teacher_forced(
+        local_model(handle, "test"), ids, [len(ids) - 1], hidden=False, attention=positions
+    )
     assert states is None and rows.shape == (handle.model.config.num_hidden_layers, len(positions), len(ids))
     eager = make_tiny_model(arch, attn_implementation="eager")
     with torch.no_grad():
@@ -251,8 +256,9 @@ def test_a_worker_hook_joins_the_one_registry_of_analysis_names():
 
     try:
         register_hook("Answer_Length_For_Test", answer_length)
-        assert "answer_length_for_test" in known_analyzers() and issubclass(ANALYZERS["answer_length_for_test"],
-                                                                           HookAnalyzer)
+        assert "answer_length_for_test" in known_analyzers() and issubclass(
+            ANALYZERS["answer_length_for_test"], HookAnalyzer
+        )
         with pytest.raises(ValueError, match="already registered"):  # one namespace: hooks and analyzers
             register_hook("logit_lens", answer_length)
         with pytest.raises(ValueError, match="already registered"):

@@ -32,10 +32,22 @@ from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 TOOLS = [
-    {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
-     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}},
-    {"type": "function", "function": {"name": "search", "description": "Search the web.",
-     "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an arithmetic expression.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web.",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        },
+    },
 ]
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "3*4"}}\n</tool_call>'
 ANSWER = "The answer is 12."
@@ -44,27 +56,36 @@ ANSWER = "The answer is 12."
 def _hermes_trajectory(name: str = "calculator") -> Trajectory:
     call = CALL.replace("calculator", name)
     return Trajectory(
-        "case-1", "What is 3*4?",
+        "case-1",
+        "What is 3*4?",
         steps=[
             Step(0, StepRole.USER, "What is 3*4?", span={"has_image": False}),
             Step(1, StepRole.ACTOR, call, tool_calls=[{"name": name, "args": {"expression": "3*4"}, "raw": call}]),
             Step(2, StepRole.TOOL, name, observation="12", span={"call": 0}),
             Step(3, StepRole.ACTOR, ANSWER),
         ],
-        final_answer=ANSWER, metrics={"terminated": "final"},
+        final_answer=ANSWER,
+        metrics={"terminated": "final"},
     )
 
 
 def _api_trajectory() -> Trajectory:
     return Trajectory(
-        "case-1", "What is 3*4?",
+        "case-1",
+        "What is 3*4?",
         steps=[
             Step(0, StepRole.USER, "What is 3*4?"),
-            Step(1, StepRole.ACTOR, "", tool_calls=[{"name": "calculator", "args": {"expression": "3*4"}, "id": "call_7"}]),
+            Step(
+                1,
+                StepRole.ACTOR,
+                "",
+                tool_calls=[{"name": "calculator", "args": {"expression": "3*4"}, "id": "call_7"}],
+            ),
             Step(2, StepRole.TOOL, "calculator", observation="12", span={"call": 0}),
             Step(3, StepRole.ACTOR, ANSWER),
         ],
-        final_answer=ANSWER, metrics={"terminated": "final", "model": "gpt-4o-mini on api"},
+        final_answer=ANSWER,
+        metrics={"terminated": "final", "model": "gpt-4o-mini on api"},
     )
 
 
@@ -106,7 +127,9 @@ def test_decision_positions_are_the_name_the_argument_value_and_the_answer():
     tok = handle.tokenizer
 
     def text(kind, step):
-        ids = [int(t) for t, k, s in zip(lens.target_ids, lens.kinds, lens.labels["label_step"]) if k == kind and s == step]
+        ids = [
+            int(t) for t, k, s in zip(lens.target_ids, lens.kinds, lens.labels["label_step"]) if k == kind and s == step
+        ]
         return tok.decode(ids)
 
     assert text("tool_name", 1) == "calculator"
@@ -187,7 +210,9 @@ def test_rebuilt_conversation_is_exactly_what_the_agent_sent_hermes():
     div = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1/0"}}\n</tool_call>'
     replies = [ChatTurn(text=CALL), ChatTurn(text=bad), ChatTurn(text=div), ChatTurn(text=div), ChatTurn(text=ANSWER)]
     handle = _Scripted(replies)
-    tools = [Tool("calculator", "Evaluate.", {"type": "object", "properties": {"expression": {"type": "string"}}}, _calc)]
+    tools = [
+        Tool("calculator", "Evaluate.", {"type": "object", "properties": {"expression": {"type": "string"}}}, _calc)
+    ]
     agent = evalrx.Agent(handle, tools, max_turns=4, system=SYSTEM, block_repeat_calls=True, force_final_answer=True)
     traj = evalrx.Trajectory.from_dict(json.loads(agent.run("What is 3*4?").to_json()))  # as stored
     conv = conversation_from_trajectory(traj, SYSTEM, tools)
@@ -196,14 +221,32 @@ def test_rebuilt_conversation_is_exactly_what_the_agent_sent_hermes():
         assert conv.messages[: turn.message_index] == messages
         assert turn.tools == sent_tools
     kinds = [m["kind"] for m in conv.message_info]
-    assert kinds == ["system", "prompt", "assistant", "tool", "assistant", "parse_error", "assistant", "tool",
-                     "assistant", "tool", "nudge", "assistant"]
+    assert kinds == [
+        "system",
+        "prompt",
+        "assistant",
+        "tool",
+        "assistant",
+        "parse_error",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "nudge",
+        "assistant",
+    ]
 
 
 def test_rebuilt_conversation_is_exactly_what_the_agent_sent_openai():
-    wire = {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "3*4"}'}}
+    wire = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "calculator", "arguments": '{"expression": "3*4"}'},
+    }
     handle = _Scripted([ChatTurn(text="", tool_calls=[wire]), ChatTurn(text=ANSWER)], backend="api")
-    tools = [Tool("calculator", "Evaluate.", {"type": "object", "properties": {"expression": {"type": "string"}}}, _calc)]
+    tools = [
+        Tool("calculator", "Evaluate.", {"type": "object", "properties": {"expression": {"type": "string"}}}, _calc)
+    ]
     traj = evalrx.Agent(handle, tools, system=SYSTEM).run("What is 3*4?")
     conv = conversation_from_trajectory(traj, SYSTEM, tools)
     assert conv.style == "openai"
@@ -295,12 +338,23 @@ def test_token_uncertainty_is_teacher_forced_on_the_generated_tokens():
 def test_uncertainty_reads_api_logprobs_when_there_is_no_local_model():
     traj = _api_trajectory()
     traj.steps[3].span["logprobs"] = [
-        {"token": "The", "logprob": -0.1, "top_logprobs": [{"token": "The", "logprob": -0.1}, {"token": "A", "logprob": -2.5}]},
-        {"token": " answer", "logprob": -1.2, "top_logprobs": [{"token": " result", "logprob": -0.5}, {"token": " answer", "logprob": -1.2}]},
+        {
+            "token": "The",
+            "logprob": -0.1,
+            "top_logprobs": [{"token": "The", "logprob": -0.1}, {"token": "A", "logprob": -2.5}],
+        },
+        {
+            "token": " answer",
+            "logprob": -1.2,
+            "top_logprobs": [{"token": " result", "logprob": -0.5}, {"token": " answer", "logprob": -1.2}],
+        },
         {"token": " is", "logprob": -0.3},
     ]
     api = evalrx.load("gpt-4o-mini", backend="api", base_url="http://127.0.0.1:9", api_key="unused")
-    for res in (TokenUncertaintyAnalyzer().run_trajectory(None, traj), TokenUncertaintyAnalyzer().run_trajectory(api, traj)):
+    for res in (
+        TokenUncertaintyAnalyzer().run_trajectory(None, traj),
+        TokenUncertaintyAnalyzer().run_trajectory(api, traj),
+    ):
         assert res.source == "api_logprobs" and res.tokens == ["The", " answer", " is"]
         np.testing.assert_allclose(res.logprob, [-0.1, -1.2, -0.3], atol=1e-6)
         assert res.rank.tolist() == [0, 1, -1] and res.step.tolist() == [3, 3, 3]
@@ -343,7 +397,9 @@ def test_every_trajectory_result_survives_a_store_round_trip():
         ToolDecisionAnalyzer().run_trajectory(handle, traj, tools=TOOLS, system=SYSTEM),
         AttentionAnalyzer().run_trajectory(handle, traj, tools=TOOLS, system=SYSTEM),
         TokenUncertaintyAnalyzer().run_trajectory(handle, traj, tools=TOOLS, system=SYSTEM),
-        ReplayAnalyzer(parts=("token_uncertainty", "logit_lens")).run_trajectory(handle, traj, tools=TOOLS, system=SYSTEM),
+        ReplayAnalyzer(parts=("token_uncertainty", "logit_lens")).run_trajectory(
+            handle, traj, tools=TOOLS, system=SYSTEM
+        ),
     ]
     for res in results:
         back = _store_round_trip(res)

@@ -138,8 +138,13 @@ def test_from_wire_round_trip_restores_dicts_and_images():
     original = [
         {"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
         {"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": "zoom"}]},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "zoom", "arguments": {"box": [1, 2, 3, 4]}}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "zoom", "arguments": {"box": [1, 2, 3, 4]}}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "done"},
     ]
     back = from_wire_messages(json.loads(json.dumps(to_wire_messages(original))), allow_images=True)
@@ -163,7 +168,10 @@ def test_from_wire_round_trip_restores_dicts_and_images():
         ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{bad"}}]}], "not valid JSON"),
         ([{"role": "assistant", "tool_calls": [{"function": {}}]}], "function.name"),
         ([{"role": "user", "content": [{"type": "audio"}]}], "unsupported content type"),
-        ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}], "does not accept images"),
+        (
+            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,x"}}]}],
+            "does not accept images",
+        ),
     ],
 )
 def test_from_wire_rejects_bad_messages(messages, match):
@@ -250,7 +258,10 @@ def test_local_server_without_key_gets_placeholder():
         return 200, _completion("ok")
 
     with _StubServer(respond) as stub:
-        assert APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url)).chat([{"role": "user", "content": "x"}]).text == "ok"
+        assert (
+            APIModel(get_spec(QWEN), RuntimeConfig(base_url=stub.url)).chat([{"role": "user", "content": "x"}]).text
+            == "ok"
+        )
     assert seen["auth"] == "Bearer EMPTY"
 
 
@@ -326,7 +337,11 @@ def test_request_body_and_turn_fields():
         seen.update(body)
         payload = _completion(None, finish="tool_calls")
         payload["choices"][0]["message"]["tool_calls"] = [
-            {"id": "call_9", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'}}
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": '{"expression": "2+2"}'},
+            }
         ]
         payload["choices"][0]["logprobs"] = {
             "content": [{"token": "<tool_call>", "logprob": -0.25, "bytes": None, "top_logprobs": []}]
@@ -495,10 +510,14 @@ def test_backoff_stops_when_the_budget_cannot_cover_another_try():
 @pytest.mark.parametrize(
     "status, body, content_type, needles",
     [
-        (200, b"<html><body>Welcome to nginx</body></html>", "text/html",
-         ["answered HTML, not JSON", "HTTP 200", "'<html><body>Welcome", "/v1"]),
+        (
+            200,
+            b"<html><body>Welcome to nginx</body></html>",
+            "text/html",
+            ["answered HTML, not JSON", "HTTP 200", "'<html><body>Welcome", "/v1"],
+        ),
         (200, b"{not json at all", "application/json", ["answered invalid JSON", "HTTP 200", "'{not json at all'"]),
-        (200, b'{"object": "list", "data": []}', "application/json", ["not a chat completion", "'{\"object\""]),
+        (200, b'{"object": "list", "data": []}', "application/json", ["not a chat completion", '\'{"object"']),
         (404, b"<!DOCTYPE html><title>404</title>", "text/html", ["HTTP 404", "an HTML page", "/v1"]),
     ],
     ids=["html", "invalid-json", "not-a-completion", "html-404"],
@@ -523,7 +542,7 @@ def test_a_connection_dropped_mid_answer_is_retried_then_one_line():
 
     def respond(handler, body):
         hits.append(1)
-        handler.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"id\"")
+        handler.wfile.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"id"')
         handler.wfile.flush()
         handler.connection.shutdown(socket.SHUT_RDWR)  # gone before the 500 bytes it promised
         return None
@@ -565,7 +584,8 @@ def test_a_call_without_a_name_is_kept_in_the_turn():
     def respond(handler, body):
         payload = _completion(None, finish="tool_calls")
         payload["choices"][0]["message"]["tool_calls"] = [
-            nameless, {"id": "call_z", "type": "function", "function": {"name": "calculator", "arguments": "{}"}},
+            nameless,
+            {"id": "call_z", "type": "function", "function": {"name": "calculator", "arguments": "{}"}},
         ]
         return 200, payload
 
@@ -574,7 +594,9 @@ def test_a_call_without_a_name_is_kept_in_the_turn():
     assert turn.tool_calls[0] == nameless and turn.tool_calls[1]["function"]["name"] == "calculator"
 
 
-@pytest.mark.parametrize("timeout, retries", [(0, 3), (-1, 3), (3601, 3), (float("nan"), 3), (5, -1), (5, 11), (5, 1.5)])
+@pytest.mark.parametrize(
+    "timeout, retries", [(0, 3), (-1, 3), (3601, 3), (float("nan"), 3), (5, -1), (5, 11), (5, 1.5)]
+)
 def test_call_budget_out_of_range_is_refused(timeout, retries):
     with pytest.raises(ValueError, match="timeout|max_retries"):
         APIModel(get_spec(QWEN), RuntimeConfig(base_url="http://127.0.0.1:1/v1", timeout=timeout, max_retries=retries))
@@ -605,8 +627,15 @@ class FakeHandle:
             self.max_active = max(self.max_active, self.active)
         try:
             time.sleep(self.delay)
-            self.calls.append({"messages": messages, "tools": tools, "logprobs": logprobs,
-                               "max_new_tokens": max_new_tokens, "temperature": temperature})
+            self.calls.append(
+                {
+                    "messages": messages,
+                    "tools": tools,
+                    "logprobs": logprobs,
+                    "max_new_tokens": max_new_tokens,
+                    "temperature": temperature,
+                }
+            )
             reply = self.replies[min(len(self.calls), len(self.replies)) - 1]
             if isinstance(reply, Exception):
                 raise reply
@@ -641,15 +670,23 @@ def test_serve_returns_native_tool_calls_and_logprobs(served):
         text=CALL_TEXT,
         finish_reason="stop",
         usage={"prompt_tokens": 40, "completion_tokens": 3},
-        logprobs=[{"token": "<tool_call>", "token_id": 7, "logprob": -0.5}, {"token": "é", "token_id": 9, "logprob": -1.25}],
+        logprobs=[
+            {"token": "<tool_call>", "token_id": 7, "logprob": -0.5},
+            {"token": "é", "token_id": 9, "logprob": -1.25},
+        ],
     )
     fake = FakeHandle([reply])
     url = served(fake)
     handle = evalrx.load(QWEN, backend="api", base_url=url, max_retries=0, max_new_tokens=9)
     history = [
         {"role": "user", "content": "What is 3*4?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1+1"}}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c0", "content": "2"},
         {"role": "user", "content": "now 3*4"},
     ]
@@ -670,10 +707,16 @@ def test_serve_returns_native_tool_calls_and_logprobs(served):
 
 
 def test_serve_plain_answer_and_malformed_call(served):
-    fake = FakeHandle([
-        ChatTurn(text="<think>hmm</think>The answer is 12.", finish_reason="length", usage={"prompt_tokens": 3, "completion_tokens": 8}),
-        ChatTurn(text='<tool_call>\n{"name": calculator}\n</tool_call>', finish_reason="stop"),
-    ])
+    fake = FakeHandle(
+        [
+            ChatTurn(
+                text="<think>hmm</think>The answer is 12.",
+                finish_reason="length",
+                usage={"prompt_tokens": 3, "completion_tokens": 8},
+            ),
+            ChatTurn(text='<tool_call>\n{"name": calculator}\n</tool_call>', finish_reason="stop"),
+        ]
+    )
     url = served(fake)
     handle = APIModel(get_spec(QWEN), RuntimeConfig(base_url=url, max_retries=0))
     first = handle.chat([{"role": "user", "content": "hi"}])
@@ -705,8 +748,11 @@ def _raw_request(url: str, method: str, path: str, data: bytes | None = None, he
         (b'{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', 400, "max_tokens"),
         (b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}', 400, "tools"),
         (b'{"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"}', 400, "tool_choice"),
-        (b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}',
-         400, "does not accept images"),
+        (
+            b'{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}',
+            400,
+            "does not accept images",
+        ),
     ],
 )
 def test_serve_rejects_bad_requests_without_calling_the_model(served, body, status, match):
@@ -775,8 +821,14 @@ def _completion(content, finish="stop") -> dict:
         "object": "chat.completion",
         "created": 0,
         "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish,
-                     "logprobs": None}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": finish,
+                "logprobs": None,
+            }
+        ],
         "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
     }
 
@@ -827,4 +879,3 @@ class _StubServer:
         self.released.set()
         self.server.shutdown()
         self.server.server_close()
-

@@ -44,12 +44,32 @@ def test_collapse_cuts_long_text_only():
 
 
 def test_filters_round_trip_through_the_url():
-    params = {"run": "3", "outcome": "fail", "label": "unlabelled", "mode": "wrong_tool", "term": "max_turns",
-              "tool": "lookup", "kind": "repeated_calls", "margin": "0.5", "q": "timeout", "sort": "latency",
-              "asc": True, "page": "4", "id": "9"}
-    assert store_filters(params) == {"run_id": 3, "outcome": "fail", "label": "none", "failure_mode": "wrong_tool",
-                                     "terminated": "max_turns", "tool": "lookup", "failure_kind": "repeated_calls",
-                                     "max_margin": 0.5, "text": "timeout"}
+    params = {
+        "run": "3",
+        "outcome": "fail",
+        "label": "unlabelled",
+        "mode": "wrong_tool",
+        "term": "max_turns",
+        "tool": "lookup",
+        "kind": "repeated_calls",
+        "margin": "0.5",
+        "q": "timeout",
+        "sort": "latency",
+        "asc": True,
+        "page": "4",
+        "id": "9",
+    }
+    assert store_filters(params) == {
+        "run_id": 3,
+        "outcome": "fail",
+        "label": "none",
+        "failure_mode": "wrong_tool",
+        "terminated": "max_turns",
+        "tool": "lookup",
+        "failure_kind": "repeated_calls",
+        "max_margin": 0.5,
+        "text": "timeout",
+    }
     assert sort_args(params) == ("latency_ms", False)
     kept = carry(params)
     assert "page" not in kept and "id" not in kept and kept["asc"] == "true"
@@ -78,17 +98,25 @@ def test_neighbours_match_the_list_order(tmp_path):
 def test_diagnosis_card_sets_expected_against_actual_and_answer_against_observation():
     from evalrx.core import Diagnosis
 
-    d = Diagnosis("bad_arguments", 1, {"text": "calculator got '50 - 5'",
-                                        "expected": {"name": "calculator", "args": {"expression": "50 - 9"}},
-                                        "actual": {"name": "calculator", "args": {"expression": "50 - 5"}},
-                                        "diff": [{"arg": "expression", "expected": "50 - 9", "actual": "50 - 5"}]},
-                  0.95, "reference")
+    d = Diagnosis(
+        "bad_arguments",
+        1,
+        {
+            "text": "calculator got '50 - 5'",
+            "expected": {"name": "calculator", "args": {"expression": "50 - 9"}},
+            "actual": {"name": "calculator", "args": {"expression": "50 - 5"}},
+            "diff": [{"arg": "expression", "expected": "50 - 9", "actual": "50 - 5"}],
+        },
+        0.95,
+        "reference",
+    )
     view = diagnosis_view(d, {"bad_arguments": "right tool, wrong arguments"})
     assert (view["kind"], view["step"], view["definition"]) == ("bad_arguments", 1, "right tool, wrong arguments")
     assert view["pairs"][0][0] == "Expected call" and view["pairs"][0][3]["args"]["expression"] == "50 - 5"
     assert view["diff"] == [{"arg": "expression", "expected": "50 - 9", "actual": "50 - 5"}]
-    ignored = diagnosis_view(Diagnosis("ignored_observation", 3, {"answer": "24", "observation": "42"}, 0.6,
-                                       "heuristic"), {})
+    ignored = diagnosis_view(
+        Diagnosis("ignored_observation", 3, {"answer": "24", "observation": "42"}, 0.6, "heuristic"), {}
+    )
     assert ignored["pairs"] == [("Final answer", "24", "Observation it contradicts", "42")]
 
 
@@ -107,17 +135,35 @@ def test_the_label_form_proposes_model_failures_only_and_lists_every_key():
 
 
 def _traj() -> Trajectory:
-    return Trajectory(sample_id="s", goal="g", steps=[
-        Step(0, StepRole.USER, "g"),
-        Step(1, StepRole.ACTOR, "<tool_call>..", tool_calls=[{"name": "calculator", "args": {"expression": "1+1"}}],
-             span={"latency_ms": 100.0, "prompt_tokens": 50, "completion_tokens": 10, "turn": 1}),
-        Step(2, StepRole.TOOL, "calculator", observation={"text": "2", "n_images": 1},
-             span={"latency_ms": 0.5, "repeat_blocked": True}),
-        Step(3, StepRole.ACTOR, "bad", parse_error="Expecting value", span={"latency_ms": 40.0, "turn": 2}),
-        Step(4, StepRole.TOOL, "", observation="fix your call", span={"parse_error": True}),
-        Step(5, StepRole.ACTOR, "2", span={"latency_ms": 20.0, "turn": 3, "forced_final": True,
-                                            "prompt_tokens": 90, "completion_tokens": 1}),
-    ])
+    return Trajectory(
+        sample_id="s",
+        goal="g",
+        steps=[
+            Step(0, StepRole.USER, "g"),
+            Step(
+                1,
+                StepRole.ACTOR,
+                "<tool_call>..",
+                tool_calls=[{"name": "calculator", "args": {"expression": "1+1"}}],
+                span={"latency_ms": 100.0, "prompt_tokens": 50, "completion_tokens": 10, "turn": 1},
+            ),
+            Step(
+                2,
+                StepRole.TOOL,
+                "calculator",
+                observation={"text": "2", "n_images": 1},
+                span={"latency_ms": 0.5, "repeat_blocked": True},
+            ),
+            Step(3, StepRole.ACTOR, "bad", parse_error="Expecting value", span={"latency_ms": 40.0, "turn": 2}),
+            Step(4, StepRole.TOOL, "", observation="fix your call", span={"parse_error": True}),
+            Step(
+                5,
+                StepRole.ACTOR,
+                "2",
+                span={"latency_ms": 20.0, "turn": 3, "forced_final": True, "prompt_tokens": 90, "completion_tokens": 1},
+            ),
+        ],
+    )
 
 
 def test_step_views_carry_calls_observations_and_badges():
@@ -134,13 +180,19 @@ def test_step_views_carry_calls_observations_and_badges():
 def test_waterfall_lays_steps_end_to_end():
     rows = waterfall_rows(_traj())
     assert [r["step"] for r in rows] == [1, 2, 3, 5]  # the user turn and the untimed feedback are not timed
-    assert [(r["start_ms"], r["end_ms"]) for r in rows] == [(0.0, 100.0), (100.0, 100.5), (100.5, 140.5),
-                                                            (140.5, 160.5)]
+    assert [(r["start_ms"], r["end_ms"]) for r in rows] == [
+        (0.0, 100.0),
+        (100.0, 100.5),
+        (100.5, 140.5),
+        (140.5, 160.5),
+    ]
     assert [r["kind"] for r in rows] == ["model", "tool", "model", "model"]
     assert rows[0]["label"] == "1 model → calculator" and rows[2]["label"] == "3 model (parse error)"
     assert token_rows(_traj()) == [
-        {"step": 1, "turn": 1, "kind": "prompt", "tokens": 50}, {"step": 1, "turn": 1, "kind": "completion", "tokens": 10},
-        {"step": 5, "turn": 3, "kind": "prompt", "tokens": 90}, {"step": 5, "turn": 3, "kind": "completion", "tokens": 1},
+        {"step": 1, "turn": 1, "kind": "prompt", "tokens": 50},
+        {"step": 1, "turn": 1, "kind": "completion", "tokens": 10},
+        {"step": 5, "turn": 3, "kind": "prompt", "tokens": 90},
+        {"step": 5, "turn": 3, "kind": "completion", "tokens": 1},
     ]
 
 
@@ -177,8 +229,12 @@ def test_concurrent_app_processes_start_one_worker(tmp_path, monkeypatch):
     monkeypatch.delenv("EVALRX_NO_LOCAL_WORKER", raising=False)
     start = time.time() + 3.0
     code = _ENSURE.format(app=str(ROOT / "app"), url=url, start=start)
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, cwd=ROOT) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        for _ in range(4)
+    ]
     started: list = []
     try:
         outs = [p.stdout.readline() for p in procs]  # "" when a process died before it answered
@@ -261,14 +317,29 @@ def _lens_result(n_layers: int, vocab: dict = _VOCAB):
     topk_ids[:] = [2, 1, 3]  # early layers: the alternative " look" leads, the chosen " calc" second
     topk_ids[-1] = [1, 2, 3]  # the output layer picks " calc"; " look" is then the top alternative
     per_layer = np.zeros((n_layers, positions), dtype=np.float32)
-    labels = {"label_step": [3, 3, 5], "label_kind": [0, 1, 0], "label_call": [0, 0, 0], "label_piece": [0, 0, 0],
-              "label_pass": [0, 0, 0], "label_token_index": [10, 11, 20], "label_arg": ["", "x", ""]}
+    labels = {
+        "label_step": [3, 3, 5],
+        "label_kind": [0, 1, 0],
+        "label_call": [0, 0, 0],
+        "label_piece": [0, 0, 0],
+        "label_pass": [0, 0, 0],
+        "label_token_index": [10, 11, 20],
+        "label_arg": ["", "x", ""],
+    }
     return LensResult(
-        positions=[9, 10, 19], token_ids=[3, 1, 3], target_ids=[1, 1, 1], target_is_actual=[True] * positions,
-        topk_ids=topk_ids, topk_logprobs=topk_lp, entropy=per_layer,
+        positions=[9, 10, 19],
+        token_ids=[3, 1, 3],
+        target_ids=[1, 1, 1],
+        target_is_actual=[True] * positions,
+        topk_ids=topk_ids,
+        topk_logprobs=topk_lp,
+        entropy=per_layer,
         target_logprob=np.log(np.full((n_layers, positions), 0.3, dtype=np.float32)),
-        target_rank=np.ones((n_layers, positions), dtype=np.int32), hidden_norm=per_layer,
-        labels=labels, info={"model": "test"}, vocab=vocab,
+        target_rank=np.ones((n_layers, positions), dtype=np.int32),
+        hidden_norm=per_layer,
+        labels=labels,
+        info={"model": "test"},
+        vocab=vocab,
     )
 
 
@@ -305,8 +376,9 @@ def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short(an
     from components.analysis_panels import TICK_CHARS, lens_chart, lens_rows
 
     long_name = _lens_result(5, vocab=dict(_VOCAB, **{"1": " a_very_long_tool_name_that_would_eat_the_plot"}))
-    small, large = (lens_chart(lens_rows(_decoded(analysis_store, r), 3)).to_dict()
-                    for r in (long_name, _lens_result(33)))
+    small, large = (
+        lens_chart(lens_rows(_decoded(analysis_store, r), 3)).to_dict() for r in (long_name, _lens_result(33))
+    )
     assert small["height"] >= 100 and large["height"] > small["height"] + 200
     # Labels are drawn below the plot, not squeezed into its height (Streamlit's default "fit").
     assert small["autosize"]["type"] == "fit-x"
@@ -334,14 +406,29 @@ def _decision_result(tool_candidates: tuple = ("calculator", "lookup", "search")
         lp[0, :, 1:] = np.nan
         margin[0] = np.inf  # the analyzer's margin when nothing competes
     decisions = [
-        {"step": 1, "call": 0, "kind": "tool_name", "arg": "", "chosen": "calculator",
-         "candidates": list(tool_candidates), "token_index": 12},
-        {"step": 1, "call": 0, "kind": "arg_value", "arg": "city", "chosen": "<b>Paris</b>",
-         "candidates": ["<b>Paris</b>", RUNNER_UP], "token_index": 20},
+        {
+            "step": 1,
+            "call": 0,
+            "kind": "tool_name",
+            "arg": "",
+            "chosen": "calculator",
+            "candidates": list(tool_candidates),
+            "token_index": 12,
+        },
+        {
+            "step": 1,
+            "call": 0,
+            "kind": "arg_value",
+            "arg": "city",
+            "chosen": "<b>Paris</b>",
+            "candidates": ["<b>Paris</b>", RUNNER_UP],
+            "token_index": 20,
+        },
     ]
     zeros = np.zeros((2, layers), dtype=np.float32)
-    return ToolDecisionResult(decisions, lp, lp, margin, zeros, zeros, np.full((2, layers), 4),
-                              info={"model": "test"}, vocab=_VOCAB)
+    return ToolDecisionResult(
+        decisions, lp, lp, margin, zeros, zeros, np.full((2, layers), 4), info={"model": "test"}, vocab=_VOCAB
+    )
 
 
 def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store):
@@ -351,8 +438,10 @@ def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store
     tool = [r for r in rows if r["decision"] == 0]
     assert {r["alternative"] for r in tool if r["layer"] == 0} == {"lookup"}
     assert next(r for r in tool if r["layer"] == 2)["p_alternative"] == pytest.approx(0.6 / np.exp(0.42), abs=1e-4)
-    assert decision_summary(tool) == ("tool name \\(call 0\\): chosen “calculator” vs alternative “lookup”, "
-                                      "margin 0.42 nats at the output (p 0.60 vs 0.39)")
+    assert decision_summary(tool) == (
+        "tool name \\(call 0\\): chosen “calculator” vs alternative “lookup”, "
+        "margin 0.42 nats at the output (p 0.60 vs 0.39)"
+    )
     arg = [r for r in rows if r["decision"] == 1]
     assert {r["alternative"] for r in arg} == {"·London"}  # the runner-up token itself, not a placeholder
     summary = decision_summary(arg)
@@ -376,9 +465,17 @@ def test_attention_chart_labels_every_segment_in_conversation_order(analysis_sto
     from components.analysis_panels import attention_chart, attention_rows
     from evalrx.analyzers import AttentionResult
 
-    segs = [{"kind": k, "step": None, "label": x} for k, x in
-            (("system", "system"), ("user", "user"), ("image", "image"), ("turn", "turn@1"), ("image", "image"),
-             ("observation", "tool@2"))]
+    segs = [
+        {"kind": k, "step": None, "label": x}
+        for k, x in (
+            ("system", "system"),
+            ("user", "user"),
+            ("image", "image"),
+            ("turn", "turn@1"),
+            ("image", "image"),
+            ("observation", "tool@2"),
+        )
+    ]
     labels = {"label_step": np.array([1, 1, 4]), "label_kind": np.array([0, 1, 0]), "label_arg": ["", "x", ""]}
     result = AttentionResult([5, 6, 30], [1, 2, 3], np.full((3, 4, 6), 1 / 6, dtype=np.float32), segs, labels)
     rows = attention_rows(_decoded(analysis_store, result), 1)
@@ -394,9 +491,16 @@ def test_uncertainty_shades_the_turns_tokens_with_their_text_escaped(analysis_st
     from components.analysis_panels import uncertainty_html
     from evalrx.analyzers import TokenUncertaintyResult
 
-    result = TokenUncertaintyResult(token_ids=[7, 8, 9], logprob=np.log([0.9, 0.2, 0.5]), entropy=[0.1, 1.5, 0.7],
-                                    rank=[0, 3, 0], step=[1, 1, 3], position=[4, 5, 9],
-                                    tokens=["<b>", "x\n", "later"], source="teacher_forced")
+    result = TokenUncertaintyResult(
+        token_ids=[7, 8, 9],
+        logprob=np.log([0.9, 0.2, 0.5]),
+        entropy=[0.1, 1.5, 0.7],
+        rank=[0, 3, 0],
+        step=[1, 1, 3],
+        position=[4, 5, 9],
+        tokens=["<b>", "x\n", "later"],
+        source="teacher_forced",
+    )
     body = uncertainty_html(_decoded(analysis_store, result), 1)
     assert body.count("<span") == 2 and "later" not in body
     assert "&lt;b&gt;" in body and "<b>" not in body and "x↵" in body
@@ -444,4 +548,3 @@ def test_serving_beyond_loopback_needs_a_login_or_an_explicit_yes():
     assert "EVALRX_ALLOW_UNAUTHENTICATED=1" in exposure_problem("0.0.0.0", auth=False, allowed=False)
     assert exposure_problem("0.0.0.0", auth=True, allowed=False) is None
     assert exposure_problem("0.0.0.0", auth=False, allowed=True) is None
-

@@ -38,7 +38,9 @@ print("HEAVY", heavy)
 def test_every_page_renders_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "TITLES ['Runs', 'New run', 'Trajectories', 'Trajectory 1', 'Label queue', 'Dashboard', 'Models']" in out.stdout
+    assert (
+        "TITLES ['Runs', 'New run', 'Trajectories', 'Trajectory 1', 'Label queue', 'Dashboard', 'Models']" in out.stdout
+    )
     assert "HEAVY []" in out.stdout
 
 

@@ -24,9 +24,13 @@ from apppages import MAIN, open_page, store_url, texts  # noqa: E402,F401  (stor
 
 @pytest.fixture
 def seeded(store_url):
-    run_id, ids = fill_run(store_url, 12, seed=1, name="seeded",
-                           outcomes=["pass", "fail", "fail", "pass", "fail", "pass", "fail", "fail", "pass", "pass",
-                                     "fail", "pass"])
+    run_id, ids = fill_run(
+        store_url,
+        12,
+        seed=1,
+        name="seeded",
+        outcomes=["pass", "fail", "fail", "pass", "fail", "pass", "fail", "fail", "pass", "pass", "fail", "pass"],
+    )
     xss_run, xss_id = add_xss_run(store_url)
     return {"url": store_url, "run": run_id, "ids": ids, "xss_run": xss_run, "xss": xss_id}
 
@@ -36,6 +40,7 @@ def current(url: str, tid: int):
 
 
 # ------------------------------------------------------------------ Trajectories
+
 
 def test_trajectories_filter_comes_from_the_url(seeded):
     at = open_page("trajectories", outcome="fail", run=seeded["run"])
@@ -69,6 +74,7 @@ def test_trajectories_paginate(store_url):
 
 
 # ------------------------------------------------------------------ Trajectory
+
 
 def test_trajectory_page_shows_case_steps_calls_and_charts(seeded):
     tid = seeded["ids"][1]
@@ -121,13 +127,18 @@ def test_missing_trajectory_says_so(seeded):
 
 # ------------------------------------------------------------------ labelling
 
+
 def test_label_buttons_save_and_keep_history(seeded):
     tid, url = seeded["ids"][2], seeded["url"]
     at = open_page("trajectory", id=tid)
     at.text_input(key="annotator").set_value("ana")
     at.button(key="tl-mode-3").click().run()  # key 3: fail with the third failure mode
     lab = current(url, tid)
-    assert (lab.outcome, lab.failure_mode, lab.annotator) == ("fail", "wrong_tool", "ana")  # key 3 of the default taxonomy
+    assert (lab.outcome, lab.failure_mode, lab.annotator) == (
+        "fail",
+        "wrong_tool",
+        "ana",
+    )  # key 3 of the default taxonomy
     at.button(key="tl-pass").click().run()
     hist = S.label_history(tid, store=url)
     assert [h.outcome for h in hist] == ["fail", "pass"]
@@ -168,8 +179,9 @@ def test_label_queue_moves_on_skips_and_goes_back(seeded):
 
 def test_label_queue_only_failures_and_blind(seeded):
     url = seeded["url"]
-    first_fail = S.list_trajectories(run_id=seeded["run"], outcome="fail", sort="id", descending=False,
-                                     store=url).rows[0]
+    first_fail = S.list_trajectories(run_id=seeded["run"], outcome="fail", sort="id", descending=False, store=url).rows[
+        0
+    ]
     at = open_page("label", run=seeded["run"], fails="true", blind="true")
     shown = texts(at)
     assert f"Trajectory {first_fail.id}" in shown
@@ -196,6 +208,7 @@ def test_taxonomy_edit_changes_the_keys(seeded):
 
 # ------------------------------------------------------------------ runs
 
+
 def test_new_run_enqueues_the_demo_spec_on_a_suite(store_url):
     at = open_page("new_run")
     assert at.selectbox(key="spec").value == "evalrx-tiny"
@@ -206,7 +219,13 @@ def test_new_run_enqueues_the_demo_spec_on_a_suite(store_url):
     at.button(key="launch").click().run()
     assert not at.exception
     (run,) = S.list_runs(store=store_url)
-    assert (run.name, run.n_cases, run.status, run.spec_key, run.backend) == ("smoke", 3, "queued", "evalrx-tiny", "hf_local")
+    assert (run.name, run.n_cases, run.status, run.spec_key, run.backend) == (
+        "smoke",
+        3,
+        "queued",
+        "evalrx-tiny",
+        "hf_local",
+    )
     assert run.config["suite"] == "demo/arithmetic_easy" and run.config["runtime"]["max_new_tokens"] == 48
     assert run.config["tools"] == ["calculator", "lookup"]
 
@@ -243,7 +262,7 @@ def test_new_run_api_key_never_reaches_the_store(store_url, monkeypatch):
 
     with S.connect(store_url).read() as s:
         assert s.get(t.Run, run.id).key_bound  # no other worker claims it
-    db = Path(store_url[len("sqlite:///"):])
+    db = Path(store_url[len("sqlite:///") :])
     blob = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
     assert b"sk-very-secret-123" not in blob
 
@@ -265,8 +284,9 @@ def test_runs_page_lists_progress_and_cancels_a_queued_run(seeded):
     from evalrx.runner import enqueue_run
 
     url = seeded["url"]
-    rid = enqueue_run(RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator"], suite="demo/arithmetic_easy"),
-                      store=url)
+    rid = enqueue_run(
+        RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator"], suite="demo/arithmetic_easy"), store=url
+    )
     at = open_page("runs")
     assert "In progress" in [s.value for s in at.subheader]
     table = at.dataframe[0].value
@@ -316,14 +336,19 @@ def test_long_output_is_collapsed_and_errors_shown(store_url):
 
     long_text = "\n".join(f"line {i} " + "x" * 80 for i in range(400))
     case = FailureCase(inputs=Inputs(prompt="long"), id="long-1")
-    traj = Trajectory(sample_id="long-1", goal="long", steps=[
-        Step(0, StepRole.USER, "long"),
-        Step(1, StepRole.ACTOR, long_text, span={"latency_ms": 5.0, "turn": 1}),
-    ], metrics={"terminated": "error", "error": "RuntimeError: CUDA out of memory"})
+    traj = Trajectory(
+        sample_id="long-1",
+        goal="long",
+        steps=[
+            Step(0, StepRole.USER, "long"),
+            Step(1, StepRole.ACTOR, long_text, span={"latency_ms": 5.0, "turn": 1}),
+        ],
+        metrics={"terminated": "error", "error": "RuntimeError: CUDA out of memory"},
+    )
     store = S.connect(store_url)
     with store.write() as s:
         rid = runs.create_run(s, name="long", cases=[case], status="done")
-        (_, cid, _), = pending_cases(s, rid)
+        ((_, cid, _),) = pending_cases(s, rid)
         tid = runs.save_trajectory(s, rid, cid, traj)
     at = open_page("trajectory", id=tid)
     codes = [c.value for c in at.code]
@@ -380,4 +405,3 @@ def test_the_app_is_private_by_default_and_refuses_a_network_address_without_a_l
         assert not at.error and at.title
     finally:
         config.set_option("server.address", "127.0.0.1")
-

@@ -50,12 +50,22 @@ def two_runs(store_url):
     """A (before) and B (after): case 0 regresses (B looks up other words), case 2 regresses (B makes one
     more call), case 3 is fixed, case 1 passes and case 4 fails in both; case 5 is in A only, case 6 in B only."""
     cases = [make_case(i) for i in range(7)]
-    a_plan = {0: ([("lookup", LOOKUP_A)], "pass", None), 1: ([CALC], "pass", None), 2: ([CALC], "pass", None),
-              3: ([("lookup", LOOKUP_A)], "fail", ("wrong_tool", 1)), 4: ([CALC], "fail", ("bad_arguments", 1)),
-              5: ([CALC], "pass", None)}
-    b_plan = {0: ([("lookup", LOOKUP_B)], "fail", ("bad_arguments", 1)), 1: ([CALC], "pass", None),
-              2: ([CALC, ("lookup", {"query": "again"})], "fail", ("repeated_calls", 3)),
-              3: ([CALC], "pass", None), 4: ([CALC], "fail", ("bad_arguments", 1)), 6: ([CALC], "pass", None)}
+    a_plan = {
+        0: ([("lookup", LOOKUP_A)], "pass", None),
+        1: ([CALC], "pass", None),
+        2: ([CALC], "pass", None),
+        3: ([("lookup", LOOKUP_A)], "fail", ("wrong_tool", 1)),
+        4: ([CALC], "fail", ("bad_arguments", 1)),
+        5: ([CALC], "pass", None),
+    }
+    b_plan = {
+        0: ([("lookup", LOOKUP_B)], "fail", ("bad_arguments", 1)),
+        1: ([CALC], "pass", None),
+        2: ([CALC, ("lookup", {"query": "again"})], "fail", ("repeated_calls", 3)),
+        3: ([CALC], "pass", None),
+        4: ([CALC], "fail", ("bad_arguments", 1)),
+        6: ([CALC], "pass", None),
+    }
 
     def build(plan: dict, name: str):
         chosen = [cases[i] for i in sorted(plan)]
@@ -96,6 +106,7 @@ def repeated(store_url):
 
 # ------------------------------------------------------------------ pure helpers
 
+
 def test_actions_of_a_stored_trajectory_and_their_alignment():
     from components.runlevel_view import aligned_rows
 
@@ -127,12 +138,19 @@ def test_predictor_rows_link_to_the_list_that_filters_on_the_signal():
 
 # ------------------------------------------------------------------ Compare
 
+
 def test_compare_page_counts_pairs_and_never_drops_unpaired_cases(two_runs):
     a, b = two_runs["a"], two_runs["b"]
     at = open_page("compare", a=a, b=b)
     m = metrics(at)
     assert (m["paired cases"], m["both pass"], m["both fail"], m["regressions"], m["fixes"], m["mixed"]) == (
-        "5", "1", "1", "2", "1", "0")
+        "5",
+        "1",
+        "1",
+        "2",
+        "1",
+        "0",
+    )
     assert m["success rate B − A"] == "-20.0 pp"  # (-1 + 0 - 1 + 1 + 0) / 5
     cmp = S.compare_runs(a, b, store=two_runs["url"])
     assert m["McNemar p"] == f"{cmp['mcnemar_p']:.3g}" == "1"  # 2 regressions against 1 fix
@@ -161,8 +179,10 @@ def test_side_by_side_marks_the_first_divergence_and_the_changed_argument(two_ru
     assert "**A · run %d · attempt 1**" % a in shown.replace("\\", "")
     assert "first divergence" in shown and "they part at row 1 of 2" in shown
     changed = [m.value for m in at.markdown if m.value.startswith(":orange-badge[changed] **")]
-    assert changed == [":orange-badge[changed] **query** = \\\"fact 0\\\"",
-                       ":orange-badge[changed] **query** = \\\"fact zero\\\""]
+    assert changed == [
+        ':orange-badge[changed] **query** = \\"fact 0\\"',
+        ':orange-badge[changed] **query** = \\"fact zero\\"',
+    ]
     assert "**limit** = 3" in shown  # equal arguments are shown, not highlighted
     assert "diagnosis :red-badge[bad\\_arguments] · first wrong step **1**" in shown  # B's diagnosis
     assert "passed: nothing to diagnose" in shown  # A passed
@@ -194,6 +214,7 @@ def test_same_run_sets_a_passing_and_a_failing_attempt_side_by_side(repeated):
 
 
 # ------------------------------------------------------------------ Runs tabs
+
 
 def test_reliability_tab_shows_rates_pass_at_k_and_flaky_cases(repeated):
     rid = repeated["run"]
@@ -238,15 +259,23 @@ def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
     auto = frame_with(at, "annotator")
     ann = auto[auto["annotator"] == "ann"].iloc[0]
     assert ann["n"] == 3 and ann["step exact"] == 0.667  # q00002's diagnosis says step 3
-    cm = next(c.proto for c in at.get("vega_lite_chart") if json.loads(c.proto.spec).get("title") == (
-        "Failure kind: ann (rows) vs the diagnosis"))
+    cm = next(
+        c.proto
+        for c in at.get("vega_lite_chart")
+        if json.loads(c.proto.spec).get("title") == ("Failure kind: ann (rows) vs the diagnosis")
+    )
     cells = {(r.annotator, r.diagnosis): r.n for r in chart_rows(cm).itertuples()}
-    assert cells == {("bad_arguments", "bad_arguments"): 2, ("bad_arguments", "repeated_calls"): 1,
-                     ("repeated_calls", "bad_arguments"): 0, ("repeated_calls", "repeated_calls"): 0}
+    assert cells == {
+        ("bad_arguments", "bad_arguments"): 2,
+        ("bad_arguments", "repeated_calls"): 1,
+        ("repeated_calls", "bad_arguments"): 0,
+        ("repeated_calls", "repeated_calls"): 0,
+    }
     assert "Adjudicate (1 open)" in [p.proto.label for p in at.get("page_link")]
 
 
 # ------------------------------------------------------------------ second opinion and adjudication
+
 
 def test_second_opinion_is_blind_and_saves_under_my_name(two_runs):
     url, rid = two_runs["url"], two_runs["b"]
@@ -278,7 +307,11 @@ def test_adjudication_keeps_one_annotators_label_with_one_key(two_runs):
     keep["adj-keep-2"].click().run()
     cur = next(lab for lab in S.current_labels(tid, store=url) if lab.step_idx is None)
     assert (cur.annotator, cur.outcome, cur.failure_mode, cur.first_wrong_step) == (
-        "adjudicator", "fail", "repeated_calls", 3)
+        "adjudicator",
+        "fail",
+        "repeated_calls",
+        3,
+    )
     assert any("No open disagreement" in s.value for s in at.success)
 
 
@@ -291,8 +324,11 @@ def test_annotator_names_and_arguments_are_shown_inert(two_runs):
     tid = two_runs["ids_b"][("q00000", 1)]
     S.set_label(tid, "fail", failure_mode="bad_arguments", annotator="ann", store=url)
     S.set_label(tid, "fail", failure_mode=f"kind {XSS_IMG}", annotator=XSS_IMG, store=url)
-    for at in (open_page("adjudicate", run=rid), open_page("compare", a=two_runs["a"], b=rid, case="q00000"),
-               open_page("runs", run=rid, view="Agreement")):
+    for at in (
+        open_page("adjudicate", run=rid),
+        open_page("compare", a=two_runs["a"], b=rid, case="q00000"),
+        open_page("runs", run=rid, view="Agreement"),
+    ):
         shown = [str(m.value) for m in list(at.markdown) + list(at.caption)]
         shown += [b.label for b in at.button] + [p.proto.label for p in at.get("page_link")]
         assert any("img src" in v for v in shown)  # the name is shown ...
@@ -301,6 +337,7 @@ def test_annotator_names_and_arguments_are_shown_inert(two_runs):
 
 
 # ------------------------------------------------------------------ Trajectory
+
 
 def test_trajectory_links_the_same_case_in_another_run_and_the_comparison(two_runs):
     a, b = two_runs["a"], two_runs["b"]

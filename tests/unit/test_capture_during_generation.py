@@ -117,8 +117,9 @@ def test_chat_captures_the_hidden_states_a_teacher_forced_forward_has_at_the_gen
     from evalrx.analyzers._compute import eager_attention
 
     with torch.no_grad(), eager_attention(sdpa.model):  # the reference: eager attention's own maps
-        out = sdpa.model(input_ids=torch.tensor([ids]), output_hidden_states=True, output_attentions=True,
-                         use_cache=False)
+        out = sdpa.model(
+            input_ids=torch.tensor([ids]), output_hidden_states=True, output_attentions=True, use_cache=False
+        )
     assert sdpa.model.config._attn_implementation == "sdpa"
     p0 = cap.first_position
     forced = torch.stack([h[0, p0 : p0 + cap.n_positions] for h in out.hidden_states])
@@ -140,8 +141,9 @@ def test_a_turn_cut_by_the_token_limit_runs_its_last_token_once_more(eager):
     assert cap.attention.shape == (eager.model.config.num_hidden_layers, 6, len(cap.prompt_ids) + 5)
     ids = cap.prompt_ids + cap.generated_ids
     with torch.no_grad():
-        out = eager.model(input_ids=torch.tensor([ids]), output_hidden_states=True, output_attentions=True,
-                          use_cache=False)
+        out = eager.model(
+            input_ids=torch.tensor([ids]), output_hidden_states=True, output_attentions=True, use_cache=False
+        )
     p0 = cap.first_position
     forced = torch.stack([h[0, p0:] for h in out.hidden_states])
     torch.testing.assert_close(cap.hidden, forced, atol=2e-4, rtol=1e-5)
@@ -353,8 +355,9 @@ def test_the_runners_analyzers_read_the_captures_then_release_them(eager):
     traj = run_case(eager, case, tools, **kwargs)
     assert generation_captures(traj)
     schemas = [t.to_openai() for t in tools]
-    ctx = analysis.CaseContext(handle=eager, case=case, trajectory=traj, tools=tools, tool_schemas=schemas,
-                               system=None, run_config={})
+    ctx = analysis.CaseContext(
+        handle=eager, case=case, trajectory=traj, tools=tools, tool_schemas=schemas, system=None, run_config={}
+    )
     records = analysis.run_all(analysis.resolve(ALL_FOUR), ctx)
     assert [r.analyzer for r in records] == ALL_FOUR and not any("error" in r.meta for r in records)
     assert generation_captures(traj) == {}  # released with the case
@@ -382,7 +385,7 @@ def test_under_sdpa_a_cut_turns_rows_are_rebuilt_after_generation_as_eager_gives
     ids = cap.prompt_ids + cap.generated_ids
     with torch.no_grad(), eager_attention(sdpa.model):
         out = sdpa.model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
-    rows = torch.stack([a[0, :, cap.first_position:].float().mean(0) for a in out.attentions])  # [L, 6, T]
+    rows = torch.stack([a[0, :, cap.first_position :].float().mean(0) for a in out.attentions])  # [L, 6, T]
     torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
 
 
@@ -422,18 +425,19 @@ def test_rows_rebuilt_after_generation_match_eager_on_each_family(style):
     with torch.no_grad(), eager_attention(model):
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     p0 = cap.first_position
-    rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : p0 + cap.n_positions].float().mean(0)
-                        for a in out.attentions])
+    rows = torch.stack(
+        [a[0, :, p0 : p0 + cap.n_positions, : p0 + cap.n_positions].float().mean(0) for a in out.attentions]
+    )
     torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
 
 
 def _shape(plan) -> list:
-    return [(p.ids, p.offsets, p.text, [(t.step_idx, t.gen_chars, t.gen_tokens) for t in p.turns])
-            for p in plan.passes]
+    return [(p.ids, p.offsets, p.text, [(t.step_idx, t.gen_chars, t.gen_tokens) for t in p.turns]) for p in plan.passes]
 
 
 def test_the_plan_takes_the_prompts_the_generation_tokenized_and_equals_the_plan_without_them(
-        sdpa, sdpa_runs, monkeypatch):
+    sdpa, sdpa_runs, monkeypatch
+):
     from evalrx.analyzers import _passes
 
     tokenized: list = []

@@ -32,8 +32,6 @@ from evalrx.specs import ModelSpec
 from calc_tool import CALC  # noqa: E402
 
 
-
-
 def parse(codec, text: str):
     return codec.parse(ChatTurn(text=text))
 
@@ -126,11 +124,20 @@ def test_llama3_messages_use_the_ipython_role():
     codec = Llama3ToolCodec()
     raw = '{"name": "calculator", "parameters": {"expression": "3*4"}}'
     assert codec.assistant_message(ChatTurn(text=raw), codec.parse(ChatTurn(text=raw)).calls) == {
-        "role": "assistant", "content": raw,
+        "role": "assistant",
+        "content": raw,
     }
-    assert codec.tool_message(ToolCall("calculator", {}), "12") == {"role": "ipython", "name": "calculator", "content": "12"}
+    assert codec.tool_message(ToolCall("calculator", {}), "12") == {
+        "role": "ipython",
+        "name": "calculator",
+        "content": "12",
+    }
     feedback = codec.parse_error_message(["call #1: bad"])
-    assert feedback["role"] == "ipython" and "call #1: bad" in feedback["content"] and '"parameters"' in feedback["content"]
+    assert (
+        feedback["role"] == "ipython"
+        and "call #1: bad" in feedback["content"]
+        and '"parameters"' in feedback["content"]
+    )
 
 
 # --- Mistral ----------------------------------------------------------------------------------
@@ -165,7 +172,9 @@ def test_mistral_v11_name_then_json_form():
     )
     assert p.errors == [] and p.text == "Checking."
     assert named(p.calls) == [
-        ("calculator", {"expression": "1+1"}), ("calculator", {"expression": "2+2"}), ("get_time", {}),
+        ("calculator", {"expression": "1+1"}),
+        ("calculator", {"expression": "2+2"}),
+        ("get_time", {}),
     ]
     assert p.calls[1].id == "Zz9Yy8Xx7"
 
@@ -179,7 +188,9 @@ def test_mistral_text_before_the_marker_is_the_answer_and_a_list_in_prose_is_not
 
 def test_mistral_malformed_item_is_an_error_and_earlier_items_survive():
     bad = '{"name": "calculator", "arguments": {"expression": 1,}}'
-    p = parse(MistralToolCodec(), '[TOOL_CALLS] [{"name": "calculator", "arguments": {"expression": "2"}}, ' + bad + "]")
+    p = parse(
+        MistralToolCodec(), '[TOOL_CALLS] [{"name": "calculator", "arguments": {"expression": "2"}}, ' + bad + "]"
+    )
     assert named(p.calls) == [("calculator", {"expression": "2"})]
     assert len(p.errors) == 1 and p.errors[0].startswith("call #2: invalid JSON") and '"expression": 1,' in p.errors[0]
 
@@ -208,11 +219,19 @@ def test_mistral_messages_carry_matching_ids():
     assert msg == {
         "role": "assistant",
         "content": "",
-        "tool_calls": [{"id": calls[0].id, "type": "function",
-                        "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}],
+        "tool_calls": [
+            {
+                "id": calls[0].id,
+                "type": "function",
+                "function": {"name": "calculator", "arguments": {"expression": "3*4"}},
+            }
+        ],
     }
     assert codec.tool_message(calls[0], "12") == {
-        "role": "tool", "name": "calculator", "tool_call_id": calls[0].id, "content": "12",
+        "role": "tool",
+        "name": "calculator",
+        "tool_call_id": calls[0].id,
+        "content": "12",
     }
     # A call recorded elsewhere (an API id) maps to the same valid id in both messages.
     foreign = ToolCall("calculator", {"expression": "1"}, id="call_abc123")
@@ -249,7 +268,7 @@ def test_pythonic_several_calls_with_literal_values():
 
 
 def test_pythonic_llama4_markers_and_text_around():
-    p = pythonic('Let me check. <|python_start|>[get_time()]<|python_end|> Back soon.')
+    p = pythonic("Let me check. <|python_start|>[get_time()]<|python_end|> Back soon.")
     assert named(p.calls) == [("get_time", {})]
     assert p.text == "Let me check.\nBack soon."
 
@@ -317,7 +336,10 @@ def test_qwen3_reasoning_is_neither_a_call_nor_answer_text():
 
 
 def test_qwen3_malformed_call_is_an_error_with_snippet():
-    p = parse(Qwen3ToolCodec(), '<think>\nx\n</think>\n\n<tool_call>\n{"name": "calculator", "arguments": {"a": 1,}}\n</tool_call>')
+    p = parse(
+        Qwen3ToolCodec(),
+        '<think>\nx\n</think>\n\n<tool_call>\n{"name": "calculator", "arguments": {"a": 1,}}\n</tool_call>',
+    )
     assert p.calls == [] and len(p.errors) == 1 and "invalid JSON" in p.errors[0] and '"a": 1,' in p.errors[0]
 
 
@@ -388,7 +410,12 @@ ANSWER = {
     "mistral": "The answer is 12.",
     "qwen3": "<think>\nThe tool said 12.\n</think>\n\nThe answer is 12.",
 }
-FAMILY_CODECS = {"llama3": Llama3ToolCodec, "pythonic": PythonicToolCodec, "mistral": MistralToolCodec, "qwen3": Qwen3ToolCodec}
+FAMILY_CODECS = {
+    "llama3": Llama3ToolCodec,
+    "pythonic": PythonicToolCodec,
+    "mistral": MistralToolCodec,
+    "qwen3": Qwen3ToolCodec,
+}
 
 
 def tool_result_rendering(style: str, call_id: "str | None", output: str) -> str:
@@ -474,10 +501,16 @@ def test_agent_call_then_answer_renders_in_the_family_format(style):
     result = tool_result_rendering(style, call.get("id"), "12")
     assert result in second
     if style == "mistral":  # the template writes the structured calls back, ids included
-        assert first + (
-            '[TOOL_CALLS] [{"name": "calculator", "arguments": {"expression": "3*4"}, "id": "' + call["id"] + '"}]</s>'
-            + result
-        ) == second
+        assert (
+            first
+            + (
+                '[TOOL_CALLS] [{"name": "calculator", "arguments": {"expression": "3*4"}, "id": "'
+                + call["id"]
+                + '"}]</s>'
+                + result
+            )
+            == second
+        )
     else:  # the model's own text comes back verbatim: teacher-forced replay sees the tokens it generated
         from tiny_models import FAMILIES
 
@@ -633,9 +666,15 @@ def test_structured_message_puts_native_calls_where_the_template_writes_them():
     call = ToolCall("calculator", {"expression": "3*4"}, id="call_7")
     for codec in (QwenToolCodec(), Llama3ToolCodec(), PythonicToolCodec(), Qwen3ToolCodec()):
         assert codec.structured_message(ChatTurn(text=""), [call]) == {
-            "role": "assistant", "content": "",
-            "tool_calls": [{"id": "call_7", "type": "function",
-                            "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}],
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_7",
+                    "type": "function",
+                    "function": {"name": "calculator", "arguments": {"expression": "3*4"}},
+                }
+            ],
         }
     mistral = MistralToolCodec().structured_message(ChatTurn(text=""), [call])["tool_calls"][0]["id"]
     assert len(mistral) == 9 and mistral.isalnum()

@@ -31,8 +31,13 @@ def test_trajectory_round_trip_is_lossless():
         goal="What is 2+2?",
         steps=[
             Step(0, StepRole.USER, "What is 2+2?", span={"has_image": False}),
-            Step(1, StepRole.ACTOR, "<tool_call>...", tool_calls=[{"name": "calculator", "args": {"expression": "2+2"}}],
-                 span={"latency_ms": 3.2, "prompt_tokens": 10}),
+            Step(
+                1,
+                StepRole.ACTOR,
+                "<tool_call>...",
+                tool_calls=[{"name": "calculator", "args": {"expression": "2+2"}}],
+                span={"latency_ms": 3.2, "prompt_tokens": 10},
+            ),
             Step(2, StepRole.TOOL, "calculator", observation={"text": "4", "n_images": 0}),
             Step(3, StepRole.ACTOR, "oops", parse_error="unclosed <tool_call>"),
         ],
@@ -56,8 +61,13 @@ def test_failure_case_ids_are_stable():
 
 def test_registry_has_required_specs_and_aliases():
     for key in [
-        "qwen2.5-0.5b-instruct", "qwen2.5-1.5b-instruct", "qwen2.5-3b-instruct", "qwen2.5-7b-instruct",
-        "qwen2.5-vl-7b-instruct", "llama-3.1-8b-instruct", "mistral-7b-instruct-v0.3",
+        "qwen2.5-0.5b-instruct",
+        "qwen2.5-1.5b-instruct",
+        "qwen2.5-3b-instruct",
+        "qwen2.5-7b-instruct",
+        "qwen2.5-vl-7b-instruct",
+        "llama-3.1-8b-instruct",
+        "mistral-7b-instruct-v0.3",
     ]:
         assert key in REGISTRY
     assert any(s.family.startswith("gemma") for s in REGISTRY.values())
@@ -90,7 +100,8 @@ def test_compose_refuses_missing_capability_before_building():
     from evalrx.models import backends
 
     info = backends.BackendInfo(
-        name="probe", description="records builds",
+        name="probe",
+        description="records builds",
         provides=lambda spec: frozenset({Capability.GENERATE}),
         build=lambda spec, rt, want: built.append(spec),
     )
@@ -125,10 +136,21 @@ def test_vllm_missing_gives_install_hint(monkeypatch):
 def test_run_config_is_one_contract_from_the_form_to_the_worker():
     from evalrx.config import ModelConfig, RunConfig
 
-    run = RunConfig(model=ModelConfig("evalrx-tiny", want=("logits",)), tools=["calculator"], max_turns=3,
-                    runtime={"max_new_tokens": 32}, chat_kwargs={"temperature": 0.0}, block_repeat_calls=True)
+    run = RunConfig(
+        model=ModelConfig("evalrx-tiny", want=("logits",)),
+        tools=["calculator"],
+        max_turns=3,
+        runtime={"max_new_tokens": 32},
+        chat_kwargs={"temperature": 0.0},
+        block_repeat_calls=True,
+    )
     assert RunConfig.from_dict(run.to_dict()) == run
     old = dict(run.to_dict(), heuristics=True)  # a key of an earlier release is ignored, not an error
     assert RunConfig.from_dict(old) == run
-    assert run.agent_kwargs() == {"max_turns": 3, "system": None, "block_repeat_calls": True,
-                                  "force_final_answer": False, "chat_kwargs": {"temperature": 0.0}}
+    assert run.agent_kwargs() == {
+        "max_turns": 3,
+        "system": None,
+        "block_repeat_calls": True,
+        "force_final_answer": False,
+        "chat_kwargs": {"temperature": 0.0},
+    }

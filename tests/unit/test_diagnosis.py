@@ -34,8 +34,15 @@ def call(name: str, observation: str, **args) -> tuple:
     return name, args, observation
 
 
-def build(goal: str, *turns, answer: "str | None" = None, outcome: Label = F, terminated: "str | None" = None,
-          expected=None, metrics: "dict | None" = None) -> Trajectory:
+def build(
+    goal: str,
+    *turns,
+    answer: "str | None" = None,
+    outcome: Label = F,
+    terminated: "str | None" = None,
+    expected=None,
+    metrics: "dict | None" = None,
+) -> Trajectory:
     """A trajectory: `turns` are lists of `call(...)` (one model turn each), then the answer turn.
 
     Tool steps are recorded the way the agent records them (observation `{"text": ...}`,
@@ -43,20 +50,28 @@ def build(goal: str, *turns, answer: "str | None" = None, outcome: Label = F, te
     """
     steps = [Step(idx=0, role=StepRole.USER, content=goal)]
     for turn in turns:
-        steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content="<tool_call>...</tool_call>",
-                          tool_calls=[{"name": n, "args": a} for n, a, _ in turn]))
+        steps.append(
+            Step(
+                idx=len(steps),
+                role=StepRole.ACTOR,
+                content="<tool_call>...</tool_call>",
+                tool_calls=[{"name": n, "args": a} for n, a, _ in turn],
+            )
+        )
         for i, (n, _, obs) in enumerate(turn):
             span = {"call": i}
             if obs.startswith("[tool error"):
                 span["tool_error"] = True
-            steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=n,
-                              observation={"text": obs, "n_images": 0}, span=span))
+            steps.append(
+                Step(idx=len(steps), role=StepRole.TOOL, content=n, observation={"text": obs, "n_images": 0}, span=span)
+            )
     if answer is not None:
         steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=answer))
     m = {"terminated": terminated or ("final" if answer is not None else "max_turns")}
     m.update(metrics or {})
-    return Trajectory(sample_id="s", goal=goal, steps=steps, final_answer=answer, ground_truth=expected,
-                      outcome=outcome, metrics=m)
+    return Trajectory(
+        sample_id="s", goal=goal, steps=steps, final_answer=answer, ground_truth=expected, outcome=outcome, metrics=m
+    )
 
 
 def demo(suite: str, case_id: str) -> "tuple[FailureCase, dict]":
@@ -88,8 +103,9 @@ def rule(traj: Trajectory, kind: str) -> Diagnosis:
 
 def test_reference_calling_the_wrong_tool_is_wrong_tool_at_that_call():
     case, tools = demo("demo/lookup_easy", "lookup_easy-001")  # When was Drogai founded? lookup(...)
-    traj = build(case.inputs.prompt, [call("calculator", "1124", expression="1124")], answer="1124",
-                 expected=case.expected)
+    traj = build(
+        case.inputs.prompt, [call("calculator", "1124", expression="1124")], answer="1124", expected=case.expected
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("wrong_tool", 1)
     assert d.evidence["expected"]["name"] == "lookup" and d.evidence["actual"]["name"] == "calculator"
@@ -108,20 +124,24 @@ def test_reference_bad_arguments_carry_an_argument_diff():
 
 def test_reference_judges_calls_by_what_they_return_so_a_commuted_sum_is_not_a_bad_call():
     case, tools = demo("demo/two_step", "two_step-001")  # height of Vafa plus 821: lookup, 7915 + 821
-    traj = build(case.inputs.prompt,
-                 [call("lookup", "The height of Vafa is 7915 m.", query="height of Vafa")],
-                 [call("calculator", "8736", expression="821 + 7915")],
-                 answer="It is 8736 metres, give or take.")
+    traj = build(
+        case.inputs.prompt,
+        [call("lookup", "The height of Vafa is 7915 m.", query="height of Vafa")],
+        [call("calculator", "8736", expression="821 + 7915")],
+        answer="It is 8736 metres, give or take.",
+    )
     d = ref(traj, case, tools)
     assert d.kind == "wrong_final_answer" and d.first_wrong_step == 5
 
 
 def test_reference_argument_garbling_an_earlier_observation_is_misread_observation():
     case, tools = demo("demo/two_step", "two_step-001")
-    traj = build(case.inputs.prompt,
-                 [call("lookup", "The height of Vafa is 7915 m.", query="height of Vafa")],
-                 [call("calculator", "8772", expression="7951 + 821")],
-                 answer="8772")
+    traj = build(
+        case.inputs.prompt,
+        [call("lookup", "The height of Vafa is 7915 m.", query="height of Vafa")],
+        [call("calculator", "8772", expression="7951 + 821")],
+        answer="8772",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("misread_observation", 3)
     assert d.evidence["diff"] == [{"arg": "expression", "expected": "7915 + 821", "actual": "7951 + 821"}]
@@ -139,8 +159,11 @@ def test_reference_answer_without_any_call_is_no_tool_call_at_the_first_model_tu
 def test_reference_call_on_a_case_that_needs_no_tool_is_unneeded_tool_call():
     case, tools = demo("demo/no_tool", "no_tool-001")  # "Suppose Nakral keeps 398 lamps ...", no calls
     assert case.meta["reference_calls"] == []
-    traj = build(case.inputs.prompt, [call("lookup", "no results for 'Nakral lamps'", query="Nakral lamps")],
-                 answer="I could not find it.")
+    traj = build(
+        case.inputs.prompt,
+        [call("lookup", "no results for 'Nakral lamps'", query="Nakral lamps")],
+        answer="I could not find it.",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("unneeded_tool_call", 1)
     assert d.evidence["actual"] == {"name": "lookup", "args": {"query": "Nakral lamps"}}
@@ -149,10 +172,12 @@ def test_reference_call_on_a_case_that_needs_no_tool_is_unneeded_tool_call():
 def test_reference_repeated_call_is_diagnosed_at_the_step_of_the_repeat():
     case, tools = demo("demo/lookup_easy", "lookup_easy-001")
     fact = "The founding year of Drogai is 1124."
-    traj = build(case.inputs.prompt,
-                 [call("lookup", fact, query="founding year of Drogai")],
-                 [call("lookup", fact, query="founding year of Drogai")],
-                 answer="1124")
+    traj = build(
+        case.inputs.prompt,
+        [call("lookup", fact, query="founding year of Drogai")],
+        [call("lookup", fact, query="founding year of Drogai")],
+        answer="1124",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("repeated_calls", 3)
 
@@ -160,17 +185,23 @@ def test_reference_repeated_call_is_diagnosed_at_the_step_of_the_repeat():
 def test_reference_a_wrong_call_made_twice_is_diagnosed_at_the_first_call_not_the_repeat():
     """The reference reports the first thing that went wrong: the bad call at step 1, not its repeat at step 3."""
     case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
-    traj = build(case.inputs.prompt, [call("calculator", "10", expression="7 + 3")],
-                 [call("calculator", "10", expression="7 + 3")], answer="10")
+    traj = build(
+        case.inputs.prompt,
+        [call("calculator", "10", expression="7 + 3")],
+        [call("calculator", "10", expression="7 + 3")],
+        answer="10",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("bad_arguments", 1)
 
 
 def test_reference_calling_a_tool_that_does_not_exist_is_unknown_tool():
     case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
-    traj = build(case.inputs.prompt,
-                 [call("calc", "[tool error: unknown tool 'calc'; available tools: calculator, lookup]",
-                       expression="7 - 3")], answer="4")
+    traj = build(
+        case.inputs.prompt,
+        [call("calc", "[tool error: unknown tool 'calc'; available tools: calculator, lookup]", expression="7 - 3")],
+        answer="4",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("unknown_tool", 1)
 
@@ -184,21 +215,31 @@ def test_reference_right_call_but_no_answer_is_no_final_answer():
 
 def test_reference_a_malformed_call_is_malformed_call_at_its_step():
     case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
-    steps = [Step(idx=0, role=StepRole.USER, content=case.inputs.prompt),
-             Step(idx=1, role=StepRole.ACTOR, content="<tool_call>{oops</tool_call>", parse_error="bad JSON"),
-             Step(idx=2, role=StepRole.TOOL, content="", observation="[parse error]", span={"parse_error": True}),
-             Step(idx=3, role=StepRole.ACTOR, content="10")]
-    traj = Trajectory(sample_id="s", goal=case.inputs.prompt, steps=steps, final_answer="10", outcome=F,
-                      metrics={"terminated": "final"})
+    steps = [
+        Step(idx=0, role=StepRole.USER, content=case.inputs.prompt),
+        Step(idx=1, role=StepRole.ACTOR, content="<tool_call>{oops</tool_call>", parse_error="bad JSON"),
+        Step(idx=2, role=StepRole.TOOL, content="", observation="[parse error]", span={"parse_error": True}),
+        Step(idx=3, role=StepRole.ACTOR, content="10"),
+    ]
+    traj = Trajectory(
+        sample_id="s",
+        goal=case.inputs.prompt,
+        steps=steps,
+        final_answer="10",
+        outcome=F,
+        metrics={"terminated": "final"},
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("malformed_call", 1) and d.summary == "bad JSON"
 
 
 def test_reference_answer_not_carrying_the_last_observations_value_is_misread_observation():
     case, tools = demo("demo/lookup_easy", "lookup_easy-001")
-    traj = build(case.inputs.prompt,
-                 [call("lookup", "The founding year of Drogai is 1124.", query="founding year of Drogai")],
-                 answer="Drogai was founded in 1142.")
+    traj = build(
+        case.inputs.prompt,
+        [call("lookup", "The founding year of Drogai is 1124.", query="founding year of Drogai")],
+        answer="Drogai was founded in 1142.",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("misread_observation", 3)
     assert "1124" in d.evidence["observation"] and "1142" in d.evidence["answer"]
@@ -206,8 +247,11 @@ def test_reference_answer_not_carrying_the_last_observations_value_is_misread_ob
 
 def test_reference_right_calls_and_a_wrong_answer_is_wrong_final_answer():
     case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
-    traj = build(case.inputs.prompt, [call("calculator", "4", expression="7 - 3")],
-                 answer="The calculator says 4, so the answer is 5.")
+    traj = build(
+        case.inputs.prompt,
+        [call("calculator", "4", expression="7 - 3")],
+        answer="The calculator says 4, so the answer is 5.",
+    )
     d = ref(traj, case, tools)
     assert (d.kind, d.first_wrong_step) == ("wrong_final_answer", 3)
     assert d.evidence["expected_answer"] == "4"
@@ -249,8 +293,9 @@ def test_rules_answer_contradicting_the_last_observation_is_ignored_observation_
 
 
 def test_rules_garbled_copy_of_the_last_observation_is_misread_observation():
-    traj = build("Compute 23.3 / 26.", [call("calculator", "0.896154", expression="23.3 / 26")],
-                 answer="The result is 0.891654.")
+    traj = build(
+        "Compute 23.3 / 26.", [call("calculator", "0.896154", expression="23.3 / 26")], answer="The result is 0.891654."
+    )
     d = top(traj)
     assert (d.kind, d.first_wrong_step) == ("misread_observation", 3)
     assert "0.891654" in d.summary and "0.896154" in d.summary
@@ -265,69 +310,95 @@ def test_rules_an_argument_stated_nowhere_before_is_bad_arguments():
 
 
 def test_rules_an_argument_garbling_an_earlier_observation_is_misread_observation():
-    traj = build("What is the population of Arland plus 10?",
-                 [call("lookup", "The population of Arland is 48213.", query="population of Arland")],
-                 [call("calculator", "48241", expression="48231 + 10")], answer="48241")
+    traj = build(
+        "What is the population of Arland plus 10?",
+        [call("lookup", "The population of Arland is 48213.", query="population of Arland")],
+        [call("calculator", "48241", expression="48231 + 10")],
+        answer="48241",
+    )
     d = rule(traj, "misread_observation")
     assert d.first_wrong_step == 3 and "48213" in d.evidence["observation"]
     assert "bad_arguments" not in {x.kind for x in from_rules(traj)}
 
 
 def test_rules_an_argument_copied_from_an_earlier_observation_is_fine():
-    traj = build("What is the population of Arland plus 10?",
-                 [call("lookup", "The population of Arland is 48213.", query="population of Arland")],
-                 [call("calculator", "48223", expression="48213 + 10")], answer="48223", outcome=F)
+    traj = build(
+        "What is the population of Arland plus 10?",
+        [call("lookup", "The population of Arland is 48213.", query="population of Arland")],
+        [call("calculator", "48223", expression="48213 + 10")],
+        answer="48223",
+        outcome=F,
+    )
     kinds = {d.kind for d in from_rules(traj)}
     assert not kinds & {"bad_arguments", "misread_observation", "ignored_observation"}
 
 
 def test_rules_answering_after_a_tool_error_as_if_it_succeeded_is_ignored_tool_error():
-    traj = build("What is 5 divided by 0?",
-                 [call("calculator", "[tool error in 'calculator': ZeroDivisionError: division by zero]",
-                       expression="5 / 0")],
-                 answer="The answer is 0.")
+    traj = build(
+        "What is 5 divided by 0?",
+        [call("calculator", "[tool error in 'calculator': ZeroDivisionError: division by zero]", expression="5 / 0")],
+        answer="The answer is 0.",
+    )
     d = top(traj)
     assert (d.kind, d.first_wrong_step) == ("ignored_tool_error", 3)
     assert "division by zero" in d.evidence["observation"]
 
 
 def test_rules_an_answer_that_reports_the_tool_error_does_not_ignore_it():
-    traj = build("What is 5 divided by 0?", [call("calculator", "error: division by zero", expression="5 / 0")],
-                 answer="I cannot divide by zero.")
+    traj = build(
+        "What is 5 divided by 0?",
+        [call("calculator", "error: division by zero", expression="5 / 0")],
+        answer="I cannot divide by zero.",
+    )
     assert "ignored_tool_error" not in {d.kind for d in from_rules(traj)}
 
 
 def test_rules_repeated_identical_calls_first_repeat_is_the_first_wrong_step():
     fact = "The population of Arland is 48213."
-    traj = build("What is the population of Arland?",
-                 [call("lookup", fact, query="population of Arland")],
-                 [call("lookup", fact, query="population of Arland")],
-                 [call("lookup", fact, query="population of Arland")],
-                 answer="48213")
+    traj = build(
+        "What is the population of Arland?",
+        [call("lookup", fact, query="population of Arland")],
+        [call("lookup", fact, query="population of Arland")],
+        [call("lookup", fact, query="population of Arland")],
+        answer="48213",
+    )
     d = top(traj)
     assert (d.kind, d.first_wrong_step) == ("repeated_calls", 3)
     assert "first at step 1" in d.summary
 
 
 def test_rules_calling_a_tool_that_does_not_exist_is_unknown_tool():
-    traj = build("What is the weather in Arland?",
-                 [call("weather", "[tool error: unknown tool 'weather'; available tools: calculator, lookup]",
-                       city="Arland")],
-                 answer="It is sunny in Arland.")
+    traj = build(
+        "What is the weather in Arland?",
+        [call("weather", "[tool error: unknown tool 'weather'; available tools: calculator, lookup]", city="Arland")],
+        answer="It is sunny in Arland.",
+    )
     d = top(traj)
     assert (d.kind, d.first_wrong_step) == ("unknown_tool", 1)
     assert "ignored_tool_error" not in {x.kind for x in from_rules(traj)}  # the unknown tool says it already
 
 
 def test_rules_a_call_that_could_not_be_parsed_is_malformed_call():
-    steps = [Step(idx=0, role=StepRole.USER, content="What is 3 * 4?"),
-             Step(idx=1, role=StepRole.ACTOR, content='<tool_call>{"name": calculator</tool_call>',
-                  parse_error="Expecting value: line 1 column 10"),
-             Step(idx=2, role=StepRole.TOOL, content="", observation="[parse error] write valid JSON",
-                  span={"parse_error": True}),
-             Step(idx=3, role=StepRole.ACTOR, content="12")]
-    traj = Trajectory(sample_id="s", goal="What is 3 * 4?", steps=steps, final_answer="12", outcome=F,
-                      metrics={"terminated": "final"})
+    steps = [
+        Step(idx=0, role=StepRole.USER, content="What is 3 * 4?"),
+        Step(
+            idx=1,
+            role=StepRole.ACTOR,
+            content='<tool_call>{"name": calculator</tool_call>',
+            parse_error="Expecting value: line 1 column 10",
+        ),
+        Step(
+            idx=2,
+            role=StepRole.TOOL,
+            content="",
+            observation="[parse error] write valid JSON",
+            span={"parse_error": True},
+        ),
+        Step(idx=3, role=StepRole.ACTOR, content="12"),
+    ]
+    traj = Trajectory(
+        sample_id="s", goal="What is 3 * 4?", steps=steps, final_answer="12", outcome=F, metrics={"terminated": "final"}
+    )
     d = top(traj)
     assert (d.kind, d.first_wrong_step) == ("malformed_call", 1)
     assert "Expecting value" in d.summary
@@ -335,9 +406,11 @@ def test_rules_a_call_that_could_not_be_parsed_is_malformed_call():
 
 
 def test_rules_a_run_that_ends_without_an_answer_is_no_final_answer():
-    traj = build("What is the population of Arland?",
-                 [call("lookup", "The population of Arland is 48213.", query="population of Arland")],
-                 terminated="max_turns")
+    traj = build(
+        "What is the population of Arland?",
+        [call("lookup", "The population of Arland is 48213.", query="population of Arland")],
+        terminated="max_turns",
+    )
     d = top(traj)
     assert (d.kind, d.first_wrong_step) == ("no_final_answer", 1)
     assert "max_turns" in d.summary
@@ -355,9 +428,12 @@ def test_rules_a_chat_question_answered_without_a_tool_is_not_no_tool_call():
 
 
 def test_rules_a_failed_trajectory_with_no_sign_falls_back_to_wrong_final_answer_at_the_answer():
-    traj = build("What is the capital of Arland?",
-                 [call("lookup", "The capital of Arland is Velmor.", query="capital of Arland")],
-                 answer="Velmor", expected="Ostrava")
+    traj = build(
+        "What is the capital of Arland?",
+        [call("lookup", "The capital of Arland is Velmor.", query="capital of Arland")],
+        answer="Velmor",
+        expected="Ostrava",
+    )
     found = diagnose(traj)
     assert [(d.kind, d.first_wrong_step) for d in found] == [("wrong_final_answer", 3)]
     assert found[0].confidence < 0.3 and found[0].evidence["expected_answer"] == "Ostrava"
@@ -374,8 +450,13 @@ def test_a_passing_trajectory_has_no_diagnosis():
 
 def test_an_errored_run_is_infra_error_not_a_model_failure():
     case, tools = demo("demo/arithmetic_easy", "arithmetic_easy-001")
-    traj = build(case.inputs.prompt, [call("calculator", "4", expression="7 - 3")], outcome=Label.ERROR,
-                 terminated="error", metrics={"error": "HTTP 503 from the model server"})
+    traj = build(
+        case.inputs.prompt,
+        [call("calculator", "4", expression="7 - 3")],
+        outcome=Label.ERROR,
+        terminated="error",
+        metrics={"error": "HTTP 503 from the model server"},
+    )
     assert [d.kind for d in from_rules(traj)] == ["infra_error"]
     found = diagnose(traj, case=case, tools=tools)
     assert found[0].kind == "infra_error" and "HTTP 503" in found[0].summary
@@ -383,9 +464,12 @@ def test_an_errored_run_is_infra_error_not_a_model_failure():
 
 
 def test_an_unknown_outcome_gets_rules_but_no_fallback():
-    traj = build("What is the capital of Arland?",
-                 [call("lookup", "The capital of Arland is Velmor.", query="capital of Arland")],
-                 answer="Velmor", outcome=Label.UNKNOWN)
+    traj = build(
+        "What is the capital of Arland?",
+        [call("lookup", "The capital of Arland is Velmor.", query="capital of Arland")],
+        answer="Velmor",
+        outcome=Label.UNKNOWN,
+    )
     assert diagnose(traj) == []
 
 
@@ -400,8 +484,12 @@ def _decisions():
 
 
 def test_whitebox_a_margin_that_collapses_by_the_last_layer_proposes_that_step():
-    margin = np.array([[0.5, 2.0, 3.5, 4.0],      # step 1: confident all the way
-                       [0.2, 1.6, 0.7, 0.04]])    # step 3: led by 1.6 nats mid-way, 0.04 at the end
+    margin = np.array(
+        [
+            [0.5, 2.0, 3.5, 4.0],  # step 1: confident all the way
+            [0.2, 1.6, 0.7, 0.04],
+        ]
+    )  # step 3: led by 1.6 nats mid-way, 0.04 at the end
     found = from_analyses({"tool_decision": {"meta": {"decisions": _decisions()}, "arrays": {"margin": margin}}})
     assert len(found) == 1
     d = found[0]
@@ -432,17 +520,29 @@ def _lens(mid_token: int, mid_p: float) -> dict:
     logp = np.full((layers, 1, k), np.log(0.1), dtype=np.float32)
     topk[:, 0, 0] = [12, mid_token, mid_token, 11]
     logp[:, 0, 0] = np.log([0.2, mid_p, mid_p, 0.9])
-    return {"logit_lens": {
-        "meta": {"kinds": ["tool_name", "arg_value", "answer", "turn_start"],
-                 "vocab": {"10": " krevumus", "11": " krevom", "12": " the"}},
-        "arrays": {"topk_ids": topk, "topk_logprobs": logp, "target_ids": np.array([11], dtype=np.int32),
-                   "label_step": np.array([3], dtype=np.int32), "label_kind": np.array([2], dtype=np.int8)}}}
+    return {
+        "logit_lens": {
+            "meta": {
+                "kinds": ["tool_name", "arg_value", "answer", "turn_start"],
+                "vocab": {"10": " krevumus", "11": " krevom", "12": " the"},
+            },
+            "arrays": {
+                "topk_ids": topk,
+                "topk_logprobs": logp,
+                "target_ids": np.array([11], dtype=np.int32),
+                "label_step": np.array([3], dtype=np.int32),
+                "label_kind": np.array([2], dtype=np.int8),
+            },
+        }
+    }
 
 
 def test_whitebox_the_lens_had_the_observed_value_mid_way_and_lost_it_by_the_last_layer():
-    traj = build("What is the home city of Kigol Trafo?",
-                 [call("lookup", "The home city of Kigol Trafo is Krevumus.", query="home city of Kigol Trafo")],
-                 answer="The home city of Kigol Trafo is Krevom.")
+    traj = build(
+        "What is the home city of Kigol Trafo?",
+        [call("lookup", "The home city of Kigol Trafo is Krevumus.", query="home city of Kigol Trafo")],
+        answer="The home city of Kigol Trafo is Krevom.",
+    )
     (d,) = from_analyses(_lens(10, 0.8), traj)
     assert (d.kind, d.first_wrong_step, d.source) == ("misread_observation", 3, "whitebox")
     assert (d.evidence["alternative"], d.evidence["chosen"]) == ("krevumus", "krevom")
@@ -491,18 +591,24 @@ def test_rank_low_confidence_fallback_never_outranks_a_whitebox_sign():
 
 def test_diagnose_a_reference_diagnosis_outranks_the_rules():
     case, tools = demo("demo/two_step", "two_step-001")
-    traj = build(case.inputs.prompt,
-                 [call("lookup", "The height of Vafa is 7915 m.", query="height of Vafa")],
-                 [call("calculator", "8772", expression="7951 + 821")], answer="8772")
+    traj = build(
+        case.inputs.prompt,
+        [call("lookup", "The height of Vafa is 7915 m.", query="height of Vafa")],
+        [call("calculator", "8772", expression="7951 + 821")],
+        answer="8772",
+    )
     found = diagnose(traj, case=case, tools=list(tools.values()))
     assert found[0].source == "reference" and any(d.source == "heuristic" for d in found)
 
 
 def test_diagnose_whitebox_evidence_outranks_the_low_confidence_fallback():
     """A graded failure with no rule sign gets the 0.2 fallback; a collapsed margin is a real sign and must lead."""
-    traj = build("What is the capital of Arland?",
-                 [call("lookup", "The capital of Arland is Velmor.", query="capital of Arland")],
-                 answer="Velmor", expected="Ostrava")
+    traj = build(
+        "What is the capital of Arland?",
+        [call("lookup", "The capital of Arland is Velmor.", query="capital of Arland")],
+        answer="Velmor",
+        expected="Ostrava",
+    )
     decisions = [{"step": 1, "kind": "tool_name", "chosen": "lookup", "candidates": ["lookup", "calculator"]}]
     analyses = {"tool_decision": {"meta": {"decisions": decisions}, "arrays": {"margin": np.array([[0.1, 1.5, 0.02]])}}}
     found = diagnose(traj, analyses=analyses)
@@ -515,9 +621,19 @@ def test_diagnose_whitebox_evidence_outranks_the_low_confidence_fallback():
 
 def test_the_builtin_kinds_are_exactly_these_thirteen():
     assert FAILURE_KINDS == (
-        "wrong_tool", "unknown_tool", "bad_arguments", "misread_observation", "malformed_call",
-        "ignored_observation", "ignored_tool_error", "repeated_calls", "no_tool_call", "unneeded_tool_call",
-        "no_final_answer", "wrong_final_answer", "infra_error",
+        "wrong_tool",
+        "unknown_tool",
+        "bad_arguments",
+        "misread_observation",
+        "malformed_call",
+        "ignored_observation",
+        "ignored_tool_error",
+        "repeated_calls",
+        "no_tool_call",
+        "unneeded_tool_call",
+        "no_final_answer",
+        "wrong_final_answer",
+        "infra_error",
     )
     assert [k.key for k in BUILTIN_KINDS] == list(FAILURE_KINDS)
 
@@ -551,9 +667,13 @@ def test_every_kind_the_sources_propose_is_in_the_vocabulary():
 
 
 def test_diagnosis_round_trips_through_a_dict():
-    d = Diagnosis(kind="bad_arguments", first_wrong_step=3, confidence=0.95, source="reference",
-                  evidence={"text": "calculator(...)", "diff": [{"arg": "expression", "expected": "7 - 3",
-                                                                  "actual": "7 + 3"}]})
+    d = Diagnosis(
+        kind="bad_arguments",
+        first_wrong_step=3,
+        confidence=0.95,
+        source="reference",
+        evidence={"text": "calculator(...)", "diff": [{"arg": "expression", "expected": "7 - 3", "actual": "7 + 3"}]},
+    )
     assert Diagnosis.from_dict(d.to_dict()) == d
     none = Diagnosis(kind=None)
     assert Diagnosis.from_dict(none.to_dict()) == none
@@ -568,16 +688,19 @@ def test_from_dict_maps_legacy_kinds_and_clamps_confidence():
     assert d.source == "heuristic"
 
 
-@pytest.mark.parametrize("bad, match", [
-    (["kind", "wrong_tool"], "must be an object, got list"),
-    ("wrong_tool", "must be an object, got str"),
-    ({"kind": "wrong_tool", "first_wrong_step": "3"}, "first_wrong_step must be a step index, got '3'"),
-    ({"kind": "wrong_tool", "first_wrong_step": True}, "first_wrong_step must be a step index, got True"),
-    ({"kind": "wrong_tool", "first_wrong_step": 1.5}, "first_wrong_step must be a step index"),
-    ({"kind": "wrong_tool", "evidence": ["x"]}, "evidence must be an object or a string"),
-    ({"kind": "wrong_tool", "source": "oracle"}, "source 'oracle' is not one of reference"),
-    ({"kind": "wrong_tool", "confidence": "high"}, "confidence must be a number, got 'high'"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (["kind", "wrong_tool"], "must be an object, got list"),
+        ("wrong_tool", "must be an object, got str"),
+        ({"kind": "wrong_tool", "first_wrong_step": "3"}, "first_wrong_step must be a step index, got '3'"),
+        ({"kind": "wrong_tool", "first_wrong_step": True}, "first_wrong_step must be a step index, got True"),
+        ({"kind": "wrong_tool", "first_wrong_step": 1.5}, "first_wrong_step must be a step index"),
+        ({"kind": "wrong_tool", "evidence": ["x"]}, "evidence must be an object or a string"),
+        ({"kind": "wrong_tool", "source": "oracle"}, "source 'oracle' is not one of reference"),
+        ({"kind": "wrong_tool", "confidence": "high"}, "confidence must be a number, got 'high'"),
+    ],
+)
 def test_from_dict_rejects_bad_input_with_a_message(bad, match):
     with pytest.raises(ValueError, match=match):
         Diagnosis.from_dict(bad)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
+
 nn = torch.nn
 
 from tiny_models import ARCHS, make_tiny_model, make_tiny_vlm  # noqa: E402

@@ -97,8 +97,13 @@ def test_bad_grader_specs_raise_with_reason():
 
 
 def _traj(final, terminated="final"):
-    return Trajectory(sample_id="c", goal="g", steps=[Step(idx=0, role=StepRole.USER, content="g")],
-                      final_answer=final, metrics={"terminated": terminated})
+    return Trajectory(
+        sample_id="c",
+        goal="g",
+        steps=[Step(idx=0, role=StepRole.USER, content="g")],
+        final_answer=final,
+        metrics={"terminated": terminated},
+    )
 
 
 def test_grade_trajectory():

@@ -25,7 +25,13 @@ from evalrx.models.backends.hf_local import CheckpointNotFoundError, HFLocalMode
 from evalrx.specs import ModelSpec, get_spec  # noqa: E402
 
 KEY = "qwen2.5-0.5b-instruct"
-BASE_CAPS = {Capability.GENERATE, Capability.TOOL_CALLS, Capability.LOGPROBS, Capability.LOGITS, Capability.HIDDEN_STATES}
+BASE_CAPS = {
+    Capability.GENERATE,
+    Capability.TOOL_CALLS,
+    Capability.LOGPROBS,
+    Capability.LOGITS,
+    Capability.HIDDEN_STATES,
+}
 MESSAGES = [{"role": "user", "content": "What is 3*4?"}]
 TOOLS = [
     {
@@ -265,16 +271,19 @@ def test_tool_round_trip_messages_render(handle):
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}],
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "3*4"}}}
+            ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "12"},
     ]
     text = handle.render(convo, tools=TOOLS, add_generation_prompt=True)
     assert '<tool_call>\n{"name": "calculator", "arguments": {"expression": "3*4"}}\n</tool_call>' in text
     assert "<tool_response>\n12\n</tool_response>" in text
-    assert handle.chat(convo, tools=TOOLS, max_new_tokens=3).usage["prompt_tokens"] == handle.tokenize(
-        messages=convo, tools=TOOLS, add_generation_prompt=True
-    ).shape[1]
+    assert (
+        handle.chat(convo, tools=TOOLS, max_new_tokens=3).usage["prompt_tokens"]
+        == handle.tokenize(messages=convo, tools=TOOLS, add_generation_prompt=True).shape[1]
+    )
 
 
 # ------------------------------------------------------------------ vision
@@ -348,7 +357,9 @@ def test_uncached_hub_id_offline_is_one_clear_error_without_retries(tmp_path, mo
     with pytest.raises(FileNotFoundError) as err:
         evalrx.load(KEY)
     assert time.perf_counter() - start < 5
-    _assert_clear(err.value, "Qwen/Qwen2.5-0.5B-Instruct", "no hub is reachable", "HF_HUB_OFFLINE", "checkpoint=", "pre-download")
+    _assert_clear(
+        err.value, "Qwen/Qwen2.5-0.5B-Instruct", "no hub is reachable", "HF_HUB_OFFLINE", "checkpoint=", "pre-download"
+    )
 
 
 def test_uncached_hub_id_with_unreachable_hub_fails_fast(tmp_path, monkeypatch):
@@ -360,7 +371,9 @@ def test_uncached_hub_id_with_unreachable_hub_fails_fast(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError) as err:
         evalrx.load(KEY, checkpoint="acme/not-downloaded")
     assert time.perf_counter() - start < 5  # transformers alone retries for ~45 s here
-    _assert_clear(err.value, "acme/not-downloaded", "no hub is reachable from this machine", "hf download acme/not-downloaded")
+    _assert_clear(
+        err.value, "acme/not-downloaded", "no hub is reachable from this machine", "hf download acme/not-downloaded"
+    )
 
 
 def test_directory_without_weights_is_one_clear_error(tmp_path):
@@ -479,8 +492,12 @@ def test_load_reads_the_weights_before_the_first_step_timer_starts():
         return generate(*args, **kwargs)
 
     handle.chat = chat
-    calc = Tool("calculator", "Evaluate an arithmetic expression.",
-                {"type": "object", "properties": {"expression": {"type": "string"}}}, fn=lambda expression: "12")
+    calc = Tool(
+        "calculator",
+        "Evaluate an arithmetic expression.",
+        {"type": "object", "properties": {"expression": {"type": "string"}}},
+        fn=lambda expression: "12",
+    )
     traj = Agent(handle, [calc], max_turns=1, chat_kwargs={"max_new_tokens": 8}).run("What is 3*4?")
 
     first = next(s for s in traj.steps if s.role is StepRole.ACTOR)

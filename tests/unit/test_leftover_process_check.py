@@ -45,9 +45,26 @@ def _pytest_with_the_check(tmp_path: Path, source: str) -> subprocess.CompletedP
     """Run `source` as a test file under tests/conftest.py's hooks (loaded as a plugin)."""
     (tmp_path / "test_inner.py").write_text(source)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), "test_inner.py"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            "test_inner.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the check reads /proc")

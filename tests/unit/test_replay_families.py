@@ -145,7 +145,9 @@ def assert_passes_feed_the_run(handle, conversation, steered, mode: str = "auto"
             k = index[pt.step_idx]
             g0, g1 = pt.gen_tokens
             assert tf_pass.ids[:g0] == steered.prompts[k], f"step {pt.step_idx}: the pass's prefix is not its prompt"
-            assert tf_pass.ids[g0:g1] == steered.generated[k], f"step {pt.step_idx}: the pass's turn is not as generated"
+            assert tf_pass.ids[g0:g1] == steered.generated[k], (
+                f"step {pt.step_idx}: the pass's turn is not as generated"
+            )
             covered.append(pt.step_idx)
     assert sorted(covered) == sorted(index)
     return passes
@@ -250,14 +252,16 @@ def test_a_turn_the_template_renders_otherwise_is_scored_as_the_model_wrote_it(s
 
 def api_trajectory() -> Trajectory:
     return Trajectory(
-        "case-1", "What is 3*4?",
+        "case-1",
+        "What is 3*4?",
         steps=[
             Step(0, StepRole.USER, "What is 3*4?"),
             Step(1, StepRole.ACTOR, "", tool_calls=[{"name": "calculator", "args": {"expression": "3*4"}, "id": "c7"}]),
             Step(2, StepRole.TOOL, "calculator", observation="12", span={"call": 0}),
             Step(3, StepRole.ACTOR, "The answer is 12."),
         ],
-        final_answer="The answer is 12.", metrics={"terminated": "final"},
+        final_answer="The answer is 12.",
+        metrics={"terminated": "final"},
     )
 
 

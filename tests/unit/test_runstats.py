@@ -99,8 +99,21 @@ def test_compare_outcomes_counts_and_mcnemar():
     assert cmp.diff_ci_low <= cmp.diff <= cmp.diff_ci_high
     assert len(cmp.cases) == 10 and {"case_id": "r0", "a": 1.0, "b": 0.0} in cmp.cases
     d = cmp.to_dict()
-    assert set(d) == {"n_paired", "only_a", "only_b", "both_pass", "both_fail", "regressions", "fixes",
-                      "mixed", "mcnemar_p", "diff", "diff_ci_low", "diff_ci_high", "cases"}
+    assert set(d) == {
+        "n_paired",
+        "only_a",
+        "only_b",
+        "both_pass",
+        "both_fail",
+        "regressions",
+        "fixes",
+        "mixed",
+        "mcnemar_p",
+        "diff",
+        "diff_ci_low",
+        "diff_ci_high",
+        "cases",
+    }
     json.dumps(d)
 
 

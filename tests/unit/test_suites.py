@@ -52,17 +52,35 @@ def test_demo_cases_are_not_training_prompts():
 
 
 def test_load_a_path_with_meta_image_and_defaults(tmp_path):
-    path = _write(tmp_path, [
-        json.dumps({"id": "a", "prompt": "What is 3 + 4?", "expected": 7, "grader": {"kind": "numeric"},
-                    "task_type": "arithmetic", "difficulty": "easy", "tools": ["calculator"], "note": "x"}),
-        "",
-        "# a comment line",
-        json.dumps({"prompt": "Describe it.", "image": "img.png"}),
-    ])
+    path = _write(
+        tmp_path,
+        [
+            json.dumps(
+                {
+                    "id": "a",
+                    "prompt": "What is 3 + 4?",
+                    "expected": 7,
+                    "grader": {"kind": "numeric"},
+                    "task_type": "arithmetic",
+                    "difficulty": "easy",
+                    "tools": ["calculator"],
+                    "note": "x",
+                }
+            ),
+            "",
+            "# a comment line",
+            json.dumps({"prompt": "Describe it.", "image": "img.png"}),
+        ],
+    )
     a, b = load_cases(str(path))
     assert a.id == "a" and a.expected == 7 and a.grader == {"kind": "numeric"}
-    assert a.meta == {"task_type": "arithmetic", "difficulty": "easy", "tools": ["calculator"], "note": "x",
-                      "suite": "cases"}
+    assert a.meta == {
+        "task_type": "arithmetic",
+        "difficulty": "easy",
+        "tools": ["calculator"],
+        "note": "x",
+        "suite": "cases",
+    }
     assert b.id.startswith("cases-") and b.grader is None and b.meta["tools"] == []
     assert b.inputs.image == str(tmp_path / "img.png")
     assert load_case_file(path)[0].id == "a"
@@ -74,8 +92,12 @@ def test_load_a_path_with_meta_image_and_defaults(tmp_path):
         (['{"prompt": "ok", "expected": 1}', '{"prompt": "bad", '], 2, "bad JSON", "complete JSON object"),
         (['{"expected": 1}'], 1, "missing prompt", 'Add a "prompt" field'),
         (['{"prompt": ""}'], 1, "prompt must be a non-empty string", '"prompt"'),
-        (['{"prompt": "p", "expected": 1, "grader": {"kind": "fuzzy"}}'], 1, "unknown grader kind 'fuzzy'",
-         "exact, normalized, numeric, contains, regex"),
+        (
+            ['{"prompt": "p", "expected": 1, "grader": {"kind": "fuzzy"}}'],
+            1,
+            "unknown grader kind 'fuzzy'",
+            "exact, normalized, numeric, contains, regex",
+        ),
         (['{"prompt": "p", "grader": {"kind": "numeric"}}'], 1, "needs an expected answer", '"expected"'),
         (['{"prompt": "p", "grader": {"kind": "regex", "pattern": "("}}'], 1, "not a valid regex", "kind"),
         (['["prompt"]'], 1, "expected a JSON object", "on its own line"),
@@ -144,6 +166,7 @@ def test_held_out_wordings_never_appear_in_training_templates():
     two_train |= {t for ts in D.TWO_STEP_SPECIAL_TRAIN.values() for t, _ in ts}
     assert not two_train & {t for t, _ in D.TWO_STEP_HELD_OUT}
     assert not two_train & {t for ts in D.TWO_STEP_SPECIAL_HELD_OUT.values() for t, _ in ts}
+
     # The training-only extras teach the paraphrases' words, never a held-out sentence with its
     # punctuation changed or a sentence appended.
     def words(template):
@@ -152,8 +175,14 @@ def test_held_out_wordings_never_appear_in_training_templates():
     extras = {words(t) for t, _ in D.ARITH_TRAIN_EXTRA + D.ARITH_UNARY_TRAIN + D.TWO_STEP_TRAIN_EXTRA}
     held = {words(t) for t, _ in D.ARITH_HELD_OUT + D.TWO_STEP_HELD_OUT}
     assert not [(e, h) for e in extras for h in held if h == e or h.startswith(e + " ")]
-    for train_list, held_list in ((D.MULTI_TRAIN, D.MULTI_HELD_OUT), (D.DISTRACTORS_TRAIN, D.DISTRACTORS_HELD_OUT),
-                                  (D.GREETINGS_TRAIN, D.GREETINGS_HELD_OUT), (D.THANKS_TRAIN, D.THANKS_HELD_OUT),
-                                  (D.NAME_TRAIN, D.NAME_HELD_OUT), (D.ECHO_TRAIN, D.ECHO_HELD_OUT),
-                                  (D.STORY_TRAIN, D.STORY_HELD_OUT), (D.ABOUT_TRAIN, D.ABOUT_HELD_OUT)):
+    for train_list, held_list in (
+        (D.MULTI_TRAIN, D.MULTI_HELD_OUT),
+        (D.DISTRACTORS_TRAIN, D.DISTRACTORS_HELD_OUT),
+        (D.GREETINGS_TRAIN, D.GREETINGS_HELD_OUT),
+        (D.THANKS_TRAIN, D.THANKS_HELD_OUT),
+        (D.NAME_TRAIN, D.NAME_HELD_OUT),
+        (D.ECHO_TRAIN, D.ECHO_HELD_OUT),
+        (D.STORY_TRAIN, D.STORY_HELD_OUT),
+        (D.ABOUT_TRAIN, D.ABOUT_HELD_OUT),
+    ):
         assert not set(train_list) & set(held_list)

@@ -175,7 +175,7 @@ def test_qwen_missing_arguments_means_no_arguments():
 
 
 def test_qwen_code_fence_inside_block_is_tolerated():
-    p = qwen("<tool_call>\n```json\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n```\n</tool_call>")
+    p = qwen('<tool_call>\n```json\n{"name": "f", "arguments": {"a": 1}}\n```\n</tool_call>')
     assert p.errors == []
     assert p.calls[0].args == {"a": 1}
 
@@ -271,7 +271,9 @@ def test_openai_messages_carry_ids_and_dict_arguments():
     assert msg == {
         "role": "assistant",
         "content": "thinking aloud",
-        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1"}}}],
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1"}}}
+        ],
     }
     assert "tool_calls" not in codec.assistant_message(ChatTurn(text="done"), [])
     tm = codec.tool_message(call, "1")
@@ -324,8 +326,13 @@ def test_register_codec_lets_users_add_a_style():
 def test_every_registered_spec_names_a_style_with_a_codec():
     for spec in REGISTRY.values():
         assert missing_codec(spec, "hf_local") is None, spec.key
-    assert type(codec_for(SimpleNamespace(backend="hf_local", spec=get_spec("llama-3.1-8b-instruct")))) is Llama3ToolCodec
-    assert type(codec_for(SimpleNamespace(backend="hf_local", spec=get_spec("mistral-7b-instruct-v0.3")))) is MistralToolCodec
+    assert (
+        type(codec_for(SimpleNamespace(backend="hf_local", spec=get_spec("llama-3.1-8b-instruct")))) is Llama3ToolCodec
+    )
+    assert (
+        type(codec_for(SimpleNamespace(backend="hf_local", spec=get_spec("mistral-7b-instruct-v0.3"))))
+        is MistralToolCodec
+    )
 
 
 def test_register_spec_refuses_a_style_without_a_codec():
@@ -379,7 +386,8 @@ def test_compose_refuses_tool_calls_when_no_codec_reads_the_style():
     built = []
     backends.register_backend(
         backends.BackendInfo(
-            name="probe-codec", description="records builds",
+            name="probe-codec",
+            description="records builds",
             provides=lambda spec: frozenset(Capability) - {Capability.VISION},
             build=lambda spec, rt, want: built.append(spec.key) or SimpleNamespace(capabilities=frozenset(Capability)),
         )

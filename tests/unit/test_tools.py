@@ -16,8 +16,11 @@ from evalrx.tools.lookup import make_lookup, search
 
 KB = {
     "entities": [
-        {"name": "Arland", "type": "country",
-         "attributes": {"capital": "Velmor", "population": 48213, "currency": "lumen"}},
+        {
+            "name": "Arland",
+            "type": "country",
+            "attributes": {"capital": "Velmor", "population": 48213, "currency": "lumen"},
+        },
         {"name": "Velmor", "type": "city", "attributes": {"country": "Arland", "founding year": 1423}},
         {"name": "Kessa Dorn", "type": "person", "attributes": {"birth year": 1856, "profession": "baker"}},
         {"name": "Tolka", "type": "mountain", "attributes": {"height": 4120}, "units": {"height": "m"}},
@@ -26,6 +29,7 @@ KB = {
 
 
 # --- registry -------------------------------------------------------------------------------
+
 
 def test_get_tools_builds_named_tools_in_order():
     tools = get_tools(["lookup", "calculator"])
@@ -67,6 +71,7 @@ def test_schemas_are_openai_style_and_json_serialisable():
 
 
 # --- calculator -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "expr, expected",
@@ -145,7 +150,7 @@ def test_calculator_rejects_code_without_side_effects(template, tmp_path, monkey
     monkeypatch.setattr(builtins, "__import__", real_import)
     assert out.startswith("error:"), out
     assert not marker.exists()
-    assert ("system" not in [c[0] for c in calls if isinstance(c, tuple)])
+    assert "system" not in [c[0] for c in calls if isinstance(c, tuple)]
     assert "os" not in calls
 
 
@@ -166,6 +171,7 @@ def test_evaluate_returns_numbers_and_format_number():
 
 
 # --- lookup ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "query, expected",
@@ -219,6 +225,7 @@ def test_bundled_kb_answers_a_query():
 
 
 # --- image_zoom -----------------------------------------------------------------------------
+
 
 def _case_with_image():
     from PIL import Image

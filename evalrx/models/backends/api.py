@@ -244,7 +244,10 @@ def to_wire_messages(messages: list[dict]) -> list[dict]:
                     {
                         "id": call_id,
                         "type": "function",
-                        "function": {"name": fn.get("name"), "arguments": _wire_arguments(fn.get("arguments", fn.get("args")))},
+                        "function": {
+                            "name": fn.get("name"),
+                            "arguments": _wire_arguments(fn.get("arguments", fn.get("args"))),
+                        },
                     }
                 )
             wire["tool_calls"] = calls
@@ -316,9 +319,15 @@ def from_wire_messages(messages: Any, *, allow_images: bool) -> list[dict]:
                     try:
                         args = json.loads(args) if args.strip() else {}
                     except json.JSONDecodeError:
-                        raise ValueError(f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON.") from None
+                        raise ValueError(
+                            f"messages[{i}].tool_calls[{j}].function.arguments is not valid JSON."
+                        ) from None
                 calls.append(
-                    {"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": args or {}}}
+                    {
+                        "id": call.get("id"),
+                        "type": "function",
+                        "function": {"name": fn["name"], "arguments": args or {}},
+                    }
                 )
             item["tool_calls"] = calls
         if role == "tool" and msg.get("tool_call_id") is not None:
@@ -381,8 +390,9 @@ class _DeadlineStream:
     def close(self) -> None:
         self._inner.close()
 
-    def start_tls(self, ssl_context: Any, server_hostname: Optional[str] = None,
-                  timeout: Optional[float] = None) -> Any:
+    def start_tls(
+        self, ssl_context: Any, server_hostname: Optional[str] = None, timeout: Optional[float] = None
+    ) -> Any:
         return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, _cap(timeout)))
 
     def get_extra_info(self, info: str) -> Any:
@@ -395,12 +405,19 @@ class _DeadlineBackend:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
-    def connect_tcp(self, host: str, port: int, timeout: Optional[float] = None, local_address: Optional[str] = None,
-                    socket_options: Any = None) -> _DeadlineStream:
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: Optional[float] = None,
+        local_address: Optional[str] = None,
+        socket_options: Any = None,
+    ) -> _DeadlineStream:
         return _DeadlineStream(self._inner.connect_tcp(host, port, _cap(timeout), local_address, socket_options))
 
-    def connect_unix_socket(self, path: str, timeout: Optional[float] = None,
-                            socket_options: Any = None) -> _DeadlineStream:
+    def connect_unix_socket(
+        self, path: str, timeout: Optional[float] = None, socket_options: Any = None
+    ) -> _DeadlineStream:
         return _DeadlineStream(self._inner.connect_unix_socket(path, _cap(timeout), socket_options))
 
     def sleep(self, seconds: float) -> None:
@@ -479,7 +496,9 @@ class APIModel:
         )
 
     def __repr__(self) -> str:
-        return f"APIModel(spec={self.spec.key!r}, model={self.spec.served_name!r}, base_url={redact_url(self.base_url)!r})"
+        return (
+            f"APIModel(spec={self.spec.key!r}, model={self.spec.served_name!r}, base_url={redact_url(self.base_url)!r})"
+        )
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -604,7 +623,9 @@ class APIModel:
             APIConnectionFailed,
             f"The server at {self._url} did not answer within {self._budget_s:g} s, the budget of one model call",
             "Check that the server is running and not overloaded, or raise --timeout (RuntimeConfig.timeout).",
-            retry=True, tries=tries, elapsed_s=time.monotonic() - started,
+            retry=True,
+            tries=tries,
+            elapsed_s=time.monotonic() - started,
         )
 
     def _connection_failure(self, exc: Any) -> "_Failure":
@@ -638,8 +659,14 @@ class APIModel:
             fix = "Check the model name, and that base_url is the API root, ending in /v1."
         else:
             fix = "Check the request options and the model name."
-        return _Failure(APIRequestFailed, what, fix, status_code=status, retry=retry,
-                        retry_after=_retry_after(response.headers) if retry else None)
+        return _Failure(
+            APIRequestFailed,
+            what,
+            fix,
+            status_code=status,
+            retry=retry,
+            retry_after=_retry_after(response.headers) if retry else None,
+        )
 
     def _read_turn(self, response: Any) -> "ChatTurn | _Failure":
         """The reply from a 2xx answer; an HTML page, invalid JSON or another shape is a failure."""
@@ -678,17 +705,28 @@ class APIModel:
 class _Failure:
     """A failed try, kept as data until the caller knows how many tries and seconds it took."""
 
-    def __init__(self, error_cls: type, what: str, fix: str, *, status_code: Optional[int] = None,
-                 retry: bool = False, retry_after: Optional[float] = None, tries: int = 1,
-                 elapsed_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        error_cls: type,
+        what: str,
+        fix: str,
+        *,
+        status_code: Optional[int] = None,
+        retry: bool = False,
+        retry_after: Optional[float] = None,
+        tries: int = 1,
+        elapsed_s: float = 0.0,
+    ) -> None:
         self.error_cls, self.what, self.fix = error_cls, what, fix
         self.status_code, self.retry, self.retry_after = status_code, retry, retry_after
         self.tries, self.elapsed_s = tries, elapsed_s
 
     def asked_too_long(self, left: float, budget: float) -> "_Failure":
         """The server's Retry-After does not fit in what is left of the budget: fail now, not at the deadline."""
-        self.what += (f"; it asked to retry after {self.retry_after:g} s, more than the {max(left, 0.0):.1f} s "
-                      f"left of the {budget:g} s budget of one model call")
+        self.what += (
+            f"; it asked to retry after {self.retry_after:g} s, more than the {max(left, 0.0):.1f} s "
+            f"left of the {budget:g} s budget of one model call"
+        )
         self.fix = "Raise --timeout to wait for it, or lower the run's concurrency."
         return self
 

@@ -28,9 +28,14 @@ from evalrx.specs import ModelSpec, WeightsNotInstalledError, resolve_weights
 _ALWAYS = frozenset({Capability.GENERATE, Capability.LOGPROBS, Capability.LOGITS, Capability.HIDDEN_STATES})
 
 _DTYPES = {
-    "float32": "float32", "fp32": "float32", "float": "float32",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
 }
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 _TRUTHY = {"1", "true", "yes", "on"}
@@ -209,9 +214,7 @@ def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
         ImportError: a GGUF file without the `gguf` package installed.
     """
     if not repo:
-        raise CheckpointNotFoundError(
-            "This spec has no hf_repo to load. Pass checkpoint= a local model directory."
-        )
+        raise CheckpointNotFoundError("This spec has no hf_repo to load. Pass checkpoint= a local model directory.")
     path = Path(repo).expanduser()
     from evalrx.models import gguf
 
@@ -444,8 +447,16 @@ def _decode_generated(tokenizer: Any, ids: list) -> str:
 LAST_ROW_ATTENTION = "evalrx_last_row"
 
 
-def _last_row_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
-                        scaling: Optional[float] = None, **kwargs: Any) -> tuple:
+def _last_row_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: Optional[float] = None,
+    **kwargs: Any,
+) -> tuple:
     """sdpa's output, plus the softmax weights of the newest query position only (`[b, heads, 1, kv]`).
 
     What a capturing generate needs: eager attention would build every `[heads, P, P]` map of the
@@ -455,8 +466,9 @@ def _last_row_attention(module: Any, query: Any, key: Any, value: Any, attention
     import torch
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
-    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                    **kwargs)
+    out, _ = sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
     keys = repeat_kv(key, getattr(module, "num_key_value_groups", 1))
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query[:, :, -1:], keys.transpose(2, 3)) * scale
@@ -494,7 +506,8 @@ def _rows_after_supported(handle: Any) -> bool:
         return False
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if getattr(cfg, "attn_logit_softcapping", None) or (
-            getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) is not False):
+        getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) is not False
+    ):
         return False
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or ())):
         return False
@@ -504,8 +517,11 @@ def _rows_after_supported(handle: Any) -> bool:
     shapes = set()
     for layer in handle.parts.layers:
         attn = getattr(layer, "self_attn", None)
-        if attn is None or not hasattr(layer, "input_layernorm") or not all(
-                hasattr(attn, a) for a in ("q_proj", "head_dim", "scaling", "num_key_value_groups")):
+        if (
+            attn is None
+            or not hasattr(layer, "input_layernorm")
+            or not all(hasattr(attn, a) for a in ("q_proj", "head_dim", "scaling", "num_key_value_groups"))
+        ):
             return False
         if not hasattr(sys.modules.get(type(attn).__module__), "apply_rotary_pos_emb"):
             return False
@@ -573,8 +589,12 @@ def rebuilt_attention_rows(handle: "HFLocalModel", states: Any, keys: list, posi
 def _attention_kernel(model: Any, impl: str) -> Iterator[None]:
     """Run the block with the model's language layers on attention implementation `impl`, then restore."""
     cfg = getattr(model, "config", None)
-    configs = [c for c in {id(c): c for c in (cfg, cfg.get_text_config() if hasattr(cfg, "get_text_config")
-                                               else None) if c is not None}.values()]
+    configs = [
+        c
+        for c in {
+            id(c): c for c in (cfg, cfg.get_text_config() if hasattr(cfg, "get_text_config") else None) if c is not None
+        }.values()
+    ]
     before = [getattr(c, "_attn_implementation", None) for c in configs]
     for c in configs:
         c._attn_implementation = impl
@@ -594,6 +614,7 @@ def recording_hidden_states(parts: Any) -> Iterator[list]:
     collection installs module hooks that stay on the model for good and put every later forward,
     recording or not, on torch's slower hooked call path (+3.5% on a plain demo-model run).
     """
+
     def keep_input(forward: Any, kept: list) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             kept.append(args[0] if args else kwargs["hidden_states"])
@@ -721,8 +742,9 @@ class _CaptureRecorder:
         try:
             model(input_ids=out.sequences[:, -1:], use_cache=True, return_dict=True, **kwargs)
         except Exception as exc:  # a model that cannot extend its cache: the analysis falls back, the turn stands
-            self.notes.append("the last token of a turn cut by the token limit was not run: "
-                              f"{type(exc).__name__}: {exc}")
+            self.notes.append(
+                f"the last token of a turn cut by the token limit was not run: {type(exc).__name__}: {exc}"
+            )
             return False
         return True
 
@@ -751,13 +773,16 @@ class _CaptureRecorder:
                 if self.check_head:
                     self.handle._head_reproduces_logits = self._head_matches(steps, out)
                 if not self.handle._head_reproduces_logits:
-                    self.notes.append("the model's logits are not the unembedding of its last hidden state; "
-                                      "hidden states were not captured")
+                    self.notes.append(
+                        "the model's logits are not the unembedding of its last hidden state; "
+                        "hidden states were not captured"
+                    )
                     hidden = None
         if self.attention and not self.after:
             attention = self._attention_rows(len(prompt_ids), n)
-        return GenerationCapture(prompt_ids, list(new_ids), hidden, attention, self.impl, list(self.notes),
-                                 id(self.handle.model))
+        return GenerationCapture(
+            prompt_ids, list(new_ids), hidden, attention, self.impl, list(self.notes), id(self.handle.model)
+        )
 
     def _rows_after(self, states: Any, out: Any, n_prompt: int, n: int) -> Any:
         """``[L, n, P + n - 1]`` attention rows of the captured positions (`rebuilt_attention_rows`) from their
@@ -794,8 +819,9 @@ class _CaptureRecorder:
             lengths = [int(r.shape[-1]) for r in rows]
             if lengths != [n_prompt + j for j in range(n)]:
                 # A sliding-window cache (or a layer that returned no weights) breaks the position mapping.
-                self.notes.append(f"layer {layer} returned attention rows of lengths {lengths[:3]}... "
-                                  f"for {n} positions")
+                self.notes.append(
+                    f"layer {layer} returned attention rows of lengths {lengths[:3]}... for {n} positions"
+                )
                 return None
         out = []
         for rows in self.rows:  # [heads, kv] per position -> [n, P + n - 1] averaged over heads, zero-padded
@@ -1015,7 +1041,9 @@ class HFLocalModel:
             return list(messages)
         return _text_only(messages) if self.processor is None else list(messages)
 
-    def render(self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False) -> str:
+    def render(
+        self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False
+    ) -> str:
         """The chat-template text for `messages` (and `tools`), exactly what `chat`/`forward` tokenize.
 
         For a VLM each image appears here as one placeholder token, which the processor
@@ -1108,11 +1136,13 @@ class HFLocalModel:
         eos = self._eos_ids()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
         temp = self.runtime.temperature if temperature is None else temperature
-        sampling = dict(do_sample=True, temperature=float(temp), top_k=None, top_p=None) if temp and temp > 0 else dict(
-            do_sample=False, temperature=None, top_k=None, top_p=None
+        sampling = (
+            dict(do_sample=True, temperature=float(temp), top_k=None, top_p=None)
+            if temp and temp > 0
+            else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         )
         recorder = _CaptureRecorder(self, kinds) if kinds else None
-        with torch.no_grad(), (recorder or _NO_RECORDER):
+        with torch.no_grad(), recorder or _NO_RECORDER:
             out = self.model.generate(
                 **enc,
                 max_new_tokens=int(max_new_tokens or self.runtime.max_new_tokens),
@@ -1199,8 +1229,14 @@ class HFLocalModel:
             if ids.dim() == 1:
                 ids = ids.unsqueeze(0)
             ids = ids.to(self.device)
-        return teacher_forced_forward(self.model, ids, output_hidden_states=output_hidden_states, parts=self.parts,
-                                      output_attentions=output_attentions, inputs=extra)
+        return teacher_forced_forward(
+            self.model,
+            ids,
+            output_hidden_states=output_hidden_states,
+            parts=self.parts,
+            output_attentions=output_attentions,
+            inputs=extra,
+        )
 
     def __repr__(self) -> str:
         caps = ",".join(sorted(c.value for c in self.capabilities))
@@ -1284,8 +1320,14 @@ def teacher_forced_forward(
     elif output_hidden_states and getattr(out, "hidden_states", None) is not None:
         hidden = tuple(out.hidden_states)
     attn = tuple(out.attentions) if output_attentions and out.attentions else None
-    return ForwardOutput(input_ids=input_ids, logits=logits, hidden_states=hidden, attentions=attn,
-                         cache=output_cache(out) if cache else None)
+    return ForwardOutput(
+        input_ids=input_ids,
+        logits=logits,
+        hidden_states=hidden,
+        attentions=attn,
+        cache=output_cache(out) if cache else None,
+    )
+
 
 def _provides(spec: ModelSpec) -> frozenset:
     if spec.api_only:

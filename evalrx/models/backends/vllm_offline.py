@@ -44,9 +44,7 @@ class VLLMOfflineModel:
         t0 = time.perf_counter()
         self._llm = LLM(model=spec.hf_repo, dtype=runtime.dtype or "auto")
         self.load_ms = round((time.perf_counter() - t0) * 1000.0, 3)
-        self._params = SamplingParams(
-            temperature=runtime.temperature, max_tokens=runtime.max_new_tokens, logprobs=1
-        )
+        self._params = SamplingParams(temperature=runtime.temperature, max_tokens=runtime.max_new_tokens, logprobs=1)
 
     def chat(self, messages: list[dict], tools: "list[dict] | None" = None, **kw: Any) -> ChatTurn:
         out = self._llm.chat(messages, self._params, tools=tools or None, use_tqdm=False)[0]

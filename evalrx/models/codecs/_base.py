@@ -99,9 +99,9 @@ def call_from_object(
         return None, f"{where}: expected a JSON object, got {type(obj).__name__}: {snippet(source)}"
     name = obj.get("name")
     if name is None:
-        return None, f"{where}: missing \"name\": {snippet(source)}"
+        return None, f'{where}: missing "name": {snippet(source)}'
     if not isinstance(name, str) or not name.strip():
-        return None, f"{where}: \"name\" must be a non-empty string, got {name!r}"
+        return None, f'{where}: "name" must be a non-empty string, got {name!r}'
     raw_args = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     args, error = coerce_args(raw_args, where)
     if error is not None:
@@ -201,8 +201,7 @@ class ToolCallCodec:
         msg: dict = {"role": "assistant", "content": chat.text or ""}
         if calls:
             msg["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}}
-                for c in calls
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.args}} for c in calls
             ]
         return msg
 

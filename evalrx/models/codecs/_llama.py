@@ -148,6 +148,5 @@ class Llama3ToolCodec(ToolCallCodec):
 
     def call_format_hint(self) -> str:
         return (
-            'Write each call as {"name": <tool name>, "parameters": {<JSON object>}}, '
-            'several calls separated by ";".'
+            'Write each call as {"name": <tool name>, "parameters": {<JSON object>}}, several calls separated by ";".'
         )

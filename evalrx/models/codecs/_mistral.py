@@ -158,7 +158,10 @@ class MistralToolCodec(ToolCallCodec):
         source = TOOL_CALLS + segment[:end]
         model_id = model_id.strip()
         call, error = call_from_object(
-            {"name": name, "arguments": args}, where, source, raw=source,
+            {"name": name, "arguments": args},
+            where,
+            source,
+            raw=source,
             call_id=model_id if is_mistral_id(model_id) else self.new_id(),
         )
         if call is not None:

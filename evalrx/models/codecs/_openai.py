@@ -39,7 +39,7 @@ class OpenAIToolCodec(ToolCallCodec):
             name = _field(fn, "name")
             if not isinstance(name, str) or not name.strip():
                 shown = snippet(json.dumps(wire, default=str) if isinstance(wire, dict) else str(wire))
-                errors.append(f"{where}: \"name\" must be a non-empty string, got {name!r}: {shown}")
+                errors.append(f'{where}: "name" must be a non-empty string, got {name!r}: {shown}')
                 continue
             raw_args = _field(fn, "arguments")
             args, error = coerce_args(raw_args, f"{where} ({name})")

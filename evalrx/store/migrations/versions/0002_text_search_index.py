@@ -55,8 +55,12 @@ def upgrade() -> None:
         "trajectory_texts",
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("search_text", sa.Text(), nullable=False),
-        sa.ForeignKeyConstraint(["trajectory_id"], ["trajectories.id"],
-                                name=op.f("fk_trajectory_texts_trajectory_id_trajectories"), ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["trajectory_id"],
+            ["trajectories.id"],
+            name=op.f("fk_trajectory_texts_trajectory_id_trajectories"),
+            ondelete="CASCADE",
+        ),
         sa.PrimaryKeyConstraint("trajectory_id", name=op.f("pk_trajectory_texts")),
     )
     op.execute("INSERT INTO trajectory_texts (trajectory_id, search_text) SELECT id, search_text FROM trajectories")
@@ -70,8 +74,10 @@ def upgrade() -> None:
         try:
             with bind.begin_nested():  # needs the right to create the extension; the index is optional
                 bind.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-                bind.exec_driver_sql("CREATE INDEX ix_trajectory_texts_search_trgm ON trajectory_texts "
-                                     "USING gin (search_text gin_trgm_ops)")
+                bind.exec_driver_sql(
+                    "CREATE INDEX ix_trajectory_texts_search_trgm ON trajectory_texts "
+                    "USING gin (search_text gin_trgm_ops)"
+                )
         except Exception:
             pass
 
@@ -84,6 +90,8 @@ def downgrade() -> None:
         bind.exec_driver_sql("DROP TABLE IF EXISTS trajectory_fts")
     with op.batch_alter_table("trajectories", schema=None) as batch_op:
         batch_op.add_column(sa.Column("search_text", sa.Text(), nullable=False, server_default=""))
-    op.execute("UPDATE trajectories SET search_text = (SELECT x.search_text FROM trajectory_texts x "
-               "WHERE x.trajectory_id = trajectories.id)")
+    op.execute(
+        "UPDATE trajectories SET search_text = (SELECT x.search_text FROM trajectory_texts x "
+        "WHERE x.trajectory_id = trajectories.id)"
+    )
     op.drop_table("trajectory_texts")

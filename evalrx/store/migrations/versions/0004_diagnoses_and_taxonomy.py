@@ -36,66 +36,94 @@ BUILTIN_KINDS = [
     ("wrong_final_answer", "used the tools well but gave a wrong final answer"),
     ("infra_error", "the model server or the harness failed (HTTP 5xx, timeout, crash): not a model failure"),
 ]
-DEFAULT_HOTKEYS = {"bad_arguments": "1", "misread_observation": "2", "wrong_tool": "3", "no_tool_call": "4",
-                   "ignored_observation": "5", "malformed_call": "6", "repeated_calls": "7", "no_final_answer": "8",
-                   "wrong_final_answer": "9"}
+DEFAULT_HOTKEYS = {
+    "bad_arguments": "1",
+    "misread_observation": "2",
+    "wrong_tool": "3",
+    "no_tool_call": "4",
+    "ignored_observation": "5",
+    "malformed_call": "6",
+    "repeated_calls": "7",
+    "no_final_answer": "8",
+    "wrong_final_answer": "9",
+}
 LEGACY_KINDS = {
-    "repeated_identical_calls": "repeated_calls", "repeated_call": "repeated_calls", "looping": "repeated_calls",
-    "observation_ignored": "ignored_observation", "tool_error": "ignored_tool_error",
-    "hallucinated_tool": "unknown_tool", "malformed_tool_call": "malformed_call", "ran_out_of_turns": "no_final_answer",
-    "out_of_turns": "no_final_answer", "no_answer": "no_final_answer", "run_error": "infra_error",
-    "error": "infra_error", "wrong_arguments": "bad_arguments", "wrong_answer": "wrong_final_answer",
+    "repeated_identical_calls": "repeated_calls",
+    "repeated_call": "repeated_calls",
+    "looping": "repeated_calls",
+    "observation_ignored": "ignored_observation",
+    "tool_error": "ignored_tool_error",
+    "hallucinated_tool": "unknown_tool",
+    "malformed_tool_call": "malformed_call",
+    "ran_out_of_turns": "no_final_answer",
+    "out_of_turns": "no_final_answer",
+    "no_answer": "no_final_answer",
+    "run_error": "infra_error",
+    "error": "infra_error",
+    "wrong_arguments": "bad_arguments",
+    "wrong_answer": "wrong_final_answer",
     "missing_call": "no_tool_call",
 }
 
-revision = '0004'
-down_revision = '0003'
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), 'postgresql')
+JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('trajectories', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('failure_kind', sa.String(length=100), nullable=True))
-        batch_op.create_index(batch_op.f('ix_trajectories_run_id_failure_kind'), ['run_id', 'failure_kind'], unique=False)
+    with op.batch_alter_table("trajectories", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("failure_kind", sa.String(length=100), nullable=True))
+        batch_op.create_index(
+            batch_op.f("ix_trajectories_run_id_failure_kind"), ["run_id", "failure_kind"], unique=False
+        )
 
-    op.create_table('diagnoses',
-    sa.Column('trajectory_id', sa.Integer(), nullable=False),
-    sa.Column('rank', sa.Integer(), nullable=False),
-    sa.Column('kind', sa.String(length=100), nullable=True),
-    sa.Column('first_wrong_step', sa.Integer(), nullable=True),
-    sa.Column('evidence', JSON, nullable=False),
-    sa.Column('confidence', sa.Float(), nullable=False),
-    sa.Column('source', sa.String(length=16), nullable=False),
-    sa.Column('version', sa.Integer(), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.ForeignKeyConstraint(['trajectory_id'], ['trajectories.id'], name=op.f('fk_diagnoses_trajectory_id_trajectories'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('trajectory_id', 'rank', name=op.f('pk_diagnoses'))
+    op.create_table(
+        "diagnoses",
+        sa.Column("trajectory_id", sa.Integer(), nullable=False),
+        sa.Column("rank", sa.Integer(), nullable=False),
+        sa.Column("kind", sa.String(length=100), nullable=True),
+        sa.Column("first_wrong_step", sa.Integer(), nullable=True),
+        sa.Column("evidence", JSON, nullable=False),
+        sa.Column("confidence", sa.Float(), nullable=False),
+        sa.Column("source", sa.String(length=16), nullable=False),
+        sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["trajectory_id"],
+            ["trajectories.id"],
+            name=op.f("fk_diagnoses_trajectory_id_trajectories"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("trajectory_id", "rank", name=op.f("pk_diagnoses")),
     )
-    with op.batch_alter_table('diagnoses', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_diagnoses_kind'), ['kind'], unique=False)
+    with op.batch_alter_table("diagnoses", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_diagnoses_kind"), ["kind"], unique=False)
 
-    kinds = op.create_table('failure_kinds',
-    sa.Column('key', sa.String(length=100), nullable=False),
-    sa.Column('definition', sa.Text(), nullable=False),
-    sa.Column('hotkey', sa.String(length=1), nullable=True),
-    sa.Column('builtin', sa.Boolean(), nullable=False),
-    sa.Column('position', sa.Integer(), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('key', name=op.f('pk_failure_kinds')),
-    sa.UniqueConstraint('hotkey', name=op.f('uq_failure_kinds_hotkey'))
+    kinds = op.create_table(
+        "failure_kinds",
+        sa.Column("key", sa.String(length=100), nullable=False),
+        sa.Column("definition", sa.Text(), nullable=False),
+        sa.Column("hotkey", sa.String(length=1), nullable=True),
+        sa.Column("builtin", sa.Boolean(), nullable=False),
+        sa.Column("position", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("key", name=op.f("pk_failure_kinds")),
+        sa.UniqueConstraint("hotkey", name=op.f("uq_failure_kinds_hotkey")),
     )
     bind = op.get_bind()
     now = datetime.now(timezone.utc)
     if bind.dialect.name == "sqlite":  # naive UTC text, as the store writes there
         now = now.replace(tzinfo=None)
-    rows = [{"key": key, "definition": text, "hotkey": DEFAULT_HOTKEYS.get(key), "builtin": True,
-             "position": i} for i, (key, text) in enumerate(BUILTIN_KINDS)]
+    rows = [
+        {"key": key, "definition": text, "hotkey": DEFAULT_HOTKEYS.get(key), "builtin": True, "position": i}
+        for i, (key, text) in enumerate(BUILTIN_KINDS)
+    ]
 
-    labels = sa.table('labels', sa.column('failure_mode', sa.String))
-    trajectories = sa.table('trajectories', sa.column('failure_mode', sa.String))
+    labels = sa.table("labels", sa.column("failure_mode", sa.String))
+    trajectories = sa.table("trajectories", sa.column("failure_mode", sa.String))
     for old, new in LEGACY_KINDS.items():
         for table in (labels, trajectories):
             bind.execute(table.update().where(table.c.failure_mode == old).values(failure_mode=new))
@@ -105,15 +133,17 @@ def upgrade() -> None:
         rows.append({"key": key[:100], "definition": "", "hotkey": None, "builtin": False, "position": len(rows)})
     bind.execute(kinds.insert(), [dict(r, created_at=now) for r in rows])
 
-    bind.execute(sa.text("DELETE FROM trajectory_tags WHERE tag_id IN (SELECT id FROM tags WHERE name LIKE 'heuristic:%')"))
+    bind.execute(
+        sa.text("DELETE FROM trajectory_tags WHERE tag_id IN (SELECT id FROM tags WHERE name LIKE 'heuristic:%')")
+    )
     bind.execute(sa.text("DELETE FROM tags WHERE name LIKE 'heuristic:%'"))
 
 
 def downgrade() -> None:
-    op.drop_table('failure_kinds')
-    with op.batch_alter_table('diagnoses', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_diagnoses_kind'))
-    op.drop_table('diagnoses')
-    with op.batch_alter_table('trajectories', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_trajectories_run_id_failure_kind'))
-        batch_op.drop_column('failure_kind')
+    op.drop_table("failure_kinds")
+    with op.batch_alter_table("diagnoses", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_diagnoses_kind"))
+    op.drop_table("diagnoses")
+    with op.batch_alter_table("trajectories", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_failure_kind"))
+        batch_op.drop_column("failure_kind")
