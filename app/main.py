@@ -8,7 +8,6 @@ the worker process, which the app starts when none is alive).
 from __future__ import annotations
 
 import streamlit as st
-
 from components.access import guard
 from components.data import store_or_explain
 from components.labelling import show_flash

@@ -91,11 +91,12 @@ def _store(key: str):
 
 def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> "tuple[float, list, int]":
     """Seconds the worker spent on the cases (its model already loaded), each case's own seconds, the run's id."""
+    from sqlalchemy import select
+
     import evalrx.store as S
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.runner import Worker, enqueue_run
     from evalrx.store import schema as t
-    from sqlalchemy import select
 
     _keep_handles()
     store = _store(_variant(analyzers, chat_kwargs))

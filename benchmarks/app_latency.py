@@ -48,8 +48,9 @@ READY_JS = """([title, selector]) => {
 
 def build_store(url: str, n: int, seed: int) -> dict:
     """Reuse the store at `url` if it has `n` trajectories, else fill it with store_scale's generator."""
-    import evalrx.store as S
     from store_scale import fill
+
+    import evalrx.store as S
 
     S.upgrade(url)
     store = S.connect(url)
@@ -95,9 +96,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "app_latency.json"))
     args = p.parse_args(argv)
 
-    import evalrx.store as S
     from apphelpers import CHROMIUM_ARGS, AppServer, settle
     from playwright.sync_api import sync_playwright
+
+    import evalrx.store as S
 
     built = build_store(args.url, args.n, args.seed)
     store = S.connect(args.url)

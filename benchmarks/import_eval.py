@@ -61,7 +61,8 @@ def template_sample(work: Path) -> tuple[dict, dict]:
     os.environ.setdefault("INSPECT_DISPLAY", "none")
     os.environ["XDG_DATA_HOME"] = str(work / "xdg-data")
     os.environ["XDG_CACHE_HOME"] = str(work / "xdg-cache")
-    from inspect_ai import Task, eval as inspect_eval
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
     from inspect_ai.model import ModelOutput, ModelUsage
     from inspect_ai.scorer import includes

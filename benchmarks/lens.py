@@ -197,10 +197,9 @@ def main() -> None:
     import torch
 
     import evalrx
-    from evalrx.analyzers import LogitLensAnalyzer
+    from evalrx.analyzers import LogitLensAnalyzer, plan_trajectory
     from evalrx.analyzers._compute import local_model
     from evalrx.analyzers.logit_lens import lens_on_ids
-    from evalrx.analyzers import plan_trajectory
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -18,7 +18,8 @@ LONG = "value of a: " + "x" * 150  # over Inspect's 100 characters: events hold 
 
 def write_eval_log(log_dir: Path) -> Path:
     """Run the task with inspect_ai and return the `.eval` file it wrote into `log_dir`."""
-    from inspect_ai import Task, eval as inspect_eval
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
     from inspect_ai.model import (
         ChatMessageUser,

@@ -103,8 +103,10 @@ def neighbours(row: Any, params: Mapping, *, store: Any) -> tuple[Optional[int],
     Uses the store's keyset pagination from the row's own position, so it costs two
     one-row index lookups however deep the row is.
     """
-    from evalrx.store import list_trajectories
-    from evalrx.store import encode_cursor  # the cursor format of list_trajectories
+    from evalrx.store import (
+        encode_cursor,  # the cursor format of list_trajectories
+        list_trajectories,
+    )
 
     sort, desc = sort_args(params)
     filters = store_filters(params)

@@ -3,12 +3,12 @@ labels side by side; one key (1-9) keeps that annotator's label as the adjudicat
 the annotator name "adjudicator" (it becomes the current label; the history keeps everyone's)."""
 
 import streamlit as st
-
 from components.data import store
 from components.diagnosis_card import render_diagnosis
 from components.labelling import flash
 from components.safe import md_escape
 from components.timeline import render_case, render_timeline
+
 from evalrx.store import ADJUDICATOR, disagreements, get_trajectory, list_kinds, list_runs, set_label, step_media
 
 S = store()

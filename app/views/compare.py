@@ -5,12 +5,12 @@ never dropped. The same run on both sides (`?a=3&b=3&case=...`) sets two attempt
 """
 
 import streamlit as st
-
 from components.data import store
 from components.runlevel_panels import render_predictors
 from components.runlevel_view import change_rows, default_attempts, kind_shift_rows, only_cases
 from components.safe import md_escape
 from components.side_by_side import render_side_by_side
+
 from evalrx.store import annotator_labels, attempts_of, compare_attempts, get_trajectory, list_runs
 
 S = store()

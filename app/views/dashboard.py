@@ -4,10 +4,10 @@ latency by step kind and tool, the slowest and longest trajectories."""
 from urllib.parse import urlencode
 
 import streamlit as st
-
 from components.charts import KIND_PICK, counts_chart, failure_kind_chart, latency_boxplot
 from components.data import store
 from components.safe import short
+
 from evalrx.store import (
     count_trajectories,
     label_counts_by_annotator,

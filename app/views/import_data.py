@@ -6,10 +6,10 @@ from __future__ import annotations
 import uuid
 
 import streamlit as st
-
 from components import importer
 from components.data import store
 from components.safe import md_escape, short
+
 from evalrx.store import ImportFormatError, preview_file
 
 st.title("Import")

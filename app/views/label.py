@@ -6,12 +6,12 @@ Agreement tab of the run measures independent verdicts.
 """
 
 import streamlit as st
-
 from components.data import store
+from components.diagnosis_card import render_diagnosis
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape
-from components.diagnosis_card import render_diagnosis
 from components.timeline import facts_line, render_case, render_charts, render_timeline
+
 from evalrx.store import (
     count_trajectories,
     delete_kind,

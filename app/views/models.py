@@ -1,7 +1,6 @@
 """Models: the spec registry and what each backend provides for each spec."""
 
 import streamlit as st
-
 from components.registry_view import backend_rows, spec_rows
 
 st.title("Models")

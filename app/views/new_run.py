@@ -1,7 +1,6 @@
 """New run: pick a model, a backend, tools and cases; launch it on the worker."""
 
 import streamlit as st
-
 from components.data import store
 from components.launch import (
     DEFAULT_SUITE,
@@ -12,6 +11,7 @@ from components.launch import (
     start_api_worker,
 )
 from components.safe import md_escape
+
 from evalrx.core.capability import Capability
 from evalrx.models.backends import RuntimeConfig, backends_for
 from evalrx.models.backends.api import MAX_RETRIES, MAX_TIMEOUT_S

@@ -2,13 +2,13 @@
 repeated attempts, what predicts failure, and annotator agreement (tabs, `?view=` in the URL)."""
 
 import streamlit as st
-
 from components.data import store
 from components.export_panel import export_controls
 from components.labelling import flash
 from components.runlevel_panels import render_agreement, render_predictors, render_reliability
 from components.runs_view import is_active, progress_text, run_row
 from components.safe import md_escape
+
 from evalrx.store import list_runs, request_cancel, run_stats
 
 S = store()

@@ -3,7 +3,6 @@
 from urllib.parse import urlencode
 
 import streamlit as st
-
 from components.data import store
 from components.export_panel import export_controls
 from components.filters import (
@@ -17,6 +16,7 @@ from components.filters import (
     store_filters,
 )
 from components.safe import md_escape, short
+
 from evalrx.store import failure_modes, list_kinds, list_runs, list_trajectories, matching_ids
 
 S = store()

@@ -1,7 +1,6 @@
 """Trajectory: one trajectory at its own URL (`?id=`), with previous/next in the filter."""
 
 import streamlit as st
-
 from components.analysis_panels import render_analysis
 from components.data import store
 from components.diagnosis_card import highlight_step, render_diagnosis
@@ -9,6 +8,7 @@ from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape, short
 from components.timeline import facts_line, render_case, render_charts, render_timeline
+
 from evalrx.store import get_trajectory, list_kinds, other_runs_of_case, step_media
 
 S = store()

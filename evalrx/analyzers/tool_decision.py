@@ -26,9 +26,9 @@ import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
 from evalrx.analyzers._conversation import normalize_call, normalize_tools, tool_names
-from evalrx.analyzers.positions import find_call_spans, token_at_char, tokenize_with_offsets, tokens_overlapping
 from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
+from evalrx.analyzers.positions import find_call_spans, token_at_char, tokenize_with_offsets, tokens_overlapping
 from evalrx.core.capability import Capability
 
 __all__ = ["RUNNER_UP", "ToolDecisionAnalyzer", "ToolDecisionResult"]

@@ -10,6 +10,7 @@ None for the default store) and returns plain dataclasses, never live ORM object
     evalrx.store.set_label(detail.row.id, "fail", failure_mode="wrong_tool", annotator="ana")
 """
 
+from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
 from evalrx.store.engine import (
     ENV_URL,
     SchemaError,
@@ -21,7 +22,6 @@ from evalrx.store.engine import (
     resolve,
     upgrade,
 )
-from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
 from evalrx.store.import_errors import EncodingError, NestingTooDeepError, RecordTooLargeError, UnknownFormatError
 from evalrx.store.io import (
     EXPORT_FORMATS,
@@ -38,7 +38,6 @@ from evalrx.store.io import (
     read_file,
 )
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
-from evalrx.store.limits import ImportLimits
 from evalrx.store.labels import (
     add_tag,
     all_tags,
@@ -49,6 +48,7 @@ from evalrx.store.labels import (
     set_label,
     tags_of,
 )
+from evalrx.store.limits import ImportLimits
 from evalrx.store.queries import (
     SORTS,
     count_trajectories,

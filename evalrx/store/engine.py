@@ -9,9 +9,8 @@ locked"), a plain deferred `BEGIN` for readers. WAL lets readers run beside one 
 
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path

@@ -6,8 +6,6 @@ installs it). Missing Chromium is a failure, not a skip.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import sys

@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from apphelpers import CHROMIUM_ARGS, AppServer
 
 

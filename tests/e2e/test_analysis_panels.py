@@ -8,9 +8,9 @@ import io
 
 import numpy as np
 import pytest
+from apphelpers import goto, main_text, poll, settle, wait_idle
 
 import evalrx.store as S
-from apphelpers import goto, main_text, poll, settle, wait_idle
 
 
 @pytest.fixture(scope="module")

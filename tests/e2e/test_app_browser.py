@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from apphelpers import click_dataframe_row, goto, main_text, poll, press, press_label, press_until, settle
 
 import evalrx.store as S
-from apphelpers import click_dataframe_row, goto, main_text, poll, press, press_label, press_until, settle
 
 pytestmark = pytest.mark.browser
 

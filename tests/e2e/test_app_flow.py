@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from apphelpers import AppServer, click_dataframe_row, main_text, poll, press, settle
 
 import evalrx.store as S
-from apphelpers import AppServer, click_dataframe_row, main_text, poll, press, settle
 from evalrx.specs import DEMO_MODEL_DIR
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

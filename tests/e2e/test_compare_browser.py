@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from appdata import XSS, call_trajectory, fill_attempts, make_case
 from apphelpers import click_dataframe_row, goto, main_text, poll
+
 from evalrx.core import Diagnosis
 
 pytestmark = pytest.mark.browser

@@ -5,9 +5,9 @@ one key (Enter) accepts both; the label is there after a reload."""
 from __future__ import annotations
 
 import pytest
+from apphelpers import goto, main_text, poll, press
 
 import evalrx.store as S
-from apphelpers import goto, main_text, poll, press
 
 
 @pytest.fixture(scope="module")

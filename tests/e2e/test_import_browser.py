@@ -7,7 +7,6 @@ import json
 import re
 
 import pytest
-
 from apphelpers import click_dataframe_row, goto, main_text, poll, settle
 from inspect_logs import inspect_env, write_eval_log
 

@@ -1,7 +1,6 @@
 """The app starts and shows the real spec registry in a browser."""
 
 import pytest
-
 from apphelpers import wait_idle
 
 pytestmark = pytest.mark.browser

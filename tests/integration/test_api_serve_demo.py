@@ -12,12 +12,12 @@ sees an answer where hf_local sees a parse error. Those cases are compared up to
 from __future__ import annotations
 
 import pytest
+from servehelpers import serving
 
 import evalrx
 from evalrx.models.agent import run_batch
 from evalrx.suites import load_cases
 from evalrx.tools import get_tools
-from servehelpers import serving
 
 MAX_NEW = 64
 

@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from calc_tool import CALC
+
 from evalrx.specs import SMOLLM2_KEY, get_spec, weights_installed
 
 pytestmark = pytest.mark.slow

@@ -12,14 +12,14 @@ import sys
 import time
 
 import pytest
-
-import evalrx.store as S
-from evalrx.config import ModelConfig, RunConfig
-from evalrx.runner import enqueue_run, start_keyed_worker
 import scripted_backend  # noqa: F401  (registers the scripted spec in this process too)
 from loopback import ChatServer
 from storehelpers import make_case
 from workerhelpers import REPO, scripted_config, start_worker
+
+import evalrx.store as S
+from evalrx.config import ModelConfig, RunConfig
+from evalrx.runner import enqueue_run, start_keyed_worker
 
 KEY_A, KEY_B, ENV_KEY = "sk-run-a-0123456789", "sk-run-b-9876543210", "sk-worker-env-5555"
 

@@ -12,7 +12,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from inspect_ai import Task, eval as inspect_eval
+from inspect_ai import Task
+from inspect_ai import eval as inspect_eval
 from inspect_ai.dataset import Sample
 from inspect_ai.model import ModelOutput, ModelUsage
 from inspect_ai.scorer import includes

@@ -7,12 +7,12 @@ import random
 
 import pytest
 from sqlalchemy import text
+from storehelpers import fill_run, make_case, make_trajectory
 
 import evalrx.store as S
 from evalrx.core import Label
 from evalrx.store import runs
 from evalrx.store.queries import pending_cases
-from storehelpers import fill_run, make_case, make_trajectory
 
 
 def _labelled_run(store):

@@ -5,12 +5,12 @@ the label queue offers, and the run itself `failed`."""
 from __future__ import annotations
 
 import pytest
+from loopback import ChatServer, failing_500
 
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import Worker, enqueue_run
 from evalrx.suites import load_cases
-from loopback import ChatServer, failing_500
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ import random
 
 import pytest
 from sqlalchemy import select
+from storehelpers import make_case, make_trajectory
 
 import evalrx.store as S
 from evalrx.core import Label
 from evalrx.runner.commands import export_main, import_main
 from evalrx.store import runs
 from evalrx.store import schema as t
-from storehelpers import make_case, make_trajectory
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
 

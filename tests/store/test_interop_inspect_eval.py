@@ -17,12 +17,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from inspect_logs import LONG, PNG, inspect_env, write_eval_log
 from sqlalchemy import text
 
 import evalrx.store as S
 from evalrx.core.case import StepRole
 from evalrx.runner.commands import import_main
-from inspect_logs import LONG, PNG, inspect_env, write_eval_log
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 

@@ -7,13 +7,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from storehelpers import fill_run
 
 import evalrx.store as S
 from evalrx.core import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.runner.commands import export_main
 from evalrx.store import otel, runs
-from storehelpers import fill_run
 
 pytest.importorskip("opentelemetry.proto")  # the export extra; `make test` installs it
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from storehelpers import fill_run
+
 import evalrx.store as S
 from evalrx.cli import main
-from storehelpers import fill_run
 
 
 def test_db_upgrade_and_current(tmp_path, capsys):
@@ -51,8 +52,9 @@ def test_import_runs_export(sqlite_url, tmp_path, capsys):
 
 def test_runs_cancel(sqlite_url, capsys):
     import scripted_backend  # noqa: F401
-    from evalrx.runner import enqueue_run
     from workerhelpers import cases, scripted_config
+
+    from evalrx.runner import enqueue_run
 
     run_id = enqueue_run(scripted_config(), cases(2), store=sqlite_url)
     assert main(["runs", "cancel", str(run_id), "--url", sqlite_url]) == 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
+from storehelpers import fill_run
 
 import evalrx.store as S
 from evalrx.core import Label
-from storehelpers import fill_run
 
 
 @pytest.fixture

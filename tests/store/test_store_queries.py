@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
+from storehelpers import fill_run, make_case, make_trajectory
 
 import evalrx.store as S
 from evalrx.core import Label, Step, StepRole, Trajectory
 from evalrx.store import runs
 from evalrx.store.analyses import save_analyses
 from evalrx.store.queries import pending_cases
-from storehelpers import fill_run, make_case, make_trajectory
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import sys
 import time
 
 import pytest
+import scripted_backend  # noqa: F401
+from workerhelpers import HERE, REPO, cases, integrity_report, scripted_config, start_worker
 
 import evalrx.store as S
-import scripted_backend  # noqa: F401
 from evalrx.runner import enqueue_run
-from workerhelpers import HERE, REPO, cases, integrity_report, scripted_config, start_worker
 
 N_JOBS, N_CASES, N_WORKERS = 6, 10, 3
 

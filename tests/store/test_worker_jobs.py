@@ -8,16 +8,15 @@ import sys
 from datetime import timedelta
 
 import pytest
+import scripted_backend  # noqa: F401  (registers the `scripted` backend and specs)
 from sqlalchemy import select, text, update
+from workerhelpers import cases, integrity_report, scripted_config
 
 import evalrx.store as S
-import scripted_backend  # noqa: F401  (registers the `scripted` backend and specs)
 from evalrx.runner import AnalysisRecord, Worker, cancel_run, enqueue_run, register_hook, retry_run, worker_main
-from evalrx.runner import analysis as runner_analysis
 from evalrx.runner import worker as worker_mod
 from evalrx.store import jobs
 from evalrx.store import schema as t
-from workerhelpers import cases, integrity_report, scripted_config
 
 
 def _worker(store, **kw):

@@ -6,11 +6,11 @@ import random
 import time
 
 import pytest
+from workerhelpers import integrity_report, start_worker
 
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import enqueue_run
-from workerhelpers import integrity_report, start_worker
 
 N_CASES, N_KILLS = 100, 10
 PG_KILLS = 5

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 from sqlalchemy import text
+from storehelpers import make_case
 
 from evalrx.config import ModelConfig, RunConfig
-from storehelpers import make_case
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

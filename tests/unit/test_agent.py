@@ -13,6 +13,7 @@ import time
 import warnings
 
 import pytest
+from calc_tool import CALC, calculator
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, StepRole, Trajectory
@@ -20,7 +21,6 @@ from evalrx.core.tool import ChatTurn, Tool, ToolResult
 from evalrx.models.agent import Agent, ToolExecutor, run_batch
 from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec
 from evalrx.specs import ModelSpec
-from calc_tool import CALC, calculator
 
 FULL = frozenset({Capability.GENERATE, Capability.TOOL_CALLS})
 

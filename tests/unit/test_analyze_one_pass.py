@@ -10,7 +10,6 @@ import contextlib
 
 import numpy as np
 import pytest
-
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
 
 import evalrx  # noqa: E402

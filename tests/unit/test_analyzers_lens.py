@@ -7,8 +7,8 @@ import sys
 
 import numpy as np
 import pytest
-
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
+from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
 
 import evalrx  # noqa: E402
 from evalrx.analyzers import (  # noqa: E402
@@ -30,7 +30,6 @@ from evalrx.analyzers import (  # noqa: E402
 )
 from evalrx.core import Capability, CapabilityError  # noqa: E402
 from evalrx.models._discover import get_final_norm  # noqa: E402
-from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
 
 ARCHS = ("qwen2", "llama", "gemma", "gemma2", "gpt2")
 TEXT = "What is 3*4? Use the calculator tool."

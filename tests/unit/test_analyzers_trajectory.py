@@ -10,8 +10,8 @@ import json
 
 import numpy as np
 import pytest
-
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
+from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
 
 import evalrx  # noqa: E402
 from evalrx.analyzers import (  # noqa: E402
@@ -28,7 +28,6 @@ from evalrx.analyzers import (  # noqa: E402
 from evalrx.analyzers.positions import tokenize_with_offsets, tokens_overlapping  # noqa: E402
 from evalrx.core import Capability, ChatTurn, Step, StepRole, Tool, Trajectory  # noqa: E402
 from evalrx.specs import ModelSpec  # noqa: E402
-from tiny_models import make_tiny_model, tiny_tokenizer  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."
 TOOLS = [

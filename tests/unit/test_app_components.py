@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-import evalrx.store as S  # noqa: E402
-from components.filters import carry, describe, neighbours, sort_args, store_filters  # noqa: E402
-from components.safe import collapse, md_escape  # noqa: E402
 from components.diagnosis_card import diagnosis_view  # noqa: E402
+from components.filters import carry, describe, neighbours, sort_args, store_filters  # noqa: E402
 from components.labelling import proposal_of, shortcut_rows  # noqa: E402
+from components.safe import collapse, md_escape  # noqa: E402
 from components.viewmodel import actor_steps, step_views, token_rows, waterfall_rows  # noqa: E402
+
+import evalrx.store as S  # noqa: E402
 from evalrx.core import Step, StepRole, Trajectory  # noqa: E402
 
 
@@ -345,6 +346,7 @@ def _lens_result(n_layers: int, vocab: dict = _VOCAB):
 
 def test_panels_decode_stored_records_into_their_result_classes(analysis_store):
     from components.analysis_panels import panel_results
+
     from evalrx.analyzers import LensResult, ToolDecisionResult
 
     lens, decision = _stored(analysis_store, _lens_result(3)), _stored(analysis_store, _decision_result())
@@ -463,6 +465,7 @@ def test_decision_without_alternatives_says_so(analysis_store):
 
 def test_attention_chart_labels_every_segment_in_conversation_order(analysis_store):
     from components.analysis_panels import attention_chart, attention_rows
+
     from evalrx.analyzers import AttentionResult
 
     segs = [
@@ -489,6 +492,7 @@ def test_attention_chart_labels_every_segment_in_conversation_order(analysis_sto
 
 def test_uncertainty_shades_the_turns_tokens_with_their_text_escaped(analysis_store):
     from components.analysis_panels import uncertainty_html
+
     from evalrx.analyzers import TokenUncertaintyResult
 
     result = TokenUncertaintyResult(
@@ -510,8 +514,9 @@ def test_uncertainty_shades_the_turns_tokens_with_their_text_escaped(analysis_st
 
 def test_a_real_analysis_of_a_demo_trajectory_fills_every_panel(analysis_store):
     """The four analyzers on the bundled demo model, stored and decoded as the page does, give each panel rows."""
-    import evalrx
     from components.analysis_panels import attention_rows, decision_rows, lens_rows, panel_results, uncertainty_html
+
+    import evalrx
     from evalrx.analyzers import analyze
     from evalrx.models.agent import Agent
     from evalrx.suites import load_cases

@@ -16,10 +16,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
-from appdata import XSS, XSS_IMG, XSS_SCRIPT, add_xss_run, fill_run  # noqa: E402
+from appdata import XSS_IMG, XSS_SCRIPT, add_xss_run, fill_run  # noqa: E402
+from apppages import MAIN, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
-from apppages import MAIN, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 
 @pytest.fixture
@@ -270,6 +270,7 @@ def test_new_run_api_key_never_reaches_the_store(store_url, monkeypatch):
 def test_bad_case_file_is_explained_before_enqueueing():
     sys.path.insert(0, str(ROOT / "app"))
     from components.launch import cases_from_upload
+
     from evalrx.suites import CaseFileError
 
     with pytest.raises(CaseFileError) as err:

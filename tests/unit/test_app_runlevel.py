@@ -16,9 +16,9 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 sys.path.insert(0, str(ROOT / "app"))  # components
 
 from appdata import call_trajectory, fill_attempts, make_case  # noqa: E402
+from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
-from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 from evalrx.core import Diagnosis  # noqa: E402
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from calc_tool import CALC  # noqa: E402
 
 from evalrx.core.case import StepRole
 from evalrx.core.tool import ChatTurn, ToolCall
@@ -29,7 +30,6 @@ from evalrx.models.toolcodec import (
     codec_for,
 )
 from evalrx.specs import ModelSpec
-from calc_tool import CALC  # noqa: E402
 
 
 def parse(codec, text: str):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
 
 nn = torch.nn

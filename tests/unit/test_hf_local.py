@@ -12,9 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
-
 from tiny_models import make_tiny_model, make_tiny_vlm, tiny_tokenizer  # noqa: E402
 
 import evalrx  # noqa: E402

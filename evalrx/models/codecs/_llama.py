@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+
 from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.codecs._base import (
     ParsedTurn,
