@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalrx.demo.data import DEMO_DIR, DEMO_TOOLS, KB_PATH, held_out_prompts, make_world, training_episodes
+from evalrx.demo.data import DEMO_DIR, DEMO_TOOLS, KB_PATH, held_out_prompts
+from evalrx.demo.episodes import training_episodes
+from evalrx.demo.world import make_world
 
 MODEL_DIR = DEMO_DIR / "model"
 

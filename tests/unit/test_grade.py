@@ -116,7 +116,9 @@ def test_grade_trajectory():
 
 def test_every_demo_case_passes_its_own_reference_answer():
     """The demo suites' graders accept the scripted answers the model is trained to give."""
-    from evalrx.demo.data import SUITE_SEED, SUITES, Generator, make_world
+    from evalrx.demo.data import SUITE_SEED, SUITES
+    from evalrx.demo.episodes import Generator
+    from evalrx.demo.world import make_world
 
     gen = Generator(make_world(), seed=SUITE_SEED, held_out=True)
     for _suite, (_count, method, kwargs, _d) in SUITES.items():

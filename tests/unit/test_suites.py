@@ -44,7 +44,8 @@ def test_demo_suite_by_name_and_unknown_name():
 
 
 def test_demo_cases_are_not_training_prompts():
-    from evalrx.demo.data import held_out_prompts, training_episodes
+    from evalrx.demo.data import held_out_prompts
+    from evalrx.demo.episodes import training_episodes
 
     held = held_out_prompts()
     assert len(held) == len(load_cases("demo"))
@@ -125,7 +126,8 @@ def test_missing_and_empty_files(tmp_path):
 
 def test_random_world_training_episodes_observe_their_own_world():
     """With a world pool, facts change between episodes, so only copying the observation works."""
-    from evalrx.demo.data import make_world, training_episodes
+    from evalrx.demo.episodes import training_episodes
+    from evalrx.demo.world import make_world
     from evalrx.tools.lookup import search
 
     bundled = make_world()
@@ -158,7 +160,7 @@ def test_suites_regenerate_byte_for_byte(tmp_path):
 
 
 def test_held_out_wordings_never_appear_in_training_templates():
-    from evalrx.demo import data as D
+    from evalrx.demo import templates as D
 
     train = {t for t, _ in D.ARITH_TRAIN + D.ARITH_TRAIN_EXTRA} | {t for t, _ in D.ARITH_UNARY_TRAIN}
     assert not train & {t for t, _ in D.ARITH_HELD_OUT}
