@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 
 from evalrx.core.capability import CapabilityError
 from evalrx.models.backends import RuntimeConfig
-from evalrx.models.backends.api import MAX_RETRIES, MAX_TIMEOUT_S, APIBackendError, check_call_budget
+from evalrx.models.backends.api_errors import APIBackendError
+from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
 from evalrx.store.engine import SchemaError
 
 

@@ -92,7 +92,7 @@ class ChatService:
         Raises:
             RequestError: the body is not a valid request.
         """
-        from evalrx.models.backends.api import from_wire_messages
+        from evalrx.models.backends.api_wire import from_wire_messages
 
         if not isinstance(body, dict):
             raise RequestError("The request body must be a JSON object.")

@@ -135,7 +135,7 @@ def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Opti
     environment key only where `EVALRX_KEY_HOSTS` allows that URL's host (else no key at all)."""
     from urllib.parse import urlsplit
 
-    from evalrx.models.backends.api import PLACEHOLDER_KEY
+    from evalrx.models.backends.api_secrets import PLACEHOLDER_KEY
 
     url = (
         cfg.get("base_url")
