@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 from evalrx.core.capability import CapabilityError
 from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
-from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
+from evalrx.models.backends.api_http import MAX_RETRIES
+from evalrx.runner.argtypes import call_timeout, retries, temperature, whole
 from evalrx.store.engine import SchemaError
 
 
@@ -32,47 +33,6 @@ _USER_ERRORS: tuple = (
     ImportError,
     SchemaError,
 )
-
-
-def _seconds(text: str) -> float:
-    """`--timeout`: seconds in (0, 3600], else argparse's one-line error."""
-    try:
-        return check_call_budget(text, 0)[0]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be seconds > 0 and <= {MAX_TIMEOUT_S:g}, not {text!r}") from None
-
-
-def _retries(text: str) -> int:
-    """`--retries`: a whole number in 0..10, else argparse's one-line error."""
-    try:
-        return check_call_budget(1, int(text))[1]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_RETRIES}, not {text!r}") from None
-
-
-def _temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 5.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a temperature from 0 to 5")
-    return value
-
-
-def _whole(low: int, high: int):
-    """An argparse type: a whole number in [low, high], else one line saying the range."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}, not {text!r}")
-        return value
-
-    return parse
 
 
 def _choose_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -227,11 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="write trajectories to this JSONL file instead of queueing the run")
     run.add_argument("--wait", action="store_true", help="follow a queued run's progress until it ends")
     run.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
-    run.add_argument("--max-turns", type=_whole(1, 100), default=4, help="model turns per case, 1-100")
-    run.add_argument("--limit", type=_whole(1, 10_000_000), help="run only the first N cases")
+    run.add_argument("--max-turns", type=whole(1, 100), default=4, help="model turns per case, 1-100")
+    run.add_argument("--limit", type=whole(1, 10_000_000), help="run only the first N cases")
     run.add_argument("--block-repeat-calls", action="store_true")
     run.add_argument("--force-final-answer", action="store_true")
-    run.add_argument("--concurrency", type=_whole(1, 64), default=4, help="concurrent cases (API backends only)")
+    run.add_argument("--concurrency", type=whole(1, 64), default=4, help="concurrent cases (API backends only)")
     run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
     run.add_argument(
         "--api-key-env",
@@ -241,31 +201,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout",
-        type=_seconds,
+        type=call_timeout,
         metavar="SECONDS",
         help="api backend: budget of one model call, every retry and wait included "
         f"(default {RuntimeConfig.timeout:g})",
     )
     run.add_argument(
         "--retries",
-        type=_retries,
+        type=retries,
         metavar="N",
         help=f"api backend: tries after the first within that budget, 0-{MAX_RETRIES} "
         f"(default {RuntimeConfig.max_retries})",
     )
     run.add_argument(
         "--repeats",
-        type=_whole(1, 100),
+        type=whole(1, 100),
         default=1,
         metavar="K",
         help="attempts per case, 1-100 (pass@k, flaky cases); pair with --temperature > 0",
     )
     run.add_argument(
-        "--temperature", type=_temperature, metavar="T", help="sampling temperature (0 = greedy, the default)"
+        "--temperature", type=temperature, metavar="T", help="sampling temperature (0 = greedy, the default)"
     )
     run.add_argument(
         "--seed",
-        type=_whole(0, 2**31 - 1),
+        type=whole(0, 2**31 - 1),
         default=0,
         help="local models: base of every attempt's sampling seed, so a run reproduces",
     )

@@ -1,14 +1,18 @@
-"""Recompute stored diagnoses (after an analysis adds white-box evidence, or for trajectories stored
+"""The runner's diagnosis glue: the diagnoses of a case the worker just finished (`diagnose_case`),
+and recomputing stored ones (after an analysis adds white-box evidence, or for trajectories stored
 before diagnoses existed): `evalrx diagnose` and the Trajectory page's "Diagnose again"."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import logging
+from typing import Any, Optional, Sequence
 
-from evalrx.core.case import FailureCase, Inputs
+from evalrx.core.case import FailureCase, Inputs, Trajectory
 from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses
 from evalrx.store.runs import run_config
 from evalrx.store.runs import trajectory_ids as all_trajectory_ids
+
+log = logging.getLogger("evalrx.worker")  # diagnose_case runs in the worker, and logs to its log
 
 
 def rediagnose(
@@ -60,4 +64,16 @@ def rediagnose(
     return n
 
 
-__all__ = ["rediagnose"]
+def diagnose_case(traj: Trajectory, case: Optional[FailureCase], tools: Sequence[Any], records: Sequence[Any]) -> list:
+    """The ranked diagnoses of a finished case: its reference, the model-free rules, and its white-box results."""
+    from evalrx.diagnosis import diagnose
+
+    analyses = {r.analyzer: {"meta": r.meta or {}, "arrays": r.arrays or {}} for r in records}
+    try:
+        return diagnose(traj, case=case, tools=tools, analyses=analyses)
+    except Exception as exc:  # a diagnosis bug must not lose the trajectory
+        log.warning("diagnosis of case %s failed: %s", traj.sample_id, exc)
+        return []
+
+
+__all__ = ["diagnose_case", "rediagnose"]

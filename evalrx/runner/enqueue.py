@@ -70,9 +70,9 @@ def enqueue_run(
     if key_bound:
         if (cfg["model"].get("backend") or "hf_local") != "api":
             raise ValueError("an API key can be bound only to a run on the api backend")
-        from evalrx.runner.worker import OPENAI_URL
+        from evalrx.models.backends.api import DEFAULT_BASE_URL
 
-        cfg["base_url"] = cfg.get("base_url") or OPENAI_URL  # the key goes to this URL and no other
+        cfg["base_url"] = cfg.get("base_url") or DEFAULT_BASE_URL  # the key goes to this URL and no other
     if cases is None:
         source = cfg.get("case_file") or cfg.get("suite")
         if not source:

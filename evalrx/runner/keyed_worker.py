@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Any, Optional
 
-from evalrx.runner.worker import ENV_RUN_KEY
+from evalrx.runner.keys import ENV_RUN_KEY
 
 
 def start_keyed_worker(

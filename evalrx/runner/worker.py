@@ -30,6 +30,10 @@ from sqlalchemy.exc import IntegrityError
 
 from evalrx.core.case import FailureCase, Label, StepRole, Trajectory
 from evalrx.runner import analysis
+from evalrx.runner.argtypes import interval_seconds, positive_int
+from evalrx.runner.diagnose import diagnose_case, rediagnose
+from evalrx.runner.keys import ENV_RUN_KEY, api_key_for
+from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
 from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs
 from evalrx.store.engine import SchemaError, Store, connect
@@ -38,30 +42,6 @@ from evalrx.store.runs import run_config, update_run_meta
 log = logging.getLogger("evalrx.worker")
 
 DEFAULT_CASE_ATTEMPTS = 3  # a case that killed its worker this often is recorded as an error, not run again
-DEFAULT_PROMPT_BYTES = 1_000_000  # a longer prompt is an error trajectory, before any model call
-
-
-class PromptTooLarge(ValueError):
-    """A case's prompt is over the byte limit or the local model's context: it is not sent."""
-
-
-def check_prompt(handle: Any, case: FailureCase, max_bytes: int) -> None:
-    """Refuse a prompt over `max_bytes`, or longer than a local model's context window, with the reason."""
-    prompt = case.inputs.prompt or ""
-    size = len(prompt.encode("utf-8"))
-    if size > max_bytes:
-        raise PromptTooLarge(
-            f"the prompt is {size:,} bytes, over the limit of {max_bytes:,} "
-            "(evalrx worker --max-prompt-bytes); it was not sent to the model"
-        )
-    tokenizer = getattr(handle, "tokenizer", None)
-    context = getattr(getattr(getattr(handle, "model", None), "config", None), "max_position_embeddings", None)
-    if tokenizer is not None and isinstance(context, int) and size >= context:  # only long prompts pay for this
-        n = len(tokenizer(prompt)["input_ids"])
-        if n >= context:
-            raise PromptTooLarge(
-                f"the prompt is {n:,} tokens; the model's context is {context:,}; it was not sent to the model"
-            )
 
 
 class JobCancelled(Exception):
@@ -115,43 +95,6 @@ def _runtime_kwargs(run: Any) -> dict:
     if run.base_url:
         runtime.setdefault("base_url", run.base_url)
     return runtime
-
-
-ENV_KEY_HOSTS = "EVALRX_KEY_HOSTS"
-ENV_RUN_KEY = "EVALRX_RUN_KEY"  # the key of the one run a pinned worker serves (never on a command line)
-DEFAULT_KEY_HOSTS = ("127.0.0.1", "localhost", "::1", "api.openai.com")
-OPENAI_URL = "https://api.openai.com/v1"
-
-
-def key_hosts() -> "set[str]":
-    """Hosts a worker's own `OPENAI_API_KEY` may be sent to (`EVALRX_KEY_HOSTS`, comma-separated)."""
-    raw = os.environ.get(ENV_KEY_HOSTS)
-    hosts = DEFAULT_KEY_HOSTS if raw is None else [h for h in raw.split(",")]
-    return {h.strip().lower().strip("[]") for h in hosts if h.strip()}
-
-
-def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Optional[str]]":
-    """(key, base_url) to call a run's API with: its own bound key to its own URL, or this worker's
-    environment key only where `EVALRX_KEY_HOSTS` allows that URL's host (else no key at all)."""
-    from urllib.parse import urlsplit
-
-    from evalrx.models.backends.api_secrets import PLACEHOLDER_KEY
-
-    url = (
-        cfg.get("base_url")
-        or (cfg.get("runtime") or {}).get("base_url")
-        or os.environ.get("OPENAI_BASE_URL")
-        or OPENAI_URL
-    )
-    if run_key:
-        return run_key, url
-    host = (urlsplit(url).hostname or "").lower()
-    if os.environ.get("OPENAI_API_KEY") and host not in key_hosts():
-        log.warning(
-            "not sending this worker's OPENAI_API_KEY to %s (add the host to %s to allow it)", host, ENV_KEY_HOSTS
-        )
-        return PLACEHOLDER_KEY, url
-    return None, url  # the backend reads the environment's key
 
 
 def load_handle(cfg: dict, run_key: Optional[str] = None) -> Any:
@@ -549,26 +492,12 @@ class Worker:
                 trajectory_id=tid,
                 records=records,
             )
-            from evalrx.runner.diagnose import rediagnose
-
             rediagnose([tid], store=self.store)  # white-box evidence may change the diagnosis
             return "failed" if failed and len(failed) == len(records) else "done"
         except Exception as exc:  # a bad request is recorded, the worker goes on
             log.warning("analysis request %s failed: %s", req["id"], exc)
             analysis_store.finish_request(self.store, req["id"], "failed", error=f"{type(exc).__name__}: {exc}")
             return "failed"
-
-
-def diagnose_case(traj: Trajectory, case: Optional[FailureCase], tools: Sequence[Any], records: Sequence[Any]) -> list:
-    """The ranked diagnoses of a finished case: its reference, the model-free rules, and its white-box results."""
-    from evalrx.diagnosis import diagnose
-
-    analyses = {r.analyzer: {"meta": r.meta or {}, "arrays": r.arrays or {}} for r in records}
-    try:
-        return diagnose(traj, case=case, tools=tools, analyses=analyses)
-    except Exception as exc:  # a diagnosis bug must not lose the trajectory
-        log.warning("diagnosis of case %s failed: %s", traj.sample_id, exc)
-        return []
 
 
 # ---------------------------------------------------------------- command line
@@ -578,12 +507,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evalrx worker", description="Run queued evalrx jobs from the store.")
     p.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
     p.add_argument("--once", action="store_true", help="exit when the queue is empty")
-    p.add_argument("--max-jobs", type=_positive_int, help="exit after this many jobs")
-    p.add_argument("--poll", type=_seconds, default=1.0, help="seconds between polls of an empty queue")
-    p.add_argument("--heartbeat", type=_seconds, default=5.0, help="seconds between heartbeats")
+    p.add_argument("--max-jobs", type=positive_int, help="exit after this many jobs")
+    p.add_argument("--poll", type=interval_seconds, default=1.0, help="seconds between polls of an empty queue")
+    p.add_argument("--heartbeat", type=interval_seconds, default=5.0, help="seconds between heartbeats")
     p.add_argument(
         "--stale-after",
-        type=_seconds,
+        type=interval_seconds,
         default=60.0,
         help="requeue running jobs whose heartbeat is older than this (seconds)",
     )
@@ -603,44 +532,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--worker-id", help="a unique worker id (default: host:pid:random)")
     p.add_argument(
         "--run",
-        type=_positive_int,
+        type=positive_int,
         dest="run_id",
         help=f"serve only this run; its API key, if it has one of its own, comes from ${ENV_RUN_KEY}",
     )
     p.add_argument(
         "--max-case-attempts",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_CASE_ATTEMPTS,
         help="record a case whose worker died this many times as an error and go on",
     )
     p.add_argument(
         "--max-prompt-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_PROMPT_BYTES,
         help="a longer prompt is recorded as an error without calling the model",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings only")
     return p
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0.01 <= value <= 86400:  # 0 or less would spin a core; NaN fails this too
-        raise argparse.ArgumentTypeError(f"must be between 0.01 and 86400 seconds, got {text}")
-    return value
 
 
 def worker_main(argv: Optional[Sequence[str]] = None) -> int:

@@ -274,7 +274,7 @@ def test_an_oversized_output_or_observation_is_stored_cut_with_its_real_size(sql
 
 def test_a_prompt_longer_than_a_local_models_context_is_refused_before_generating():
     import evalrx
-    from evalrx.runner.worker import PromptTooLarge, check_prompt
+    from evalrx.runner.prompt_guard import PromptTooLarge, check_prompt
 
     handle = evalrx.load("evalrx-tiny")
     context = handle.model.config.max_position_embeddings
