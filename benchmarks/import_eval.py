@@ -45,11 +45,11 @@ def rss_mb(field):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
-import evalrx.store as S
+import evalrx.interop as X
 url = "sqlite:///" + sys.argv[3]
 before = rss_mb("VmRSS")
 t0 = time.perf_counter()
-res = S.import_file(sys.argv[2], store=url)
+res = X.import_file(sys.argv[2], store=url)
 seconds = time.perf_counter() - t0
 print(json.dumps({"n": res.n_trajectories, "format": res.format, "seconds": seconds,
                   "peak_rss_mb": rss_mb("VmHWM"), "rss_before_import_mb": before}))

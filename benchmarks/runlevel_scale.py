@@ -165,6 +165,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import evalrx.store as S
+    from evalrx import reports
 
     url = args.url or f"sqlite:///{tempfile.mkdtemp(prefix='evalrx-bench-')}/bench.sqlite"
     S.upgrade(url)
@@ -180,7 +181,7 @@ def main(argv=None) -> int:
             s.execute(text("ANALYZE"))
     cli = [sys.executable, "-m", "evalrx", "compare", str(a), str(b), "--json", "--url", url]
     timings: dict = {"compare_runs": [], "compare_cli": [], "predictor_table": []}
-    S.compare_runs(a, b, store=store)  # warm the page cache
+    reports.compare_runs(a, b, store=store)  # warm the page cache
     loads = []
     for rep in range(args.reps):
         order = list(timings)
@@ -188,12 +189,12 @@ def main(argv=None) -> int:
         for name in order:
             t0 = time.perf_counter()
             if name == "compare_runs":
-                out = S.compare_runs(a, b, store=store)
+                out = reports.compare_runs(a, b, store=store)
             elif name == "compare_cli":
                 res = subprocess.run(cli, capture_output=True, text=True, check=True)
                 out = json.loads(res.stdout)
             else:
-                table = S.predictor_table([a, b], store=store)
+                table = reports.predictor_table([a, b], store=store)
             timings[name].append(time.perf_counter() - t0)
         loads.append(os.getloadavg()[0])
     page = None if args.no_page else page_times(url, a, b, args.reps)

@@ -1,5 +1,5 @@
 """Export buttons: a run, or a filtered set of trajectories, as JSONL, Parquet, ATIF or OpenTelemetry
-(OTLP JSON), or its labels alone as CSV. The file is written by `evalrx.store` and handed to the browser."""
+(OTLP JSON), or its labels alone as CSV. The file is written by `evalrx.interop` and handed to the browser."""
 
 from __future__ import annotations
 
@@ -10,15 +10,11 @@ from typing import Callable, Optional, Sequence
 import streamlit as st
 
 from components.safe import md_escape
+from evalrx.interop import formats
 
-# label -> (format for evalrx.store, file suffix, mime)
-FORMATS = {
-    "JSONL": ("jsonl", ".jsonl", "application/jsonl"),
-    "Parquet": ("parquet", ".parquet", "application/vnd.apache.parquet"),
-    "ATIF": ("atif", ".atif.jsonl", "application/jsonl"),
-    "OpenTelemetry (OTLP JSON)": ("otel", ".otlp.json", "application/json"),
-    "Labels (CSV)": ("labels", ".labels.csv", "text/csv"),
-}
+# label -> (export format, file suffix, mime): the registry's writers, then the labels alone
+FORMATS = {f.title: (f.exports_as, f.suffixes[0], f.mime) for f in formats() if f.write}
+FORMATS["Labels (CSV)"] = ("labels", ".labels.csv", "text/csv")
 
 
 def write_export(
@@ -31,7 +27,7 @@ def write_export(
     store=None,
 ) -> tuple[Path, int]:
     """Write one export into `out_dir`; returns (file, rows written)."""
-    from evalrx.store import export_labels_csv, export_run, export_trajectories
+    from evalrx.interop import export_labels_csv, export_run, export_trajectories
 
     fmt, suffix, _ = FORMATS[label]
     path = out_dir / f"{stem}{suffix}"

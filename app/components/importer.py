@@ -2,7 +2,7 @@
 page) stays responsive; the page polls their progress.
 
 One job per browser session: an uploaded file is saved under the store's upload folder, previewed,
-then imported by `evalrx.store.import_file` with a progress callback.
+then imported by `evalrx.interop.import_file` with a progress callback.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def start(
     key: str, path: Path, total: int, store: Any, *, again: bool = False, name: Optional[str] = None
 ) -> ImportJob:
     """Start importing `path` in a thread (one job per `key`); returns the job to poll."""
-    from evalrx.store import import_file
+    from evalrx.interop import import_file
 
     job = ImportJob(path=path, total=max(total, 1))
 

@@ -28,14 +28,15 @@ LINK = st.column_config.LinkColumn("open", display_text="open", width="small")
 @st.cache_data(ttl=600, show_spinner="Ranking the signals…", max_entries=200)
 def _predictors(run_ids: tuple, url: str, stamp: tuple) -> list:
     """`predictor_table` (bootstrap intervals), cached until the runs' progress (`stamp`) changes."""
-    from evalrx.store import predictor_table
+    from evalrx.reports import predictor_table
 
     return predictor_table(list(run_ids), store=url)
 
 
 def render_reliability(run_id: int, *, url: str) -> None:
     """Success rate per case (a sorted strip), the pass@k / pass^k curve and the flaky cases."""
-    from evalrx.store import attempts_of, run_reliability
+    from evalrx.reports import run_reliability
+    from evalrx.store import attempts_of
 
     rel = run_reliability(run_id, store=url)
     if not rel.case_rates:
@@ -95,7 +96,8 @@ def render_predictors(run_ids: Sequence[int], *, url: str, link_run: int, stamp:
 def render_agreement(run_id: int, *, url: str) -> None:
     """Cohen's kappa per annotator pair, step agreement, the diagnosis against each annotator, and where to
     give a second opinion or adjudicate."""
-    from evalrx.store import disagreements, label_agreement
+    from evalrx.reports import label_agreement
+    from evalrx.store import disagreements
 
     agree = label_agreement(run_id=run_id, store=url)
     n_open = len(disagreements(run_id, store=url))

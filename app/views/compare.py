@@ -11,7 +11,8 @@ from components.runlevel_view import change_rows, default_attempts, kind_shift_r
 from components.safe import md_escape
 from components.side_by_side import render_side_by_side
 
-from evalrx.store import annotator_labels, attempts_of, compare_attempts, get_trajectory, list_runs
+from evalrx.reports import compare_attempts
+from evalrx.store import annotator_labels, attempts_of, get_trajectory, list_runs
 
 S = store()
 OTHER_CASES = 200  # unchanged cases offered in the picker besides every changed one

@@ -10,7 +10,7 @@ from components import importer
 from components.data import store
 from components.safe import md_escape, short
 
-from evalrx.store import ImportFormatError, preview_file
+from evalrx.interop import ImportFormatError, preview_file
 
 st.title("Import")
 st.caption(

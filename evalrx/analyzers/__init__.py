@@ -52,10 +52,13 @@ from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, Attenti
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
 from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
 from evalrx.analyzers.replay import ReplayAnalyzer, ReplayResult
+from evalrx.analyzers.scores import analysis_scores, min_tool_margin
 from evalrx.analyzers.tool_decision import RUNNER_UP, ToolDecisionAnalyzer, ToolDecisionResult
 from evalrx.analyzers.uncertainty import TokenUncertaintyAnalyzer, TokenUncertaintyResult, uncertainty_from_logprobs
 
 __all__ = [
+    "analysis_scores",
+    "min_tool_margin",
     "ANALYZERS",
     "KINDS",
     "RESULT_TYPES",

@@ -4,9 +4,15 @@ from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
 from evalrx.core.model import Model
+from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 
 __all__ = [
+    "ENTROPY_SCORE",
+    "LENS_SETTLE_SCORE",
+    "MARGIN_SCORE",
+    "OBS_ATTENTION_SCORE",
+    "SCORES_OF",
     "BUILTIN_KINDS",
     "FAILURE_KINDS",
     "Diagnosis",

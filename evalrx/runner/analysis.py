@@ -52,8 +52,8 @@ class CaseContext:
 class AnalysisRecord:
     """One stored analysis result: compact numpy arrays plus JSON meta, optionally for one step.
 
-    `result` is the analyzer's result object when there is one: never stored, it spares the store
-    decoding the arrays again to index the result's numbers.
+    `result` is the analyzer's result object when there is one (never stored); `scores` are the numbers
+    the store indexes for it (`evalrx.analyzers.analysis_scores`), filled by `run_all`.
     """
 
     analyzer: str
@@ -61,6 +61,7 @@ class AnalysisRecord:
     meta: dict = field(default_factory=dict)
     step_idx: Optional[int] = None
     result: Any = field(default=None, repr=False, compare=False)
+    scores: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 Hook = Callable[[CaseContext], Optional[Iterable[AnalysisRecord]]]
@@ -264,4 +265,8 @@ def run_all(hooks: list, ctx: CaseContext) -> list[AnalysisRecord]:
                 records.append(_error_record(name, exc))
     finally:
         drop_generation_captures(ctx.trajectory)
+    from evalrx.analyzers import analysis_scores
+
+    for rec in records:  # read from the result objects while the worker still holds them
+        rec.scores = analysis_scores(rec.analyzer, rec.meta or {}, rec.arrays or {}, rec.result)
     return records

@@ -65,6 +65,7 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
 
     def go() -> int:
         import evalrx.store as S
+        from evalrx import reports
 
         store = S.connect(args.url)
         if args.action != "list" and args.run_id is None:
@@ -86,8 +87,8 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
             if info is None:
                 raise ValueError(f"no run with id {args.run_id}")
             st = S.run_stats(args.run_id, store=store)
-            rel = S.run_reliability(args.run_id, store=store)
-            agree = S.label_agreement(run_id=args.run_id, store=store)
+            rel = reports.run_reliability(args.run_id, store=store)
+            agree = reports.label_agreement(run_id=args.run_id, store=store)
             if args.json:
                 import dataclasses
                 import json
@@ -174,8 +175,11 @@ def compare_main(argv: Optional[Sequence[str]] = None) -> int:
         import json
 
         import evalrx.store as S
+        from evalrx import reports
 
-        c = S.compare_runs(args.run_a, args.run_b, resamples=args.resamples, seed=args.seed, store=S.connect(args.url))
+        c = reports.compare_runs(
+            args.run_a, args.run_b, resamples=args.resamples, seed=args.seed, store=S.connect(args.url)
+        )
         if args.json:
             print(json.dumps(c, default=str))
             return 0
@@ -225,11 +229,12 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
 
     def go() -> int:
+        import evalrx.interop as X
         import evalrx.store as S
 
         try:
-            limits = S.ImportLimits.from_options(args.max_record_mb, args.max_depth)
-            res = S.import_file(
+            limits = X.ImportLimits.from_options(args.max_record_mb, args.max_depth)
+            res = X.import_file(
                 args.path, run_name=args.name, store=S.connect(args.url), again=args.again, limits=limits
             )
         except S.SchemaError:
@@ -254,6 +259,8 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def export_main(argv: Optional[Sequence[str]] = None) -> int:
     """`evalrx export RUN_ID OUT`: a run as JSONL, Parquet, ATIF or OpenTelemetry GenAI traces (OTLP JSON)."""
+    from evalrx.interop import EXPORT_FORMATS
+
     p = argparse.ArgumentParser(prog="evalrx export", description="Export a run's trajectories.")
     p.add_argument("run_id", type=int)
     p.add_argument(
@@ -262,9 +269,7 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
         help="output file; the name implies the format: .jsonl, .parquet (needs "
         "pyarrow), .atif.jsonl / .atif.json, .otlp.json (needs opentelemetry-proto)",
     )
-    p.add_argument(
-        "--format", choices=["jsonl", "parquet", "atif", "otel"], help="the format, when the file name does not say it"
-    )
+    p.add_argument("--format", choices=EXPORT_FORMATS, help="the format, when the file name does not say it")
     p.add_argument(
         "--otel-content",
         action="store_true",
@@ -281,10 +286,11 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
     fmt = args.format or ("otel" if args.otel_endpoint and args.out is None else None)
 
     def go() -> int:
+        import evalrx.interop as X
         import evalrx.store as S
 
         try:
-            n = S.export_run(
+            n = X.export_run(
                 args.run_id,
                 args.out,
                 fmt=fmt,

@@ -10,6 +10,7 @@ None for the default store) and returns plain dataclasses, never live ORM object
     evalrx.store.set_label(detail.row.id, "fail", failure_mode="wrong_tool", annotator="ana")
 """
 
+from evalrx.store.convert import canonical_json, jsonable, observation_text
 from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
 from evalrx.store.engine import (
     ENV_URL,
@@ -22,21 +23,8 @@ from evalrx.store.engine import (
     resolve,
     upgrade,
 )
-from evalrx.store.import_errors import EncodingError, NestingTooDeepError, RecordTooLargeError, UnknownFormatError
-from evalrx.store.io import (
-    EXPORT_FORMATS,
-    ImportFormatError,
-    ImportPreview,
-    ImportResult,
-    export_format,
-    export_labels_csv,
-    export_run,
-    export_trajectories,
-    import_file,
-    iter_export_rows,
-    preview_file,
-    read_file,
-)
+from evalrx.store.exports import LABEL_COLUMNS, current_label_rows, export_diagnosis, iter_export_rows
+from evalrx.store.imports import ImportedRun, ImportTransaction, importing, runs_from_source
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
 from evalrx.store.labels import (
     add_tag,
@@ -48,7 +36,6 @@ from evalrx.store.labels import (
     set_label,
     tags_of,
 )
-from evalrx.store.limits import ImportLimits
 from evalrx.store.queries import (
     SORTS,
     count_trajectories,
@@ -75,15 +62,12 @@ from evalrx.store.records import (
 )
 from evalrx.store.runlevel import (
     ADJUDICATOR,
+    AUTO,
     annotator_labels,
     attempts_of,
-    compare_attempts,
-    compare_runs,
     disagreements,
-    label_agreement,
     other_runs_of_case,
-    predictor_table,
-    run_reliability,
+    predictor_rows,
     second_opinion_queue,
     trajectories_of_case,
 )
@@ -92,10 +76,20 @@ from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 
 __all__ = [
+    "LABEL_COLUMNS",
+    "ImportedRun",
+    "ImportTransaction",
+    "canonical_json",
+    "current_label_rows",
+    "export_diagnosis",
+    "importing",
+    "jsonable",
+    "observation_text",
+    "runs_from_source",
     "ADJUDICATOR",
+    "AUTO",
+    "predictor_rows",
     "ENV_URL",
-    "EXPORT_FORMATS",
-    "EncodingError",
     "SCHEMA_VERSION",
     "SORTS",
     "add_tag",
@@ -103,13 +97,8 @@ __all__ = [
     "all_tags",
     "annotator_labels",
     "attempts_of",
-    "compare_attempts",
-    "compare_runs",
     "disagreements",
-    "label_agreement",
     "other_runs_of_case",
-    "predictor_table",
-    "run_reliability",
     "second_opinion_queue",
     "trajectories_of_case",
     "connect",
@@ -119,8 +108,6 @@ __all__ = [
     "delete_kind",
     "delete_run",
     "encode_cursor",
-    "export_format",
-    "export_run",
     "failure_kind_counts",
     "failure_modes",
     "find_trajectory",
@@ -130,14 +117,6 @@ __all__ = [
     "get_job",
     "get_run",
     "get_trajectory",
-    "import_file",
-    "export_labels_csv",
-    "export_trajectories",
-    "preview_file",
-    "ImportPreview",
-    "ImportFormatError",
-    "ImportLimits",
-    "ImportResult",
     "iter_export_rows",
     "JobInfo",
     "jobs_of_run",
@@ -152,10 +131,7 @@ __all__ = [
     "matching_ids",
     "load_analyses",
     "make_engine",
-    "NestingTooDeepError",
     "Page",
-    "read_file",
-    "RecordTooLargeError",
     "remove_tag",
     "rename_run",
     "request_cancel",
@@ -174,6 +150,5 @@ __all__ = [
     "TrajectoryDetail",
     "TrajectoryRow",
     "undiagnosed",
-    "UnknownFormatError",
     "upgrade",
 ]

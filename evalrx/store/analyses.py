@@ -2,10 +2,9 @@
 
 Two things the pages need beyond the raw `analyses` rows:
 
-- Filters and predictors: a result's headline numbers go to `trajectory_scores` (indexed on
-  (name, value)): the smallest margin of the chosen tool (`tool_margin`), the layer where the
-  chosen tool settles in the logit lens, the entropy at decision tokens, and the attention share
-  on the latest observation.
+- Filters and predictors: a result's headline numbers (`evalrx.core.scores`, read from the result by
+  `evalrx.analyzers.analysis_scores` and carried on the record as `scores`) go to `trajectory_scores`
+  (indexed on (name, value)).
 - Requests: the Trajectory page queues analyses for a stored trajectory
   (`request_analysis`); a worker claims them (`claim_request`), runs them and marks them
   done or failed (`finish_request`); the page shows their status (`requests_for`).
@@ -21,19 +20,11 @@ from typing import Any, Optional, Sequence
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from evalrx.core import SCORES_OF
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 
-MARGIN_SCORE = "tool_margin"
-LENS_SETTLE_SCORE = "lens_settle_layer"
-ENTROPY_SCORE = "decision_entropy"
-OBS_ATTENTION_SCORE = "obs_attention_share"
-SCORES_OF = {
-    "tool_decision": (MARGIN_SCORE,),
-    "logit_lens": (LENS_SETTLE_SCORE, ENTROPY_SCORE),
-    "attention": (OBS_ATTENTION_SCORE,),
-}
 REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
@@ -60,78 +51,6 @@ def default_replay_model() -> str:
     if spec is not None and weights_installed(spec) and importlib.util.find_spec("gguf") is not None:
         return DEFAULT_REPLAY_MODEL
     return FALLBACK_REPLAY_MODEL
-
-
-def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
-    """The smallest final-layer margin over a tool-decision result's tool-name decisions (None: no calls)."""
-    margin = arrays.get("margin")
-    decisions = meta.get("decisions") or []
-    if margin is None or not decisions:
-        return None
-    values = [
-        float(margin[i][-1])
-        for i, d in enumerate(decisions)
-        if d.get("kind") == "tool_name" and i < len(margin) and len(margin[i])
-    ]
-    values = [v for v in values if not math.isnan(v)]
-    return min(values) if values else None
-
-
-def _lens_scores(result: Any) -> dict:
-    """The latest layer at which a chosen tool name settles as top-1 (never: layers + 1), and the mean
-    final-layer entropy at the decision tokens (tool names and argument values)."""
-    import numpy as np
-
-    kinds = np.array(result.kinds)
-    out: dict = {}
-    tool = kinds == "tool_name"
-    if tool.any():
-        settle = result.settles_at[tool]
-        out[LENS_SETTLE_SCORE] = float(np.where(settle < 0, result.num_layers + 1, settle).max())
-    decision = np.isin(kinds, ["tool_name", "arg_value"])
-    if decision.any():
-        out[ENTROPY_SCORE] = float(np.nanmean(result.entropy[-1][decision]))
-    return out
-
-
-def _attention_scores(result: Any) -> dict:
-    """At the decision tokens, the final layer's attention share on the latest tool observation before them."""
-    import numpy as np
-
-    steps = result.labels.get("label_step")
-    if steps is None or not len(result.positions):
-        return {}
-    shares = []
-    for p, step in enumerate(steps):
-        seen = [
-            i
-            for i, seg in enumerate(result.segments)
-            if seg["kind"] == "observation" and seg.get("step") is not None and seg["step"] < int(step)
-        ]
-        if seen:
-            shares.append(float(result.mass[p, -1, max(seen, key=lambda i: result.segments[i]["step"])]))
-    return {OBS_ATTENTION_SCORE: float(np.mean(shares))} if shares else {}
-
-
-def analysis_scores(analyzer: str, meta: dict, arrays: dict, result: Any = None) -> dict:
-    """The numbers of one stored result that the list filters on and the predictors table reads.
-
-    `result` is the result object when the caller still has it (the worker does); otherwise it is
-    decoded from `arrays` with the result classes, as the pages decode it.
-    """
-    if meta.get("error"):
-        return {}
-    kind = meta.get("result_type") or analyzer
-    if kind == "tool_decision":
-        value = min_tool_margin(meta, arrays)
-        return {} if value is None else {MARGIN_SCORE: value}
-    if kind not in ("logit_lens", "attention"):
-        return {}
-    if result is None:
-        from evalrx.analyzers import result_from_arrays
-
-        result = result_from_arrays(arrays, meta)  # one decoder for stored results, as the pages use
-    return _lens_scores(result) if kind == "logit_lens" else _attention_scores(result)
 
 
 def save_analyses(
@@ -188,7 +107,7 @@ def save_analyses(
             arrays.append({"analysis_id": aid, "name": name, "dtype": dtype, "shape": shape, "data": data})
         if not index:
             continue
-        found = analysis_scores(rec.analyzer, rec.meta or {}, rec.arrays or {}, getattr(rec, "result", None))
+        found = getattr(rec, "scores", None) or {}
         scores.update({name: value for name, value in found.items() if not math.isnan(value)})
     if arrays:
         session.execute(insert(t.AnalysisArray.__table__), arrays)

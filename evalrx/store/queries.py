@@ -14,9 +14,9 @@ from sqlalchemy import Select, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
 
 from evalrx.core.failures import canonical_kind
+from evalrx.core.scores import MARGIN_SCORE
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.analyses import MARGIN_SCORE
 from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store.engine import Store, resolve
 from evalrx.store.labels import current_labels_in, tags_in

@@ -1,8 +1,8 @@
-"""Run-level questions asked of the store: how reliable each case is over its attempts, what changed
-between two runs, which stored signals go with failure, and how far annotators agree.
+"""The rows run-level questions are answered from: each case's attempts, the signals stored beside each
+outcome, each annotator's latest word, and the lists built on them (disagreements, second opinions).
 
-The numbers come from `evalrx.runstats`; this module only reads the rows they need, in few queries,
-so a 50k-trajectory run is answered in about a second. A case is known by its `sample_id` (the
+The numbers come from `evalrx.reports` (over `evalrx.runstats`); this module only reads the rows they
+need, in few queries, so a 50k-trajectory run is answered in about a second. A case is known by its `sample_id` (the
 case id); only graded attempts (pass or fail) count: errors are the harness's, not the model's.
 """
 
@@ -53,53 +53,6 @@ def attempts_of(run_id: int, *, store: "Store | str | None" = None) -> dict:
     with resolve(store).read() as s:
         _check_run(s, run_id)
         return {k: sorted(v) for k, v in _attempts(s, run_id).items()}
-
-
-def run_reliability(run_id: int, *, store: "Store | str | None" = None) -> Any:
-    """pass@k, pass^k, each case's success rate and the flaky cases of a run (`runstats.Reliability`)."""
-    from evalrx.runstats import reliability
-
-    attempts = attempts_of(run_id, store=store)
-    passed = {cid: [o == "pass" for _, o, _, _ in rows] for cid, rows in attempts.items()}
-    kinds = {cid: [k if o == "fail" else None for _, o, k, _ in rows] for cid, rows in attempts.items()}
-    return reliability(passed, kinds)
-
-
-def compare_runs(
-    run_a: int, run_b: int, *, resamples: int = 2000, seed: int = 0, store: "Store | str | None" = None
-) -> dict:
-    """Two runs paired case by case (B minus A): the counts, McNemar's p, the bootstrap interval of the
-    success-rate difference, cases found in one run only, and how failure kinds shifted.
-
-    With repeats a case's value is its success rate over its graded attempts.
-    """
-    with resolve(store).read() as s:
-        _check_run(s, run_a)
-        _check_run(s, run_b)
-        att_a, att_b = _attempts(s, run_a), _attempts(s, run_b)
-    return dict(compare_attempts(att_a, att_b, resamples=resamples, seed=seed), run_a=run_a, run_b=run_b)
-
-
-def compare_attempts(att_a: dict, att_b: dict, *, resamples: int = 2000, seed: int = 0) -> dict:
-    """`compare_runs` from two runs' `attempts_of` (a page that already holds them reads nothing again)."""
-    from evalrx.runstats import compare_outcomes
-
-    def rates(att: dict) -> dict:
-        return {cid: sum(o == "pass" for _, o, _, _ in rows) / len(rows) for cid, rows in att.items()}
-
-    out = compare_outcomes(rates(att_a), rates(att_b), resamples=resamples, seed=seed).to_dict()
-    paired = set(att_a) & set(att_b)
-    shift: dict = defaultdict(lambda: {"a": 0, "b": 0})
-    for side, att in (("a", att_a), ("b", att_b)):
-        for cid in paired:
-            for _, o, kind, _ in att[cid]:
-                if o == "fail":
-                    shift[kind or "undiagnosed"][side] += 1
-    out["kind_shift"] = {
-        k: dict(v, change=v["b"] - v["a"])
-        for k, v in sorted(shift.items(), key=lambda kv: -abs(kv[1]["b"] - kv[1]["a"]))
-    }
-    return out
 
 
 def trajectories_of_case(run_id: int, case_id: str, *, store: "Store | str | None" = None) -> list[int]:
@@ -166,18 +119,6 @@ def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None
     return list(rows.values())
 
 
-def predictor_table(
-    run_ids: Sequence[int], *, resamples: int = 1000, seed: int = 0, store: "Store | str | None" = None
-) -> list[dict]:
-    """For each stored signal: AUROC for failure with a bootstrap interval and the failure rate when
-    high vs low, strongest first (`runstats.predictors` over `predictor_rows`)."""
-    from evalrx.runstats import predictors
-
-    rows = predictor_rows(run_ids, store=store)
-    names = sorted({k for r in rows for k in r} - {"trajectory_id", "failed"})
-    return [p.to_dict() for p in predictors(rows, outcome_key="failed", signals=names, resamples=resamples, seed=seed)]
-
-
 def annotator_labels(
     trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
 ) -> dict:
@@ -206,59 +147,6 @@ def annotator_labels(
             if tid in labelled:
                 out[tid][AUTO] = (None, kind, step)
     return dict(out)
-
-
-def label_agreement(
-    trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
-) -> dict:
-    """Agreement among annotators (Cohen's kappa per pair, Fleiss' kappa for three or more) on outcome and
-    on failure kind, agreement on the first wrong step (exact, within one), and the automatic diagnosis
-    against each annotator (kind kappa, step agreement, confusion matrix of kinds)."""
-    from evalrx.runstats import agreement, cohen_kappa, kind_confusion, step_agreement
-
-    labels = annotator_labels(trajectory_ids, run_id=run_id, store=store)
-    humans = sorted({a for v in labels.values() for a in v} - {AUTO, ADJUDICATOR})
-
-    def field(i: int, who: Sequence[str]) -> dict:
-        return {tid: {a: v[a][i] for a in who if a in v and v[a][i] is not None} for tid, v in labels.items()}
-
-    out: dict = {"annotators": humans, "n_items": len(labels)}
-    out["outcome"] = agreement({k: v for k, v in field(0, humans).items() if len(v) >= 2})
-    out["kind"] = agreement({k: v for k, v in field(1, humans).items() if len(v) >= 2})
-    steps = []
-    for i, a in enumerate(humans):
-        for b in humans[i + 1 :]:
-            both = {tid: v for tid, v in labels.items() if a in v and b in v}
-            steps.append(
-                {
-                    "a": a,
-                    "b": b,
-                    **step_agreement({k: v[a][2] for k, v in both.items()}, {k: v[b][2] for k, v in both.items()}),
-                }
-            )
-    out["steps"] = steps
-    auto = []
-    for a in humans:
-        both = {tid: v for tid, v in labels.items() if a in v and AUTO in v and v[a][0] == "fail"}
-        ka = {k: v[a][1] or "none" for k, v in both.items()}
-        kb = {k: v[AUTO][1] or "none" for k, v in both.items()}
-        auto.append(
-            {
-                "annotator": a,
-                "n": len(both),
-                "kind_kappa": cohen_kappa(ka, kb) if both else None,
-                **{
-                    f"step_{k}": v
-                    for k, v in step_agreement(
-                        {k: v[a][2] for k, v in both.items()}, {k: v[AUTO][2] for k, v in both.items()}
-                    ).items()
-                    if k != "n"
-                },
-                "confusion": kind_confusion(ka, kb) if both else None,
-            }
-        )
-    out["auto"] = auto
-    return out
 
 
 def disagreements(run_id: int, *, store: "Store | str | None" = None) -> list[dict]:

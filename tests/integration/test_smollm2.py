@@ -46,7 +46,7 @@ def smol():
 
 def test_spec_loads_the_packaged_gguf_through_a_cached_safetensors_checkpoint(smol):
     from evalrx.models import gguf
-    from evalrx.models.backends.hf_local import locate_checkpoint
+    from evalrx.models.checkpoints import locate_checkpoint
     from evalrx.specs import resolve_weights
 
     path = resolve_weights(SPEC)
@@ -71,7 +71,8 @@ def test_spec_loads_the_packaged_gguf_through_a_cached_safetensors_checkpoint(sm
 def test_missing_weights_package_names_the_install_command():
     from dataclasses import replace
 
-    from evalrx.models.backends.hf_local import CheckpointNotFoundError, HFLocalModel
+    from evalrx.models.backends.hf_local import HFLocalModel
+    from evalrx.models.checkpoints import CheckpointNotFoundError
 
     spec = replace(SPEC, key="smollm2-missing", weights_package="evalrx_no_such_weights_pkg")
     with pytest.raises(CheckpointNotFoundError, match="not installed") as err:
@@ -187,7 +188,7 @@ OPENAI_ROW = {
 
 def test_replay_of_an_imported_openai_transcript_gives_lens_tool_decision_and_uncertainty(smol):
     from evalrx.analyzers import analyze
-    from evalrx.store.formats import from_openai_row
+    from evalrx.interop.openai_chat import from_openai_row
 
     case, traj = from_openai_row(json.loads(json.dumps(OPENAI_ROW)), 1)
     got = analyze(

@@ -15,6 +15,8 @@ import pytest
 from sqlalchemy import select
 
 import evalrx.store as S
+from evalrx import core, reports
+from evalrx.analyzers import analysis_scores
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.core import Step, StepRole, Trajectory
 from evalrx.runner import Worker, enqueue_run
@@ -73,7 +75,7 @@ def test_tool_margin_is_indexed_and_filters_the_list(demo_store):
     with store.read() as s:
         from evalrx.store import schema as t
 
-        stored = s.get(t.TrajectoryScore, (tid, A.MARGIN_SCORE)).value
+        stored = s.get(t.TrajectoryScore, (tid, core.MARGIN_SCORE)).value
     assert math.isclose(stored, expected, rel_tol=1e-6)
     ids = lambda **f: [r.id for r in S.list_trajectories(run_id=run_id, store=store, **f).rows]  # noqa: E731
     assert ids(max_margin=expected + 1e-3) == [tid]
@@ -99,13 +101,13 @@ def test_lens_and_attention_numbers_are_indexed_for_the_predictors(demo_store):
                 select(t.TrajectoryScore.name, t.TrajectoryScore.value).where(t.TrajectoryScore.trajectory_id == tid)
             ).all()
         )
-    assert scores[A.LENS_SETTLE_SCORE] == expected_settle and 0 <= expected_settle <= lens.num_layers + 1
-    assert math.isclose(scores[A.ENTROPY_SCORE], expected_entropy, rel_tol=1e-6)
+    assert scores[core.LENS_SETTLE_SCORE] == expected_settle and 0 <= expected_settle <= lens.num_layers + 1
+    assert math.isclose(scores[core.ENTROPY_SCORE], expected_entropy, rel_tol=1e-6)
     # Its only attention positions are the lookup call's, before any observation: no share to record.
-    assert A.OBS_ATTENTION_SCORE not in scores
+    assert core.OBS_ATTENTION_SCORE not in scores
     # The predictors table reads the same stored numbers (one failing trajectory: no AUROC, but the rows exist).
-    signals = {r["signal"] for r in S.predictor_table([run_id], store=store)}
-    assert {A.MARGIN_SCORE, A.LENS_SETTLE_SCORE, A.ENTROPY_SCORE} <= signals
+    signals = {r["signal"] for r in reports.predictor_table([run_id], store=store)}
+    assert {core.MARGIN_SCORE, core.LENS_SETTLE_SCORE, core.ENTROPY_SCORE} <= signals
 
 
 def test_attention_share_on_the_latest_observation():
@@ -122,8 +124,8 @@ def test_attention_share_on_the_latest_observation():
     mass[1, -1] = [0.1, 0.2, 0.6, 0.1]
     mass[1, 0] = [0.0, 0.0, 0.1, 0.9]  # an earlier layer does not count
     result = AttentionResult([3, 40], [7, 8], mass, segments, labels={"label_step": [1, 5], "label_kind": [0, 0]})
-    scores = A.analysis_scores("attention", result.meta, result.to_arrays())
-    assert scores == {A.OBS_ATTENTION_SCORE: pytest.approx(0.6)}
+    scores = analysis_scores("attention", result.meta, result.to_arrays())
+    assert scores == {core.OBS_ATTENTION_SCORE: pytest.approx(0.6)}
 
 
 def _repeating_trajectory() -> Trajectory:

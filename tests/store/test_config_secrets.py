@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import enqueue_run
@@ -58,7 +59,7 @@ def test_a_queued_run_stores_no_key_header_or_token(store_url, tmp_path):
     assert info.config["base_url"] == "http://127.0.0.1:9/v1"
     assert info.config["runtime"] == {"max_new_tokens": 32, "extra": {"n": 1}}
     out = tmp_path / "run.jsonl"
-    S.export_run(run_id, out, store=store)
+    X.export_run(run_id, out, store=store)
     assert SECRET not in out.read_text()
 
 
@@ -86,7 +87,7 @@ def test_an_imported_run_config_loses_secret_looking_keys_and_url_credentials(st
     }
     f = tmp_path / "in.jsonl"
     f.write_text(json.dumps(row) + "\n")
-    res = S.import_file(f, store=store_url)
+    res = X.import_file(f, store=store_url)
     info = S.get_run(res.run_ids[0], store=store_url)
     assert SECRET not in json.dumps(info.config)
     assert info.config == {"base_url": "http://h/v1", "max_new_tokens": 8}

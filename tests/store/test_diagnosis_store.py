@@ -10,6 +10,7 @@ import sys
 import pytest
 from sqlalchemy import select
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.cli import main
 from evalrx.core import FailureCase, Label, Step, StepRole, Trajectory
@@ -237,7 +238,7 @@ def test_export_writes_a_diagnosis_per_row_and_import_keeps_it(store_url, sqlite
     items = [misread(), bad_arguments(), passing()]
     run_id, tids = store_run(src, items)
     out = tmp_path / "diag.jsonl"
-    assert S.export_run(run_id, out, store=src) == 3
+    assert X.export_run(run_id, out, store=src) == 3
     rows = {r["case_id"]: r for r in map(json.loads, out.read_text().splitlines())}
     m = rows["two_step-001"]["diagnosis"]
     assert (m["kind"], m["first_wrong_step"], m["source"]) == ("misread_observation", 3, "reference")
@@ -248,7 +249,7 @@ def test_export_writes_a_diagnosis_per_row_and_import_keeps_it(store_url, sqlite
     assert p["kind"] is None and p["first_wrong_step"] is None and p["source"] is None
     assert list(S.iter_export_rows(run_id, store=src))[0]["diagnosis"] == rows["two_step-001"]["diagnosis"]
 
-    res = S.import_file(out, store=store_url)
+    res = X.import_file(out, store=store_url)
     dst = S.connect(store_url)
     new_run = res.run_ids[0]
     for case_id, row in rows.items():
@@ -266,7 +267,7 @@ def test_export_writes_a_diagnosis_per_row_and_import_keeps_it(store_url, sqlite
         assert top.evidence == row["diagnosis"]["evidence"]
     assert S.failure_kind_counts(new_run, store=dst) == {"bad_arguments": 1, "misread_observation": 1}
     again = tmp_path / "again.jsonl"
-    S.export_run(new_run, again, store=dst)
+    X.export_run(new_run, again, store=dst)
     assert [json.loads(x)["diagnosis"] for x in again.read_text().splitlines()] == [
         json.loads(x)["diagnosis"] for x in out.read_text().splitlines()
     ]

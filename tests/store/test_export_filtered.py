@@ -7,8 +7,9 @@ import json
 
 from storehelpers import fill_run
 
+import evalrx.interop as X
 import evalrx.store as S
-from evalrx.store import otel
+from evalrx.interop import otel
 
 
 def test_a_filtered_set_exports_in_every_format_and_labels_as_csv(sqlite_url, tmp_path):
@@ -19,15 +20,15 @@ def test_a_filtered_set_exports_in_every_format_and_labels_as_csv(sqlite_url, tm
         S.list_trajectories(run_id=a, store=store, descending=False).rows[1].id,
         S.list_trajectories(run_id=b, store=store, descending=False).rows[0].id,
     ]
-    n = S.export_trajectories(chosen, tmp_path / "set.jsonl", store=store)
+    n = X.export_trajectories(chosen, tmp_path / "set.jsonl", store=store)
     rows = [json.loads(line) for line in (tmp_path / "set.jsonl").read_text().splitlines()]
     assert n == 2 and [r["run"]["name"] for r in rows] == ["A", "B"]
-    assert S.export_trajectories(chosen, tmp_path / "set.atif.jsonl", store=store) == 2
+    assert X.export_trajectories(chosen, tmp_path / "set.atif.jsonl", store=store) == 2
     assert all(
         json.loads(x)["schema_version"].startswith("ATIF")
         for x in (tmp_path / "set.atif.jsonl").read_text().splitlines()
     )
-    assert S.export_trajectories(chosen, tmp_path / "set.otlp.json", store=store) == 2
+    assert X.export_trajectories(chosen, tmp_path / "set.otlp.json", store=store) == 2
     requests = [otel.parse_otlp_json(line) for line in (tmp_path / "set.otlp.json").read_text().splitlines()]
     run_ids = {
         next(a.value.int_value for a in sp.attributes if a.key == "evalrx.run.id")
@@ -38,17 +39,17 @@ def test_a_filtered_set_exports_in_every_format_and_labels_as_csv(sqlite_url, tm
         if any(a.key == "evalrx.run.id" for a in sp.attributes)
     }
     assert run_ids == {a, b}  # each trajectory's spans name its own run
-    assert S.export_trajectories(chosen, tmp_path / "set.parquet", store=store) == 2
+    assert X.export_trajectories(chosen, tmp_path / "set.parquet", store=store) == 2
 
     S.set_label(
         chosen[0], "fail", failure_mode="bad_arguments", first_wrong_step=1, note="=cmd()", annotator="ann", store=store
     )
     S.set_label(chosen[1], "pass", annotator="bob", store=store)
-    assert S.export_labels_csv(tmp_path / "labels.csv", trajectory_ids=chosen, store=store) == 2
+    assert X.export_labels_csv(tmp_path / "labels.csv", trajectory_ids=chosen, store=store) == 2
     got = list(csv.DictReader((tmp_path / "labels.csv").open()))
     assert [(r["trajectory_id"], r["outcome"], r["failure_kind"], r["annotator"]) for r in got] == [
         (str(chosen[0]), "fail", "bad_arguments", "ann"),
         (str(chosen[1]), "pass", "", "bob"),
     ]
     assert got[0]["note"] == "'=cmd()"  # a spreadsheet would run a leading '=' as a formula
-    assert S.export_labels_csv(tmp_path / "a.csv", run_id=a, store=store) == 1
+    assert X.export_labels_csv(tmp_path / "a.csv", run_id=a, store=store) == 1

@@ -2,7 +2,7 @@
 
 The Inspect log is written by `inspect_ai` itself (its `mockllm/model` provider, offline),
 not by hand, so the test breaks when Inspect's log format drifts away from what
-`evalrx.store.formats` reads.
+`evalrx.interop` reads.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from inspect_ai.scorer import includes
 from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import tool
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.core.case import StepRole
 
@@ -117,7 +118,7 @@ def test_real_inspect_log_gets_ignored_observation(inspect_log, store_url):
         "correct": "C",
     }
 
-    res = S.import_file(inspect_log, store=store_url)
+    res = X.import_file(inspect_log, store=store_url)
     assert res.format == "inspect" and res.n_trajectories == 2 and len(res.run_ids) == 1
     rows = _rows(res.run_ids[0], store_url)
     assert set(rows) == {"ignored", "correct"}
@@ -192,7 +193,7 @@ OPENAI_ROWS = [
 def test_openai_chat_jsonl_gets_rule_diagnoses(store_url, tmp_path):
     f = tmp_path / "chats.jsonl"
     f.write_text("".join(json.dumps(r) + "\n" for r in OPENAI_ROWS))
-    res = S.import_file(f, store=store_url)
+    res = X.import_file(f, store=store_url)
     assert res.format == "openai" and res.n_trajectories == 3
     rows = _rows(res.run_ids[0], store_url)
 
@@ -232,7 +233,7 @@ def test_parallel_calls_answered_out_of_order_pair_by_tool_call_id(sqlite_url, t
     }
     f = tmp_path / "parallel.jsonl"
     f.write_text(json.dumps(row) + "\n")
-    res = S.import_file(f, store=sqlite_url)
+    res = X.import_file(f, store=sqlite_url)
     tid = _rows(res.run_ids[0], sqlite_url)["parallel"].id
     # the last call (2 + 2) returned 4 and the answer says 5: the same as when the results come in call order
     top = S.get_diagnoses(tid, store=sqlite_url)[0]

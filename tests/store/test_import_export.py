@@ -9,7 +9,9 @@ import pytest
 from sqlalchemy import text
 from storehelpers import fill_run, make_case, make_trajectory
 
+import evalrx.interop as X
 import evalrx.store as S
+from evalrx import reports
 from evalrx.core import Label
 from evalrx.store import runs
 from evalrx.store.queries import pending_cases
@@ -51,11 +53,11 @@ def test_round_trip_is_identical(store_url, tmp_path, sqlite_url):
     src = S.connect(sqlite_url)
     run_id, trajs = _labelled_run(src)
     first = tmp_path / "first.jsonl"
-    assert S.export_run(run_id, first, store=src) == 12
-    result = S.import_file(first, store=store_url)
+    assert X.export_run(run_id, first, store=src) == 12
+    result = X.import_file(first, store=store_url)
     assert result.n_trajectories == 12 and result.format == "evalrx" and len(result.run_ids) == 1
     second = tmp_path / "second.jsonl"
-    S.export_run(result.run_ids[0], second, store=store_url)
+    X.export_run(result.run_ids[0], second, store=store_url)
     assert second.read_bytes() == first.read_bytes()
     rows = [json.loads(line) for line in first.read_text().splitlines()]
     assert [r["sample_id"] for r in rows] == [t.sample_id for t in trajs]  # the run's case order
@@ -82,7 +84,7 @@ def test_import_of_evalrx_run_out_rows(sqlite_url, tmp_path):
         for i in range(3):
             c = make_case(i)
             fh.write(json.dumps({"case_id": c.id, "meta": c.meta, **make_trajectory(c, rng).to_dict()}) + "\n")
-    res = S.import_file(f, store=sqlite_url)
+    res = X.import_file(f, store=sqlite_url)
     info = S.get_run(res.run_ids[0], store=sqlite_url)
     assert info.name == "run" and info.n_cases == 3
     detail = S.get_trajectory(S.list_trajectories(store=sqlite_url).rows[0].id, store=sqlite_url)
@@ -107,15 +109,15 @@ def test_openai_records_that_repeat_a_case_become_its_attempts(sqlite_url, tmp_p
         dict(rec("pass"), id="c2", epoch=1),
     ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    res = S.import_file(f, store=sqlite_url)
+    res = X.import_file(f, store=sqlite_url)
     got = S.attempts_of(res.run_ids[0], store=sqlite_url)
     assert [(a, o) for a, o, _, _ in got["c1"]] == [(1, "pass"), (2, "fail"), (3, "pass")]
     assert [(a, o) for a, o, _, _ in got["c2"]] == [(1, "pass"), (2, "fail")]
-    assert S.run_reliability(res.run_ids[0], store=sqlite_url).flaky_cases == ["c1", "c2"]
+    assert reports.run_reliability(res.run_ids[0], store=sqlite_url).flaky_cases == ["c1", "c2"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rec("pass", attempt=0)) + "\n")
-    with pytest.raises(S.ImportFormatError, match="attempt"):
-        S.import_file(bad, store=sqlite_url)
+    with pytest.raises(X.ImportFormatError, match="attempt"):
+        X.import_file(bad, store=sqlite_url)
 
 
 def test_import_openai_chat_messages(sqlite_url, tmp_path):
@@ -157,7 +159,7 @@ def test_import_openai_chat_messages(sqlite_url, tmp_path):
         },
     ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    res = S.import_file(f, store=sqlite_url)
+    res = X.import_file(f, store=sqlite_url)
     assert res.format == "openai" and res.n_trajectories == 2
     page = S.list_trajectories(store=sqlite_url, descending=False).rows
     first = S.get_trajectory(page[0].id, store=sqlite_url)
@@ -228,7 +230,7 @@ def _inspect_log():
 def test_import_inspect_eval_log(store_url, tmp_path):
     f = tmp_path / "2025-01-01_count-letters.json"
     f.write_text(json.dumps(_inspect_log(), indent=2))
-    res = S.import_file(f, store=store_url)
+    res = X.import_file(f, store=store_url)
     assert res.format == "inspect" and res.n_trajectories == 3
     info = S.get_run(res.run_ids[0], store=store_url)
     assert info.name == "count_letters (openai/gpt-4o-mini)" and info.backend == "inspect"
@@ -236,7 +238,7 @@ def test_import_inspect_eval_log(store_url, tmp_path):
     rows = S.list_trajectories(store=store_url, descending=False).rows
     # Epochs are attempts of one case: pass@k reads them as it reads a run's repeats.
     assert [(r.sample_id, r.attempt) for r in rows] == [("1", 1), ("1", 2), ("b", 1)]
-    rel = S.run_reliability(res.run_ids[0], store=store_url)
+    rel = reports.run_reliability(res.run_ids[0], store=store_url)
     assert rel.flaky_cases == ["1"] and rel.pass_at_k[1] == 0.75
     t = S.get_trajectory(rows[0].id, store=store_url).trajectory
     assert t.final_answer == "There are 3." and t.goal == "How many r in strawberry?"
@@ -272,8 +274,8 @@ def test_malformed_files_name_file_line_and_problem_and_write_nothing(store_url,
     before = _counts(store)
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
-    with pytest.raises(S.ImportFormatError) as err:
-        S.import_file(f, store=store)
+    with pytest.raises(X.ImportFormatError) as err:
+        X.import_file(f, store=store)
     msg = str(err.value)
     assert str(f) in msg and where in msg and problem in msg, msg
     assert _counts(store) == before
@@ -284,17 +286,17 @@ def test_malformed_inspect_log_names_the_sample(sqlite_url, tmp_path):
     log["samples"][1]["messages"][2]["tool_calls"][0]["function"] = None
     f = tmp_path / "bad.json"
     f.write_text(json.dumps(log))
-    with pytest.raises(S.ImportFormatError, match=r"bad.json: sample 1 \(id 1\): message 2: tool call 0 has no"):
-        S.import_file(f, store=sqlite_url)
+    with pytest.raises(X.ImportFormatError, match=r"bad.json: sample 1 \(id 1\): message 2: tool call 0 has no"):
+        X.import_file(f, store=sqlite_url)
     f.write_text('{"eval": {},\n "samples": [}')
-    with pytest.raises(S.ImportFormatError, match="line 2: not valid JSON"):
-        S.import_file(f, store=sqlite_url)
+    with pytest.raises(X.ImportFormatError, match="line 2: not valid JSON"):
+        X.import_file(f, store=sqlite_url)
     assert S.list_runs(store=sqlite_url) == []
 
 
 def test_missing_file(sqlite_url, tmp_path):
     with pytest.raises(FileNotFoundError):
-        S.import_file(tmp_path / "nope.jsonl", store=sqlite_url)
+        X.import_file(tmp_path / "nope.jsonl", store=sqlite_url)
 
 
 def test_parquet_export(sqlite_url, tmp_path):
@@ -302,7 +304,7 @@ def test_parquet_export(sqlite_url, tmp_path):
 
     store = S.connect(sqlite_url)
     run_id, trajs = _labelled_run(store)
-    assert S.export_run(run_id, tmp_path / "out.parquet", store=store) == 12
+    assert X.export_run(run_id, tmp_path / "out.parquet", store=store) == 12
     table = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [r["sample_id"] for r in table] == [t.sample_id for t in trajs]
     assert table[0]["label"] == "pass" and table[1]["tags"] == ["regression"]
@@ -311,5 +313,5 @@ def test_parquet_export(sqlite_url, tmp_path):
 
 def test_export_of_a_missing_run(sqlite_url, tmp_path):
     with pytest.raises(ValueError, match="no run with id 7"):
-        S.export_run(7, tmp_path / "x.jsonl", store=sqlite_url)
+        X.export_run(7, tmp_path / "x.jsonl", store=sqlite_url)
     assert list(tmp_path.glob("x.jsonl*")) == []

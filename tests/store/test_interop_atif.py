@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 from storehelpers import make_case, make_trajectory
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.core import Label
 from evalrx.runner.commands import export_main, import_main
@@ -57,16 +58,16 @@ def test_atif_round_trip_is_byte_identical(store_url, sqlite_url, tmp_path):
     src = S.connect(sqlite_url)
     run_id = _run_with_everything(src)
     first = tmp_path / "first.atif.jsonl"
-    assert S.export_run(run_id, first, store=src) == 12  # the suffix says ATIF
-    res = S.import_file(first, store=store_url)  # the other backend too
+    assert X.export_run(run_id, first, store=src) == 12  # the suffix says ATIF
+    res = X.import_file(first, store=store_url)  # the other backend too
     assert (res.format, res.n_trajectories, len(res.run_ids)) == ("atif", 12, 1)
     second = tmp_path / "second.atif.jsonl"
-    assert S.export_run(res.run_ids[0], second, store=store_url) == 12
+    assert X.export_run(res.run_ids[0], second, store=store_url) == 12
     assert second.read_bytes() == first.read_bytes()
     # everything evalrx keeps came back, not only what the ATIF file shows
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    S.export_run(run_id, a, store=src)
-    S.export_run(res.run_ids[0], b, store=store_url)
+    X.export_run(run_id, a, store=src)
+    X.export_run(res.run_ids[0], b, store=store_url)
     assert a.read_bytes() == b.read_bytes()
     info = S.get_run(res.run_ids[0], store=store_url)
     assert info.name == "atif run" and info.n_cases == 12 and info.source == "import"
@@ -76,7 +77,7 @@ def test_atif_documents_follow_the_schema(sqlite_url, tmp_path):
     store = S.connect(sqlite_url)
     run_id = _run_with_everything(store)
     out = tmp_path / "run.jsonl"
-    assert S.export_run(run_id, out, fmt="atif", store=store) == 12
+    assert X.export_run(run_id, out, fmt="atif", store=store) == 12
     docs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len({d["session_id"] for d in docs}) == 12
     for d in docs:
@@ -217,8 +218,8 @@ def test_malformed_atif_is_one_line_and_writes_nothing(sqlite_url, tmp_path, cha
     change(doc)
     f = tmp_path / "bad.atif.jsonl"
     f.write_text(json.dumps(doc) + "\n")
-    with pytest.raises(S.ImportFormatError) as err:
-        S.import_file(f, store=sqlite_url)
+    with pytest.raises(X.ImportFormatError) as err:
+        X.import_file(f, store=sqlite_url)
     assert problem in str(err.value) and "\n" not in str(err.value)
     assert S.list_runs(store=sqlite_url) == []
 
@@ -226,7 +227,7 @@ def test_malformed_atif_is_one_line_and_writes_nothing(sqlite_url, tmp_path, cha
 def test_export_format_from_the_name_or_asked(sqlite_url, tmp_path, capsys):
     store = S.connect(sqlite_url)
     run_id = _run_with_everything(store)
-    assert [S.export_format(n) for n in ("a.parquet", "a.otlp.json", "a.atif.jsonl", "a.atif.json", "a.jsonl")] == [
+    assert [X.export_format(n) for n in ("a.parquet", "a.otlp.json", "a.atif.jsonl", "a.atif.json", "a.jsonl")] == [
         "parquet",
         "otel",
         "atif",

@@ -20,6 +20,7 @@ import pytest
 from inspect_logs import LONG, PNG, inspect_env, write_eval_log
 from sqlalchemy import text
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.core.case import StepRole
 from evalrx.runner.commands import import_main
@@ -63,7 +64,7 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
     assert any("attachment://" in json.dumps(s["messages"]) for s in raw.values())  # the image
     assert any("attachment://" in json.dumps(s["events"]) for s in raw.values())  # the long tool result
 
-    res = S.import_file(log, store=sqlite_url)
+    res = X.import_file(log, store=sqlite_url)
     assert (res.format, res.n_trajectories, len(res.run_ids), res.notes) == ("inspect-eval", 4, 1, [])
     info = S.get_run(res.run_ids[0], store=sqlite_url)
     assert info.name == "lookup_task (mockllm/model)" and info.n_cases == 4 and info.n_pass == 2 and info.n_fail == 2
@@ -129,7 +130,7 @@ def test_zstd_and_deflate_logs_import_the_same(eval_logs, sqlite_url):
     """Apart from ids and times the two logs hold the same eval, so the imports match."""
     out = {}
     for name, log in eval_logs.items():
-        res = S.import_file(log, store=sqlite_url)
+        res = X.import_file(log, store=sqlite_url)
         rows = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url, descending=False).rows
         out[name] = [(r.sample_id, r.outcome, r.n_steps, r.n_tool_calls, r.prompt_tokens, r.failure_kind) for r in rows]
     assert out["zstd"] == out["deflate"] and len(out["zstd"]) == 4
@@ -146,7 +147,7 @@ def test_reimport_is_refused_and_again_imports(eval_logs, sqlite_url, capsys):
         "imports it again)"
     )
     assert _counts(sqlite_url) == before
-    res = S.import_file(log, store=sqlite_url)
+    res = X.import_file(log, store=sqlite_url)
     assert res.already_imported and res.run_ids == [1] and res.n_trajectories == 0
     assert import_main([log, "--again", "--url", sqlite_url]) == 0
     assert "imported 4 trajectories (inspect-eval) as run(s) 2" in capsys.readouterr().out
@@ -154,7 +155,7 @@ def test_reimport_is_refused_and_again_imports(eval_logs, sqlite_url, capsys):
     # the hash is of the bytes: a copy under another name is the same file
     copy = Path(log).with_name("copy.eval")
     copy.write_bytes(Path(log).read_bytes())
-    assert S.import_file(copy, store=sqlite_url).run_ids == [1, 2]
+    assert X.import_file(copy, store=sqlite_url).run_ids == [1, 2]
 
 
 def test_unfinished_log_imports_its_samples_and_says_so(tmp_path, sqlite_url, capsys):
@@ -224,8 +225,8 @@ def test_a_bad_sample_anywhere_writes_nothing(tmp_path, sqlite_url):
     samples[4]["messages"][1]["role"] = "wizard"  # sample 5 of 10
     log = _synthetic_eval(tmp_path / "bad.eval", samples)
     before = _counts(sqlite_url)
-    with pytest.raises(S.ImportFormatError) as err:
-        S.import_file(log, store=sqlite_url)
+    with pytest.raises(X.ImportFormatError) as err:
+        X.import_file(log, store=sqlite_url)
     assert (
         str(err.value) == f"{log}: samples/s4_epoch_1.json: message 1 has role 'wizard'; expected one of "
         "system, developer, user, assistant, tool"
@@ -233,7 +234,7 @@ def test_a_bad_sample_anywhere_writes_nothing(tmp_path, sqlite_url):
     assert _counts(sqlite_url) == before  # the four good samples before it are not kept either
     samples[4]["messages"][1]["role"] = "assistant"
     _synthetic_eval(log, samples)
-    assert S.import_file(log, store=sqlite_url).n_trajectories == 10
+    assert X.import_file(log, store=sqlite_url).n_trajectories == 10
     rows = S.list_trajectories(store=sqlite_url, descending=False).rows
     assert [r.sample_id for r in rows] == [f"s{i}" for i in range(10)]  # the dataset's order
 
@@ -267,22 +268,22 @@ def test_entries_read_one_at_a_time_within_the_size_limit(tmp_path, sqlite_url):
     samples[1]["metadata"] = {"blob": "y" * 300_000}
     log = _synthetic_eval(tmp_path / "big.eval", samples)
     with pytest.raises(
-        S.RecordTooLargeError,
+        X.RecordTooLargeError,
         match=r"samples/s1_epoch_1.json: the log entry is 0.3 MB, over the "
         r"0.2 MB limit on one record; raise it with --max-record-mb 1",
     ):
-        S.import_file(log, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=200_000))
+        X.import_file(log, store=sqlite_url, limits=X.ImportLimits(max_record_bytes=200_000))
     assert S.list_runs(store=sqlite_url) == []
-    assert S.import_file(log, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=400_000)).n_trajectories == 3
+    assert X.import_file(log, store=sqlite_url, limits=X.ImportLimits(max_record_bytes=400_000)).n_trajectories == 3
 
 
 def test_preview_says_what_a_log_holds_without_writing_and_import_reports_progress(eval_logs, sqlite_url):
     before = _counts(sqlite_url)
-    pre = S.preview_file(eval_logs["zstd"], n_first=3, store=sqlite_url)
+    pre = X.preview_file(eval_logs["zstd"], n_first=3, store=sqlite_url)
     assert (pre.format, pre.n_trajectories, pre.n_cases, pre.max_attempt) == ("inspect-eval", 4, 2, 2)
     assert pre.models == ["mockllm/model"] and len(pre.first) == 3 and pre.already_imported_as == []
     assert _counts(sqlite_url) == before  # a preview writes nothing
     seen = []
-    res = S.import_file(eval_logs["zstd"], store=sqlite_url, on_progress=seen.append)
+    res = X.import_file(eval_logs["zstd"], store=sqlite_url, on_progress=seen.append)
     assert seen == [1, 2, 3, 4]
-    assert S.preview_file(eval_logs["zstd"], store=sqlite_url).already_imported_as == res.run_ids
+    assert X.preview_file(eval_logs["zstd"], store=sqlite_url).already_imported_as == res.run_ids

@@ -7,6 +7,7 @@ import json
 import pytest
 from sqlalchemy import text
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.runner.commands import import_main
 
@@ -52,10 +53,10 @@ def test_a_bad_record_anywhere_writes_nothing(store_url, tmp_path):
     rows[4]["steps"][1]["idx"] = 7  # record 5 of 10
     f = tmp_path / "ten.jsonl"
     f.write_text(_jsonl(rows))
-    S.import_file(_write(tmp_path / "ok.jsonl", _jsonl([_row(99)])), store=store_url)  # something already there
+    X.import_file(_write(tmp_path / "ok.jsonl", _jsonl([_row(99)])), store=store_url)  # something already there
     before = _counts(store_url)
-    with pytest.raises(S.ImportFormatError, match=r"ten.jsonl: line 5: step 1 has idx 7"):
-        S.import_file(f, store=store_url)
+    with pytest.raises(X.ImportFormatError, match=r"ten.jsonl: line 5: step 1 has idx 7"):
+        X.import_file(f, store=store_url)
     assert _counts(store_url) == before  # rows 1-4 were written in the same transaction, and rolled back
 
 
@@ -78,14 +79,14 @@ def test_record_over_the_size_limit(sqlite_url, tmp_path, capsys):
     # a whole-file document (an Inspect .json log) is one record
     log = {"eval": {"task": "t", "model": "m"}, "samples": [{"id": 1, "input": "x" * 150_000, "messages": []}]}
     doc = _write(tmp_path / "log.json", json.dumps(log, indent=1))
-    with pytest.raises(S.RecordTooLargeError, match=r"log.json: line 1: the file \(one JSON document\) is 0.1 MB"):
-        S.import_file(doc, store=sqlite_url, limits=S.ImportLimits(max_record_bytes=100_000))
+    with pytest.raises(X.RecordTooLargeError, match=r"log.json: line 1: the file \(one JSON document\) is 0.1 MB"):
+        X.import_file(doc, store=sqlite_url, limits=X.ImportLimits(max_record_bytes=100_000))
 
 
 def test_default_size_limit_is_64_mb():
-    assert S.ImportLimits().max_record_bytes == 64 * 2**20 and S.ImportLimits().max_depth == 200
+    assert X.ImportLimits().max_record_bytes == 64 * 2**20 and X.ImportLimits().max_depth == 200
     with pytest.raises(ValueError):
-        S.ImportLimits(max_depth=0)
+        X.ImportLimits(max_depth=0)
 
 
 @pytest.mark.parametrize("where", ["jsonl", "document", "atif"])
@@ -120,7 +121,7 @@ def test_brackets_inside_strings_are_not_nesting(sqlite_url, tmp_path):
     row = _row(1)
     row["steps"][1]["content"] = "[" * 1000 + '\\"{' * 500
     f = _write(tmp_path / "brackets.jsonl", _jsonl([row]))
-    assert S.import_file(f, store=sqlite_url).n_trajectories == 1
+    assert X.import_file(f, store=sqlite_url).n_trajectories == 1
 
 
 @pytest.mark.parametrize(
@@ -150,7 +151,7 @@ def test_wrong_encodings_name_the_line_and_what_was_found(sqlite_url, tmp_path, 
 
 def test_utf8_byte_order_mark_is_fine(sqlite_url, tmp_path):
     f = _write(tmp_path / "bom.jsonl", b"\xef\xbb\xbf" + _jsonl([_row(1), _row(2)]).encode())
-    assert S.import_file(f, store=sqlite_url).n_trajectories == 2
+    assert X.import_file(f, store=sqlite_url).n_trajectories == 2
 
 
 def test_reimport_of_the_same_bytes_is_refused(sqlite_url, tmp_path, capsys):
@@ -166,13 +167,13 @@ def test_reimport_of_the_same_bytes_is_refused(sqlite_url, tmp_path, capsys):
     assert import_main([str(f), "--again", "--url", sqlite_url]) == 0
     assert "as run(s) 2" in capsys.readouterr().out
     f.write_text(_jsonl([_row(1), _row(3)]))  # other bytes under the same name: a new file
-    assert S.import_file(f, store=sqlite_url).run_ids == [3]
+    assert X.import_file(f, store=sqlite_url).run_ids == [3]
     with S.connect(sqlite_url).read() as s:
         hashes = s.execute(text("SELECT source_sha256 FROM runs ORDER BY id")).scalars().all()
     assert hashes[0] == hashes[1] != hashes[2] and all(len(h) == 64 for h in hashes)
     # a file that made several runs (an export of two runs) is refused with all of them
     both = _write(tmp_path / "two.jsonl", _jsonl([dict(_row(1), run={"name": "a"}), dict(_row(2), run={"name": "b"})]))
-    assert S.import_file(both, store=sqlite_url).run_ids == [4, 5]
+    assert X.import_file(both, store=sqlite_url).run_ids == [4, 5]
     assert import_main([str(both), "--url", sqlite_url]) == 0
     assert "already imported as runs 4, 5" in capsys.readouterr().out
 

@@ -9,11 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from storehelpers import fill_run
 
+import evalrx.interop as X
 import evalrx.store as S
 from evalrx.core import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.failures import Diagnosis
+from evalrx.interop import otel
 from evalrx.runner.commands import export_main
-from evalrx.store import otel, runs
+from evalrx.store import runs
 
 pytest.importorskip("opentelemetry.proto")  # the export extra; `make test` installs it
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
@@ -206,7 +208,7 @@ def test_otlp_json_spans_names_attributes_parents(run_id, sqlite_url, tmp_path, 
 
 def test_content_only_when_asked(run_id, sqlite_url, tmp_path):
     out = tmp_path / "content.otlp.json"
-    assert S.export_run(run_id, out, store=sqlite_url, otel_content=True) == 1
+    assert X.export_run(run_id, out, store=sqlite_url, otel_content=True) == 1
     root, chat1, calc, look, _ = _spans(_read(out))
     assert json.loads(_attrs(calc)["gen_ai.tool.call.arguments"]) == {"expression": "6 * 7"}
     assert _attrs(calc)["gen_ai.tool.call.result"] == "42"
@@ -214,7 +216,7 @@ def test_content_only_when_asked(run_id, sqlite_url, tmp_path):
     parts = json.loads(_attrs(chat1)["gen_ai.output.messages"])[0]["parts"]
     assert parts[0] == {"type": "text", "content": "Two lookups."} and parts[2]["name"] == "lookup"
     plain = tmp_path / "plain.otlp.json"
-    S.export_run(run_id, plain, store=sqlite_url)
+    X.export_run(run_id, plain, store=sqlite_url)
     assert "6 * 7" not in plain.read_text() and "lookup failed" in plain.read_text()  # the error status stays
 
 
@@ -222,8 +224,8 @@ def test_one_trace_per_trajectory_and_the_same_bytes_again(sqlite_url, tmp_path)
     store = S.connect(sqlite_url)
     rid, _, trajs = fill_run(store, 7, name="many")
     a, b = tmp_path / "a.otlp.json", tmp_path / "b.otlp.json"
-    assert S.export_run(rid, a, store=store) == 7
-    S.export_run(rid, b, store=store)
+    assert X.export_run(rid, a, store=store) == 7
+    X.export_run(rid, b, store=store)
     assert a.read_bytes() == b.read_bytes()  # ids and times come from the store, not the clock
     spans = _spans(_read(a))
     roots = [s for s in spans if s.name == "invoke_agent"]

@@ -9,7 +9,9 @@ import pytest
 from sqlalchemy import text
 from storehelpers import make_case, make_trajectory
 
+import evalrx.interop as X
 import evalrx.store as S
+from evalrx import reports
 from evalrx.core import Label
 from evalrx.runner.commands import compare_main, runs_main
 from evalrx.store import runs
@@ -35,7 +37,7 @@ def test_repeats_make_attempts_and_pass_at_k_is_exact(sqlite_url, capsys):
     rid = _run(store, cases, [["pass"] * 4, ["pass", "fail", "pass", "fail"], ["fail"] * 4], repeats=4)
     assert S.get_run(rid, store=store).n_cases == 12
     assert [a for a, *_ in S.attempts_of(rid, store=store)["q0001"]] == [1, 2, 3, 4]
-    rel = S.run_reliability(rid, store=store)
+    rel = reports.run_reliability(rid, store=store)
     # pass@1 = (1 + 0.5 + 0) / 3; pass@2 for c=2,n=4: 1 - C(2,2)/C(4,2) = 5/6; pass^2: (1 + 1/6 + 0) / 3.
     assert rel.pass_at_k[1] == pytest.approx(0.5)
     assert rel.pass_at_k[2] == pytest.approx((1 + 5 / 6) / 3)
@@ -78,7 +80,7 @@ def test_compare_two_runs_counts_mcnemar_and_mismatched_cases(sqlite_url, capsys
     b = ["pass"] * 3 + ["fail"] + ["pass"] * 6
     ra = _run(store, cases[:10] + [cases[10]], [[o] for o in a], name="A")
     rb = _run(store, cases[:10] + [cases[11]], [[o] for o in b + ["fail"]], name="B")
-    c = S.compare_runs(ra, rb, store=store)
+    c = reports.compare_runs(ra, rb, store=store)
     assert (c["n_paired"], c["only_a"], c["only_b"]) == (10, 1, 1)
     assert (c["both_pass"], c["both_fail"], c["regressions"], c["fixes"]) == (3, 0, 1, 6)
     assert c["mcnemar_p"] == pytest.approx(2 * 8 / 128)  # two-sided binomial, 1 of 7 discordant, p = 0.5
@@ -109,7 +111,7 @@ def test_compare_with_repeats_pairs_success_rates(sqlite_url):
     cases = [make_case(i) for i in range(2)]
     ra = _run(store, cases, [["pass", "pass"], ["fail", "fail"]], repeats=2)
     rb = _run(store, cases, [["pass", "fail"], ["pass", "pass"]], repeats=2)
-    c = S.compare_runs(ra, rb, store=store)
+    c = reports.compare_runs(ra, rb, store=store)
     assert c["mixed"] == 1 and c["fixes"] == 1 and c["diff"] == pytest.approx((-0.5 + 1.0) / 2)
 
 
@@ -124,7 +126,7 @@ def test_predictors_rank_a_signal_that_separates(sqlite_url):
             traj.metrics.pop("n_turns")
             traj.outcome = Label.FAIL if pos % 4 == 3 else Label.PASS  # only four-turn runs fail
             runs.save_trajectory(s, rid, cid, traj)
-    table = S.predictor_table([rid], store=store)
+    table = reports.predictor_table([rid], store=store)
     turns = next(r for r in table if r["signal"] == "turns")
     # Above the median (3 or 4 turns) half fail; at or below it none do.
     assert turns["auroc"] == pytest.approx(1.0) and turns["fail_rate_high"] == 0.5 and turns["fail_rate_low"] == 0.0
@@ -147,7 +149,7 @@ def test_agreement_between_annotators_and_with_the_diagnosis(sqlite_url, capsys)
             annotator="bob",
             store=store,
         )
-    agree = S.label_agreement(run_id=rid, store=store)
+    agree = reports.label_agreement(run_id=rid, store=store)
     assert agree["annotators"] == ["ann", "bob"]
     (pair,) = agree["outcome"]["pairs"]
     assert pair["n"] == 6 and pair["kappa"] == pytest.approx(0.0)
@@ -178,12 +180,12 @@ def test_compare_two_imported_runs(sqlite_url, tmp_path, capsys):
             )
             + "\n"
         )
-        return S.import_file(f, store=sqlite_url).run_ids[0]
+        return X.import_file(f, store=sqlite_url).run_ids[0]
 
     # 12 cases: c0-c4 pass in both, c5 regresses, c6-c10 are fixed, c11 fails in both.
     a = write("a.jsonl", ["pass"] * 6 + ["fail"] * 6)
     b = write("b.jsonl", ["pass"] * 5 + ["fail"] + ["pass"] * 5 + ["fail"])
-    c = S.compare_runs(a, b, store=sqlite_url)
+    c = reports.compare_runs(a, b, store=sqlite_url)
     assert (c["n_paired"], c["both_pass"], c["both_fail"], c["regressions"], c["fixes"]) == (12, 5, 1, 1, 5)
     assert c["mcnemar_p"] == pytest.approx(2 * 7 / 64)  # 1 of 6 discordant: 2 * P(X <= 1), X ~ Bin(6, 0.5)
     assert compare_main([str(a), str(b), "--json", "--url", sqlite_url]) == 0

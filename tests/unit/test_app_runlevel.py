@@ -19,6 +19,7 @@ from appdata import call_trajectory, fill_attempts, make_case  # noqa: E402
 from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
+from evalrx import reports  # noqa: E402
 from evalrx.core import Diagnosis  # noqa: E402
 
 
@@ -152,7 +153,7 @@ def test_compare_page_counts_pairs_and_never_drops_unpaired_cases(two_runs):
         "0",
     )
     assert m["success rate B − A"] == "-20.0 pp"  # (-1 + 0 - 1 + 1 + 0) / 5
-    cmp = S.compare_runs(a, b, store=two_runs["url"])
+    cmp = reports.compare_runs(a, b, store=two_runs["url"])
     assert m["McNemar p"] == f"{cmp['mcnemar_p']:.3g}" == "1"  # 2 regressions against 1 fix
     assert m["95% interval"] == f"{100 * cmp['diff_ci_low']:+.1f} to {100 * cmp['diff_ci_high']:+.1f} pp"
     assert any("1 case(s) only in A and 1 only in B" in w.value for w in at.warning)

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional
 
-from evalrx.store.import_errors import ImportFormatError
-from evalrx.store.limits import ImportLimits, check_size, parse_json
+from evalrx.interop.errors import ImportFormatError
+from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info
+from evalrx.interop.limits import ImportLimits, check_size, parse_json
+from evalrx.interop.records import Reading, Record
+from evalrx.interop.registry import Format, register
 
 HEADER = "header.json"
 START = "_journal/start.json"
@@ -183,3 +186,40 @@ class _ZstdFrames:
                 break
             chunk, self._obj = self._obj.unused_data, self._dctx.decompressobj()
         return b"".join(out)
+
+
+def read_eval_log(path: Path, limits: ImportLimits, reading: Reading) -> Iterator[Record]:
+    """The samples of an Inspect `.eval` log, one decompressed and parsed at a time."""
+    log = EvalLogReader(path, limits)
+    if not log.samples:
+        raise ImportFormatError(
+            path,
+            "samples/",
+            "the log has no samples (it was written with log_samples=False, "
+            "or no sample had finished when it was copied)",
+        )
+    reading.kinds.add("inspect-eval")
+    if not log.complete:
+        reading.notes.append(
+            f"{path.name} is an unfinished Inspect log (no header.json: Inspect was still writing it, or stopped); "
+            f"imported the {len(log.samples)} sample(s) it holds"
+        )
+    name, config = inspect_run_info(log.header)
+    meta = {
+        "inspect_status": log.header.get("status") or "started",
+        "incomplete": not log.complete,
+        "compression": log.compressions,
+    }
+    for entry, sample in log.iter_samples():
+        try:
+            case, traj = from_inspect_sample(sample)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ImportFormatError(path, entry.name, str(exc)) from None
+        yield Record(case=case, traj=traj, where=entry.name, run_name=name, run_config=config, run_meta=meta)
+
+
+register(
+    Format(
+        name="inspect-eval", title="Inspect .eval log", sniff_rank=0, sniff_bytes=is_eval_zip, read_path=read_eval_log
+    )
+)

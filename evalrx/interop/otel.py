@@ -22,11 +22,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from evalrx.store import convert
+from evalrx.interop.atif import session_id
+from evalrx.interop.files import write_lines
+from evalrx.interop.registry import ExportOptions, Format, register
+from evalrx.store import observation_text
 
 BATCH = 100  # trajectories per ExportTraceServiceRequest (a line of the file, a POST)
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
-SCOPE = "evalrx.store.otel"
+SCOPE = "evalrx.store.otel"  # the instrumentation scope traces were first exported under; kept so they stay alike
 
 
 def _proto() -> Any:
@@ -82,7 +85,6 @@ def trace_requests(
 
 
 def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, common_pb2: Any) -> list:
-    from evalrx.store.atif import session_id
 
     Span = trace_pb2.Span
     tid = row["_trajectory_id"]
@@ -160,14 +162,14 @@ def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, com
                 attrs["gen_ai.tool.call.arguments"] = (
                     json.dumps(args, ensure_ascii=False, sort_keys=True, default=str) if args is not None else None
                 )
-                attrs["gen_ai.tool.call.result"] = convert.observation_text(step.get("observation"))
+                attrs["gen_ai.tool.call.result"] = observation_text(step.get("observation"))
             if span.get("tool_error") or span.get("parse_error"):
                 attrs["error.type"] = str(
                     span.get("tool_error_type") or ("tool_error" if span.get("tool_error") else "parse_error")
                 )
                 status = trace_pb2.Status(
                     code=trace_pb2.Status.STATUS_CODE_ERROR,
-                    message=convert.observation_text(step.get("observation"))[:1000],
+                    message=observation_text(step.get("observation"))[:1000],
                 )
         sp = Span(
             trace_id=trace_id,
@@ -384,8 +386,6 @@ def write_traces(
     Returns:
         The number of trajectories exported.
     """
-    from evalrx.store.io import write_lines
-
     count = [0]
 
     def lines() -> Iterator[str]:
@@ -423,3 +423,20 @@ def post(request: Any, endpoint: str, *, timeout: float = 30.0) -> None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ValueError(f"cannot reach the OTLP endpoint {endpoint}: {reason}") from None
+
+
+def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
+    requests = trace_requests(rows, run_id=options.run_id, content=options.otel_content)
+    return write_traces(requests, path, endpoint=options.otel_endpoint)
+
+
+register(
+    Format(
+        name="otel",
+        title="OpenTelemetry (OTLP JSON)",
+        write=_write,
+        suffixes=(".otlp.json", ".otlp.jsonl"),
+        mime="application/json",
+        export_ids=True,
+    )
+)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional
 
-from evalrx.store.import_errors import EncodingError, ImportFormatError, NestingTooDeepError, RecordTooLargeError
+from evalrx.interop.errors import EncodingError, ImportFormatError, NestingTooDeepError, RecordTooLargeError
 
 MiB = 1 << 20
 DEFAULT_MAX_RECORD_BYTES = 64 * MiB

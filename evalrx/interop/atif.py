@@ -13,9 +13,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Iterator, Optional
 
-from evalrx.store import convert
+from evalrx.interop.evalrx_jsonl import record_of_row
+from evalrx.interop.files import write_lines
+from evalrx.interop.records import Reading, Record
+from evalrx.interop.registry import ExportOptions, Format, register
+from evalrx.store import observation_text
 
 SCHEMA_VERSION = "ATIF-v1.4"
 _SOURCES = ("system", "user", "agent")
@@ -38,7 +43,7 @@ def dumps(doc: dict) -> str:
 
 
 def to_atif(row: dict) -> dict:
-    """An ATIF document for one export row (`evalrx.store.io.iter_export_rows`)."""
+    """An ATIF document for one export row (`evalrx.store.iter_export_rows`)."""
     from evalrx import __version__
 
     steps = row.get("steps") or []
@@ -152,7 +157,7 @@ def _result(tool_step: dict, position: Optional[int], ids: list) -> dict:
     out: dict = {}
     if call is not None:
         out["source_call_id"] = ids[call]
-    out["content"] = convert.observation_text(tool_step.get("observation"))
+    out["content"] = observation_text(tool_step.get("observation"))
     return out
 
 
@@ -427,3 +432,34 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
             },
         },
     }
+
+
+# ---------------------------------------------------------------- the format
+
+
+def _is_atif(obj: dict, whole: bool) -> bool:
+    return is_atif(obj)
+
+
+def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
+    record = record_of_row(from_atif(obj))
+    record.where = where
+    yield record
+
+
+def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
+    return write_lines(path, (dumps(to_atif(row)) for row in rows))
+
+
+register(
+    Format(
+        name="atif",
+        title="ATIF",
+        sniff_rank=20,
+        sniff_record=_is_atif,
+        read_record=_read,
+        write=_write,
+        suffixes=(".atif.jsonl", ".atif.json"),
+        mime="application/jsonl",
+    )
+)

@@ -1,0 +1,66 @@
+"""Every file format evalrx reads or writes, and the bridge that moves them in and out of the store.
+
+One module per format, each registering itself in `registry` (name, suffixes, a content sniffer, a
+reader yielding `Record`s, a writer of export rows); `bridge` imports by content and exports by name
+or `--format`, through the store's public functions.
+
+    from evalrx.interop import import_file, export_run
+    result = import_file("logs/run.eval")          # Inspect .eval/.json, ATIF, evalrx or OpenAI chat JSONL
+    export_run(result.run_ids[0], "out.atif.jsonl")  # the format from the name, or fmt="otel"
+"""
+
+import importlib
+
+from evalrx.interop.bridge import (
+    ImportPreview,
+    ImportResult,
+    export_run,
+    export_trajectories,
+    import_file,
+    preview_file,
+    read_file,
+)
+from evalrx.interop.errors import (
+    EncodingError,
+    ImportFormatError,
+    NestingTooDeepError,
+    RecordTooLargeError,
+    UnknownFormatError,
+)
+from evalrx.interop.labels_csv import export_labels_csv
+from evalrx.interop.limits import ImportLimits
+from evalrx.interop.records import Reading, Record
+from evalrx.interop.registry import ExportOptions, Format, export_format, export_formats, formats, register, title_of
+
+# Each format registers itself on import; this order is the order exports are offered in (ours first).
+for _module in ("evalrx_jsonl", "parquet", "atif", "otel", "openai_chat", "inspect_log", "inspect_eval"):
+    importlib.import_module(f"evalrx.interop.{_module}")
+
+EXPORT_FORMATS = export_formats()
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "EncodingError",
+    "ExportOptions",
+    "Format",
+    "ImportFormatError",
+    "ImportLimits",
+    "ImportPreview",
+    "ImportResult",
+    "NestingTooDeepError",
+    "Reading",
+    "Record",
+    "RecordTooLargeError",
+    "UnknownFormatError",
+    "export_format",
+    "export_formats",
+    "export_labels_csv",
+    "export_run",
+    "export_trajectories",
+    "formats",
+    "import_file",
+    "preview_file",
+    "read_file",
+    "register",
+    "title_of",
+]

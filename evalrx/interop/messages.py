@@ -1,0 +1,186 @@
+"""Chat messages to trajectory steps, shared by the OpenAI chat and Inspect readers.
+
+Each reader turns one record into a (FailureCase, Trajectory) pair, raising `ValueError` with a short
+description of the problem; the import bridge (`evalrx.interop.bridge`) adds the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from evalrx.core.case import Label, Step, StepRole
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+_PASS = {"c", "correct", "pass", "passed", "true", "1", "1.0", "yes"}
+_FAIL = {"i", "incorrect", "fail", "failed", "false", "0", "0.0", "no"}
+
+
+def outcome_of(value: Any) -> Label:
+    """Map a score or verdict (Inspect's C/I, booleans, 1/0, pass/fail) to a Label."""
+    if isinstance(value, Label):
+        return value
+    if isinstance(value, bool):
+        return Label.PASS if value else Label.FAIL
+    if isinstance(value, (int, float)):
+        return Label.PASS if value >= 1 else Label.FAIL if value <= 0 else Label.UNKNOWN
+    if isinstance(value, str):
+        v = value.strip().lower()
+        return Label.PASS if v in _PASS else Label.FAIL if v in _FAIL else Label.UNKNOWN
+    return Label.UNKNOWN
+
+
+def content_text(content: Any, attachments: Optional[dict] = None) -> str:
+    """The text of a message content (a string or a list of content blocks)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return resolve_attachment(content, attachments)
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append(resolve_attachment(block, attachments))
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if kind == "text":
+                    parts.append(resolve_attachment(str(block.get("text") or ""), attachments))
+                elif kind == "reasoning":
+                    parts.append(f"<think>{resolve_attachment(str(block.get('reasoning') or ''), attachments)}</think>")
+                elif kind in ("image", "image_url", "input_image"):
+                    parts.append("[image]")
+            else:
+                raise ValueError(f"content block of type {type(block).__name__} is not a string or object")
+        return "\n".join(p for p in parts if p)
+    raise ValueError(f"message content must be a string or a list of blocks, not {type(content).__name__}")
+
+
+def resolve_attachment(text: str, attachments: Optional[dict]) -> str:
+    if attachments and text.startswith("attachment://"):
+        return attachments.get(text[len("attachment://") :], text)
+    return text
+
+
+def _call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:
+    """One tool call as a ToolCall dict plus a parse error (if its arguments were not JSON)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"tool call {i} is not an object")
+    if style == "inspect":
+        name, args, error = raw.get("function"), raw.get("arguments"), raw.get("parse_error")
+    else:
+        fn = raw.get("function")
+        if not isinstance(fn, dict):
+            raise ValueError(f"tool call {i} has no `function` object")
+        name, args, error = fn.get("name"), fn.get("arguments"), None
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"tool call {i} has no function name")
+    call: dict = {"name": name, "args": {}}
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            parsed, error = None, f"arguments of {name!r} are not valid JSON: {exc.msg}"
+        if isinstance(parsed, dict):
+            call["args"] = parsed
+        else:
+            error = error or f"arguments of {name!r} are not a JSON object"
+            call["raw"] = args
+    elif isinstance(args, dict):
+        call["args"] = args
+    elif args is not None:
+        raise ValueError(f"tool call {i} arguments must be an object or a JSON string")
+    if raw.get("id") is not None:
+        call["id"] = str(raw["id"])
+    return call, error
+
+
+def messages_to_steps(
+    messages: Any, *, style: str = "openai", attachments: Optional[dict] = None
+) -> tuple[list, Optional[str], Optional[str], str]:
+    """Convert a chat transcript to steps.
+
+    Returns:
+        (steps, system prompt, final answer, goal): the final answer is the last
+        assistant message when it made no tool call.
+    """
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("`messages` must be a non-empty list")
+    steps: list = []
+    system: Optional[str] = None
+    goal: Optional[str] = None
+    names: dict = {}
+    turn = 0
+    turn_ids: list = []
+    final: Optional[str] = None
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict):
+            raise ValueError(f"message {i} is not an object")
+        role = msg.get("role")
+        if role not in _ROLES:
+            raise ValueError(f"message {i} has role {role!r}; expected one of {', '.join(_ROLES)}")
+        text = content_text(msg.get("content"), attachments)
+        if role in ("system", "developer"):
+            system = text if system is None else f"{system}\n{text}"
+            continue
+        if role == "user":
+            if goal is None:
+                goal = text
+            steps.append(Step(idx=len(steps), role=StepRole.USER, content=text))
+            final = None
+        elif role == "assistant":
+            turn += 1
+            calls, errors = [], []
+            raw_calls = msg.get("tool_calls") or []
+            if not isinstance(raw_calls, list):
+                raise ValueError(f"message {i}: `tool_calls` must be a list")
+            for j, raw in enumerate(raw_calls):
+                try:
+                    call, err = _call(raw, j, style)
+                except ValueError as exc:
+                    raise ValueError(f"message {i}: {exc}") from None
+                calls.append(call)
+                if call.get("id"):
+                    names[call["id"]] = call["name"]
+                if err:
+                    errors.append(err)
+            turn_ids = [c.get("id") for c in calls]
+            steps.append(
+                Step(
+                    idx=len(steps),
+                    role=StepRole.ACTOR,
+                    content=text,
+                    tool_calls=calls,
+                    parse_error="; ".join(errors) or None,
+                    span={"turn": turn},
+                )
+            )
+            final = text if not calls and not errors else None
+        else:  # tool
+            call_id = msg.get("tool_call_id")
+            name = msg.get("function") or msg.get("name") or names.get(call_id) or ""
+            span: dict = {"turn": turn}
+            if call_id and call_id in turn_ids:  # results may come back in any order: pair them by id
+                span["call"] = turn_ids.index(call_id)
+            err = msg.get("error")
+            if err:
+                span["tool_error"] = True
+                if isinstance(err, dict) and err.get("message"):
+                    text = text or str(err["message"])
+            steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=str(name), observation=text, span=span))
+            final = None
+    if goal is None:
+        raise ValueError("the transcript has no user message")
+    return steps, system, final, goal
+
+
+def trajectory_metrics(steps: list, final: Optional[str], extra: Optional[dict] = None) -> dict:
+    actor = [s for s in steps if s.role is StepRole.ACTOR]
+    m: dict = {
+        "n_steps": len(steps),
+        "n_turns": len(actor),
+        "n_tool_calls": sum(len(s.tool_calls) for s in actor),
+        "n_parse_errors": sum(1 for s in actor if s.parse_error),
+        "terminated": "final" if final is not None else "incomplete",
+    }
+    m.update(extra or {})
+    return m

@@ -1,0 +1,40 @@
+"""What a reader yields: one trajectory with its case, and what the whole file's reading found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from evalrx.core.case import FailureCase, Trajectory
+from evalrx.interop.limits import ImportLimits
+
+
+@dataclass
+class Record:
+    """One trajectory read from a file, with where it was (a line number or a name) for error messages."""
+
+    case: FailureCase
+    traj: Trajectory
+    where: Any
+    labels: list = field(default_factory=list)
+    tags: list = field(default_factory=list)
+    run_name: Optional[str] = None
+    run_config: Optional[dict] = None
+    run_meta: Optional[dict] = None
+    diagnoses: Optional[list] = None  # None: diagnose on import (model-free rules)
+
+
+@dataclass
+class Reading:
+    """One file being read: its path and limits, the formats seen, notes for the user, and per-file state."""
+
+    path: Path
+    limits: ImportLimits
+    kinds: set = field(default_factory=set)
+    notes: list = field(default_factory=list)
+    attempts: dict = field(default_factory=dict)  # case id -> attempts numbered so far (formats without attempts)
+
+    @property
+    def format(self) -> str:
+        return "+".join(sorted(self.kinds))

@@ -1,0 +1,146 @@
+"""Stored trajectories as export rows: plain dicts of a trajectory with its case, grade, labels, tags,
+diagnosis and run, the one shape every export format (`evalrx.interop`) is written from."""
+
+from __future__ import annotations
+
+import base64
+from typing import Iterator, Optional, Sequence
+
+from sqlalchemy import select
+
+from evalrx.store import convert
+from evalrx.store import schema as t
+from evalrx.store.diagnoses import diagnoses_in
+from evalrx.store.engine import Store, resolve
+from evalrx.store.labels import history_in, tags_in
+
+EXPORT_BATCH = 500
+
+
+def iter_export_rows(
+    run_id: Optional[int],
+    *,
+    store: "Store | str | None" = None,
+    with_ids: bool = False,
+    trajectory_ids: Optional[Sequence[int]] = None,
+) -> Iterator[dict]:
+    """Export rows of a run, in the run's case order (attempts of a case together), or of chosen trajectories
+    (any runs; `run_id` then narrows them to one);
+    `with_ids` adds `_trajectory_id`, `_run_id` and `_created_at` (for the OTLP export's ids and times)."""
+    st = resolve(store)
+    with st.read() as s:
+        if run_id is not None and s.get(t.Run, run_id) is None:
+            raise ValueError(f"no run with id {run_id}")
+        q = (
+            select(t.Trajectory.id)
+            .outerjoin(
+                t.RunCase,
+                (t.RunCase.run_id == t.Trajectory.run_id)
+                & (t.RunCase.case_id == t.Trajectory.case_id)
+                & (t.RunCase.attempt == t.Trajectory.attempt),
+            )
+            .order_by(t.Trajectory.run_id, t.RunCase.position, t.Trajectory.attempt, t.Trajectory.id)
+        )
+        if run_id is not None:
+            q = q.where(t.Trajectory.run_id == run_id)
+        if trajectory_ids is not None:
+            q = q.where(t.Trajectory.id.in_(list(trajectory_ids)))
+        ids = s.execute(q).scalars().all()
+        runs_info: dict = {}
+        for start in range(0, len(ids), EXPORT_BATCH):
+            chunk = ids[start : start + EXPORT_BATCH]
+            trajs = {r.id: r for r in s.execute(select(t.Trajectory).where(t.Trajectory.id.in_(chunk))).scalars()}
+            steps: dict = {i: [] for i in chunk}
+            for st_row in s.execute(
+                select(t.Step).where(t.Step.trajectory_id.in_(chunk)).order_by(t.Step.trajectory_id, t.Step.idx)
+            ).scalars():
+                steps[st_row.trajectory_id].append(st_row)
+            case_rows = {
+                c.id: c
+                for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_id for i in chunk}))).scalars()
+            }
+            for tid in chunk:
+                row = trajs[tid]
+                if row.run_id not in runs_info:
+                    run = s.get(t.Run, row.run_id)
+                    runs_info[row.run_id] = {"name": run.name, "config": run.config or {}}
+                run_info = runs_info[row.run_id]
+                case = case_rows[row.case_id]
+                traj = convert.trajectory_from_rows(row, steps[tid])
+                case_out = convert.case_dict(case)
+                sha = case_out.pop("image_sha256")
+                if sha:
+                    blob = s.get(t.Blob, sha)
+                    case_out["image"] = {
+                        "sha256": sha,
+                        "mime": blob.mime,
+                        "base64": base64.b64encode(bytes(blob.data)).decode(),
+                    }
+                out = {
+                    "case_id": case.case_key,
+                    "meta": case.meta or {},
+                    **traj.to_dict(),
+                    "case": case_out,
+                    "labels": [lab.to_dict() for lab in history_in(s, tid)],
+                    "tags": tags_in(s, tid),
+                    "run": run_info,
+                    "diagnosis": export_diagnosis(diagnoses_in(s, tid)),
+                }
+                if with_ids:
+                    out["_trajectory_id"], out["_run_id"], out["_created_at"] = tid, row.run_id, row.created_at
+                yield out
+            s.expunge_all()  # rows of finished chunks need not stay in the session's identity map
+
+
+def export_diagnosis(diagnoses: list) -> dict:
+    """The exported `diagnosis` object: the top diagnosis (`kind` None for a passing trajectory)."""
+    if not diagnoses:
+        return {"kind": None, "first_wrong_step": None, "evidence": {}, "confidence": 0.0, "source": None}
+    return diagnoses[0].to_dict()
+
+
+def current_label_rows(
+    *, run_id: Optional[int] = None, trajectory_ids: Optional[Sequence[int]] = None, store: "Store | str | None" = None
+) -> list:
+    """The current labels (of a run, or of chosen trajectories) as tuples in `LABEL_COLUMNS` order."""
+    L, T = t.LabelRow, t.Trajectory
+    q = (
+        select(
+            L.trajectory_id,
+            T.run_id,
+            T.sample_id,
+            T.attempt,
+            L.outcome,
+            L.failure_mode,
+            L.first_wrong_step,
+            L.step_idx,
+            L.annotator,
+            L.note,
+            L.created_at,
+        )
+        .join(T, T.id == L.trajectory_id)
+        .where(L.is_current)
+        .order_by(L.trajectory_id, L.step_idx)
+    )
+    if run_id is not None:
+        q = q.where(T.run_id == run_id)
+    if trajectory_ids is not None:
+        q = q.where(L.trajectory_id.in_(list(trajectory_ids)))
+    with resolve(store).read() as s:
+        rows = s.execute(q).all()
+    return rows
+
+
+LABEL_COLUMNS = (
+    "trajectory_id",
+    "run_id",
+    "case_id",
+    "attempt",
+    "outcome",
+    "failure_kind",
+    "first_wrong_step",
+    "step_idx",
+    "annotator",
+    "note",
+    "created_at",
+)
