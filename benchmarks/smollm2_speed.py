@@ -18,7 +18,7 @@ Two parts, one run:
   - ``gguf_direct_1_thread`` -- the same weights on one thread;
   - ``cached_default_threads`` -- the converted safetensors checkpoint, default threads;
   - ``cached_evalrx`` -- `evalrx.load("smollm2-135m-instruct")` as it is now, on the thread
-    count it settled at load (see `hf_local._settle_cpu_threads`);
+    count it settled at load (see `evalrx.models.runtime_tuning.settle_cpu_threads`);
   - ``cached_bf16_1_thread`` (reference, not a default: the lens wants fp32) -- bfloat16 weights.
 
 Every repeat records `os.getloadavg()`; the JSON keeps medians, min and max per variant and
@@ -52,7 +52,7 @@ FINDINGS = [
     "OS has descheduled, so it costs a scheduler slice instead of microseconds: profiled in one greedy decode "
     "(16 tokens), the CPU flash-attention kernel took 5.5 ms per call on 2 threads against 37 us on 1, aten::mm "
     "454 us against 266 us, and tiny ops (arange, where, isin) milliseconds each; 6.0 s wall against 1.2 s.",
-    "Fix: hf_local settles the thread count at load on CPU (_settle_cpu_threads): no more threads than cores the "
+    "Fix: hf_local settles the thread count at load on CPU (settle_cpu_threads): no more threads than cores the "
     "load average leaves free, and with two or more free a short timed decode picks among N, N/2 and 1 (more only "
     "when >= 25% faster). Overridable with extra={'threads': n} or $EVALRX_NUM_THREADS; OMP_NUM_THREADS is respected.",
     "Load: transformers de-quantizes the GGUF and rebuilds its tokenizer on every load (~20 s here); the spec now "
@@ -159,7 +159,7 @@ def measure_speed(repeats: int, new_tokens: int, lengths: list) -> dict:
     from transformers import AutoModelForCausalLM
 
     import evalrx
-    from evalrx.models.backends.hf_local import teacher_forced_forward
+    from evalrx.internals import teacher_forced_forward
     from evalrx.specs import get_spec, resolve_weights
 
     default_threads = torch.get_num_threads()

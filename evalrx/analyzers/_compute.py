@@ -9,10 +9,10 @@ final norm, so the last layer's lens is the model's own logits and is never norm
 again. `logits_to_keep` accepts a tensor of positions, so a pass computes the
 vocabulary projection only where it is analysed.
 
-Attention rows: on a Llama-shaped model (`hf_local.rows_rebuildable`) `teacher_forced`
+Attention rows: on a Llama-shaped model (`HFLocalModel.attention_rows_rebuildable`) `teacher_forced`
 runs the model's own kernel with a KV cache and rebuilds the head-averaged rows at the
 requested query positions from the residual streams and cached keys
-(`hf_local.rebuilt_attention_rows`), so no `[heads, T, T]` map is ever made. Other
+(`evalrx.internals.rebuilt_attention_rows`), so no `[heads, T, T]` map is ever made. Other
 models are switched to eager attention for that pass, and back afterwards, and each
 layer's weights are reduced to those rows inside a hook, so the maps of all layers are
 never held at once.
@@ -20,16 +20,21 @@ never held at once.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from evalrx.analyzers._base import model_id
-
-_ATTN_ATTRS = ("self_attn", "attn", "attention", "self_attention")
+from evalrx.internals import (
+    attention_modules,
+    cached_keys,
+    discover,
+    rebuilt_attention_rows,
+    teacher_forced_forward,
+    using_attention_implementation,
+)
 
 # Bound on floats in one [layers, positions, vocab] block of the lens (~128 MB of fp32).
 MAX_BLOCK_ELEMS = 1 << 25
@@ -50,8 +55,6 @@ class LocalModel:
         if self._parts is None:
             parts = getattr(self.handle, "parts", None)  # hf_local caches its discovery
             if parts is None or not hasattr(parts, "lens_logits"):
-                from evalrx.models._discover import discover
-
                 parts = discover(self.hf)
             self._parts = parts
         return self._parts
@@ -98,7 +101,7 @@ def forward(
     *,
     hidden: bool = True,
 ) -> "tuple[Any, Any]":
-    """One teacher-forced pass over `ids`: `hf_local.teacher_forced_forward`, the pass `HFLocalModel.forward` runs.
+    """One teacher-forced pass over `ids`: `teacher_forced_forward`, the pass `HFLocalModel.forward` runs.
 
     Args:
         local: the model.
@@ -114,51 +117,10 @@ def forward(
     """
     import torch
 
-    from evalrx.models.backends.hf_local import teacher_forced_forward
-
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
     with torch.inference_mode():  # the analyzers only read the pass: no autograd bookkeeping at all
         out = teacher_forced_forward(local.hf, input_ids, keep=keep, output_hidden_states=hidden, parts=local.parts)
     return out.logits[0], out.hidden_states
-
-
-@contextlib.contextmanager
-def eager_attention(hf: Any) -> Iterator[None]:
-    """Run the block with eager attention (the only kind that yields weights), then restore."""
-    config = getattr(hf, "config", None)
-    before = getattr(config, "_attn_implementation", None)
-    switched = False
-    if before != "eager":
-        if not hasattr(hf, "set_attn_implementation"):
-            raise RuntimeError(
-                f"{type(hf).__name__} uses {before!r} attention and cannot switch to eager; "
-                "load it with attn_implementation='eager' to capture attention."
-            )
-        hf.set_attn_implementation("eager")
-        switched = True
-    try:
-        yield
-    finally:
-        if switched and before is not None:
-            try:
-                hf.set_attn_implementation(before)
-            except (ValueError, ImportError) as exc:  # the kernel it had cannot be re-selected here
-                import warnings
-
-                warnings.warn(
-                    f"could not restore {before!r} attention after the attention analysis: {exc}", stacklevel=3
-                )
-
-
-def attention_modules(layers: Any) -> list:
-    """The attention module of each decoder layer (what the attention hooks sit on)."""
-    mods = []
-    for i, layer in enumerate(layers):
-        mod = next((getattr(layer, a) for a in _ATTN_ATTRS if hasattr(layer, a)), None)
-        if mod is None:
-            raise RuntimeError(f"decoder layer {i} ({type(layer).__name__}) has no attention module to hook")
-        mods.append(mod)
-    return mods
 
 
 def teacher_forced(
@@ -189,9 +151,7 @@ def teacher_forced(
         return logits, states, None
     import torch
 
-    from evalrx.models.backends.hf_local import rows_rebuildable
-
-    if rows_rebuildable(local.handle):
+    if getattr(local.handle, "attention_rows_rebuildable", False) is True:
         rebuilt = _rebuilt_rows_pass(local, ids, keep, attention)
         if rebuilt is not None:
             logits, states, rows = rebuilt
@@ -211,7 +171,7 @@ def teacher_forced(
 
     handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
     try:
-        with eager_attention(local.hf):
+        with using_attention_implementation(local.hf, "eager"):
             logits, states = forward(local, ids, keep, hidden=hidden)
     finally:
         for h in handles:
@@ -226,11 +186,9 @@ def teacher_forced(
 
 def _rebuilt_rows_pass(local: LocalModel, ids: Sequence[int], keep: Optional[Sequence[int]], attention: Sequence[int]):
     """`teacher_forced` on the model's own attention kernel, the rows rebuilt at `attention` from the pass's
-    residual streams and KV cache (`hf_local.rebuilt_attention_rows`): no eager `[heads, T, T]` maps.
+    residual streams and KV cache (`rebuilt_attention_rows`): no eager `[heads, T, T]` maps.
     None when the cache does not hold every position."""
     import torch
-
-    from evalrx.models.backends.hf_local import cached_keys, rebuilt_attention_rows, teacher_forced_forward
 
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
     with torch.inference_mode():
@@ -240,7 +198,7 @@ def _rebuilt_rows_pass(local: LocalModel, ids: Sequence[int], keep: Optional[Seq
             return None
         pos = torch.tensor(list(attention), dtype=torch.long, device=local.device)
         states = all_layer_rows(out.hidden_states, pos)[:-1]  # the residual stream entering each layer
-        rows = rebuilt_attention_rows(local.handle, states, keys, pos)
+        rows = rebuilt_attention_rows(local.hf, local.parts.layers, states, keys, pos)
     return out.logits[0], out.hidden_states, rows
 
 

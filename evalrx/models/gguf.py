@@ -7,7 +7,8 @@ carries a GGUF quantizer that refuses `save_pretrained`. `converted_dir(path)` d
 that work once: it loads the file, drops the quantizer (the weights are plain float32
 tensors by then), saves model and tokenizer with `save_pretrained` under
 ``<cache>/gguf/<sha256 of the file>/`` and returns that directory, which
-`hf_local` then loads like any other checkpoint (memory-mapped safetensors: seconds).
+`hf_local` then loads like any other checkpoint (memory-mapped safetensors: seconds). Telling a
+GGUF file from other checkpoints is lookup: `evalrx.models.checkpoints.is_gguf`.
 
 The cache root is ``$EVALRX_CACHE/gguf``, else ``$XDG_CACHE_HOME/evalrx/gguf``, else
 ``~/.cache/evalrx/gguf``. A conversion is written to a temporary directory next to its
@@ -28,7 +29,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-GGUF_MAGIC = b"GGUF"
 CACHE_ENV = "EVALRX_CACHE"
 MARKER = "evalrx_gguf.json"  # written last: a directory holding it is a finished conversion
 _CHUNK = 1 << 20
@@ -37,20 +37,6 @@ _SHA_MEMO: dict = {}  # (path, size, mtime_ns) -> sha256: one hash per file per 
 
 class GGUFConversionError(ValueError):
     """transformers could not read a GGUF file (an architecture or quantization it does not support, ...)."""
-
-
-def is_gguf(path: "str | os.PathLike") -> bool:
-    """Whether `path` is a GGUF file (a `.gguf` name, or the GGUF magic in its first bytes)."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        return False
-    if p.suffix.lower() == ".gguf":
-        return True
-    try:
-        with open(p, "rb") as fh:
-            return fh.read(4) == GGUF_MAGIC
-    except OSError:
-        return False
 
 
 def file_sha256(path: "str | os.PathLike") -> str:
@@ -171,4 +157,4 @@ def _convert(src: Path, out: Path) -> dict:
     }
 
 
-__all__ = ["GGUFConversionError", "cache_root", "cached_dir", "converted_dir", "file_sha256", "is_gguf"]
+__all__ = ["GGUFConversionError", "cache_root", "cached_dir", "converted_dir", "file_sha256"]

@@ -6,8 +6,6 @@ model once per planned pass where the analyzers alone run it once each."""
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 import torch  # noqa: E402  (the local extra is part of `make test`; a missing torch must fail)
@@ -23,6 +21,7 @@ from evalrx.analyzers import (  # noqa: E402
 )
 from evalrx.analyzers._compute import local_model  # noqa: E402
 from evalrx.core import Capability, CapabilityError  # noqa: E402
+from evalrx.internals import using_attention_implementation  # noqa: E402
 from evalrx.models.agent import Agent  # noqa: E402
 from evalrx.suites import load_cases  # noqa: E402
 from evalrx.tools import get_tools  # noqa: E402
@@ -67,16 +66,6 @@ def _assert_same(alone, together, atol=1e-5, rtol=1e-7, ints=True) -> None:
             np.testing.assert_array_equal(b[key], a[key], err_msg=msg)
 
 
-@contextlib.contextmanager
-def _eager(model):
-    before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
 def _alone(handle, traj, tools) -> dict:
     return {
         "logit_lens": LogitLensAnalyzer(top_k=5).run_trajectory(handle, traj, tools=tools),
@@ -118,7 +107,7 @@ def test_the_shared_pass_holds_the_models_own_log_probs(handle, trajectories):
 
 def test_with_attention_every_analyzer_reads_the_same_eager_pass_as_it_would_alone(handle, trajectories):
     """On a model loaded with eager attention, each analyzer alone gives the same arrays as in the shared pass."""
-    with _eager(handle.model):
+    with using_attention_implementation(handle.model, "eager"):
         for traj, tools in trajectories:
             alone = _alone(handle, traj, tools)
             together = analyze(handle, traj, NAMES, tools=tools)

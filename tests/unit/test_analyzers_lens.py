@@ -29,7 +29,7 @@ from evalrx.analyzers import (  # noqa: E402
     settle_layer,
 )
 from evalrx.core import Capability, CapabilityError  # noqa: E402
-from evalrx.models._discover import get_final_norm  # noqa: E402
+from evalrx.internals import get_final_norm  # noqa: E402
 
 ARCHS = ("qwen2", "llama", "gemma", "gemma2", "gpt2")
 TEXT = "What is 3*4? Use the calculator tool."
@@ -184,10 +184,9 @@ def test_teacher_forced_rows_rebuilt_from_the_kv_cache_are_eager_attentions_own(
     """Every requested query position, in any order and repeated, gets its whole head-averaged row as an
     eager forward's own weights give it, while the model stays on sdpa."""
     from evalrx.analyzers._compute import local_model, teacher_forced
-    from evalrx.models.backends.hf_local import rows_rebuildable
 
     handle = _handle(arch)
-    assert handle.model.config._attn_implementation == "sdpa" and rows_rebuildable(handle)
+    assert handle.model.config._attn_implementation == "sdpa" and handle.attention_rows_rebuildable
     ids = _ids(TEXT + " " + TEXT)
     positions = [len(ids) - 1, 3, 9, 3, 0]  # unsorted, repeated, the first token
     _, states, rows = teacher_forced(
@@ -206,14 +205,12 @@ def test_teacher_forced_rows_rebuilt_from_the_kv_cache_are_eager_attentions_own(
 def test_attention_analyzer_runs_eager_only_for_its_own_pass():
     """A model whose rows cannot be rebuilt from its KV cache (here a sliding window) runs its attention
     pass eager, and goes back to sdpa afterwards."""
-    from evalrx.models.backends.hf_local import rows_rebuildable
-
     handle = _handle("mistral", sliding_window=64)
     assert handle.model.config._attn_implementation == "sdpa"
-    assert not rows_rebuildable(handle) and rows_rebuildable(_handle("llama"))
+    assert not handle.attention_rows_rebuildable and _handle("llama").attention_rows_rebuildable
     spread = _handle("llama")
     spread.model.hf_device_map = {"model.layers.0": 0, "model.layers.1": 1}  # layers on two devices
-    assert not rows_rebuildable(spread)
+    assert not spread.attention_rows_rebuildable
     switched = []
     set_impl = handle.model.set_attn_implementation
     handle.model.set_attn_implementation = lambda impl: (switched.append(impl), set_impl(impl))[1]

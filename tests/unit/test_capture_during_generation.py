@@ -113,9 +113,10 @@ def test_chat_captures_the_hidden_states_a_teacher_forced_forward_has_at_the_gen
     assert cap.hidden.dtype == torch.float32 and cap.hidden.device.type == "cpu"
     assert cap.attn_implementation == "sdpa" and not cap.notes
     ids = cap.prompt_ids + cap.generated_ids
-    from evalrx.analyzers._compute import eager_attention
+    from evalrx.internals import using_attention_implementation
 
-    with torch.no_grad(), eager_attention(sdpa.model):  # the reference: eager attention's own maps
+    # The reference: eager attention's own maps.
+    with torch.no_grad(), using_attention_implementation(sdpa.model, "eager"):
         out = sdpa.model(
             input_ids=torch.tensor([ids]), output_hidden_states=True, output_attentions=True, use_cache=False
         )
@@ -376,13 +377,13 @@ def test_the_runners_analyzers_read_the_captures_then_release_them(eager):
 def test_under_sdpa_a_cut_turns_rows_are_rebuilt_after_generation_as_eager_gives_them(sdpa):
     """The rows of an sdpa run come from the captured states and the KV cache after generation (no per-step
     work); for a turn cut by the token limit the extra step's position is there too."""
-    from evalrx.analyzers._compute import eager_attention
+    from evalrx.internals import using_attention_implementation
 
     case = load_cases("demo/lookup_easy")[0]
     cap = sdpa.chat([{"role": "user", "content": case.inputs.prompt}], None, capture=True, max_new_tokens=5).capture
     assert cap.attn_implementation == "sdpa" and cap.n_positions == 6 and not cap.notes
     ids = cap.prompt_ids + cap.generated_ids
-    with torch.no_grad(), eager_attention(sdpa.model):
+    with torch.no_grad(), using_attention_implementation(sdpa.model, "eager"):
         out = sdpa.model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     rows = torch.stack([a[0, :, cap.first_position :].float().mean(0) for a in out.attentions])  # [L, 6, T]
     torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
@@ -390,14 +391,14 @@ def test_under_sdpa_a_cut_turns_rows_are_rebuilt_after_generation_as_eager_gives
 
 def test_attention_alone_under_sdpa_comes_from_the_row_kernel(sdpa):
     """Without hidden states to rebuild queries from, the registered kernel adds each step's newest row."""
-    from evalrx.analyzers._compute import eager_attention
+    from evalrx.internals import using_attention_implementation
 
     case = load_cases("demo/lookup_easy")[1]
     cap = sdpa.chat([{"role": "user", "content": case.inputs.prompt}], None, capture=["attention"]).capture
     assert cap.hidden is None and cap.attention is not None and not cap.notes
     assert sdpa.model.config._attn_implementation == "sdpa"  # switched back after the call
     ids = cap.prompt_ids + cap.generated_ids
-    with torch.no_grad(), eager_attention(sdpa.model):
+    with torch.no_grad(), using_attention_implementation(sdpa.model, "eager"):
         out = sdpa.model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     p0 = cap.first_position
     rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : len(ids) - 1].float().mean(0) for a in out.attentions])
@@ -413,7 +414,7 @@ def test_rows_rebuilt_after_generation_match_eager_on_each_family(style):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tiny_models import make_family_model
 
-    from evalrx.analyzers._compute import eager_attention
+    from evalrx.internals import using_attention_implementation
 
     model, tok = make_family_model(style)
     handle = evalrx.wrap(model.eval(), tok)
@@ -421,7 +422,7 @@ def test_rows_rebuilt_after_generation_match_eager_on_each_family(style):
     cap = handle.chat([{"role": "user", "content": "What is 3*4?"}], None, capture=True, max_new_tokens=6).capture
     assert cap.attention is not None and not cap.notes
     ids = cap.prompt_ids + cap.generated_ids
-    with torch.no_grad(), eager_attention(model):
+    with torch.no_grad(), using_attention_implementation(model, "eager"):
         out = model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     p0 = cap.first_position
     rows = torch.stack(

@@ -9,7 +9,7 @@ nn = torch.nn
 
 from tiny_models import ARCHS, make_tiny_model, make_tiny_vlm  # noqa: E402
 
-from evalrx.models._discover import (  # noqa: E402
+from evalrx.internals import (  # noqa: E402
     DiscoveryError,
     ModelParts,
     discover,
@@ -175,6 +175,6 @@ def test_discover_module_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, evalrx.models._discover; print('torch' in sys.modules)"
+    code = "import sys, evalrx.internals.discover; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

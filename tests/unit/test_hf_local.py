@@ -19,7 +19,8 @@ import evalrx  # noqa: E402
 from evalrx import Capability, CapabilityError  # noqa: E402
 from evalrx.core.model import Model  # noqa: E402
 from evalrx.models.backends import BACKENDS  # noqa: E402
-from evalrx.models.backends.hf_local import CheckpointNotFoundError, HFLocalModel  # noqa: E402
+from evalrx.models.backends.hf_local import HFLocalModel  # noqa: E402
+from evalrx.models.checkpoints import CheckpointNotFoundError  # noqa: E402
 from evalrx.specs import ModelSpec, get_spec  # noqa: E402
 
 KEY = "qwen2.5-0.5b-instruct"

@@ -77,8 +77,17 @@ def _expected_layers(model: Any) -> Optional[int]:
     return None
 
 
+def attention_module(layer: Any) -> Any:
+    """The attention module of one decoder layer (`self_attn`, GPT-2's `attn`, ...), or None when it has none.
+
+    The one place a layer's attention is looked up: block discovery, the attention hooks and the
+    capture recorder all go through it (`evalrx.internals.attention_modules` for every layer).
+    """
+    return next((getattr(layer, a) for a in _ATTN_ATTRS if hasattr(layer, a)), None)
+
+
 def _looks_like_block(module: Any) -> bool:
-    if any(hasattr(module, a) for a in _ATTN_ATTRS):
+    if attention_module(module) is not None:
         return True
     name = type(module).__name__
     return "norm" not in name.lower() and any(name.endswith(h) for h in _BLOCK_NAME_HINTS)
@@ -232,6 +241,7 @@ def discover(model: Any) -> ModelParts:
 __all__ = [
     "DiscoveryError",
     "ModelParts",
+    "attention_module",
     "discover",
     "find_decoder_layers",
     "get_final_norm",
