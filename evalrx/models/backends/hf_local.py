@@ -371,7 +371,7 @@ class HFLocalModel:
             temperature: > 0 samples; default `runtime.temperature` (0 = greedy, deterministic).
             capture: keep what this generate call computed at the positions that predict its
                 tokens, on `ChatTurn.capture` (a `GenerationCapture`): True, or kinds from
-                `CAPTURE_KINDS` ("hidden_states": every layer; "attention": head-averaged
+                `evalrx.internals.CAPTURE_KINDS` ("hidden_states": every layer; "attention": head-averaged
                 rows, only under eager attention, else a note says why not).
 
         Returns:
