@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= local,api,app,postgres,export,dev
 PORT ?= 8501
 
-.PHONY: install run test system-deps clean
+.PHONY: install run test lint system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,15 @@ run: install
 	$(PY) -m evalrx db upgrade
 	$(PY) -m streamlit run app/main.py --server.port $(PORT)
 
-test: install system-deps
+# The floors: format, lint, import contracts (pyproject.toml [tool.importlinter]; the app's packages are
+# found from app/, as Streamlit finds them) and types (mypy's `files`).
+lint: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	PYTHONPATH=app $(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+
+test: install system-deps lint
 	$(PY) -m pytest -q
 
 clean:

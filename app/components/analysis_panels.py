@@ -34,8 +34,7 @@ from evalrx.analyzers import (
     ToolDecisionResult,
     result_from_arrays,
 )
-from evalrx.store import analyses as A
-from evalrx.store import load_analyses
+from evalrx.store import default_replay_model, load_analyses, request_analysis, requests_for
 
 ACTIVE = ("queued", "running")
 
@@ -335,11 +334,11 @@ def request_status(trajectory_id: int, *, store: Any) -> None:
 
     @st.fragment(run_every=1.5 if _active(trajectory_id, store) else None)
     def box() -> None:
-        reqs = A.requests_for(trajectory_id, store=store)
+        reqs = requests_for(trajectory_id, store=store)
         cols = st.columns([1, 2], vertical_alignment="center")
         busy = bool(reqs) and reqs[0]["status"] in ACTIVE
         if cols[0].button("Request analysis", key="request-analysis", icon=":material/biotech:", disabled=busy):
-            A.request_analysis(trajectory_id, store=store)
+            request_analysis(trajectory_id, store=store)
             st.rerun()
         if reqs:
             r = reqs[0]
@@ -352,14 +351,14 @@ def request_status(trajectory_id: int, *, store: Any) -> None:
         else:
             cols[1].caption(
                 "No analysis requested yet. A worker runs it on a local model "
-                f"(API runs are replayed on {A.default_replay_model()})."
+                f"(API runs are replayed on {default_replay_model()})."
             )
 
     box()
 
 
 def _active(trajectory_id: int, store: Any) -> bool:
-    reqs = A.requests_for(trajectory_id, store=store)
+    reqs = requests_for(trajectory_id, store=store)
     return bool(reqs) and reqs[0]["status"] in ACTIVE
 
 

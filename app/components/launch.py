@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evalrx.config import ModelConfig, RunConfig
-from evalrx.models.backends.api_http import check_call_budget
+from evalrx.models import check_call_budget
 
 DEMO_SPEC = "evalrx-tiny"
 DEFAULT_SUITE = "demo/arithmetic_easy"

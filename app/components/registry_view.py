@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from evalrx.core.capability import Capability
-from evalrx.models.backends import BACKENDS
+from evalrx.core import Capability
+from evalrx.models import BACKENDS
 from evalrx.specs import REGISTRY
 
 

@@ -233,7 +233,7 @@ def _cell(action: Optional[tuple], step: Optional[int]) -> Optional[dict]:
 
 
 def aligned_rows(trajectory_a: Any, trajectory_b: Any) -> dict:
-    """Two trajectories' actions aligned (`evalrx.runstats.align`): one row per aligned pair with each
+    """Two trajectories' actions aligned (`evalrx.runstats.alignment`): one row per aligned pair with each
     side's action (kind, tool, arguments, step index), the status, the argument keys that differ,
     and which row is the first divergence."""
     from evalrx.runstats import action_steps, actions_of, align

@@ -12,9 +12,8 @@ from components.launch import (
 )
 from components.safe import md_escape
 
-from evalrx.core.capability import Capability
-from evalrx.models.backends import RuntimeConfig, backends_for
-from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S
+from evalrx.core import Capability
+from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
 from evalrx.specs import REGISTRY, weights_installed
 from evalrx.suites import CaseFileError, list_suites, load_cases
 from evalrx.tools import TOOLS

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Optional
 
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
+from evalrx.interop.messages import as_dict
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, register
 from evalrx.store import observation_text
@@ -115,10 +116,10 @@ def _group(steps: list) -> list:
 def _atif_step(group: list) -> dict:
     head = group[0]
     if head.get("role") == "user":
-        step = {"source": "user", "message": head.get("content") or ""}
+        user: dict = {"source": "user", "message": head.get("content") or ""}
         if isinstance((head.get("span") or {}).get("started_at"), str):
-            step["timestamp"] = head["span"]["started_at"]
-        return step
+            user["timestamp"] = head["span"]["started_at"]
+        return user
     if head.get("role") == "tool":  # tool results no model turn asked for: a system step's observation
         return {"source": "system", "message": "", "observation": {"results": [_result(t, None, []) for t in group]}}
     span = head.get("span") or {}
@@ -136,7 +137,7 @@ def _atif_step(group: list) -> dict:
             {
                 "tool_call_id": ids[j],
                 "function_name": str(c.get("name") or ""),
-                "arguments": c.get("args") if isinstance(c.get("args"), dict) else {},
+                "arguments": as_dict(c.get("args")),
             }
             for j, c in enumerate(calls)
         ]
@@ -224,7 +225,7 @@ def from_atif(doc: dict) -> dict:
     for st, made in zip(steps_in, rebuilt):
         if made is None:
             continue
-        extra = st.get("extra") if isinstance(st.get("extra"), dict) else {}
+        extra = as_dict(st.get("extra"))
         diffs = (extra.get("evalrx") or {}).get("steps") if isinstance(extra.get("evalrx"), dict) else None
         if diffs is not None and (not isinstance(diffs, list) or len(diffs) != len(made)):
             raise ValueError(f"ATIF step {st.get('step_id')}: extra.evalrx.steps does not match the step's results")
@@ -381,7 +382,7 @@ def _span_of(metrics: Any) -> dict:
         span["logprobs"] = [{"logprob": v} for v in metrics["logprobs"]]
     if isinstance(metrics.get("cost_usd"), (int, float)):
         span["cost_usd"] = metrics["cost_usd"]
-    extra = metrics.get("extra") if isinstance(metrics.get("extra"), dict) else {}
+    extra = as_dict(metrics.get("extra"))
     if isinstance(extra.get("latency_ms"), (int, float)) and not isinstance(extra.get("latency_ms"), bool):
         span["latency_ms"] = extra["latency_ms"]
     return span
@@ -392,12 +393,12 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
     sid = str(doc.get("session_id") or doc.get("trajectory_id") or "")
     if not sid:
         raise ValueError("the ATIF document has no `session_id`")
-    agent = doc.get("agent") if isinstance(doc.get("agent"), dict) else {}
+    agent = as_dict(doc.get("agent"))
     goal = next((s["content"] for s in steps if s["role"] == "user"), "")
     actor = [s for s in steps if s["role"] == "actor"]
     last = steps[-1] if steps else None
     final = last["content"] if last and last["role"] == "actor" and not last["tool_calls"] else None
-    fm = doc.get("final_metrics") if isinstance(doc.get("final_metrics"), dict) else {}
+    fm = as_dict(doc.get("final_metrics"))
     metrics: dict = {
         "n_steps": len(steps),
         "n_turns": len(actor),
@@ -448,6 +449,8 @@ def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
 
 
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
+    if path is None:
+        raise ValueError("an ATIF export needs an output file")
     return write_lines(path, (dumps(to_atif(row)) for row in rows))
 
 

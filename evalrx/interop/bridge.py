@@ -71,7 +71,7 @@ def _records(path: Path, limits: ImportLimits, reading: Reading) -> Iterator[Rec
     with path.open("rb") as fh:
         magic = fh.read(4)
     whole_file = next((f for f in readers() if f.sniff_bytes and f.sniff_bytes(magic)), None)
-    if whole_file is not None:
+    if whole_file is not None and whole_file.read_path is not None:
         yield from whole_file.read_path(path, limits, reading)
         return
     with path.open("rb") as fh:
@@ -113,6 +113,7 @@ def _read_object(obj: dict, where: Any, reading: Reading, *, whole: bool = False
             "neither an evalrx trajectory (no `steps`), OpenAI chat messages (no `messages`) nor an ATIF "
             "document (no `schema_version`)",
         )
+    assert fmt.read_record is not None  # record_format returns readers only
     try:
         for record in fmt.read_record(obj, where, reading):
             reading.kinds.add(fmt.name)
@@ -376,4 +377,5 @@ def _export(
         raise ValueError("--otel-endpoint goes with --format otel")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+    assert chosen.write is not None  # writer() returns writers only
     return chosen.write(rows_of(chosen.export_ids), path, options)

@@ -10,6 +10,7 @@ from typing import Any, Iterator, Optional
 from evalrx.core.case import FailureCase, Inputs, Label, Step, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.interop.files import write_lines
+from evalrx.interop.messages import as_dict
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, register
 
@@ -80,7 +81,7 @@ def record_of_row(row: dict) -> Record:
     tags = row.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(x, str) and x.strip() for x in tags):
         raise ValueError("`tags` must be a list of non-empty strings")
-    run = row.get("run") if isinstance(row.get("run"), dict) else {}
+    run = as_dict(row.get("run"))
     diagnoses = None
     if row.get("diagnosis") is not None:
         diagnosis = Diagnosis.from_dict(row["diagnosis"])
@@ -112,6 +113,8 @@ def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
 
 
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
+    if path is None:
+        raise ValueError("a JSONL export needs an output file")
     return write_lines(path, (json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) for row in rows))
 
 

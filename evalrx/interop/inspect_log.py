@@ -9,7 +9,14 @@ from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, StepRole, Trajectory
 from evalrx.interop.errors import ImportFormatError
-from evalrx.interop.messages import messages_to_steps, outcome_of, resolve_attachment, trajectory_metrics
+from evalrx.interop.messages import (
+    as_dict,
+    as_list,
+    messages_to_steps,
+    outcome_of,
+    resolve_attachment,
+    trajectory_metrics,
+)
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
 
@@ -143,10 +150,10 @@ def _timing(ev: dict) -> dict:
 def _model_span(ev: dict, attachments: Optional[dict]) -> tuple[dict, Optional[str]]:
     """A model event's span fields and the id of the message it produced."""
     span = _timing(ev)
-    out = ev.get("output") if isinstance(ev.get("output"), dict) else {}
+    out = as_dict(ev.get("output"))
     if "latency_ms" not in span and isinstance(out.get("time"), (int, float)):
         span["latency_ms"] = round(float(out["time"]) * 1000, 3)
-    usage = out.get("usage") if isinstance(out.get("usage"), dict) else {}
+    usage = as_dict(out.get("usage"))
     for ours, theirs in (
         ("prompt_tokens", "input_tokens"),
         ("completion_tokens", "output_tokens"),
@@ -157,12 +164,12 @@ def _model_span(ev: dict, attachments: Optional[dict]) -> tuple[dict, Optional[s
             span[ours] = usage[theirs]
     if ev.get("error"):
         span["model_error"] = resolve_attachment(str(ev["error"]), attachments)
-    choices = out.get("choices") if isinstance(out.get("choices"), list) else []
+    choices = as_list(out.get("choices"))
     choice = choices[0] if choices and isinstance(choices[0], dict) else {}
     logprobs = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
     if isinstance(logprobs, list) and logprobs:
         span["logprobs"] = [_logprob(lp) for lp in logprobs if isinstance(lp, dict)]
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    message = as_dict(choice.get("message"))
     return span, message.get("id")
 
 
@@ -184,7 +191,7 @@ def _first_image(messages: list, attachments: Optional[dict]) -> Optional[bytes]
     for msg in messages:
         if not isinstance(msg, dict) or msg.get("role") != "user":
             continue
-        blocks = msg.get("content") if isinstance(msg.get("content"), list) else []
+        blocks = as_list(msg.get("content"))
         for block in blocks:
             if isinstance(block, dict) and block.get("type") == "image" and isinstance(block.get("image"), str):
                 uri = resolve_attachment(block["image"], attachments)

@@ -11,6 +11,17 @@ from typing import Any, Optional
 
 from evalrx.core.case import Label, Step, StepRole
 
+
+def as_dict(value: Any) -> dict:
+    """`value` when it is an object, else an empty one (foreign JSON may hold anything anywhere)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list:
+    """`value` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _PASS = {"c", "correct", "pass", "passed", "true", "1", "1.0", "yes"}
 _FAIL = {"i", "incorrect", "fail", "failed", "false", "0", "0.0", "no"}

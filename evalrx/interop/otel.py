@@ -24,6 +24,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from evalrx.interop.atif import session_id
 from evalrx.interop.files import write_lines
+from evalrx.interop.messages import as_dict
 from evalrx.interop.registry import ExportOptions, Format, register
 from evalrx.store import observation_text
 
@@ -84,14 +85,14 @@ def trace_requests(
         yield request(), n
 
 
-def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, common_pb2: Any) -> list:
+def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2: Any, common_pb2: Any) -> list:
 
     Span = trace_pb2.Span
     tid = row["_trajectory_id"]
     trace_id = _hash_id(16, "trace", run_id, tid)
     root_id = _hash_id(8, "span", run_id, tid, "root")
     config = (row.get("run") or {}).get("config") or {}
-    model_cfg = config.get("model") if isinstance(config.get("model"), dict) else {}
+    model_cfg = as_dict(config.get("model"))
     model = str(model_cfg.get("name") or "unknown")
     provider = model_cfg.get("backend")
     steps = row.get("steps") or []
@@ -158,7 +159,7 @@ def _trajectory_spans(row: dict, run_id: int, content: bool, trace_pb2: Any, com
                 }
             )
             if content:
-                args = (actor.get("tool_calls") or [])[call].get("args") if call is not None else None
+                args = ((actor or {}).get("tool_calls") or [])[call].get("args") if call is not None else None
                 attrs["gen_ai.tool.call.arguments"] = (
                     json.dumps(args, ensure_ascii=False, sort_keys=True, default=str) if args is not None else None
                 )

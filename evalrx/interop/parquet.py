@@ -21,7 +21,9 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
 
     flat = []
     for r in rows:
-        current = next((lab for lab in reversed(r["labels"]) if lab["step_idx"] is None and lab["is_current"]), {})
+        current: dict = next(
+            (lab for lab in reversed(r["labels"]) if lab["step_idx"] is None and lab["is_current"]), {}
+        )
         m = r["metrics"] or {}
         flat.append(
             {

@@ -16,11 +16,18 @@ from evalrx.core.capability import Capability
 from evalrx.core.model import Model
 from evalrx.core.tool import ChatTurn, Tool, ToolCall
 from evalrx.models.agent import Agent, ToolExecutor, run_batch
-from evalrx.models.backends import BACKENDS, RuntimeConfig
+from evalrx.models.backends import BACKENDS, RuntimeConfig, backends_for
+
+# The API call budget a run config may set (the New run page checks it before queueing).
+from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
 from evalrx.models.compose import compose, negotiate
 from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec, ToolCallCodec, codec_for
 
 __all__ = [
+    "MAX_RETRIES",
+    "MAX_TIMEOUT_S",
+    "backends_for",
+    "check_call_budget",
     "Agent",
     "BACKENDS",
     "ChatTurn",

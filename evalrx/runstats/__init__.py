@@ -5,7 +5,7 @@ Pure compute on plain Python data; numpy, scipy and statsmodels load only inside
 """
 
 from evalrx.runstats.agreement import agreement, cohen_kappa, fleiss_kappa, kind_confusion, step_agreement
-from evalrx.runstats.align import Alignment, action_steps, actions_of, align, changed_keys, normalize_args
+from evalrx.runstats.alignment import Alignment, action_steps, actions_of, align, changed_keys, normalize_args
 from evalrx.runstats.paired import PairedComparison, bootstrap_mean_ci, compare_outcomes
 from evalrx.runstats.passk import CaseRate, Reliability, pass_at_k, pass_hat_k, reliability
 from evalrx.runstats.predictors import Predictor, predictors, signal_value

@@ -10,6 +10,7 @@ None for the default store) and returns plain dataclasses, never live ORM object
     evalrx.store.set_label(detail.row.id, "fail", failure_mode="wrong_tool", annotator="ana")
 """
 
+from evalrx.store.analyses import default_replay_model, get_request, request_analysis, requests_for
 from evalrx.store.convert import canonical_json, jsonable, observation_text
 from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
 from evalrx.store.engine import (
@@ -76,6 +77,10 @@ from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 
 __all__ = [
+    "default_replay_model",
+    "get_request",
+    "request_analysis",
+    "requests_for",
     "LABEL_COLUMNS",
     "ImportedRun",
     "ImportTransaction",
