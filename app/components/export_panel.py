@@ -13,7 +13,7 @@ from components.safe import md_escape
 from evalrx.interop import formats
 
 # label -> (export format, file suffix, mime): the registry's writers, then the labels alone
-FORMATS = {f.title: (f.exports_as, f.suffixes[0], f.mime) for f in formats() if f.write}
+FORMATS = {f.export_label: (f.exports_as, f.suffixes[0], f.mime) for f in formats() if f.write}
 FORMATS["Labels (CSV)"] = ("labels", ".labels.csv", "text/csv")
 
 

@@ -463,6 +463,7 @@ register(
         read_record=_read,
         write=_write,
         suffixes=(".atif.jsonl", ".atif.json"),
+        listable=True,
         mime="application/jsonl",
     )
 )

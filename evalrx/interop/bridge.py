@@ -26,7 +26,7 @@ from evalrx.interop.errors import (
 from evalrx.interop.files import existing, file_sha256
 from evalrx.interop.limits import UTF8_BOM, ImportLimits, check_size, parse_json, read_lines
 from evalrx.interop.records import Reading, Record
-from evalrx.interop.registry import ExportOptions, export_format, readers, record_format, writer
+from evalrx.interop.registry import ExportOptions, Format, export_format, listed_format, readers, record_format, writer
 
 
 @dataclass
@@ -103,9 +103,11 @@ def _is_object(raw: bytes) -> bool:
         return False
 
 
-def _read_object(obj: dict, where: Any, reading: Reading, *, whole: bool = False) -> Iterator[Record]:
-    """The trajectories of one JSON object, read by the first format whose sniffer claims it."""
-    fmt = record_format(obj, whole)
+def _read_object(
+    obj: dict, where: Any, reading: Reading, *, whole: bool = False, fmt: Optional[Format] = None
+) -> Iterator[Record]:
+    """The trajectories of one JSON object, read by `fmt` or the first format whose sniffer claims it."""
+    fmt = fmt or record_format(obj, whole)
     if fmt is None:
         raise ImportFormatError(
             reading.path,
@@ -149,9 +151,9 @@ def _read_document(reading: Reading) -> Iterator[Record]:
     doc = parse_json(path.read_bytes(), path, None, reading.limits, first=True, what="file")
     if isinstance(doc, dict) and record_format(doc, whole=True) is not None:
         yield from _read_object(doc, 1, reading, whole=True)
-    elif isinstance(doc, list) and doc and all(record_format(d, whole=True) is not None for d in doc):
+    elif isinstance(doc, list) and doc and all(listed_format(d) is not None for d in doc):
         for i, d in enumerate(doc):
-            yield from _read_object(d, f"document {i}", reading, whole=True)
+            yield from _read_object(d, f"document {i}", reading, whole=True, fmt=listed_format(d))
     else:
         raise UnknownFormatError(
             path,

@@ -127,6 +127,7 @@ register(
         read_record=_read,
         write=_write,
         export_name="jsonl",
+        export_title="JSONL",
         suffixes=(".jsonl",),
         mime="application/jsonl",
     )

@@ -42,6 +42,8 @@ class Format:
         suffixes: file name endings that imply this export format (the first names new files).
         mime: the media type of an exported file.
         export_ids: the writer needs each row's store ids and times (OTLP trace and span ids).
+        export_title: how the export is named to people, when it differs from `title` (ours: "JSONL").
+        listable: a whole file may be a JSON array of these documents (ATIF).
     """
 
     name: str
@@ -56,10 +58,16 @@ class Format:
     suffixes: tuple = ()
     mime: str = "application/octet-stream"
     export_ids: bool = False
+    export_title: Optional[str] = None
+    listable: bool = False
 
     @property
     def exports_as(self) -> str:
         return self.export_name or self.name
+
+    @property
+    def export_label(self) -> str:
+        return self.export_title or self.title
 
 
 _FORMATS: dict = {}
@@ -88,6 +96,13 @@ def record_format(obj: Any, whole: bool = False) -> Optional[Format]:
     if not isinstance(obj, dict):
         return None
     return next((f for f in readers() if f.sniff_record and f.sniff_record(obj, whole)), None)
+
+
+def listed_format(obj: Any) -> Optional[Format]:
+    """The format of one element of a whole-file JSON array, among the formats that may be listed, or None."""
+    if not isinstance(obj, dict):
+        return None
+    return next((f for f in readers() if f.listable and f.sniff_record and f.sniff_record(obj, True)), None)
 
 
 def title_of(name: str) -> str:

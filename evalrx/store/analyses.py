@@ -58,11 +58,12 @@ def save_analyses(
 ) -> list:
     """Store a trajectory's analysis records and their indexed numbers in the caller's transaction.
 
-    `records` are `AnalysisRecord`-like objects (analyzer, arrays, meta, step_idx, and optionally the
-    `result` object the numbers are read from). Three statements whatever their number: the rows, their
-    arrays, their scores (a worker writes four results per case). With `replace`, the trajectory's older
-    results of the same analyzers, and the numbers they indexed, go first; with `index=False` the
-    results are stored as given and nothing is read from them. Returns the new rows' ids.
+    `records` are `AnalysisRecord`-like objects (analyzer, arrays, meta, step_idx, and `scores`: the numbers
+    to index, which `evalrx.analyzers.analysis_scores` reads from a result and `runner.analysis.run_all`
+    fills; a record without them is stored unindexed). Three statements whatever their number: the rows,
+    their arrays, their scores (a worker writes four results per case). With `replace`, the trajectory's
+    older results of the same analyzers, and the numbers they indexed, go first; with `index=False` no
+    scores are written. Returns the new rows' ids.
     """
     records = list(records)
     if not records:
