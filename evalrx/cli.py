@@ -247,7 +247,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "run":
             _choose_backend(parser, args)
-        if args.command == "run" and _call_budget(args) and args.backend != "api":
+        api_only = args.command == "run" and (args.timeout is not None or args.retries is not None)
+        if api_only and args.backend != "api":  # a sampling temperature applies to every backend
             parser.error(f"--timeout and --retries apply to the api backend only, not {args.backend!r}")
         if args.command == "specs":
             return _cmd_specs(args)

@@ -188,6 +188,22 @@ def test_call_budget_flags_reach_the_queued_run_config(tmp_path, capsys):
         S.forget(url)
 
 
+def test_repeats_with_a_temperature_queue_on_a_local_model(tmp_path, capsys):
+    """The README's own example: sampling is not an API call budget, so a local backend takes it."""
+    import evalrx.store as S
+    from evalrx.cli import main
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    try:
+        argv = ["run", "--spec", "evalrx-tiny", "--suite", "demo", "--limit", "1", "--url", url]
+        assert main([*argv, "--repeats", "5", "--temperature", "0.8", "--seed", "0"]) == 0
+        (run,) = S.list_runs(store=url)
+        assert run.config["repeats"] == 5 and run.config["runtime"] == {"temperature": 0.8}
+    finally:
+        S.forget(url)
+
+
 def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     """Any command's one line: exit 2, no traceback, every needle in the last line of stderr."""
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-1500:])
