@@ -57,16 +57,36 @@ def compare_attempts(att_a: dict, att_b: dict, *, resamples: int = 2000, seed: i
     return out
 
 
+# Fewer passed (or failed) trajectories than this and a signal's AUROC and interval say little: one pass in
+# twenty gives 1.00 (1.00-1.00) to any signal that happens to be lowest there.
+MIN_CLASS = 10
+
+
 def predictor_table(
     run_ids: Sequence[int], *, resamples: int = 1000, seed: int = 0, store: "Store | str | None" = None
 ) -> list[dict]:
     """For each stored signal: AUROC for failure with a bootstrap interval and the failure rate when
-    high vs low, strongest first (`runstats.predictors` over `predictor_rows`)."""
+    high vs low, strongest first (`runstats.predictors` over `predictor_rows`).
+
+    Each row also carries `n_minority` (the smaller of its passed and failed counts) and `warning`, a
+    sentence when that class has fewer than `MIN_CLASS` members (None otherwise).
+    """
     from evalrx.runstats import predictors
 
     rows = S.predictor_rows(run_ids, store=store)
     names = sorted({k for r in rows for k in r} - {"trajectory_id", "failed"})
-    return [p.to_dict() for p in predictors(rows, outcome_key="failed", signals=names, resamples=resamples, seed=seed)]
+    table = [p.to_dict() for p in predictors(rows, outcome_key="failed", signals=names, resamples=resamples, seed=seed)]
+    for p in table:
+        p["n_minority"], p["warning"] = _small_class(p["n"], p["n_failed"])
+    return table
+
+
+def _small_class(n: int, n_failed: int) -> "tuple[int, Optional[str]]":
+    n_passed = n - n_failed
+    smaller, which = (n_passed, "passed") if n_passed <= n_failed else (n_failed, "failed")
+    if smaller >= MIN_CLASS or n == 0:
+        return smaller, None
+    return smaller, f"only {smaller} {which} of {n}: too few (under {MIN_CLASS}) for the AUROC to mean much"
 
 
 def label_agreement(

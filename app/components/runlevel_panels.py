@@ -79,6 +79,17 @@ def render_predictors(run_ids: Sequence[int], *, url: str, link_run: int, stamp:
     if not rows or all(r["AUROC"] is None for r in rows):
         st.caption("Nothing to rank yet: it needs both passing and failing graded trajectories.")
         return
+    small = [p for p in table if p.get("warning")]
+    if small:
+        from evalrx.reports import MIN_CLASS
+
+        widest = max(small, key=lambda p: p["n"])
+        n, n_failed = widest["n"], widest["n_failed"]
+        st.warning(
+            f"{n - n_failed} passed and {n_failed} failed of {n} graded trajectories: fewer than {MIN_CLASS} "
+            "in a class, so an AUROC and its interval say little here (see each row's warning).",
+            icon=":material/warning:",
+        )
     st.dataframe(
         rows,
         hide_index=True,

@@ -171,6 +171,8 @@ def predictor_rows(table: list[dict], run_id: int) -> list[dict]:
                 "fail % low": _pct(p["fail_rate_low"]),
                 "n": p["n"],
                 "failed": p["n_failed"],
+                "n minority": p.get("n_minority"),
+                "warning": p.get("warning"),
             }
         )
     return rows

@@ -82,8 +82,9 @@ def other_runs_of_case(trajectory_id: int, *, limit: int = 20, store: "Store | s
 
 
 def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None) -> list[dict]:
-    """One row per graded trajectory of the runs: `failed`, the stored numbers (columns, indexed
-    analysis scores) and, per diagnosed kind, a 0/1 signal `kind=<kind>` over every ranked candidate."""
+    """One row per graded trajectory of the runs: `failed` and the stored numbers (columns, indexed
+    analysis scores). No diagnosed kind: the diagnosis runs on failures only, so a kind would
+    "predict" failure by construction."""
     T = t.Trajectory
     cols = [getattr(T, c) for c in COLUMN_SIGNALS.values()]
     with resolve(store).read() as s:
@@ -104,18 +105,6 @@ def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None
             .where(where)
         ):
             rows[tid][name] = value
-        kinds: dict = defaultdict(set)
-        for tid, kind in s.execute(
-            select(t.DiagnosisRow.trajectory_id, t.DiagnosisRow.kind)
-            .join(T, T.id == t.DiagnosisRow.trajectory_id)
-            .where(where)
-        ):
-            if kind:
-                kinds[tid].add(kind)
-    every = sorted({k for ks in kinds.values() for k in ks})
-    for tid, row in rows.items():
-        for k in every:
-            row[f"kind={k}"] = k in kinds.get(tid, ())
     return list(rows.values())
 
 

@@ -133,6 +133,38 @@ def test_predictors_rank_a_signal_that_separates(sqlite_url):
     assert table[0]["strength"] >= table[-1]["strength"]
 
 
+def test_predictors_warn_on_a_small_class_and_never_offer_a_diagnosed_kind(sqlite_url):
+    """1 pass in 20: an AUROC of 1.00 says nothing, and a diagnosed kind only exists on failures (circular)."""
+    from evalrx.core import Diagnosis
+
+    store = S.connect(sqlite_url)
+    cases = [make_case(i) for i in range(20)]
+    rng = random.Random(0)
+    with store.write() as s:
+        rid = runs.create_run(s, cases=cases)
+        for pos, cid, _ in pending_cases(s, rid):
+            traj = make_trajectory(cases[pos], rng, n_turns=1 if pos == 0 else 2)
+            traj.metrics.pop("n_turns")
+            traj.outcome = Label.PASS if pos == 0 else Label.FAIL
+            diagnosed = [Diagnosis(kind="bad_arguments", first_wrong_step=1, source="reference")] if pos else []
+            runs.save_trajectory(s, rid, cid, traj, diagnoses=diagnosed)
+    rows = S.predictor_rows([rid], store=store)
+    assert len(rows) == 20 and not [k for r in rows for k in r if k.startswith("kind=")]
+    table = reports.predictor_table([rid], store=store)
+    assert not [r for r in table if r["signal"].startswith("kind=")]
+    turns = next(r for r in table if r["signal"] == "turns")
+    assert turns["auroc"] == pytest.approx(1.0) and turns["n_minority"] == 1
+    assert "1 passed" in turns["warning"] and str(reports.MIN_CLASS) in turns["warning"]
+
+
+def test_predictors_do_not_warn_when_both_classes_are_large(sqlite_url):
+    store = S.connect(sqlite_url)
+    cases = [make_case(i) for i in range(24)]
+    rid = _run(store, cases, [["pass"] if i % 2 else ["fail"] for i in range(24)])
+    table = reports.predictor_table([rid], store=store)
+    assert table and all(r["n_minority"] == 12 and r["warning"] is None for r in table)
+
+
 def test_agreement_between_annotators_and_with_the_diagnosis(sqlite_url, capsys):
     store = S.connect(sqlite_url)
     cases = [make_case(i) for i in range(6)]

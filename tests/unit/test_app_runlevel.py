@@ -238,12 +238,22 @@ def test_reliability_tab_shows_rates_pass_at_k_and_flaky_cases(repeated):
 def test_predictors_tab_ranks_signals_with_links(two_runs):
     at = open_page("runs", run=two_runs["b"], view="Predictors")
     table = frame_with(at, "signal")
-    assert "kind=bad_arguments" in list(table["signal"])
     strengths = [s for s in table["strength"] if s == s and s is not None]
     assert strengths == sorted(strengths, reverse=True)
-    row = table[table["signal"] == "kind=bad_arguments"].iloc[0]
-    assert row["list"] == f"trajectories?run={two_runs['b']}&kind=bad_arguments" and row["AUROC"] == 0.833
-    # Two of B's three failures are diagnosed bad_arguments, none of its passes: (2 + 0.5) / 3.
+    row = table[table["signal"] == "tool_calls"].iloc[0]
+    assert row["list"] == f"trajectories?run={two_runs['b']}&sort=calls" and row["AUROC"] == 0.667
+    # B's failures make 1, 2 and 1 calls, its passes 1 each: (0.5 + 1 + 0.5) / 3.
+
+
+def test_predictors_tab_offers_no_diagnosed_kind_and_warns_on_a_small_class(two_runs):
+    """The diagnosis runs on failures only (a kind predicts failure by construction); 3 passes and
+    3 failures are too few for an AUROC to mean much, and the page says so."""
+    at = open_page("runs", run=two_runs["b"], view="Predictors")
+    table = frame_with(at, "signal")
+    assert not [s for s in table["signal"] if s.startswith("kind=")]
+    assert set(table["n minority"]) == {3} and all("only 3" in w for w in table["warning"])
+    warned = [w.value for w in at.warning]
+    assert any("fewer than 10" in w and "3 passed" in w for w in warned), warned
 
 
 def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
