@@ -25,6 +25,7 @@ from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS, tokenize_with_offsets
 from evalrx.core.capability import Capability
+from evalrx.core.content import content_text
 
 __all__ = ["AttentionAnalyzer", "AttentionResult", "SEGMENT_KINDS"]
 
@@ -139,14 +140,6 @@ def _image_token_ids(local: Any) -> set:
     return ids
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
 def _segment_kind(info: dict) -> str:
     return {
         "system": "system",
@@ -180,7 +173,7 @@ def _pass_segments(local: Any, conv: Any, tf_pass: Any) -> "tuple[np.ndarray, li
         if rendered and text.startswith(rendered) and len(rendered) >= cursor:
             boundary = len(rendered)
         else:
-            body = _content_text(conv.messages[k].get("content"))
+            body = content_text(conv.messages[k].get("content"))
             at = text.find(body, cursor) if body else -1
             if at >= 0:
                 boundary = at

@@ -16,6 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from evalrx.core.case import Termination
+from evalrx.core.content import content_text
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
@@ -315,16 +317,8 @@ def _step(
 
 def _message(value: Any, n: int) -> str:
     """A step's message: a string, or (ATIF 1.6) a list of content parts whose text is kept."""
-    if value is None or isinstance(value, str):
-        return value or ""
-    if isinstance(value, list):
-        parts = []
-        for part in value:
-            if isinstance(part, dict) and part.get("type") == "text":
-                parts.append(str(part.get("text") or ""))
-            elif isinstance(part, dict) and part.get("type") in ("image", "image_url"):
-                parts.append("[image]")
-        return "\n".join(p for p in parts if p)
+    if value is None or isinstance(value, (str, list)):
+        return content_text(value, sep="\n", image="[image]")
     raise ValueError(f"ATIF step {n}: `message` must be a string or a list of content parts")
 
 
@@ -404,7 +398,7 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
         "n_turns": len(actor),
         "n_tool_calls": sum(len(s["tool_calls"]) for s in actor),
         "n_parse_errors": 0,
-        "terminated": "final" if final is not None else "incomplete",
+        "terminated": Termination.FINAL.value if final is not None else Termination.INCOMPLETE.value,
         "source": "atif",
     }
     for ours in ("total_prompt_tokens", "total_completion_tokens", "total_cost_usd"):

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from evalrx.core.case import Label, Step, StepRole
+from evalrx.core.case import Label, Step, StepRole, Termination
+from evalrx.core.content import content_text
 
 
 def as_dict(value: Any) -> dict:
@@ -39,31 +40,6 @@ def outcome_of(value: Any) -> Label:
         v = value.strip().lower()
         return Label.PASS if v in _PASS else Label.FAIL if v in _FAIL else Label.UNKNOWN
     return Label.UNKNOWN
-
-
-def content_text(content: Any, attachments: Optional[dict] = None) -> str:
-    """The text of a message content (a string or a list of content blocks)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return resolve_attachment(content, attachments)
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(resolve_attachment(block, attachments))
-            elif isinstance(block, dict):
-                kind = block.get("type")
-                if kind == "text":
-                    parts.append(resolve_attachment(str(block.get("text") or ""), attachments))
-                elif kind == "reasoning":
-                    parts.append(f"<think>{resolve_attachment(str(block.get('reasoning') or ''), attachments)}</think>")
-                elif kind in ("image", "image_url", "input_image"):
-                    parts.append("[image]")
-            else:
-                raise ValueError(f"content block of type {type(block).__name__} is not a string or object")
-        return "\n".join(p for p in parts if p)
-    raise ValueError(f"message content must be a string or a list of blocks, not {type(content).__name__}")
 
 
 def resolve_attachment(text: str, attachments: Optional[dict]) -> str:
@@ -129,7 +105,14 @@ def messages_to_steps(
         role = msg.get("role")
         if role not in _ROLES:
             raise ValueError(f"message {i} has role {role!r}; expected one of {', '.join(_ROLES)}")
-        text = content_text(msg.get("content"), attachments)
+        text = content_text(
+            msg.get("content"),
+            sep="\n",
+            image="[image]",
+            reasoning=True,
+            resolve=lambda t: resolve_attachment(t, attachments),
+            strict=True,
+        )
         if role in ("system", "developer"):
             system = text if system is None else f"{system}\n{text}"
             continue
@@ -191,7 +174,7 @@ def trajectory_metrics(steps: list, final: Optional[str], extra: Optional[dict] 
         "n_turns": len(actor),
         "n_tool_calls": sum(len(s.tool_calls) for s in actor),
         "n_parse_errors": sum(1 for s in actor if s.parse_error),
-        "terminated": "final" if final is not None else "incomplete",
+        "terminated": Termination.FINAL.value if final is not None else Termination.INCOMPLETE.value,
     }
     m.update(extra or {})
     return m

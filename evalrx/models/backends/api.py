@@ -19,6 +19,7 @@ import time
 from typing import Any, Optional
 
 from evalrx.core.capability import Capability
+from evalrx.core.content import has_image
 from evalrx.core.tool import ChatTurn
 from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
 from evalrx.models.backends.api_errors import (
@@ -40,7 +41,7 @@ from evalrx.models.backends.api_http import (
     should_retry,
 )
 from evalrx.models.backends.api_secrets import PLACEHOLDER_KEY, redact_url, scrub
-from evalrx.models.backends.api_wire import chat_turn, has_image, to_wire_messages
+from evalrx.models.backends.api_wire import chat_turn, to_wire_messages
 from evalrx.specs import ModelSpec
 
 INSTALL_HINT = "pip install 'evalrx[api]'"

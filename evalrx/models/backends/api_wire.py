@@ -14,14 +14,9 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
+from evalrx.core.content import content_text, sniff_mime
 from evalrx.core.tool import ChatTurn
 
-_MAGIC = [
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-]
 _SUFFIX_MIME = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -32,17 +27,8 @@ _SUFFIX_MIME = {
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
 
 
-def _sniff_mime(data: bytes) -> Optional[str]:
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
-
-
 def _bytes_to_data_url(data: bytes, mime: Optional[str] = None) -> str:
-    mime = mime or _sniff_mime(data)
+    mime = mime or sniff_mime(data)  # None: bytes of no known image type
     if mime is None:
         # Unknown bytes: let PIL decode and re-encode them as PNG (raises on non-images).
         return image_to_data_url(_open_image(data))
@@ -262,22 +248,6 @@ def from_wire_messages(messages: Any, *, allow_images: bool) -> list[dict]:
     return out
 
 
-def has_image(messages: list[dict]) -> bool:
-    for msg in messages:
-        content = msg.get("content")
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and (part.get("type") in ("image", "image_url") or "image" in part):
-                    return True
-    return False
-
-
-def _message_text(content: Any) -> str:
-    if isinstance(content, list):  # content parts: keep the text ones
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return content if isinstance(content, str) else ""
-
-
 def _wire_call(call: Any) -> Any:
     """A native call in wire format; one without a function name is kept as sent, so the codec
     records it as a malformed call instead of it vanishing from the trajectory."""
@@ -312,7 +282,7 @@ def chat_turn(payload: Any) -> Optional[ChatTurn]:
             if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))
         ]
     return ChatTurn(
-        text=_message_text(message.get("content")),
+        text=content_text(message.get("content")),
         tool_calls=calls,
         finish_reason=choice.get("finish_reason"),
         usage=usage,
@@ -324,7 +294,6 @@ __all__ = [
     "chat_turn",
     "data_url_to_image",
     "from_wire_messages",
-    "has_image",
     "image_to_data_url",
     "to_wire_messages",
 ]

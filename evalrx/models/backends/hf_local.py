@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.content import content_text, has_image
 from evalrx.core.tool import ChatTurn
 from evalrx.internals import (
     CaptureRecorder,
@@ -48,22 +49,13 @@ def _is_vision_model(model: Any) -> bool:
     return getattr(getattr(model, "config", None), "vision_config", None) is not None
 
 
-def _has_image(messages: Iterable[dict]) -> bool:
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):
-            if any(isinstance(b, dict) and b.get("type") in ("image", "image_url") for b in content):
-                return True
-    return False
-
-
 def _text_only(messages: list[dict]) -> list[dict]:
     """Fold text content blocks into plain strings (text-model templates expect strings)."""
     out = []
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            m = dict(m, content="".join(b.get("text", "") for b in content if isinstance(b, dict)))
+            m = dict(m, content=content_text(content))
         out.append(m)
     return out
 
@@ -286,7 +278,7 @@ class HFLocalModel:
         return self.processor if self.processor is not None else self.tokenizer
 
     def _prepare_messages(self, messages: list[dict], where: str) -> list[dict]:
-        if _has_image(messages):
+        if has_image(messages):
             if Capability.VISION not in self.capabilities:
                 raise CapabilityError(
                     analyzer=f"{where} with image content",
