@@ -161,12 +161,41 @@ def lens_chart(rows: list[dict]) -> alt.Chart:
 # ---------------------------------------------------------------- tool decision
 
 
-def decision_rows(decision: ToolDecisionResult, step: int) -> list[dict]:
-    """One row per (decision, layer, candidate) of a turn, with the layer's strongest alternative."""
+def diagnosed_token(diagnoses: Any) -> Optional[dict]:
+    """The token where the call went wrong, as the first diagnosis naming one has it (its evidence's
+    `token_index` in pass `pass`, with `call`, `arg` and the `alternative_id` it saw), or None."""
+    for d in diagnoses or []:
+        ev = getattr(d, "evidence", None) or {}
+        if isinstance(ev.get("token_index"), int) and d.first_wrong_step is not None:
+            return {
+                "step": int(d.first_wrong_step),
+                "token_index": ev["token_index"],
+                "pass": int(ev.get("pass") or 0),
+                "call": ev.get("call"),
+                "arg": str(ev.get("arg") or ""),
+                "alternative_id": ev.get("alternative_id"),
+            }
+    return None
+
+
+def decision_rows(
+    decision: ToolDecisionResult, step: int, *, lens: Optional[LensResult] = None, focus: Optional[dict] = None
+) -> list[dict]:
+    """One row per (decision, layer, candidate) of a turn, with the layer's strongest alternative.
+
+    Where the diagnosis names the token the call went wrong at (`focus`, from `diagnosed_token`) and
+    no decision sits there, that call's decision (tool name or the argument) is read off the logit
+    lens at that token instead of at its first token.
+    """
     vocab = decision.vocab
     rows = []
+    replaced, at_token = _at_diagnosed_token(decision, step, lens, focus)
     for d_i in decision.for_step(step):
         d = decision.decisions[d_i]
+        if d_i in replaced:
+            if d_i == min(replaced):
+                rows.extend(dict(r, decision=d_i) for r in at_token)
+            continue
         lp = decision.cand_logprob[d_i]  # [layers, candidates]
         cands = list(d["candidates"])[: lp.shape[1]]
         for layer in range(lp.shape[0]):
@@ -192,8 +221,83 @@ def decision_rows(decision: ToolDecisionResult, step: int) -> list[dict]:
                         "alternative": alt_name,
                         "p_alternative": p_alt,
                         "margin": margin if np.isfinite(margin) else None,
+                        "token_index": d.get("token_index"),
                     }
                 )
+    if at_token and not replaced:
+        rows.extend(dict(r, decision=len(decision.decisions)) for r in at_token)
+    return rows
+
+
+def _at_diagnosed_token(
+    decision: ToolDecisionResult, step: int, lens: Optional[LensResult], focus: Optional[dict]
+) -> "tuple[set, list[dict]]":
+    """The decisions of `step` the diagnosed token stands for, and its rows from the lens (or `(set(), [])`)."""
+    if lens is None or not focus or focus["step"] != step or not lens.labels:
+        return set(), []
+    mine = decision.for_step(step)
+    if any(decision.decisions[i].get("token_index") == focus["token_index"] for i in mine):
+        return set(), []  # a decision sits at that token already: its own alternatives are the ones
+    lab = lens.labels
+    hit = np.nonzero(
+        (lab["label_step"] == step)
+        & (lab["label_token_index"] == focus["token_index"])
+        & (lab["label_pass"] == focus["pass"])
+    )[0]
+    if not len(hit):
+        return set(), []
+    p = int(hit[0])
+    kind = lens.kinds[p]
+    if kind not in ("tool_name", "arg_value"):
+        return set(), []
+    call, arg = int(lab["label_call"][p]), str(lab["label_arg"][p])
+    replaced = {
+        i
+        for i in mine
+        if decision.decisions[i].get("kind") == kind
+        and int(decision.decisions[i].get("call", 0)) == call
+        and (kind == "tool_name" or str(decision.decisions[i].get("arg", "")) == arg)
+    }
+    what = "tool name" if kind == "tool_name" else f"argument {arg}"
+    title = f"{what} (call {call}) at token {focus['token_index']}, where the diagnosis says it went wrong"
+    return replaced, _token_rows(lens, p, title, focus.get("alternative_id"), focus["token_index"])
+
+
+def _token_rows(lens: LensResult, p: int, title: str, alt_id: Any, token_index: int) -> list[dict]:
+    """Decision-shaped rows of one lens position: the chosen token against the named alternative, per layer."""
+    vocab, chosen_id = lens.vocab, int(lens.target_ids[p])
+    ids, lps = lens.topk_ids[:, p], lens.topk_logprobs[:, p]  # [layers, k]
+    if alt_id is None or int(alt_id) == chosen_id or not (ids == int(alt_id)).any():
+        alt_id, _ = _top_alternative(ids[-1], lps[-1], chosen_id)  # the output's strongest other token
+    chosen = _visible(_piece(vocab, chosen_id))
+    rows = []
+    for layer in range(ids.shape[0]):
+        other_id, other_lp = _top_alternative(ids[layer], lps[layer], chosen_id)
+        chosen_lp = float(lens.target_logprob[layer, p])
+        margin = chosen_lp - other_lp if other_id is not None else None
+        cands = [(chosen_id, chosen_lp)]
+        if alt_id is not None:
+            at = np.nonzero(ids[layer] == int(alt_id))[0]
+            if len(at):
+                cands.append((int(alt_id), float(lps[layer, at[0]])))
+        for tok, lp in cands:
+            is_chosen = tok == chosen_id
+            name = chosen if is_chosen else _visible(_piece(vocab, tok))
+            rows.append(
+                {
+                    "what": title,
+                    "layer": layer,
+                    "candidate": name,
+                    "series": f"chosen: {name}" if is_chosen else name,
+                    "chosen": is_chosen,
+                    "chosen_name": chosen,
+                    "p": float(np.exp(lp)),
+                    "alternative": _visible(_piece(vocab, other_id)) if other_id is not None else "",
+                    "p_alternative": float(np.exp(other_lp)) if other_id is not None else None,
+                    "margin": margin if margin is not None and np.isfinite(margin) else None,
+                    "token_index": token_index,
+                }
+            )
     return rows
 
 
@@ -267,12 +371,20 @@ def attention_rows(attention: AttentionResult, step: int) -> list[dict]:
         return []
     mass = attention.mass[sel].mean(axis=0)  # [layers, segments]
     segs = attention.segments
-    names = segment_names([segs[s].get("label") if s < len(segs) else str(s) for s in range(mass.shape[1])])
+    # A decision attends to what comes before it only: no column for a later step's observation or turn.
+    shown = [s for s in range(mass.shape[1]) if s >= len(segs) or _not_after(segs[s], step)]
+    names = segment_names([segs[s].get("label") if s < len(segs) else str(s) for s in shown])
     return [
-        {"layer": layer + 1, "segment": names[s], "order": s, "mass": float(mass[layer, s])}
+        {"layer": layer + 1, "segment": names[i], "order": s, "mass": float(mass[layer, s])}
         for layer in range(mass.shape[0])
-        for s in range(mass.shape[1])
+        for i, s in enumerate(shown)
     ]
+
+
+def _not_after(segment: dict, step: int) -> bool:
+    """A segment of no step (system, prompt, images) or of this step or an earlier one."""
+    at = segment.get("step")
+    return at is None or int(at) <= step
 
 
 def segment_names(labels: list) -> list[str]:
@@ -329,8 +441,11 @@ def uncertainty_html(uncertainty: TokenUncertaintyResult, step: int) -> Optional
 # ---------------------------------------------------------------- page parts
 
 
-def request_status(trajectory_id: int, *, store: Any) -> None:
-    """The "Request analysis" button and the latest request's status (refreshed while it runs)."""
+def request_status(trajectory_id: int, *, store: Any, analysed: bool = False) -> None:
+    """The "Request analysis" button and the latest request's status (refreshed while it runs).
+
+    `analysed`: results are stored already (the run analysed it): no "nothing requested" line then.
+    """
 
     @st.fragment(run_every=1.5 if _active(trajectory_id, store) else None)
     def box() -> None:
@@ -348,6 +463,8 @@ def request_status(trajectory_id: int, *, store: Any) -> None:
             if r["status"] == "done" and st.session_state.get("analysis-seen") != r["id"]:
                 st.session_state["analysis-seen"] = r["id"]
                 st.rerun(scope="app")  # show the fresh results
+        elif analysed:
+            cols[1].caption("Analysed with the run; a request analyses it again.")
         else:
             cols[1].caption(
                 "No analysis requested yet. A worker runs it on a local model "
@@ -368,8 +485,8 @@ def render_analysis(detail: Any, *, store: Any) -> None:
 
     tid = detail.row.id
     st.markdown("#### Analysis")
-    request_status(tid, store=store)
     records = _latest(load_analyses(tid, store=store))
+    request_status(tid, store=store, analysed=bool(records))
     for name, rec in records.items():
         if rec["meta"].get("error"):
             st.caption(f"{name} failed: {str(rec['meta']['error'])[:200]}")
@@ -384,9 +501,10 @@ def render_analysis(detail: Any, *, store: Any) -> None:
     if scored:
         st.caption(f"Scored on {scored} (teacher-forced).")
     turns = [s.idx for s in detail.trajectory.steps if s.role is StepRole.ACTOR]
+    focus = diagnosed_token(getattr(detail, "diagnoses", None))
     for idx in turns:
         with st.expander(f"Model turn at step {idx}", expanded=True):
-            _turn(results, idx)
+            _turn(results, idx, focus)
 
 
 # The panels: the analyzer name a result is stored under, and the result class the panel reads.
@@ -436,7 +554,7 @@ HOW_TO_READ = {
 }
 
 
-def _turn(results: dict, idx: int) -> None:
+def _turn(results: dict, idx: int, focus: Optional[dict] = None) -> None:
     shown = False
     if "logit_lens" in results:
         rows = lens_rows(results["logit_lens"], idx)
@@ -446,7 +564,7 @@ def _turn(results: dict, idx: int) -> None:
             st.caption(HOW_TO_READ["logit_lens"])
             shown = True
     if "tool_decision" in results:
-        rows = decision_rows(results["tool_decision"], idx)
+        rows = decision_rows(results["tool_decision"], idx, lens=results.get("logit_lens"), focus=focus)
         if rows:
             st.markdown("**Tool decision**: alternatives by layer")
             for d in sorted({r["decision"] for r in rows}):

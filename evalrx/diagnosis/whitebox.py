@@ -38,15 +38,12 @@ def _from_tool_decision(analyses: "dict[str, dict]") -> "list[Diagnosis]":
     if not rec or (rec.get("meta") or {}).get("error"):
         return []
     meta, arrays = rec.get("meta") or {}, rec.get("arrays") or {}
-    margin = arrays.get("margin")
-    decisions = meta.get("decisions") or []
-    if margin is None or not decisions:
+    if arrays.get("margin") is None or not meta.get("decisions"):
         return []
+    from evalrx.analyzers import ToolDecisionResult  # the one reader of its margins
+
     best: Optional[tuple] = None
-    for i, d in enumerate(decisions):
-        if i >= len(margin) or not len(margin[i]):
-            continue
-        row = [float(x) for x in margin[i]]
+    for d, row in ToolDecisionResult.from_arrays(arrays, meta).margin_rows():
         final = row[-1]
         peak = max(row[:-1], default=final)
         collapsed = peak >= LED_MIDWAY and final < UNDECIDED
@@ -83,8 +80,21 @@ def _diagnosis(d: dict, final: float, peak: float, collapsed: bool) -> Diagnosis
             "alternative": alt,
             "margin_last": round(final, 4),
             "margin_peak": round(peak, 4),
+            **_token(d.get("token_index"), d.get("pass"), d.get("call"), d.get("arg")),
         },
     )
+
+
+def _token(token_index: Any, pass_index: Any, call: Any, arg: Any) -> dict:
+    """Where the decision went wrong, for the panels (the token index in its pass); {} when unknown."""
+    if token_index is None:
+        return {}
+    return {
+        "token_index": int(token_index),
+        "pass": int(pass_index or 0),
+        "call": None if call is None else int(call),
+        "arg": str(arg or ""),
+    }
 
 
 LENS_CONFIDENT = 0.5  # a middle layer's top token at least this likely counts as "the lens showed it"
@@ -147,10 +157,25 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
                             "chosen": piece,
                             "alternative": right,
                             "layer": layer,
+                            "chosen_id": chosen,
+                            "alternative_id": top,
+                            **_lens_token(a, meta, p),
                         },
                     )
                 ]
     return []
+
+
+def _lens_token(arrays: dict, meta: dict, p: int) -> dict:
+    """The lens position `p` as a token of its pass (`_token`); {} for a result without those labels."""
+    if "label_token_index" not in arrays:
+        return {}
+
+    def at(name: str) -> Any:
+        return int(arrays[name][p]) if name in arrays else None
+
+    args = meta.get("label_arg") or []
+    return _token(at("label_token_index"), at("label_pass"), at("label_call"), args[p] if p < len(args) else "")
 
 
 __all__ = ["from_analyses"]

@@ -490,6 +490,131 @@ def test_attention_chart_labels_every_segment_in_conversation_order(analysis_sto
     assert spec["height"] >= 100 and spec["autosize"]["type"] == "fit-x"
 
 
+def test_attention_lists_only_the_segments_before_the_step(analysis_store):
+    """A decision at step 1 cannot attend to step 2's observation or step 3's turn: they are not its columns."""
+    from components.analysis_panels import attention_rows
+
+    from evalrx.analyzers import AttentionResult
+
+    segs = [
+        {"kind": "system", "step": None, "label": "system"},
+        {"kind": "user", "step": None, "label": "user"},
+        {"kind": "turn", "step": 1, "label": "turn@1"},
+        {"kind": "observation", "step": 2, "label": "observation@2"},
+        {"kind": "turn", "step": 3, "label": "turn@3"},
+    ]
+    mass = np.zeros((3, 2, 5), dtype=np.float32)
+    mass[:2, :, :3] = 1 / 3  # step 1's positions: causal, nothing on later segments
+    mass[2] = 1 / 5
+    labels = {"label_step": np.array([1, 1, 3]), "label_kind": np.array([0, 1, 0]), "label_arg": ["", "x", ""]}
+    result = _decoded(analysis_store, AttentionResult([5, 6, 30], [1, 2, 3], mass, segs, labels))
+    assert [r["segment"] for r in attention_rows(result, 1) if r["layer"] == 1] == ["system", "user", "turn@1"]
+    assert len({r["segment"] for r in attention_rows(result, 3)}) == 5
+
+
+def _diagnosed_lens():
+    """A lens over step 1's argument `city`: its first token (index 20) and a later one (index 22) where the
+    last layer wrote " London" (4) though mid-way layers predicted " look" (2)."""
+    from evalrx.analyzers import LensResult
+
+    layers, positions = 3, 2
+    topk_ids = np.zeros((layers, positions, 3), dtype=np.int32)
+    topk_lp = np.log(np.tile([0.6, 0.3, 0.1], (layers, positions, 1))).astype(np.float32)
+    topk_ids[:, 0] = [1, 2, 3]
+    topk_ids[:, 1] = [2, 4, 3]  # mid-way: " look" leads, " London" second
+    topk_ids[-1, 1] = [4, 2, 3]  # the output writes " London"
+    target_lp = np.log(np.array([[0.6, 0.3], [0.6, 0.3], [0.6, 0.6]], dtype=np.float32))
+    per_layer = np.zeros((layers, positions), dtype=np.float32)
+    labels = {
+        "label_step": [1, 1],
+        "label_kind": [1, 1],
+        "label_call": [0, 0],
+        "label_piece": [0, 2],
+        "label_pass": [0, 0],
+        "label_token_index": [20, 22],
+        "label_arg": ["city", "city"],
+    }
+    return LensResult(
+        positions=[19, 21],
+        token_ids=[3, 1],
+        target_ids=[1, 4],
+        target_is_actual=[True, True],
+        topk_ids=topk_ids,
+        topk_logprobs=topk_lp,
+        entropy=per_layer,
+        target_logprob=target_lp,
+        target_rank=np.zeros((layers, positions), dtype=np.int32),
+        hidden_norm=per_layer,
+        labels=labels,
+        info={"model": "test"},
+        vocab=_VOCAB,
+    )
+
+
+def _token_diagnosis(token_index: int = 22):
+    from evalrx.core import Diagnosis
+
+    evidence = {"text": "lost it", "chosen": "london", "alternative": "look", "layer": 1, "chosen_id": 4}
+    evidence.update(alternative_id=2, token_index=token_index, call=0, arg="city", **{"pass": 0})
+    return Diagnosis(kind="bad_arguments", first_wrong_step=1, evidence=evidence, confidence=0.4, source="whitebox")
+
+
+def test_tool_decision_shows_the_alternatives_at_the_diagnosed_token(analysis_store):
+    """The diagnosis names token 22 of argument `city`: the panel reads the lens there, not the first token (20)."""
+    from components.analysis_panels import decision_rows, decision_summary, diagnosed_token
+
+    decision = _decoded(analysis_store, _decision_result())
+    lens = _decoded(analysis_store, _diagnosed_lens())
+    focus = diagnosed_token([_token_diagnosis()])
+    assert focus is not None and focus["token_index"] == 22 and focus["step"] == 1
+    rows = decision_rows(decision, 1, lens=lens, focus=focus)
+    tool = [r for r in rows if r["what"].startswith("tool name")]
+    assert tool and {r["alternative"] for r in tool if r["layer"] == 0} == {"lookup"}  # untouched
+    arg = [r for r in rows if r["what"].startswith("argument city")]
+    assert arg and all(r["token_index"] == 22 for r in arg)
+    assert {r["chosen_name"] for r in arg} == {"·London"} and "Paris" not in str(arg)
+    mid = next(r for r in arg if r["layer"] == 1 and r["chosen"])
+    assert mid["alternative"] == "·look" and mid["p_alternative"] == pytest.approx(0.6)
+    assert {r["series"] for r in arg} == {"chosen: ·London", "·look"}
+    summary = decision_summary(arg)
+    assert "token 22" in summary and "·look" in summary and "diagnos" in summary
+    # No diagnosis, one naming no token, one for another step, or a token the lens lacks: as before.
+    before = decision_rows(decision, 1)
+    assert decision_rows(decision, 1, lens=lens, focus=None) == before
+    assert diagnosed_token([_token_diagnosis().__class__(kind="bad_arguments", first_wrong_step=1)]) is None
+    assert decision_rows(decision, 2, lens=lens, focus=focus) == []
+    assert decision_rows(decision, 1, lens=lens, focus=diagnosed_token([_token_diagnosis(99)])) == before
+
+
+def test_trajectory_analysis_heads_only_what_is_there_and_reads_the_diagnosed_token(store_url):
+    """Stored results (the run analysed it) are not headed "No analysis requested yet", and the tool-decision
+    panel shows the alternatives at the token the diagnosis names; a trajectory with neither says so."""
+    from appdata import fill_run
+    from apppages import open_page, texts
+
+    from evalrx.runner.analysis import AnalysisRecord
+    from evalrx.store.analyses import replace_analyses
+    from evalrx.store.diagnoses import save_diagnoses
+
+    _, (analysed, bare) = fill_run(store_url, 2, outcomes=["fail", "fail"])
+    with S.connect(store_url).write() as s:
+        records = [
+            AnalysisRecord(r.meta["analyzer"], arrays=r.to_arrays(), meta=dict(r.meta))
+            for r in (
+                _diagnosed_lens(),
+                _decision_result(),
+            )
+        ]
+        replace_analyses(s, analysed, records)
+        save_diagnoses(s, analysed, [_token_diagnosis()])
+    shown = texts(open_page("trajectory", id=analysed))
+    assert "No analysis requested yet" not in shown
+    caption = next(line for line in shown.splitlines() if line.startswith("argument city"))
+    assert "at token 22" in caption and "where the diagnosis says it went wrong" in caption and "·look" in caption
+    assert "Paris" not in shown.split("Tool decision")[-1]  # the first argument token's value is not the one shown
+    assert "No analysis requested yet" in texts(open_page("trajectory", id=bare))
+
+
 def test_uncertainty_shades_the_turns_tokens_with_their_text_escaped(analysis_store):
     from components.analysis_panels import uncertainty_html
 

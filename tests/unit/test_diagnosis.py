@@ -552,6 +552,32 @@ def test_whitebox_the_lens_had_the_observed_value_mid_way_and_lost_it_by_the_las
     assert from_analyses(_lens(10, 0.8)) == []  # without the trajectory there is nothing to compare with
 
 
+def test_whitebox_evidence_names_the_token_where_the_call_went_wrong():
+    """The panels show the alternatives at that token, not at the call's first argument token."""
+    traj = build(
+        "What is the home city of Kigol Trafo?",
+        [call("lookup", "The home city of Kigol Trafo is Krevumus.", query="home city of Kigol Trafo")],
+        answer="The home city of Kigol Trafo is Krevom.",
+    )
+    lens = _lens(10, 0.8)
+    lens["logit_lens"]["arrays"].update(
+        label_token_index=np.array([42], dtype=np.int32),
+        label_pass=np.array([0], dtype=np.int16),
+        label_call=np.array([0], dtype=np.int16),
+    )
+    lens["logit_lens"]["meta"]["label_arg"] = [""]
+    (d,) = from_analyses(lens, traj)
+    ev = d.evidence
+    assert (ev["token_index"], ev["pass"], ev["call"], ev["arg"]) == (42, 0, 0, "")
+    assert (ev["chosen_id"], ev["alternative_id"]) == (11, 10)
+    (older,) = from_analyses(_lens(10, 0.8), traj)  # a result without the label arrays: no token named
+    assert "token_index" not in older.evidence
+    decisions = [dict(_decisions()[1], call=0, token_index=17, **{"pass": 0})]
+    margin = np.array([[0.2, 1.6, 0.7, 0.04]])
+    (t,) = from_analyses({"tool_decision": {"meta": {"decisions": decisions}, "arrays": {"margin": margin}}})
+    assert (t.evidence["token_index"], t.evidence["call"], t.evidence["arg"]) == (17, 0, "expression")
+
+
 # ---------------------------------------------------------------- ranking
 
 
