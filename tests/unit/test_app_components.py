@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "app"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
+from apppages import store_url  # noqa: E402,F401  (a fixture)
 from components.diagnosis_card import diagnosis_view  # noqa: E402
 from components.filters import carry, describe, neighbours, sort_args, store_filters  # noqa: E402
 from components.labelling import proposal_of, shortcut_rows  # noqa: E402
