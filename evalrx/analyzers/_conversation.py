@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from evalrx.core.case import Step, StepRole, Trajectory
+from evalrx.core.content import content_text
 from evalrx.core.tool import normalize_call
-from evalrx.models.agent import FINAL_NUDGE  # the loop's own text: the rebuilt prompt is byte-identical
+from evalrx.models.conversation import ConversationBuilder  # the agent loop's own builder
 
 __all__ = [
     "ActorTurn",
     "Conversation",
     "conversation_from_trajectory",
     "drop_images",
-    "has_images",
     "messages_from_trajectory",
     "normalize_call",
     "normalize_tools",
@@ -125,19 +125,6 @@ def _n_images(observation: Any) -> int:
     return 0
 
 
-def _image_message(n: int, tool_name: str) -> dict:
-    many = n > 1
-    blocks: list = [{"type": "image", "image": None} for _ in range(n)]
-    blocks.append(
-        {
-            "type": "text",
-            "text": f"The image{'s' if many else ''} above {'were' if many else 'was'} "
-            f"returned by the {tool_name!r} tool call.",
-        }
-    )
-    return {"role": "user", "content": blocks}
-
-
 def _detect_style(steps: Sequence[Step]) -> str:
     """The codec style whose call format the model turns are written in (a guess for `style="auto"`).
 
@@ -228,38 +215,21 @@ def conversation_from_trajectory(
         raise ValueError(f"style must be 'auto' or a codec style ({', '.join(sorted(CODECS))}), got {style!r}")
     codec = CODECS[style]()
 
-    messages: list = []
-    info: list = []
+    built = ConversationBuilder(codec, system)  # the agent loop's builder: its messages, in its order
     turns: list = []
-    if system:
-        messages.append({"role": "system", "content": system})
-        info.append({"kind": "system", "step": None})
-
     last_calls: list = []
-    pending_images: list = []
     seen_prompt = False
-
-    def flush_images() -> None:
-        for n, name, step in pending_images:
-            messages.append(_image_message(n, name))
-            info.append({"kind": "image", "step": step})
-        pending_images.clear()
-
     for s in steps:
         if s.role is StepRole.USER:
-            flush_images()
-            content: Any = s.content
-            if not seen_prompt and s.span.get("has_image"):
-                content = [{"type": "image", "image": image}, {"type": "text", "text": s.content}]
-            messages.append({"role": "user", "content": content})
-            info.append({"kind": "user" if seen_prompt else "prompt", "step": s.idx})
+            if seen_prompt:
+                built.user(s.content, step=s.idx)
+            else:
+                built.prompt(s.content, image, with_image=bool(s.span.get("has_image")), step=s.idx)
             seen_prompt = True
         elif s.role is StepRole.ACTOR:
-            flush_images()
             forced = bool(s.span.get("forced_final"))
             if forced:
-                messages.append(codec.final_nudge_message(messages, FINAL_NUDGE))
-                info.append({"kind": "nudge", "step": None})
+                built.final_nudge()
             calls = [] if forced else [normalize_call(c) for c in (s.tool_calls or [])]
             text = s.content or ""
             chat = ChatTurn(text=text)
@@ -268,14 +238,13 @@ def conversation_from_trajectory(
                 for i, c in enumerate(calls):
                     c["id"] = c["id"] or f"call_{s.idx}_{i}"
             tc = [ToolCall(name=c["name"], args=c["args"], id=c["id"]) for c in calls]
-            messages.append(codec.structured_message(chat, tc) if native else codec.assistant_message(chat, tc))
+            built.assistant(chat, tc, native=native, step=s.idx)
             for c, t in zip(calls, tc):  # an id the codec gave a call goes to its results too
                 c["id"] = t.id
-            info.append({"kind": "assistant", "step": s.idx})
             turns.append(
                 ActorTurn(
                     step_idx=s.idx,
-                    message_index=len(messages) - 1,
+                    message_index=len(built.messages) - 1,
                     tools=None if forced else schemas,
                     calls=calls,
                     is_answer=not calls and not s.parse_error,
@@ -287,18 +256,14 @@ def conversation_from_trajectory(
         elif s.role is StepRole.TOOL:
             text = _observation_text(s.observation)
             if s.span.get("parse_error"):
-                messages.append(codec.feedback_message(text))
-                info.append({"kind": "parse_error", "step": s.idx})
+                built.feedback(text, step=s.idx)
                 continue
             i = int(s.span.get("call", 0) or 0)
             call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=s.content or call["name"], id=call.get("id"))
-            messages.append(codec.tool_message(tc, text))
-            info.append({"kind": "tool", "step": s.idx})
-            n = _n_images(s.observation)
-            if n:
-                pending_images.append((n, tc.name, s.idx))
-    flush_images()
+            built.tool(tc, text, [None] * _n_images(s.observation), step=s.idx)  # images as placeholders
+    built.end_turn()
+    messages, info = built.messages, built.info
     return Conversation(messages=messages, tools=schemas, turns=turns, style=style, message_info=info)
 
 
@@ -338,20 +303,12 @@ def render_conversation(renderer: Any, messages: list, tools: Optional[list], ad
     return str(out)
 
 
-def has_images(messages: list) -> bool:
-    return any(
-        isinstance(m.get("content"), list) and any(b.get("type") in ("image", "image_url") for b in m["content"])
-        for m in messages
-    )
-
-
 def drop_images(conversation: Conversation) -> Conversation:
     """The conversation with image blocks removed (for scoring on a text-only model)."""
     msgs = []
     for m in conversation.messages:
         content = m.get("content")
         if isinstance(content, list):
-            kept = [b for b in content if b.get("type") not in ("image", "image_url")]
-            m = dict(m, content="".join(b.get("text", "") for b in kept))
+            m = dict(m, content=content_text(content))  # the text blocks only
         msgs.append(m)
     return Conversation(msgs, conversation.tools, conversation.turns, conversation.style, conversation.message_info)

@@ -22,11 +22,11 @@ from evalrx.analyzers._conversation import (
     Conversation,
     conversation_from_trajectory,
     drop_images,
-    has_images,
     replay_style,
 )
 from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
 from evalrx.core.case import Trajectory
+from evalrx.core.content import has_image
 
 __all__ = [
     "PassTurn",
@@ -225,7 +225,7 @@ def plan_trajectory(
     """
     style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
     conv = conversation_from_trajectory(trajectory, system, tools, style=style)
-    if has_images(conv.messages):
+    if has_image(conv.messages):
         conv = drop_images(conv)
     return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids)
 

@@ -19,9 +19,11 @@ from typing import Any, Callable, Iterable, Optional
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
+from evalrx.models.conversation import FINAL_NUDGE, REPEAT_NUDGE, ConversationBuilder
 from evalrx.models.toolcodec import ToolCallCodec, codec_for
 
 __all__ = [
+    "FINAL_NUDGE",
     "Agent",
     "ToolError",
     "ToolExecutor",
@@ -32,15 +34,6 @@ __all__ = [
     "run_case",
 ]
 
-# Loop-policy nudges: scaffold messages the model sees, not task prompts.
-REPEAT_NUDGE = (
-    "[repeat blocked] You already made this exact tool call; the result would be identical "
-    "to what you already received. Choose DIFFERENT arguments or give your final answer now."
-)
-FINAL_NUDGE = (
-    "You have used your entire tool budget. Based on everything you have already seen, "
-    "give your final answer NOW as plain text."
-)
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
 # A trajectory's generation captures ride on the object, outside its fields: never serialized or stored.
 _CAPTURES_ATTR = "_generation_captures"
@@ -136,14 +129,6 @@ def _as_case(data: Any) -> FailureCase:
     raise TypeError(f"Agent.run expects str | Inputs | FailureCase, got {type(data).__name__}")
 
 
-def _user_content(case: FailureCase) -> "str | list":
-    """First user message: plain text, or image + text content blocks for a VLM case."""
-    image = case.inputs.image
-    if image is None:
-        return case.inputs.prompt
-    return [{"type": "image", "image": image}, {"type": "text", "text": case.inputs.prompt}]
-
-
 def _observation_record(observation: Any) -> Any:
     """What lands in `Step.observation`: structured for a `ToolResult`, JSON-safe otherwise."""
     if isinstance(observation, ToolResult):
@@ -156,19 +141,6 @@ def _observation_record(observation: Any) -> Any:
     if observation is None or isinstance(observation, (bool, int, float, dict, list)):
         return observation
     return str(observation)
-
-
-def _image_message(images: list, tool_name: str) -> dict:
-    blocks: list = [{"type": "image", "image": im} for im in images]
-    many = len(images) > 1
-    blocks.append(
-        {
-            "type": "text",
-            "text": f"The image{'s' if many else ''} above {'were' if many else 'was'} "
-            f"returned by the {tool_name!r} tool call.",
-        }
-    )
-    return {"role": "user", "content": blocks}
 
 
 def _ms(seconds: float) -> float:
@@ -277,10 +249,9 @@ class Agent:
         encoded = self.codec.encode(self.tools)
         codec = self.codec
 
-        messages: list = []
-        if self.system:
-            messages.append({"role": "system", "content": self.system})
-        messages.append({"role": "user", "content": _user_content(case)})
+        conversation = ConversationBuilder(codec, self.system)  # the one builder replay rebuilds it with
+        conversation.prompt(goal, case.inputs.image)
+        messages = conversation.messages
         steps: list = [Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})]
 
         captures: dict = {}  # actor step index -> ChatTurn.capture, when the chat kwargs asked for them
@@ -308,14 +279,13 @@ class Agent:
                     span=span,
                 )
             )
-            messages.append(codec.assistant_message(chat, calls))
+            conversation.assistant(chat, calls)
 
             if not calls and not errors:
                 final_answer = parsed.text
                 terminated = "final"
                 break
 
-            image_messages: list = []
             for i, call in enumerate(calls):
                 n_calls += 1
                 sig = call.signature()
@@ -342,13 +312,12 @@ class Agent:
                         span=tool_span,
                     )
                 )
-                messages.append(codec.tool_message(call, str(observation)))
-                if isinstance(observation, ToolResult) and observation.images:
-                    image_messages.append(_image_message(observation.images, call.name))
+                images = observation.images if isinstance(observation, ToolResult) else ()
+                conversation.tool(call, str(observation), images)
 
             if errors:
                 n_parse_errors += len(errors)
-                feedback = codec.parse_error_message(errors)
+                feedback = conversation.parse_error(errors)
                 steps.append(
                     Step(
                         idx=len(steps),
@@ -358,13 +327,11 @@ class Agent:
                         span={"turn": turn, "parse_error": True},
                     )
                 )
-                messages.append(feedback)
-            # After every tool message of the turn: OpenAI requires tool replies right after the call.
-            messages.extend(image_messages)
+            conversation.end_turn()  # the tools' images, after every tool message of the turn
 
         if self.force_final_answer and final_answer is None:
             # The codec places the nudge: a user turn may break the family's template (Mistral's alternation).
-            messages.append(codec.final_nudge_message(messages, FINAL_NUDGE))
+            conversation.final_nudge()
             chat, span = self._chat(messages, None)  # no tools: the reply is the answer
             span["forced_final"] = True
             parsed = codec.parse(chat)
