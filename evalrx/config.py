@@ -18,6 +18,10 @@ class ModelConfig:
     dtype: Optional[str] = None
 
 
+# Whole-number settings of a run and their ranges (inclusive), checked by `RunConfig.validate`.
+_WHOLE_NUMBERS = (("max_turns", 1, 100), ("concurrency", 1, 64), ("repeats", 1, 100), ("seed", 0, 2**31 - 1))
+
+
 @dataclass
 class RunConfig:
     """A run: a model, the tools it may call, the cases and the loop policies."""
@@ -58,16 +62,44 @@ class RunConfig:
         """The run as plain JSON-able data (what the store keeps, less anything secret)."""
         return asdict(self)
 
+    def validate(self) -> "RunConfig":
+        """Check what the config alone can say (a model named, loop numbers in range); returns itself.
+
+        The names it refers to (spec, backend, tools, analyzers) are checked where their registries
+        are, by `evalrx.runner.enqueue_run`.
+
+        Raises:
+            ValueError: one line naming the setting and what it must be.
+        """
+        if not self.model.name:
+            raise ValueError("the run config names no model (model.name)")
+        for key, low, high in _WHOLE_NUMBERS:
+            value = getattr(self, key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+            ):
+                raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
+        return self
+
     @classmethod
     def from_dict(cls, data: dict) -> "RunConfig":
-        """Rebuild from `to_dict` output (a stored run's config); keys it does not know are ignored."""
+        """Rebuild from `to_dict` output (a stored run's config); keys it does not know are ignored.
+
+        Nothing is checked here (`validate` does): a config without a model name gets the name "".
+        """
         data = dict(data or {})
-        model = dict(data.get("model") or {})
+        model = data.get("model")
+        model = dict(model) if isinstance(model, dict) else {}
         mfields = {f.name for f in fields(ModelConfig)}
-        model_cfg = ModelConfig(**{k: v for k, v in model.items() if k in mfields})
+        model_cfg = ModelConfig(**{"name": "", **{k: v for k, v in model.items() if k in mfields}})
         model_cfg.want = tuple(model_cfg.want or ())
         rfields = {f.name for f in fields(cls)} - {"model"}
         run = cls(model=model_cfg, **{k: v for k, v in data.items() if k in rfields and v is not None})
         run.tools, run.analyzers = list(run.tools or []), list(run.analyzers or [])
         run.runtime, run.chat_kwargs = dict(run.runtime or {}), dict(run.chat_kwargs or {})
         return run
+
+
+# What a run config holds, by name: the store keeps only these keys of a queued run (`evalrx.store.runs`).
+RUN_CONFIG_FIELDS = frozenset(f.name for f in fields(RunConfig))
+MODEL_CONFIG_FIELDS = frozenset(f.name for f in fields(ModelConfig))

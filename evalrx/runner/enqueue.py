@@ -4,37 +4,34 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
+from evalrx.config import RunConfig
 from evalrx.core.case import FailureCase
 from evalrx.store import jobs as store_jobs
 from evalrx.store import runs as store_runs
 from evalrx.store.engine import Store, resolve
 
 
-def _check(cfg: dict) -> None:
-    """Fail at enqueue, not minutes later in the worker, on unknown spec, backend, tool or analyzer."""
+def _check(run: RunConfig) -> None:
+    """Fail at enqueue, not minutes later in the worker: the config itself (`RunConfig.validate`), then
+    the names it refers to: unknown spec, backend, tool or analyzer."""
     from evalrx.models import resolve_spec_key
     from evalrx.models.backends import get_backend
     from evalrx.tools import TOOLS
 
-    model = cfg.get("model") or {}
-    if not model.get("name"):
-        raise ValueError("the run config names no model (model.name)")
-    for key, low, high in (("max_turns", 1, 100), ("concurrency", 1, 64), ("repeats", 1, 100), ("seed", 0, 2**31 - 1)):
-        value = cfg.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
-            raise ValueError(f"{key} must be a whole number from {low} to {high}, got {value!r}")
+    run.validate()
     from evalrx.specs import get_spec
 
-    spec = get_spec(resolve_spec_key(model["name"]))
-    get_backend(model.get("backend") or "hf_local")
-    if spec.api_only and (model.get("backend") or "hf_local") != "api":
+    backend = run.model.backend or "hf_local"
+    spec = get_spec(resolve_spec_key(run.model.name))
+    get_backend(backend)
+    if spec.api_only and backend != "api":
         raise ValueError(f"{spec.key} is API-only: run it on the api backend (with a base_url for your server)")
-    unknown = [t for t in cfg.get("tools") or [] if t not in TOOLS]
+    unknown = [t for t in run.tools if t not in TOOLS]
     if unknown:
         raise ValueError(f"Unknown tool(s) {unknown}. Known tools: {sorted(TOOLS)}.")
     from evalrx.analyzers import analyzer_class
 
-    for entry in cfg.get("analyzers") or []:
+    for entry in run.analyzers:
         analyzer_class(entry if isinstance(entry, str) else (entry or {}).get("name"))  # unknown: lists the known
 
 
@@ -65,16 +62,17 @@ def enqueue_run(
     Raises:
         ValueError: unknown spec, backend, tool or analyzer; no cases.
     """
-    cfg = store_runs.queued_config(run_config, runtime)
-    _check(cfg)
+    cfg = store_runs.queued_config(run_config, runtime)  # what is stored: the allowed keys, no secret
+    run = RunConfig.from_dict(cfg)
+    _check(run)
     if key_bound:
-        if (cfg["model"].get("backend") or "hf_local") != "api":
+        if (run.model.backend or "hf_local") != "api":
             raise ValueError("an API key can be bound only to a run on the api backend")
         from evalrx.models.backends.api import DEFAULT_BASE_URL
 
-        cfg["base_url"] = cfg.get("base_url") or DEFAULT_BASE_URL  # the key goes to this URL and no other
+        cfg["base_url"] = run.base_url = run.base_url or DEFAULT_BASE_URL  # the key goes to this URL, no other
     if cases is None:
-        source = cfg.get("case_file") or cfg.get("suite")
+        source = run.case_file or run.suite
         if not source:
             raise ValueError("no cases: pass `cases`, or set the run config's suite or case_file")
         from evalrx.suites import load_cases
@@ -84,13 +82,11 @@ def enqueue_run(
     if not cases:
         raise ValueError("the run has no cases")
     if name is None:
-        source = cfg.get("suite") or cfg.get("case_file") or "cases"
-        name = f"{cfg['model']['name']} on {source}"
+        source = run.suite or run.case_file or "cases"
+        name = f"{run.model.name} on {source}"
     st = resolve(store)
     with st.write() as s:
-        run_id = store_runs.create_run(
-            s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=int(cfg.get("repeats") or 1)
-        )
+        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=run.repeats)
         store_jobs.enqueue_job(s, run_id)
     return run_id
 

@@ -11,6 +11,8 @@ import logging
 import os
 from typing import Optional
 
+from evalrx.config import RunConfig
+
 log = logging.getLogger("evalrx.worker")  # the worker's log: these decisions are the worker's
 
 ENV_KEY_HOSTS = "EVALRX_KEY_HOSTS"
@@ -25,7 +27,7 @@ def key_hosts() -> "set[str]":
     return {h.strip().lower().strip("[]") for h in hosts if h.strip()}
 
 
-def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Optional[str]]":
+def api_key_for(run: RunConfig, run_key: Optional[str]) -> "tuple[Optional[str], Optional[str]]":
     """(key, base_url) to call a run's API with: its own bound key to its own URL, or this worker's
     environment key only where `EVALRX_KEY_HOSTS` allows that URL's host (else no key at all)."""
     from urllib.parse import urlsplit
@@ -33,12 +35,7 @@ def api_key_for(cfg: dict, run_key: Optional[str]) -> "tuple[Optional[str], Opti
     from evalrx.models.backends.api import DEFAULT_BASE_URL
     from evalrx.models.backends.api_secrets import PLACEHOLDER_KEY
 
-    url = (
-        cfg.get("base_url")
-        or (cfg.get("runtime") or {}).get("base_url")
-        or os.environ.get("OPENAI_BASE_URL")
-        or DEFAULT_BASE_URL
-    )
+    url = run.base_url or run.runtime.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     if run_key:
         return run_key, url
     host = (urlsplit(url).hostname or "").lower()

@@ -28,6 +28,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 from sqlalchemy.exc import IntegrityError
 
+from evalrx.config import RunConfig
 from evalrx.core.case import FailureCase, Label, StepRole, Trajectory
 from evalrx.runner import analysis
 from evalrx.runner.argtypes import interval_seconds, positive_int
@@ -86,7 +87,7 @@ def _images_by_step(traj: Trajectory, captured: list) -> dict:
     return dict(zip(steps, captured))
 
 
-def _runtime_kwargs(run: Any) -> dict:
+def _runtime_kwargs(run: RunConfig) -> dict:
     """RuntimeConfig settings of a run (never an API key; the model's device and dtype come with `load_model`)."""
     from evalrx.models.backends import RuntimeConfig
 
@@ -97,15 +98,13 @@ def _runtime_kwargs(run: Any) -> dict:
     return runtime
 
 
-def load_handle(cfg: dict, run_key: Optional[str] = None) -> Any:
+def load_handle(run: RunConfig, run_key: Optional[str] = None) -> Any:
     """Load the run's model once for the whole job (an API run gets the key `api_key_for` allows)."""
-    from evalrx.config import RunConfig
     from evalrx.models import load_model
 
-    run = RunConfig.from_dict(cfg)
     runtime = _runtime_kwargs(run)
     if (run.model.backend or "hf_local") == "api":
-        key, url = api_key_for(cfg, run_key)
+        key, url = api_key_for(run, run_key)
         runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
         if key is not None:
             runtime["api_key"] = key
@@ -260,16 +259,18 @@ class Worker:
         log.info("worker %s: job %s %s", self.worker_id, job.id, status)
         return status
 
-    def _load_job(self, job: Any) -> tuple[dict, list, dict]:
+    def _load_job(self, job: Any) -> tuple[RunConfig, list, dict]:
+        """The job's run config (parsed once: the worker holds it until the last case is written),
+        its pending attempts and their start counts."""
         from evalrx.store.runs import pending_work
 
         cfg, cases, starts = pending_work(job.run_id, store=self.store)
         for _, _, case in cases:  # stored image bytes become what tools expect
             case.inputs.image = _case_image(case.inputs.image)
-        return cfg, cases, starts
+        return RunConfig.from_dict(cfg), cases, starts
 
     def _run_job(self, job: Any) -> str:
-        cfg, cases, starts = self._load_job(job)
+        run, cases, starts = self._load_job(job)
         # An attempt that killed its worker max_case_attempts times is recorded as an error; the run goes on.
         for case_id, attempt, case in [c for c in cases if starts.get(c[:2], 0) >= self.max_case_attempts]:
             died = RuntimeError(
@@ -280,7 +281,7 @@ class Worker:
 
             traj = error_trajectory(case, died)
             traj.outcome, traj.attempt = Label.ERROR, attempt
-            if self._record(job, None, cfg, [], case_id, case, CaseResult(traj, [])):
+            if self._record(job, None, run, [], case_id, case, CaseResult(traj, [])):
                 raise JobCancelled()
         cases = [c for c in cases if starts.get(c[:2], 0) < self.max_case_attempts]
         if not cases:
@@ -288,22 +289,21 @@ class Worker:
             return "done"
         from evalrx.tools import get_tools
 
-        tool_names = list(cfg.get("tools") or [])
-        get_tools(tool_names)  # an unknown tool fails the job before the model loads
-        hooks = analysis.resolve(list(cfg.get("analyzers") or []))
-        handle = load_handle(cfg, self._run_key)
+        get_tools(run.tools)  # an unknown tool fails the job before the model loads
+        hooks = analysis.resolve(run.analyzers)
+        handle = load_handle(run, self._run_key)
         # The load is the run's, kept apart from its first case's step latency.
         update_run_meta(job.run_id, model_load_ms=getattr(handle, "load_ms", None), store=self.store)
         if jobs.cancel_requested(self.store, job.id):
             raise JobCancelled()
-        parallel = getattr(handle, "backend", None) == "api" and int(cfg.get("concurrency") or 1) > 1
+        parallel = getattr(handle, "backend", None) == "api" and run.concurrency > 1
         results = (
-            self._results_parallel(job.run_id, handle, cfg, cases, int(cfg["concurrency"]))
+            self._results_parallel(job.run_id, handle, run, cases, run.concurrency)
             if parallel
-            else self._results_serial(job.run_id, handle, cfg, cases)
+            else self._results_serial(job.run_id, handle, run, cases)
         )
         for case_id, case, result in results:
-            cancel = self._record(job, handle, cfg, hooks, case_id, case, result)
+            cancel = self._record(job, handle, run, hooks, case_id, case, result)
             if cancel:
                 raise JobCancelled()
             if self.stop_event.is_set():
@@ -321,12 +321,10 @@ class Worker:
 
     # ------------------------------------------------------------ cases
 
-    def _run_case(self, handle: Any, cfg: dict, case: FailureCase, attempt: int = 1) -> CaseResult:
-        from evalrx.config import RunConfig
+    def _run_case(self, handle: Any, run: RunConfig, case: FailureCase, attempt: int = 1) -> CaseResult:
         from evalrx.models.agent import error_trajectory, run_case
         from evalrx.tools import get_tools
 
-        run = RunConfig.from_dict(cfg)
         captured: list = []
         try:
             check_prompt(handle, case, self.max_prompt_bytes)
@@ -349,14 +347,14 @@ class Worker:
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
-    def _results_serial(self, run_id: int, handle: Any, cfg: dict, cases: list) -> Iterator[tuple]:
+    def _results_serial(self, run_id: int, handle: Any, run: RunConfig, cases: list) -> Iterator[tuple]:
         for case_id, attempt, case in cases:
             if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
             jobs.start_case(self.store, run_id, case_id, attempt)
-            yield case_id, case, self._run_case(handle, cfg, case, attempt)
+            yield case_id, case, self._run_case(handle, run, case, attempt)
 
-    def _results_parallel(self, run_id: int, handle: Any, cfg: dict, cases: list, width: int) -> Iterator[tuple]:
+    def _results_parallel(self, run_id: int, handle: Any, run: RunConfig, cases: list, width: int) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
         pending = iter(cases)
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evalrx-case") as pool:
@@ -368,7 +366,7 @@ class Worker:
                     return False
                 case_id, attempt, case = nxt
                 jobs.start_case(self.store, run_id, case_id, attempt)
-                running[pool.submit(self._run_case, handle, cfg, case, attempt)] = (case_id, case)
+                running[pool.submit(self._run_case, handle, run, case, attempt)] = (case_id, case)
                 return True
 
             for _ in range(width):
@@ -388,7 +386,14 @@ class Worker:
                     fut.cancel()
 
     def _record(
-        self, job: Any, handle: Any, cfg: dict, hooks: list, case_id: int, case: FailureCase, result: CaseResult
+        self,
+        job: Any,
+        handle: Any,
+        run: RunConfig,
+        hooks: list,
+        case_id: int,
+        case: FailureCase,
+        result: CaseResult,
     ) -> bool:
         """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
         traj, tools = result.trajectory, result.tools
@@ -402,8 +407,8 @@ class Worker:
                 trajectory=traj,
                 tools=tools,
                 tool_schemas=schemas,
-                system=cfg.get("system"),
-                run_config=cfg,
+                system=run.system,
+                run_config=run,
             )
             records = analysis.run_all(hooks, ctx)
         diagnoses = diagnose_case(traj, case, tools, records)
@@ -435,12 +440,11 @@ class Worker:
         self.run_analysis_request(req)
         return True
 
-    def _local_handle(self, name: str, cfg: Optional[dict] = None) -> Any:
+    def _local_handle(self, name: str, run: Optional[RunConfig] = None) -> Any:
         """A local model to analyse on, loaded once and kept for the next request on the same spec."""
         if self._replay_handle is None or self._replay_handle[0] != name:
-            model = (cfg or {}).get("model") or {}
-            if model.get("name") == name and (model.get("backend") or "hf_local") != "api":
-                handle = load_handle(cfg)
+            if run is not None and run.model.name == name and (run.model.backend or "hf_local") != "api":
+                handle = load_handle(run)
             else:
                 import evalrx
 
@@ -463,23 +467,23 @@ class Worker:
             detail = get_trajectory(tid, store=self.store)
             if detail is None:
                 raise ValueError(f"trajectory {tid} no longer exists")
-            cfg = run_config(detail.row.run_id, store=self.store)
-            run_model = cfg.get("model") or {}
-            local = (run_model.get("backend") or "hf_local") == "hf_local" and run_model.get("name")
-            name = req.get("model") or (run_model["name"] if local else analysis_store.default_replay_model())
-            handle = self._local_handle(name, cfg)
-            tools = get_tools(list(cfg.get("tools") or []))
+            run = RunConfig.from_dict(run_config(detail.row.run_id, store=self.store))  # imported runs' too
+            backend = run.model.backend or "hf_local"
+            local = backend == "hf_local" and run.model.name
+            name = req.get("model") or (run.model.name if local else analysis_store.default_replay_model())
+            handle = self._local_handle(name, run)
+            tools = get_tools(run.tools)
             ctx = analysis.CaseContext(
                 handle=handle,
                 case=None,
                 trajectory=detail.trajectory,
                 tools=tools,
                 tool_schemas=[tool.to_openai() for tool in tools],
-                system=cfg.get("system"),
-                run_config=cfg,
+                system=run.system,
+                run_config=run,
             )
             records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)
-            source = f"{run_model.get('name')} on {run_model.get('backend') or 'hf_local'}"
+            source = f"{run.model.name or None} on {backend}"
             for rec in records:
                 rec.meta = dict(rec.meta or {}, requested=req["id"], scored_on=name, source_model=source)
             failed = [r for r in records if (r.meta or {}).get("error")]

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Optional, Sequence
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
+from evalrx.config import MODEL_CONFIG_FIELDS, RUN_CONFIG_FIELDS
 from evalrx.core.case import FailureCase, Trajectory
 from evalrx.store import convert
 from evalrx.store import schema as t
@@ -65,27 +66,10 @@ def upsert_case(session: Session, case: FailureCase) -> int:
     return session.execute(select(t.Case.id).where(t.Case.digest == fields["digest"])).scalar_one()
 
 
-# What a queued run's stored config may hold: an allow-list, so a header, token or key never gets in.
-RUN_CONFIG_KEYS = frozenset(
-    {
-        "model",
-        "tools",
-        "suite",
-        "case_file",
-        "max_turns",
-        "system",
-        "block_repeat_calls",
-        "force_final_answer",
-        "concurrency",
-        "analyzers",
-        "base_url",
-        "runtime",
-        "chat_kwargs",
-        "repeats",
-        "seed",
-    }
-)
-MODEL_KEYS = frozenset({"name", "backend", "want", "checkpoint", "device", "dtype"})
+# What a queued run's stored config may hold: an allow-list (RunConfig's and ModelConfig's fields), so a
+# header, token or key never gets in.
+RUN_CONFIG_KEYS = RUN_CONFIG_FIELDS
+MODEL_KEYS = MODEL_CONFIG_FIELDS
 # RuntimeConfig's fields less the key (a test keeps the two lists in step).
 RUNTIME_KEYS = frozenset(
     {

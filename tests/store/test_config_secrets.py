@@ -24,6 +24,14 @@ def test_the_runtime_allow_list_is_runtime_config_less_the_key():
     assert RUNTIME_KEYS == {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
 
 
+def test_the_run_config_allow_list_is_the_run_configs_fields_none_of_them_secret():
+    from evalrx.store.runs import MODEL_KEYS, RUN_CONFIG_KEYS, is_secret_name
+
+    assert RUN_CONFIG_KEYS == {f.name for f in dataclasses.fields(RunConfig)}
+    assert MODEL_KEYS == {f.name for f in dataclasses.fields(ModelConfig)}
+    assert not [k for k in RUN_CONFIG_KEYS | MODEL_KEYS | RUNTIME_KEYS if is_secret_name(k)]
+
+
 @pytest.mark.parametrize(
     "url, clean",
     [

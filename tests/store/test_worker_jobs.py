@@ -135,19 +135,19 @@ def test_cancel_a_queued_run(store_url):
 def test_cancel_stops_a_running_job_between_cases(store_url):
     store = S.connect(store_url)
     seen = []
+    run_ids = []
 
     def cancel_after_two(ctx):
+        assert ctx.run_config.analyzers == ["cancel_after_two"]  # the run's RunConfig, as the worker holds it
         seen.append(ctx.case.id)
         if len(seen) == 2:
-            cancel_run(ctx.run_config["_run_id"], store=store)
+            cancel_run(run_ids[0], store=store)
         return []
 
     register_hook("cancel_after_two", cancel_after_two, replace=True)
     cfg = scripted_config(analyzers=["cancel_after_two"])
-    run_id = enqueue_run(cfg, cases(8), store=store)
-    with store.write() as s:  # let the hook know its run
-        run = s.get(t.Run, run_id)
-        run.config = {**run.config, "_run_id": run_id}
+    run_ids.append(enqueue_run(cfg, cases(8), store=store))  # the hook's run
+    run_id = run_ids[0]
     _worker(store).run()
     info = S.get_run(run_id, store=store)
     assert info.status == "cancelled" and info.job_status == "cancelled" and info.n_done == 2

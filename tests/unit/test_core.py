@@ -133,6 +133,19 @@ def test_vllm_missing_gives_install_hint(monkeypatch):
         evalrx.load("qwen2.5-0.5b-instruct", backend="vllm_offline")
 
 
+def test_run_config_validates_itself_in_one_line():
+    from evalrx.config import ModelConfig, RunConfig
+
+    run = RunConfig(model=ModelConfig("evalrx-tiny"))
+    assert run.validate() is run
+    with pytest.raises(ValueError, match=r"^the run config names no model \(model.name\)$"):
+        RunConfig.from_dict({"tools": ["calculator"]}).validate()
+    bad = {"max_turns": 0, "concurrency": True, "repeats": "2", "seed": -1}
+    for key, value in bad.items():
+        with pytest.raises(ValueError, match=rf"^{key} must be a whole number from \d+ to \d+, got {value!r}$"):
+            RunConfig.from_dict({"model": {"name": "evalrx-tiny"}, key: value}).validate()
+
+
 def test_run_config_is_one_contract_from_the_form_to_the_worker():
     from evalrx.config import ModelConfig, RunConfig
 
