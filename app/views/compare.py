@@ -2,7 +2,13 @@
 
 The counts pair the cases both runs graded; cases graded in one run only are counted and listed apart,
 never dropped. The same run on both sides (`?a=3&b=3&case=...`) sets two attempts of a case side by side.
+The URL always names both runs (a link keeps its meaning when newer runs arrive); a run not named is
+paired with the newest other run of the same suite (run config `suite`, else the same case set), else
+with the run before it. The two runs' config keys that differ are listed (no secret: the store holds none).
 """
+
+import json
+import re
 
 import streamlit as st
 from components.data import store
@@ -44,13 +50,89 @@ if any(not w.isdigit() or int(w) not in runs for w in wanted_runs):
 if not runs:
     st.info("No runs yet.")
     st.stop()
-ids = list(runs)  # most recent first: B is the newest run, A the one before it
+ids = list(runs)  # most recent first: B is the newest run, A its partner
+CASE_SET_SCAN = 20  # runs without a suite: how many recent runs are compared by their case set
+
+
+def _suite(rid: int) -> "str | None":
+    return (runs[rid].config or {}).get("suite") or None
+
+
+def _same_suite(rid: int, other: int, n_seen: int) -> bool:
+    """Both runs name the same suite, or (one names none: an import) they hold the same cases."""
+    mine, theirs = _suite(rid), _suite(other)
+    if mine and theirs:
+        return mine == theirs
+    if n_seen >= CASE_SET_SCAN:
+        return False
+    return set(_attempts(rid, runs[rid].n_done, S.url)) == set(_attempts(other, runs[other].n_done, S.url))
+
+
+def _partner(rid: int, fallback: int) -> int:
+    """The newest other run of `rid`'s suite, else `fallback`."""
+    others = [i for i in ids if i != rid]
+    return next((i for n, i in enumerate(others) if _same_suite(rid, i, n)), fallback)
+
+
+def _url_run(key: str) -> "int | None":
+    v = st.query_params.get(key)
+    return int(v) if v and v.isdigit() and int(v) in runs else None
+
+
+if st.session_state.get("a") not in runs or st.session_state.get("b") not in runs:  # the URL decides
+    url_a, url_b = _url_run("a"), _url_run("b")
+    if url_b is None:
+        url_b = ids[0] if url_a is None else _partner(url_a, next((i for i in ids if i != url_a), url_a))
+    if url_a is None:
+        older = [i for i in ids if i < url_b] or [i for i in ids if i != url_b] or [url_b]
+        url_a = _partner(url_b, older[0])
+    st.session_state["a"], st.session_state["b"] = url_a, url_b
 pick_a, pick_b = st.columns(2)
-a = pick_a.selectbox("Run A (before)", ids, index=min(1, len(ids) - 1), key="a", bind="query-params")
-b = pick_b.selectbox("Run B (after)", ids, index=0, key="b", bind="query-params")
+a = pick_a.selectbox("Run A (before)", ids, key="a")
+b = pick_b.selectbox("Run B (after)", ids, key="b")
+# Written every run, defaults included (a bound widget drops its default from the URL, and a shared
+# `compare?a=4&case=...` would then pair run 4 with whatever run is newest when it is opened).
+st.query_params["a"], st.query_params["b"] = str(a), str(b)
 pick_a.caption(md_escape(runs[a].name or runs[a].spec_key or ""))
 pick_b.caption(md_escape(runs[b].name or runs[b].spec_key or ""))
 att_a, att_b = _attempts(a, runs[a].n_done, S.url), _attempts(b, runs[b].n_done, S.url)
+
+_SECRET = re.compile(r"key|token|secret|passw|auth|cookie|credential", re.I)
+
+
+def _flat(cfg: dict, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in (cfg or {}).items():
+        name = f"{prefix}{k}"
+        if _SECRET.search(str(k)):
+            continue  # never shown, even if a foreign store held one
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def _shown(v: object) -> str:
+    if v is None:
+        return "(not set)"
+    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True)
+
+
+def config_differences(cfg_a: dict, cfg_b: dict) -> list[dict]:
+    """The config keys (dotted paths) whose values differ between two runs, with both values as text."""
+    fa, fb = _flat(cfg_a), _flat(cfg_b)
+    keys = sorted(k for k in set(fa) | set(fb) if fa.get(k, None) != fb.get(k, None))
+    return [{"key": k, "A": _shown(fa.get(k)), "B": _shown(fb.get(k))} for k in keys]
+
+
+if a != b:
+    differences = config_differences(runs[a].config or {}, runs[b].config or {})
+    if differences:
+        with st.expander(f"Config differences, A → B ({len(differences)})", expanded=True):
+            st.dataframe(differences, hide_index=True, width="stretch", key="config-diff")
+    else:
+        st.caption("The two runs' configs are the same.")
 
 
 def _open_case() -> None:

@@ -19,6 +19,7 @@ from typing import Any, Callable, ClassVar, Optional, Type
 import numpy as np
 
 from evalrx.core.capability import CapabilityError
+from evalrx.core.model import Model
 
 __all__ = [
     "ANALYZERS",
@@ -115,7 +116,7 @@ class Analyzer:
         "(ReplayAnalyzer) to get white-box evidence."
     )
 
-    def check(self, model: Any) -> None:
+    def check(self, model: Model) -> None:
         """Raise `CapabilityError` when `model` lacks any capability this analyzer needs."""
         have = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
         missing = frozenset(self.requires) - have
@@ -123,13 +124,13 @@ class Analyzer:
             hint = self.api_hint if getattr(model, "backend", None) == "api" else ""
             raise CapabilityError(analyzer=type(self).__name__, model=model_id(model), missing=missing, hint=hint)
 
-    def run(self, model: Any, text: str) -> AnalysisResult:
+    def run(self, model: Model, text: str) -> AnalysisResult:
         """Analyse one prompt."""
         raise NotImplementedError(f"{type(self).__name__} does not analyse single prompts.")
 
     def run_trajectory(
         self,
-        model: Any,
+        model: Model,
         trajectory: Any,
         *,
         tools: Optional[list] = None,
@@ -156,7 +157,7 @@ class HookAnalyzer(Analyzer):
         return self.hook(ctx)
 
     def run_trajectory(
-        self, model: Any, trajectory: Any, *, tools: Optional[list] = None, system: Optional[str] = None
+        self, model: Model, trajectory: Any, *, tools: Optional[list] = None, system: Optional[str] = None
     ) -> AnalysisResult:
         raise NotImplementedError(
             f"{self.name!r} is a worker hook: it runs on each finished case of a run that lists it, "

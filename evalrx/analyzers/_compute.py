@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import model_id
+from evalrx.core.model import Model
 from evalrx.internals import (
     attention_modules,
     cached_keys,
@@ -78,7 +79,7 @@ class LocalModel:
         return getattr(self.tokenizer, "tokenizer", self.tokenizer)
 
 
-def local_model(handle: Any, analyzer: str) -> LocalModel:
+def local_model(handle: Model, analyzer: str) -> LocalModel:
     """The transformers model and tokenizer behind a local handle.
 
     Raises:

@@ -23,6 +23,7 @@ from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS
 from evalrx.core.capability import Capability
+from evalrx.core.model import Model
 
 __all__ = ["LensResult", "LogitLensAnalyzer", "settle_layer"]
 
@@ -329,7 +330,7 @@ class LogitLensAnalyzer(PassAnalyzer):
         self.max_value_tokens = max_value_tokens
         self.max_answer_tokens = max_answer_tokens
 
-    def run(self, model: Any, text: str, *, positions: "Sequence[int] | str | None" = None) -> LensResult:
+    def run(self, model: Model, text: str, *, positions: "Sequence[int] | str | None" = None) -> LensResult:
         """Lens over one prompt.
 
         Args:

@@ -6,7 +6,6 @@ them on each `AnalysisRecord` (`scores`), so the store writes them without decod
 
 from __future__ import annotations
 
-import math
 from typing import Any, Optional
 
 from evalrx.analyzers._base import result_from_arrays
@@ -14,18 +13,15 @@ from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, O
 
 
 def min_tool_margin(meta: dict, arrays: dict) -> Optional[float]:
-    """The smallest final-layer margin over a tool-decision result's tool-name decisions (None: no calls)."""
-    margin = arrays.get("margin")
-    decisions = meta.get("decisions") or []
-    if margin is None or not decisions:
+    """The smallest final-layer margin over a stored tool-decision result's tool-name decisions (None: no calls).
+
+    Decoded by `ToolDecisionResult` (`min_tool_margin`), the one reader of its margins.
+    """
+    from evalrx.analyzers.tool_decision import ToolDecisionResult
+
+    if arrays.get("margin") is None or not meta.get("decisions"):
         return None
-    values = [
-        float(margin[i][-1])
-        for i, d in enumerate(decisions)
-        if d.get("kind") == "tool_name" and i < len(margin) and len(margin[i])
-    ]
-    values = [v for v in values if not math.isnan(v)]
-    return min(values) if values else None
+    return ToolDecisionResult.from_arrays(arrays, meta).min_tool_margin()
 
 
 def _lens_scores(result: Any) -> dict:
@@ -74,7 +70,9 @@ def analysis_scores(analyzer: str, meta: dict, arrays: dict, result: Any = None)
         return {}
     kind = meta.get("result_type") or analyzer
     if kind == "tool_decision":
-        value = min_tool_margin(meta, arrays)
+        from evalrx.analyzers.tool_decision import ToolDecisionResult
+
+        value = result.min_tool_margin() if isinstance(result, ToolDecisionResult) else min_tool_margin(meta, arrays)
         return {} if value is None else {MARGIN_SCORE: value}
     if kind not in ("logit_lens", "attention"):
         return {}

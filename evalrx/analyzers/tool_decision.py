@@ -30,6 +30,7 @@ from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import find_call_spans, token_at_char, tokenize_with_offsets, tokens_overlapping
 from evalrx.core.capability import Capability
+from evalrx.core.model import Model
 
 __all__ = ["RUNNER_UP", "ToolDecisionAnalyzer", "ToolDecisionResult"]
 
@@ -189,6 +190,24 @@ class ToolDecisionResult(AnalysisResult):
         """Indices of the decisions of one trajectory step."""
         return [i for i, d in enumerate(self.decisions) if d["step"] == step]
 
+    def margin_rows(self) -> "list[tuple[dict, list[float]]]":
+        """Each decision that has margins, with its margin per lens layer as floats (the last: the model's output).
+
+        The one reader of `margin` by decision: the white-box diagnosis and the indexed score read it here.
+        """
+        margin = self.margin
+        return [
+            (d, [float(x) for x in margin[i]])
+            for i, d in enumerate(self.decisions)
+            if i < len(margin) and np.ndim(margin[i]) and len(margin[i])
+        ]
+
+    def min_tool_margin(self) -> Optional[float]:
+        """The smallest final-layer margin over the tool-name decisions (None: no tool-name decision, or all NaN)."""
+        values = [row[-1] for d, row in self.margin_rows() if d.get("kind") == "tool_name"]
+        values = [v for v in values if not np.isnan(v)]
+        return min(values) if values else None
+
     def to_arrays(self) -> dict:
         return {
             "cand_logprob": self.cand_logprob,
@@ -211,14 +230,22 @@ class ToolDecisionResult(AnalysisResult):
 
     @classmethod
     def from_arrays(cls, arrays: dict, meta: dict) -> "ToolDecisionResult":
+        """Rebuild a stored result. `margin` is required (KeyError without it); an array a record lacks
+        (one kept with its margins only) comes back empty: no candidates, NaN entropy, rank and id -1."""
+        margin = np.asarray(arrays["margin"], dtype=np.float32)
+        shape = margin.shape if margin.ndim == 2 else (len(margin), 0)
+
+        def get(name: str, fill: float, extra: tuple = ()) -> Any:
+            return arrays[name] if name in arrays else np.full(shape + extra, fill)
+
         return cls(
             meta.get("decisions") or [],
-            arrays["cand_logprob"],
-            arrays["decision_logprob"],
-            arrays["margin"],
-            arrays["chosen_rank"],
-            arrays["entropy"],
-            arrays["runner_up_id"],
+            get("cand_logprob", np.nan, (0,)),
+            get("decision_logprob", np.nan, (0,)),
+            margin,
+            get("chosen_rank", -1),
+            get("entropy", np.nan),
+            get("runner_up_id", -1),
             info=meta.get("info"),
             vocab=meta.get("vocab"),
         )
@@ -352,7 +379,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         vocab = decode_pieces(local.tokenizer, runner.ravel())
         return ToolDecisionResult(records, cand, at_dec, margin, rank, ent, runner, info=info, vocab=vocab)
 
-    def run(self, model: Any, text: str, *, tools: Optional[list] = None) -> ToolDecisionResult:
+    def run(self, model: Model, text: str, *, tools: Optional[list] = None) -> ToolDecisionResult:
         """Analyse the Hermes `<tool_call>` blocks inside a rendered conversation `text`.
 
         Args:

@@ -21,6 +21,7 @@ from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.core.capability import Capability
 from evalrx.core.case import StepRole
+from evalrx.core.model import Model
 
 __all__ = ["TokenUncertaintyAnalyzer", "TokenUncertaintyResult", "uncertainty_from_logprobs"]
 
@@ -165,7 +166,7 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
     def __init__(self, *, mode: str = "auto") -> None:
         self.mode = mode
 
-    def run(self, model: Any, text: str) -> TokenUncertaintyResult:
+    def run(self, model: Model, text: str) -> TokenUncertaintyResult:
         """Score every token of `text` after the first under the model (tokenizer's usual special tokens)."""
         from evalrx.analyzers._compute import final_stats, forward, local_model
 

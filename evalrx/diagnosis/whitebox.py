@@ -38,15 +38,12 @@ def _from_tool_decision(analyses: "dict[str, dict]") -> "list[Diagnosis]":
     if not rec or (rec.get("meta") or {}).get("error"):
         return []
     meta, arrays = rec.get("meta") or {}, rec.get("arrays") or {}
-    margin = arrays.get("margin")
-    decisions = meta.get("decisions") or []
-    if margin is None or not decisions:
+    if arrays.get("margin") is None or not meta.get("decisions"):
         return []
+    from evalrx.analyzers import ToolDecisionResult  # the one reader of its margins
+
     best: Optional[tuple] = None
-    for i, d in enumerate(decisions):
-        if i >= len(margin) or not len(margin[i]):
-            continue
-        row = [float(x) for x in margin[i]]
+    for d, row in ToolDecisionResult.from_arrays(arrays, meta).margin_rows():
         final = row[-1]
         peak = max(row[:-1], default=final)
         collapsed = peak >= LED_MIDWAY and final < UNDECIDED

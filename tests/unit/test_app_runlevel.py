@@ -173,6 +173,55 @@ def test_compare_defaults_to_the_two_most_recent_runs(two_runs):
     assert metrics(at)["regressions"] == "2"
 
 
+def test_opening_a_case_keeps_both_runs_in_the_url(two_runs):
+    """A shared link names both runs: with B the newest (the default) it still says b=, so it keeps its meaning."""
+    a, b = two_runs["a"], two_runs["b"]
+    at = open_page("compare")
+    at.selectbox(key="case").set_value("q00000").run()
+    assert not at.exception
+    url = at.query_params  # (`case` is a bound widget's: the browser writes it, AppTest does not see it)
+    assert (url.get("a"), url.get("b")) == (str(a), str(b)), url
+    at.selectbox(key="a").set_value(b).run()  # a change of run goes to the URL too
+    assert at.query_params.get("a") == str(b) and at.query_params.get("b") == str(b)
+
+
+def _set_config(url: str, run_id: int, **config) -> None:
+    from evalrx.store import schema as t
+
+    with S.connect(url).write() as s:
+        run = s.get(t.Run, run_id)
+        run.config = dict(run.config or {}, **config)
+
+
+def test_compare_pairs_a_run_with_the_latest_run_of_its_suite_and_shows_their_config_differences(store_url):
+    """The default A is the newest other run of B's suite (run config `suite`, else the same case set), not
+    the run before it; the two configs' differing keys are shown, a secret never."""
+    import streamlit as st
+    from appdata import fill_run
+
+    r1, _ = fill_run(store_url, 2, name="x-first")
+    r2, _ = fill_run(store_url, 2, name="y")
+    r3, _ = fill_run(store_url, 2, name="x-again")
+    _set_config(store_url, r1, suite="demo/x", temperature=0.0, api_key="sk-never-shown")
+    _set_config(store_url, r2, suite="demo/y", temperature=0.0)
+    _set_config(store_url, r3, suite="demo/x", temperature=0.8, api_key="sk-other")
+    at = open_page("compare")
+    assert (at.selectbox(key="a").value, at.selectbox(key="b").value) == (r1, r3)
+    diff = frame_with(at, "key")
+    assert list(diff["key"]) == ["temperature"]  # suite and model agree; the api key is never a row
+    assert (diff["A"][0], diff["B"][0]) == ("0.0", "0.8")
+    assert "sk-" not in texts(at) and not any("sk-" in str(d.value) for d in at.dataframe)
+    at = open_page("compare", a=r2)  # no other run of demo/y: B falls back to the newest run
+    assert at.selectbox(key="b").value == r3
+    # No suite in the configs (imports): the same case set decides.
+    r4, _ = fill_run(store_url, 2, name="other cases", prefix="z")
+    r5, _ = fill_run(store_url, 2, name="same cases")
+    st.cache_data.clear()  # the page's run list is cached for seconds
+    at = open_page("compare")
+    assert (at.selectbox(key="a").value, at.selectbox(key="b").value) == (r3, r5)
+    assert r4 not in (at.selectbox(key="a").value, at.selectbox(key="b").value)
+
+
 def test_side_by_side_marks_the_first_divergence_and_the_changed_argument(two_runs):
     a, b = two_runs["a"], two_runs["b"]
     at = open_page("compare", a=a, b=b, case="q00000")
