@@ -1,4 +1,4 @@
-"""The protocol every backend's model handle satisfies."""
+"""The protocols every backend's model handle satisfies (`Model`), and a white-box one (`WhiteBoxModel`)."""
 
 from __future__ import annotations
 
@@ -21,3 +21,14 @@ class Model(Protocol):
     backend: str
 
     def chat(self, messages: list[dict], tools: Optional[list[dict]] = None, **kw: Any) -> ChatTurn: ...
+
+
+@runtime_checkable
+class WhiteBoxModel(Model, Protocol):
+    """A handle whose internals the analyzers read (hf_local, `evalrx.wrap`): the transformers module and
+    its tokenizer (or processor) beside the chat. An analyzer takes any `Model` and checks its
+    capabilities first (`CapabilityError` for an API handle); it reads these only on a white-box one.
+    """
+
+    model: Any
+    tokenizer: Any

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from evalrx.config import ModelConfig
 from evalrx.core.capability import Capability
-from evalrx.core.model import Model
+from evalrx.core.model import Model, WhiteBoxModel
 from evalrx.core.tool import ChatTurn, Tool, ToolCall
 from evalrx.models.agent import Agent, ToolExecutor, run_batch
 from evalrx.models.backends import BACKENDS, RuntimeConfig, backends_for
@@ -84,7 +84,7 @@ def load(
     want: "Iterable[str | Capability]" = (),
     checkpoint: "str | None" = None,
     **runtime: Any,
-) -> Any:
+) -> Model:
     """Build a model by spec key: `evalrx.load("qwen2.5-7b-instruct")`.
 
     Args:
@@ -106,7 +106,7 @@ def load(
     return compose(spec, chosen, RuntimeConfig(**runtime), _caps(want))
 
 
-def load_model(cfg: ModelConfig, **runtime: Any) -> Any:
+def load_model(cfg: ModelConfig, **runtime: Any) -> Model:
     """Build a model from a `ModelConfig` through `load`; `runtime` adds `RuntimeConfig` settings."""
     placed = {k: v for k, v in (("device", cfg.device), ("dtype", cfg.dtype)) if v is not None}
     return load(cfg.name, backend=cfg.backend, want=cfg.want, checkpoint=cfg.checkpoint, **{**placed, **runtime})
@@ -119,7 +119,7 @@ def wrap(
     want: "Iterable[str | Capability]" = (),
     tool_call_style: "str | None" = None,
     **runtime: Any,
-) -> Any:
+) -> WhiteBoxModel:
     """Wrap an already-loaded transformers causal LM and its tokenizer into an evalrx handle.
 
     The result is the same `HFLocalModel` that `load(...)` gives, so every analyzer

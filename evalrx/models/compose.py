@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
+from evalrx.core.model import Model
 from evalrx.models.toolcodec import missing_codec
 from evalrx.specs import ModelSpec
 
 
-def negotiate(handle: Any, want: Iterable[Capability], *, model_id: str, where: str) -> Any:
+def negotiate(handle: Model, want: Iterable[Capability], *, model_id: str, where: str) -> Model:
     """Check a live handle provides `want`; return it unchanged or raise CapabilityError."""
     missing = frozenset(want) - frozenset(getattr(handle, "capabilities", frozenset()))
     if missing:
@@ -17,7 +18,7 @@ def negotiate(handle: Any, want: Iterable[Capability], *, model_id: str, where: 
     return handle
 
 
-def compose(spec: ModelSpec, backend: str, runtime: Optional[Any] = None, want: Iterable[Capability] = ()) -> Any:
+def compose(spec: ModelSpec, backend: str, runtime: Optional[Any] = None, want: Iterable[Capability] = ()) -> Model:
     """Build a handle for `spec` on `backend`, negotiating `want` before any weight or network access."""
     from evalrx.models.backends import RuntimeConfig, get_backend
 

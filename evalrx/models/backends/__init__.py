@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from evalrx.core.capability import Capability
+from evalrx.core.model import Model
 from evalrx.specs import ModelSpec
 
 
@@ -45,7 +46,7 @@ class BackendInfo:
     name: str
     description: str
     provides: Callable[[ModelSpec], frozenset]
-    build: Callable[[ModelSpec, RuntimeConfig, frozenset], Any]
+    build: Callable[[ModelSpec, RuntimeConfig, frozenset], Model]
     install_hint: str = ""
 
 

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from evalrx.core.capability import Capability
+from evalrx.core.model import Model
 from evalrx.core.tool import ChatTurn
 from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
 from evalrx.specs import ModelSpec
@@ -66,7 +67,7 @@ class VLLMOfflineModel:
         return f"VLLMOfflineModel({self.spec.key!r})"
 
 
-def _build(spec: ModelSpec, runtime: RuntimeConfig, want: frozenset) -> Any:
+def _build(spec: ModelSpec, runtime: RuntimeConfig, want: frozenset) -> Model:
     return VLLMOfflineModel(spec, runtime)
 
 
