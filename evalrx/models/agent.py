@@ -17,7 +17,8 @@ import warnings
 from typing import Any, Callable, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
-from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
+from evalrx.core.model import Model
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 from evalrx.models.conversation import FINAL_NUDGE, REPEAT_NUDGE, ConversationBuilder
 from evalrx.models.toolcodec import ToolCallCodec, codec_for
@@ -180,7 +181,7 @@ class Agent:
 
     def __init__(
         self,
-        handle: Any,
+        handle: Model,
         tools: Iterable[Tool],
         codec: Optional[ToolCallCodec] = None,
         executor: Optional[Any] = None,
@@ -241,7 +242,7 @@ class Agent:
             data: a prompt, `Inputs` or `FailureCase`.
 
         Returns:
-            The `Trajectory`, with `metrics["terminated"]` one of "final",
+            The `Trajectory`, with `metrics["terminated"]` one of `Termination`'s "final",
             "max_turns" or "forced_final".
         """
         case = _as_case(data)
@@ -256,7 +257,7 @@ class Agent:
 
         captures: dict = {}  # actor step index -> ChatTurn.capture, when the chat kwargs asked for them
         final_answer: Optional[str] = None
-        terminated = "max_turns"
+        terminated = Termination.MAX_TURNS.value
         prev_sig: Optional[tuple] = None
         turns = 0
         n_calls = n_parse_errors = n_blocked = n_tool_errors = 0
@@ -283,7 +284,7 @@ class Agent:
 
             if not calls and not errors:
                 final_answer = parsed.text
-                terminated = "final"
+                terminated = Termination.FINAL.value
                 break
 
             for i, call in enumerate(calls):
@@ -341,7 +342,7 @@ class Agent:
             if chat.capture is not None:
                 captures[len(steps)] = chat.capture
             steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=chat.text or "", span=span))
-            terminated = "forced_final"
+            terminated = Termination.FORCED_FINAL.value
 
         actor = [s for s in steps if s.role is StepRole.ACTOR]
         metrics: dict = {
@@ -381,7 +382,7 @@ def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
 
     A failed model call's real time (`exc.elapsed_ms`) is kept as the trajectory's latency.
     """
-    metrics: dict = {"terminated": "error", "error": f"{type(exc).__name__}: {exc}"}
+    metrics: dict = {"terminated": Termination.ERROR.value, "error": f"{type(exc).__name__}: {exc}"}
     if getattr(exc, "elapsed_ms", None) is not None:
         metrics["total_latency_ms"] = float(exc.elapsed_ms)
     return Trajectory(
@@ -394,7 +395,7 @@ def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
 
 
 def run_case(
-    handle: Any,
+    handle: Model,
     case: Any,
     tools: Iterable[Tool],
     *,
@@ -433,7 +434,7 @@ def run_case(
 
 
 def run_batch(
-    handle: Any,
+    handle: Model,
     cases: Iterable[Any],
     *,
     tools_factory: "Callable[[FailureCase], Iterable[Tool]]",
