@@ -36,6 +36,7 @@ from typing import Any, Optional, Sequence
 
 from evalrx.analyzers._base import AnalysisResult, Analyzer, get_analyzer
 from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan
+from evalrx.core.analyzer_entry import parse_analyzer_entry
 
 __all__ = ["PassAnalyzer", "PassRequest", "PassResult", "analyze", "pass_result", "run_pass", "run_pass_analyzers"]
 
@@ -395,14 +396,14 @@ def _resolve(names: Sequence[Any]) -> "list[tuple[str, Analyzer]]":
     for entry in names:
         if isinstance(entry, Analyzer):
             name, analyzer = entry.name.strip().lower(), entry
-        elif isinstance(entry, str):
-            name = entry.strip().lower()
-            analyzer = get_analyzer(name)
-        elif isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            name = entry["name"].strip().lower()
-            analyzer = get_analyzer(name, **{k: v for k, v in entry.items() if k != "name"})
         else:
-            raise ValueError(f"an analyzer entry must be a name, {{'name': ..., ...}} or an Analyzer, got {entry!r}")
+            try:
+                name, kwargs = parse_analyzer_entry(entry)
+            except ValueError:
+                raise ValueError(
+                    f"an analyzer entry must be a name, {{'name': ..., ...}} or an Analyzer, got {entry!r}"
+                ) from None
+            analyzer = get_analyzer(name, **kwargs)
         if any(name == n for n, _ in out):
             raise ValueError(
                 f"analyzer {name!r} is requested twice; analyze returns one result per name, "

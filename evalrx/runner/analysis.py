@@ -34,6 +34,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
+from evalrx.core.analyzer_entry import parse_analyzer_entry
+
 if TYPE_CHECKING:
     from evalrx.config import RunConfig
 
@@ -98,15 +100,6 @@ def _hook(name: str, kwargs: dict) -> Optional[Hook]:
     if kwargs:
         raise ValueError(f"the analysis hook {name!r} takes no arguments, got {sorted(kwargs)}")
     return cls().run_case
-
-
-def _spec(entry: Any) -> tuple[str, dict]:
-    if isinstance(entry, str):
-        return entry.strip().lower(), {}
-    if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-        kwargs = {k: v for k, v in entry.items() if k != "name"}
-        return entry["name"].strip().lower(), kwargs
-    raise ValueError(f"an analyzer entry must be a name or {{'name': ..., ...}}, got {entry!r}")
 
 
 def _analyzer_hook(name: str, kwargs: dict) -> Hook:
@@ -188,7 +181,7 @@ def capture_kinds(entries: Iterable[Any]) -> frozenset:
     kinds: set = set()
     seen: set = set()
     for entry in entries or []:
-        name, kwargs = _spec(entry)
+        name, kwargs = parse_analyzer_entry(entry)
         if name in seen:
             continue
         seen.add(name)
@@ -238,7 +231,7 @@ def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
     shared: list = []
     at = None
     for entry in entries or []:
-        name, kwargs = _spec(entry)
+        name, kwargs = parse_analyzer_entry(entry)
         hook = _hook(name, kwargs)
         if hook is not None:
             out.append((name, hook))
