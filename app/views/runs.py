@@ -73,6 +73,7 @@ def live() -> None:
         key="runs-table",
         on_select="rerun",
         selection_mode="single-row",
+        placeholder="-",  # an ungraded run's success rate, a run without timings: "-", not "None"
         column_config={
             "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
             "success": st.column_config.NumberColumn("success %", format="%.1f"),

@@ -142,13 +142,25 @@ def test_new_user_launches_watches_opens_a_failure_and_labels_it(fresh_app, chec
 
     top = S.get_diagnoses(fails[0].id, store=url)[0]  # the worker diagnosed it
     assert "Why it failed" in main_text(page) and top.kind in main_text(page)
+    # A label says who gave it: the form asks for a name before it saves one.
+    ask = page.get_by_text("Type your name in Annotator")
+    ask.first.wait_for()
+    name = page.get_by_label("Annotator")
+    name.fill("newcomer")
+    name.evaluate("e => e.blur()")  # a text field commits on blur
+    ask.first.wait_for(state="detached")
     press(page, "Enter")  # accept the proposed kind and first wrong step
     page.get_by_text(f"fail · {top.kind}").first.wait_for()
     page.reload()
     page.get_by_role("heading", name=f"Trajectory {fails[0].id}").wait_for()
     page.get_by_text(f"fail · {top.kind}").first.wait_for()
     (lab,) = S.label_history(fails[0].id, store=url)
-    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", top.kind, top.first_wrong_step)
+    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step, lab.annotator) == (
+        "fail",
+        top.kind,
+        top.first_wrong_step,
+        "newcomer",
+    )
 
 
 def test_cancel_a_running_run(fresh_app, checkpoint, page):

@@ -151,6 +151,7 @@ def test_first_wrong_step_then_mode_is_two_presses(seeded):
     detail = S.get_trajectory(tid, store=url)
     first_actor = next(s.idx for s in detail.trajectory.steps if s.role.value == "actor")
     at = open_page("trajectory", id=tid)
+    at.text_input(key="annotator").set_value("ana")
     at.button(key="tl-cycle").click().run()  # W
     at.button(key="tl-mode-2").click().run()  # 2
     lab = current(url, tid)
@@ -160,7 +161,7 @@ def test_first_wrong_step_then_mode_is_two_presses(seeded):
 def test_label_queue_moves_on_skips_and_goes_back(seeded):
     url = seeded["url"]
     ids = seeded["ids"]
-    at = open_page("label", run=seeded["run"])
+    at = open_page("label", run=seeded["run"], annotator="ana")
     assert "Trajectory " + str(ids[0]) in texts(at)
     at.button(key="lq-pass").click().run()
     assert current(url, ids[0]).outcome == "pass"
@@ -192,14 +193,14 @@ def test_label_queue_only_failures_and_blind(seeded):
 
 def test_label_queue_empty_says_done(store_url):
     fill_run(store_url, 1, name="one")
-    at = open_page("label")
+    at = open_page("label", annotator="ana")
     at.button(key="lq-fail").click().run()
     assert any("Nothing left to label" in s.value for s in at.success)
 
 
 def test_taxonomy_edit_changes_the_keys(seeded):
     S.save_kind("tool_timeout", "the tool took too long", hotkey="1", store=seeded["url"])
-    at = open_page("label", run=seeded["run"])
+    at = open_page("label", run=seeded["run"], annotator="ana")
     labels = {b.key: b.label for b in at.button if b.key and b.key.startswith("lq-mode-")}
     assert labels["lq-mode-1"] == "1 · tool\\_timeout" and labels["lq-mode-2"] == "2 · misread\\_observation"
     at.button(key="lq-mode-1").click().run()
