@@ -67,19 +67,6 @@ def canonical_json(value: Any) -> str:
 # ---------------------------------------------------------------- blobs and images
 
 
-def sniff_mime(data: bytes) -> str:
-    """Guess an image's MIME type from its first bytes."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
-
-
 def image_bytes(image: Any) -> Optional[bytes]:
     """Bytes of a case or tool image given as bytes, a path, or a PIL image (saved as PNG)."""
     if image is None:

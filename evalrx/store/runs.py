@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from evalrx.config import MODEL_CONFIG_FIELDS, RUN_CONFIG_FIELDS
 from evalrx.core.case import FailureCase, Trajectory
+from evalrx.core.content import sniff_mime
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
@@ -38,7 +39,7 @@ def put_blob(session: Session, data: bytes, mime: Optional[str] = None) -> str:
     digest = convert.sha256(data)
     values = {
         "sha256": digest,
-        "mime": mime or convert.sniff_mime(data),
+        "mime": mime or sniff_mime(data, "application/octet-stream"),  # other bytes are kept as they are
         "size": len(data),
         "data": data,
         "created_at": t.utcnow(),
