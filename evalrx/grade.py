@@ -20,7 +20,7 @@ import re
 import string
 from typing import Any, Optional
 
-from evalrx.core.case import FailureCase, Label, Trajectory
+from evalrx.core.case import FailureCase, Label, Termination, Trajectory
 
 GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex")
 
@@ -137,7 +137,7 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
 def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
     """Grade a whole run: no final answer (ran out of turns) is a FAIL; a run that raised (the
     server or the harness failed, `terminated == "error"`) is an ERROR, not a verdict on the model."""
-    if traj.terminated == "error":
+    if traj.terminated == Termination.ERROR:
         return Label.ERROR
     if traj.final_answer is None:
         return Label.FAIL

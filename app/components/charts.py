@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import altair as alt
 
+from components.filters import OUTCOMES
+
 ROLE_COLORS = alt.Scale(domain=["model", "tool"], range=["#4c78a8", "#f58518"])
-OUTCOME_COLORS = alt.Scale(
-    domain=["pass", "fail", "error", "unknown"], range=["#54a24b", "#e45756", "#f58518", "#bab0ac"]
-)
+OUTCOME_COLORS = alt.Scale(domain=list(OUTCOMES), range=["#54a24b", "#e45756", "#f58518", "#bab0ac"])
 COUNT_AXIS = alt.Axis(tickMinStep=1, format="d")  # counts of trajectories are whole numbers
 
 

@@ -13,10 +13,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from evalrx.core import Label, Termination
+
 FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "kind", "margin", "sort", "asc")
-OUTCOMES = ("pass", "fail", "error", "unknown")
-# URL word -> `list_trajectories(label=...)`.
-LABEL_CHOICES = {"unlabelled": "none", "labelled": "any", "pass": "pass", "fail": "fail", "unknown": "unknown"}
+# The grader's outcomes in the order the pages show them.
+OUTCOMES = tuple(o.value for o in (Label.PASS, Label.FAIL, Label.ERROR, Label.UNKNOWN))
+# How a trajectory ended, as the "Ended by" filter offers it.
+TERMINATIONS = tuple(e.value for e in Termination)
+# URL word -> `list_trajectories(label=...)`: a human label's outcome (no one labels an error), or none / any.
+LABEL_CHOICES = {
+    "unlabelled": "none",
+    "labelled": "any",
+    **{o.value: o.value for o in (Label.PASS, Label.FAIL, Label.UNKNOWN)},
+}
 # URL word -> sort column.
 SORT_CHOICES = {
     "newest": "id",
@@ -74,11 +83,11 @@ def store_filters(params: Mapping) -> dict:
     if _get(params, "label") in LABEL_CHOICES:
         out["label"] = LABEL_CHOICES[_get(params, "label")]
     for key, arg in (
-        ("mode", "failure_mode"),
+        ("mode", "label_kind"),
         ("term", "terminated"),
         ("tool", "tool"),
         ("q", "text"),
-        ("kind", "failure_kind"),
+        ("kind", "diagnosis_kind"),
     ):
         if _get(params, key):
             out[arg] = _get(params, key)
@@ -128,11 +137,11 @@ def describe(params: Mapping) -> str:
     if "label" in f:
         parts.append({"none": "not labelled", "any": "labelled"}.get(f["label"], f"labelled {f['label']}"))
     for key, name in (
-        ("failure_mode", "labelled"),
+        ("label_kind", "labelled"),
         ("terminated", "ended"),
         ("tool", "tool"),
         ("text", "text"),
-        ("failure_kind", "diagnosed"),
+        ("diagnosis_kind", "diagnosed"),
     ):
         if key in f:
             parts.append(f"{name} “{f[key]}”")

@@ -29,7 +29,7 @@ def compare_link(a: int, b: int, case: Optional[str] = None, **extra: Any) -> st
 def case_rate_rows(rel: Any) -> list[dict]:
     """One row per case, worst first (the order `run_reliability` gives): success rate and attempts."""
     return [
-        {"case": str(r.case_id), "rate": r.rate, "passes": r.passes, "n": r.n, "order": i}
+        {"case": str(r.sample_id), "rate": r.rate, "passes": r.passes, "n": r.n, "order": i}
         for i, r in enumerate(rel.case_rates)
     ]
 

@@ -30,7 +30,7 @@ def _keep(tid: int, who: str, word: dict) -> None:
     set_label(
         tid,
         word["outcome"],
-        failure_mode=word["kind"],
+        failure_kind=word["kind"],
         first_wrong_step=word["first_wrong_step"],
         annotator=ADJUDICATOR,
         note=f"kept {who}'s label",

@@ -1,4 +1,4 @@
-"""Dashboard: outcomes, why the failures failed (diagnosed kinds) and labelled failure modes per run,
+"""Dashboard: outcomes, why the failures failed (diagnosed kinds) and labelled failure kinds per run,
 latency by step kind and tool, the slowest and longest trajectories."""
 
 from urllib.parse import urlencode
@@ -6,6 +6,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from components.charts import KIND_PICK, counts_chart, failure_kind_chart, latency_boxplot
 from components.data import store
+from components.filters import OUTCOMES
 from components.safe import short
 
 from evalrx.store import (
@@ -31,7 +32,7 @@ def _runs(url: str) -> dict:  # the URL is part of the cache key (a leading _ wo
 def _effective(run_id: int, url: str) -> dict:
     """Outcome counts from human labels where present, the grader's otherwise."""
     out = {}
-    for o in ("pass", "fail", "error", "unknown"):
+    for o in OUTCOMES:
         n = count_trajectories(run_id=run_id, label=o, store=S) + count_trajectories(
             run_id=run_id, label="none", outcome=o, store=S
         )
@@ -68,9 +69,9 @@ for rid in chosen:
     label = f"{rid} · {short(runs[rid].name, 30)}"
     for o, n in _effective(rid, S.url).items():
         outcome_rows.append({"run": label, "outcome": o, "n": n})
-    for m, n in _stats(rid, S.url).failure_modes.items():
-        mode_rows.append({"run": label, "failure mode": m, "n": n})
-    for k, n in _stats(rid, S.url).failure_kinds.items():
+    for m, n in _stats(rid, S.url).label_kinds.items():
+        mode_rows.append({"run": label, "failure kind": m, "n": n})
+    for k, n in _stats(rid, S.url).diagnosis_kinds.items():
         if k != "infra_error":  # an errored case is not a model failure: counted with the outcomes
             kind_rows.append({"run": label, "run_id": rid, "kind": k, "n": n, "definition": definitions.get(k, "")})
 
@@ -80,7 +81,7 @@ for r in outcome_rows:
 n_all = sum(total.values())
 c = st.columns(5)
 c[0].metric("trajectories", f"{n_all:,}")
-for i, o in enumerate(("pass", "fail", "error", "unknown"), start=1):
+for i, o in enumerate(OUTCOMES, start=1):
     share = f" ({100 * total.get(o, 0) / n_all:.0f}%)" if n_all else ""
     c[i].metric(
         o,
@@ -125,10 +126,10 @@ with left:
 with right:
     if mode_rows:
         st.altair_chart(
-            counts_chart(mode_rows, x="failure mode", color="run", title="Failure modes (labels)"), width="stretch"
+            counts_chart(mode_rows, x="failure kind", color="run", title="Failure kinds (labels)"), width="stretch"
         )
     else:
-        st.caption("No failure modes labelled yet: the Label queue assigns them.")
+        st.caption("No failure kinds labelled yet: the Label queue assigns them.")
 
 sample = [
     {

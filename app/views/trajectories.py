@@ -10,6 +10,7 @@ from components.filters import (
     LABEL_CHOICES,
     OUTCOMES,
     SORT_CHOICES,
+    TERMINATIONS,
     as_context,
     describe,
     sort_args,
@@ -17,11 +18,10 @@ from components.filters import (
 )
 from components.safe import md_escape, short
 
-from evalrx.store import failure_modes, list_kinds, list_runs, list_trajectories, matching_ids
+from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids
 
 S = store()
 PAGE_SIZE = 50
-TERMINATIONS = ["final", "max_turns", "forced_final", "error"]
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -30,7 +30,7 @@ def _choices(url: str):
 
     runs = {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
     kinds = {k.key: k.definition for k in list_kinds(store=S)}
-    modes = list(kinds) + [m for m in failure_modes(store=S) if m not in kinds]
+    modes = list(kinds) + [m for m in label_kinds(store=S) if m not in kinds]
     return runs, modes, sorted(TOOLS), kinds
 
 
@@ -60,7 +60,9 @@ with st.container(border=True):
         **BOUND,
     )
     e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1], vertical_alignment="bottom")
-    e.selectbox("Ended by", TERMINATIONS, index=None, key="term", placeholder="any", accept_new_options=True, **BOUND)
+    e.selectbox(
+        "Ended by", list(TERMINATIONS), index=None, key="term", placeholder="any", accept_new_options=True, **BOUND
+    )
     f.selectbox("Used tool", tools, index=None, key="tool", placeholder="any", accept_new_options=True, **BOUND)
     g.text_input(
         "Search",
@@ -113,9 +115,9 @@ rows = [
         "goal": short(r.goal, 90),
         "answer": short(r.final_answer, 40) if r.final_answer is not None else None,
         "grade": r.outcome,
-        "diagnosed": r.failure_kind,
+        "diagnosed": r.diagnosis_kind,
         "label": r.label,
-        "labelled kind": r.failure_mode,
+        "labelled kind": r.label_kind,
         "ended by": r.terminated,
         "steps": r.n_steps,
         "calls": r.n_tool_calls,

@@ -1,7 +1,7 @@
 """Plain types shared by every part of evalrx (no third-party imports)."""
 
 from evalrx.core.capability import Capability, CapabilityError
-from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
 from evalrx.core.model import Model
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
@@ -27,6 +27,7 @@ __all__ = [
     "Model",
     "Step",
     "StepRole",
+    "Termination",
     "Tool",
     "ToolCall",
     "ToolResult",

@@ -16,6 +16,28 @@ class Label(str, Enum):
     ERROR = "error"  # the harness or the model server failed: not a verdict on the model
 
 
+class Termination(str, Enum):
+    """Why a trajectory ended: the values of `Trajectory.terminated` (`metrics["terminated"]`).
+
+    An imported Inspect sample stopped by one of its limits ends as `Termination.limit(kind)`
+    ("limit:<kind>"); an empty string means a source that did not say.
+    """
+
+    FINAL = "final"  # the model gave its final answer
+    MAX_TURNS = "max_turns"  # the turns ran out before a final answer
+    FORCED_FINAL = "forced_final"  # the turns ran out and the model was asked once more, without tools
+    ERROR = "error"  # the model server or the harness failed (the trajectory's outcome is Label.ERROR)
+    INCOMPLETE = "incomplete"  # an imported transcript that ends without a final answer
+
+    @staticmethod
+    def limit(kind: object) -> str:
+        """The `terminated` of a run stopped by a limit of its source (e.g. "limit:token")."""
+        return f"{LIMIT_PREFIX}{kind}"
+
+
+LIMIT_PREFIX = "limit:"
+
+
 class StepRole(str, Enum):
     USER = "user"
     ACTOR = "actor"  # a model turn

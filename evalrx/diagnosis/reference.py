@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from evalrx.core.case import FailureCase, StepRole, Trajectory
+from evalrx.core.case import FailureCase, StepRole, Termination, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.diagnosis._evidence import (
     Call,
@@ -102,7 +102,7 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     if case is None or not isinstance((case.meta or {}).get("reference_calls"), list):
         return None
     refs = reference_calls(case)
-    if traj.terminated == "error":
+    if traj.terminated == Termination.ERROR:
         return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
     bad = next((s for s in actors if s.parse_error), None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from evalrx.core.case import Label, StepRole, Trajectory
+from evalrx.core.case import Label, StepRole, Termination, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.diagnosis._evidence import (
     answer_step,
@@ -75,7 +75,7 @@ def from_rules(traj: Trajectory) -> "list[Diagnosis]":
     """
     out: list = []
     final = answer_step(traj)
-    if traj.terminated == "error":
+    if traj.terminated == Termination.ERROR:
         return [_make("infra_error", final, quote(traj.metrics.get("error") or "the run raised"))]
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
     bad = next((s for s in actors if s.parse_error), None)

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from evalrx.core.case import Termination
 from evalrx.core.content import content_text
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
@@ -397,7 +398,7 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
         "n_turns": len(actor),
         "n_tool_calls": sum(len(s["tool_calls"]) for s in actor),
         "n_parse_errors": 0,
-        "terminated": "final" if final is not None else "incomplete",
+        "terminated": Termination.FINAL.value if final is not None else Termination.INCOMPLETE.value,
         "source": "atif",
     }
     for ours in ("total_prompt_tokens", "total_completion_tokens", "total_cost_usd"):

@@ -71,6 +71,7 @@ def record_of_row(row: dict) -> Record:
     labels = row.get("labels") or []
     if not isinstance(labels, list) or not all(isinstance(x, dict) for x in labels):
         raise ValueError("`labels` must be a list of objects")
+    labels = [_current_label_keys(lab) for lab in labels]
     for i, lab in enumerate(labels):
         if lab.get("outcome") not in (None, *Label._value2member_map_):
             raise ValueError(f"label {i} has outcome {lab.get('outcome')!r}")
@@ -100,6 +101,15 @@ def record_of_row(row: dict) -> Record:
         run_config=run.get("config"),
         diagnoses=diagnoses,
     )
+
+
+def _current_label_keys(label: dict) -> dict:
+    """A label as this version writes it: files written before labels said `failure_kind` call it `failure_mode`."""
+    if "failure_mode" not in label:
+        return label
+    out = {k: v for k, v in label.items() if k != "failure_mode"}
+    out.setdefault("failure_kind", label["failure_mode"])
+    return out
 
 
 def _is_ours(obj: dict, whole: bool) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Optional
 
-from evalrx.core.case import FailureCase, Inputs, Label, StepRole, Trajectory
+from evalrx.core.case import FailureCase, Inputs, Label, StepRole, Termination, Trajectory
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.messages import (
     as_dict,
@@ -72,12 +72,12 @@ def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
         extra["grade"] = {"source": "inspect", "scorer": scorer, "value": value}
     if sample.get("error"):
         err = sample["error"]
-        extra["terminated"] = "error"
+        extra["terminated"] = Termination.ERROR.value
         extra["error"] = err.get("message") if isinstance(err, dict) else str(err)
         outcome = Label.ERROR  # the sample did not run to the end: not a verdict on the model
     elif sample.get("limit"):
         lim = sample["limit"]
-        extra["terminated"] = f"limit:{lim.get('type') if isinstance(lim, dict) else lim}"
+        extra["terminated"] = Termination.limit(lim.get("type") if isinstance(lim, dict) else lim)
     target = sample.get("target")
     meta = dict(sample.get("metadata") or {}) if isinstance(sample.get("metadata"), dict) else {}
     meta["inspect_id"] = sample["id"]  # not the epoch: every epoch of a sample is the same case

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from evalrx.core.case import Label, Step, StepRole
+from evalrx.core.case import Label, Step, StepRole, Termination
 from evalrx.core.content import content_text
 
 
@@ -174,7 +174,7 @@ def trajectory_metrics(steps: list, final: Optional[str], extra: Optional[dict] 
         "n_turns": len(actor),
         "n_tool_calls": sum(len(s.tool_calls) for s in actor),
         "n_parse_errors": sum(1 for s in actor if s.parse_error),
-        "terminated": "final" if final is not None else "incomplete",
+        "terminated": Termination.FINAL.value if final is not None else Termination.INCOMPLETE.value,
     }
     m.update(extra or {})
     return m

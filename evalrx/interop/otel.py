@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+from evalrx.core.case import Label, Termination
 from evalrx.interop.atif import session_id
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
@@ -220,7 +221,7 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
         end_time_unix_nano=root_end,
         attributes=_attributes(common_pb2, attrs),
     )
-    if row.get("outcome") == "error" or metrics.get("terminated") == "error":
+    if row.get("outcome") == Label.ERROR or metrics.get("terminated") == Termination.ERROR:
         root.status.CopyFrom(
             trace_pb2.Status(
                 code=trace_pb2.Status.STATUS_CODE_ERROR,
@@ -248,7 +249,7 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
                 lab.get("outcome"),
                 {
                     "gen_ai.evaluation.explanation": lab.get("note"),
-                    "evalrx.label.failure_mode": lab.get("failure_mode"),
+                    "evalrx.label.failure_kind": lab.get("failure_kind"),
                     "evalrx.label.first_wrong_step": lab.get("first_wrong_step"),
                     "evalrx.label.step_idx": lab.get("step_idx"),
                     "evalrx.label.annotator": lab.get("annotator"),

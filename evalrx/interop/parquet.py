@@ -39,7 +39,7 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
                 "n_steps": len(r["steps"]),
                 "latency_ms": float(m.get("total_latency_ms") or 0.0),
                 "label": current.get("outcome"),
-                "failure_mode": current.get("failure_mode"),
+                "label_kind": current.get("failure_kind"),  # the current human label's kind
                 "first_wrong_step": current.get("first_wrong_step"),
                 "note": current.get("note"),
                 "tags": r["tags"],
@@ -47,7 +47,7 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
                 "metrics_json": dumps(m),
                 "labels_json": dumps(r["labels"]),
                 "case_json": dumps(r["case"]),
-                "failure_kind": r["diagnosis"]["kind"],
+                "failure_kind": r["diagnosis"]["kind"],  # the top diagnosis's kind
                 "diagnosis_json": dumps(r["diagnosis"]),
             }
         )

@@ -116,7 +116,7 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
                 f"  tool calls {st.tool_calls}  labels {st.labels}"
             )
             errors = st.outcomes.get("error", 0)
-            kinds = {k: v for k, v in st.failure_kinds.items() if k != "infra_error"}
+            kinds = {k: v for k, v in st.diagnosis_kinds.items() if k != "infra_error"}
             print(f"  failures by kind {kinds or '{}'}" + (f"  ({errors} errored, counted apart)" if errors else ""))
             _print_reliability(rel)
             if agree["annotators"][1:]:

@@ -31,7 +31,7 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
 
 @dataclass(frozen=True)
 class CaseRate:
-    case_id: Hashable
+    sample_id: Hashable  # the case's id (a run's `sample_id`)
     n: int
     passes: int
     rate: float
@@ -55,7 +55,7 @@ class Reliability:
             "pass_hat_k": {str(k): v for k, v in self.pass_hat_k.items()},
             "flaky_cases": list(self.flaky_cases),
             "case_rates": [
-                {"case_id": r.case_id, "n": r.n, "passes": r.passes, "rate": r.rate} for r in self.case_rates
+                {"case_id": r.sample_id, "n": r.n, "passes": r.passes, "rate": r.rate} for r in self.case_rates
             ],
             "flaky_kinds": {str(cid): list(kinds) for cid, kinds in self.flaky_kinds.items()},
         }
@@ -88,7 +88,7 @@ def reliability(
 
     rates = [CaseRate(cid, len(r), sum(r), sum(r) / len(r)) for cid, r in counted.items()]
     order = {cid: i for i, cid in enumerate(sorted_ids(counted))}
-    rates.sort(key=lambda r: (r.rate, order[r.case_id]))  # worst cases first
+    rates.sort(key=lambda r: (r.rate, order[r.sample_id]))  # worst cases first
 
     flaky = sorted_ids(cid for cid, r in counted.items() if any(r) and not all(r))
     flaky_kinds: dict[Hashable, list[Optional[str]]] = {}

@@ -7,7 +7,7 @@ None for the default store) and returns plain dataclasses, never live ORM object
     evalrx.store.upgrade()                      # `evalrx db upgrade`
     page = evalrx.store.list_trajectories(run_id=3, outcome="fail", text="timeout")
     detail = evalrx.store.get_trajectory(page.rows[0].id)
-    evalrx.store.set_label(detail.row.id, "fail", failure_mode="wrong_tool", annotator="ana")
+    evalrx.store.set_label(detail.row.id, "fail", failure_kind="wrong_tool", annotator="ana")
 """
 
 from evalrx.store.analyses import default_replay_model, get_request, request_analysis, requests_for
@@ -31,8 +31,8 @@ from evalrx.store.labels import (
     add_tag,
     all_tags,
     current_labels,
-    failure_modes,
     label_history,
+    label_kinds,
     remove_tag,
     set_label,
     tags_of,
@@ -114,7 +114,7 @@ __all__ = [
     "delete_run",
     "encode_cursor",
     "failure_kind_counts",
-    "failure_modes",
+    "label_kinds",
     "find_trajectory",
     "forget",
     "get_blob",

@@ -94,14 +94,16 @@ def sha256(data: bytes) -> str:
 def case_fields(case: FailureCase, image_sha: Optional[str]) -> dict:
     """The `cases` row for a FailureCase, with the digest that deduplicates identical content."""
     fields = {
-        "case_key": case.id,
+        "sample_id": case.id,
         "prompt": clean(case.inputs.prompt or ""),
         "expected": jsonable(case.expected),
         "grader": jsonable(case.grader),
         "meta": jsonable(case.meta or {}),
         "image_sha256": image_sha,
     }
-    fields["digest"] = hashlib.sha256(canonical_json(fields).encode("utf-8")).hexdigest()
+    # Hashed under the column's name before 0007 (`case_key`), so stored cases keep their digests and still dedupe.
+    hashed = {("case_key" if k == "sample_id" else k): v for k, v in fields.items()}
+    fields["digest"] = hashlib.sha256(canonical_json(hashed).encode("utf-8")).hexdigest()
     return fields
 
 
@@ -109,7 +111,7 @@ def case_from_row(row: Any, image: Any = None) -> FailureCase:
     """Rebuild the FailureCase a `cases` row stores (`image` as bytes or PIL, when it has one)."""
     return FailureCase(
         inputs=Inputs(prompt=row.prompt, image=image),
-        id=row.case_key,
+        id=row.sample_id,
         expected=row.expected,
         grader=row.grader,
         meta=dict(row.meta or {}),
@@ -118,7 +120,7 @@ def case_from_row(row: Any, image: Any = None) -> FailureCase:
 
 def case_dict(row: Any) -> dict:
     return {
-        "id": row.case_key,
+        "id": row.sample_id,
         "prompt": row.prompt,
         "expected": row.expected,
         "grader": row.grader,

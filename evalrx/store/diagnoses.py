@@ -37,7 +37,7 @@ def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Dia
     if rows:
         session.execute(insert(t.DiagnosisRow.__table__), rows)
     top = diagnoses[0].kind if diagnoses else None
-    session.execute(update(t.Trajectory).where(t.Trajectory.id == trajectory_id).values(failure_kind=top))
+    session.execute(update(t.Trajectory).where(t.Trajectory.id == trajectory_id).values(diagnosis_kind=top))
 
 
 def _from_row(r: t.DiagnosisRow) -> Diagnosis:
@@ -71,7 +71,7 @@ def failure_kind_counts(run_id: Optional[int] = None, *, store: "Store | str | N
     """Trajectories by their top diagnosis's kind (one run, or all), most frequent first."""
     T = t.Trajectory
     with resolve(store).read() as s:
-        q = select(T.failure_kind, func.count()).where(T.failure_kind.is_not(None)).group_by(T.failure_kind)
+        q = select(T.diagnosis_kind, func.count()).where(T.diagnosis_kind.is_not(None)).group_by(T.diagnosis_kind)
         if run_id is not None:
             q = q.where(T.run_id == run_id)
         counts = dict(s.execute(q).all())
@@ -82,7 +82,7 @@ def undiagnosed(run_id: Optional[int] = None, *, store: "Store | str | None" = N
     """Ids of graded trajectories (not passing) that have no stored diagnosis."""
     T = t.Trajectory
     with resolve(store).read() as s:
-        q = select(T.id).where(T.outcome != "pass", T.failure_kind.is_(None)).order_by(T.id)
+        q = select(T.id).where(T.outcome != "pass", T.diagnosis_kind.is_(None)).order_by(T.id)
         if run_id is not None:
             q = q.where(T.run_id == run_id)
         return list(s.execute(q).scalars())

@@ -77,7 +77,7 @@ def iter_export_rows(
                         "base64": base64.b64encode(bytes(blob.data)).decode(),
                     }
                 out = {
-                    "case_id": case.case_key,
+                    "case_id": case.sample_id,
                     "meta": case.meta or {},
                     **traj.to_dict(),
                     "case": case_out,
@@ -111,7 +111,7 @@ def current_label_rows(
             T.sample_id,
             T.attempt,
             L.outcome,
-            L.failure_mode,
+            L.failure_kind,
             L.first_wrong_step,
             L.step_idx,
             L.annotator,

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Optional
 
 from sqlalchemy import insert, select
 
-from evalrx.core.case import FailureCase, Label, Trajectory
+from evalrx.core.case import FailureCase, Label, Termination, Trajectory
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
@@ -43,7 +43,7 @@ class ImportedRun:
             insert(t.RunCase), [{"run_id": self.run_id, "case_id": case_id, "attempt": attempt, "position": position}]
         )
         save_trajectory(self.s, self.run_id, case_id, traj, labels=labels, tags=tags, diagnoses=diagnoses)
-        if traj.outcome is Label.ERROR or traj.terminated == "error":
+        if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:
             self.counts["error"] += 1
         elif traj.outcome.value in self.counts:
             self.counts[traj.outcome.value] += 1

@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from evalrx.core.case import Label, Termination
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 from evalrx.store.records import JobInfo
@@ -325,7 +326,7 @@ def record_case(
     from evalrx.store.runs import save_step_media, save_trajectory
 
     outcome = traj.outcome.value
-    error = outcome == "error" or traj.terminated == "error"
+    error = outcome == Label.ERROR or traj.terminated == Termination.ERROR
     with store.write() as s:
         owned = lock_owned_job(s, job_id, worker_id)
         tid = save_trajectory(s, run_id, case_id, traj, diagnoses=diagnoses)

@@ -30,7 +30,7 @@ def _info(row: t.LabelRow) -> LabelInfo:
         trajectory_id=row.trajectory_id,
         step_idx=row.step_idx,
         outcome=row.outcome,
-        failure_mode=row.failure_mode,
+        failure_kind=row.failure_kind,
         first_wrong_step=row.first_wrong_step,
         note=row.note,
         annotator=row.annotator,
@@ -49,7 +49,7 @@ def _set_in_session(
     trajectory_id: int,
     *,
     outcome: Optional[str],
-    failure_mode: Optional[str],
+    failure_kind: Optional[str],
     first_wrong_step: Optional[int],
     note: Optional[str],
     annotator: Optional[str],
@@ -85,7 +85,7 @@ def _set_in_session(
         trajectory_id=trajectory_id,
         step_idx=step_idx,
         outcome=outcome,
-        failure_mode=canonical_kind(convert.clean(failure_mode)) or None,  # old keys read as current ones
+        failure_kind=canonical_kind(convert.clean(failure_kind)) or None,  # old keys read as current ones
         first_wrong_step=first_wrong_step,
         note=convert.clean(note) or None,
         annotator=convert.clean(annotator) or None,
@@ -98,7 +98,7 @@ def _set_in_session(
         previous.superseded_by = row.id
     if step_idx is None and is_current:
         traj.label = outcome
-        traj.failure_mode = row.failure_mode
+        traj.label_kind = row.failure_kind
         traj.labelled_at = row.created_at
     session.flush()
     return row
@@ -108,7 +108,7 @@ def set_label(
     trajectory_id: int,
     outcome: "str | Label | None" = None,
     *,
-    failure_mode: Optional[str] = None,
+    failure_kind: Optional[str] = None,
     first_wrong_step: Optional[int] = None,
     note: Optional[str] = None,
     annotator: Optional[str] = None,
@@ -120,7 +120,7 @@ def set_label(
     Args:
         trajectory_id: the trajectory.
         outcome: "pass", "fail", "unknown" or None (clears the verdict, keeps history).
-        failure_mode: a failure-mode name from the taxonomy, free text allowed.
+        failure_kind: a failure kind from the taxonomy (an old key is stored as its current one), free text allowed.
         first_wrong_step: index of the first step that went wrong.
         note: free text.
         annotator: who labelled.
@@ -138,7 +138,7 @@ def set_label(
             s,
             trajectory_id,
             outcome=outcome,
-            failure_mode=failure_mode,
+            failure_kind=failure_kind,
             first_wrong_step=first_wrong_step,
             note=note,
             annotator=annotator,
@@ -191,7 +191,7 @@ def restore_labels(session: Session, trajectory_id: int, labels: Iterable[dict])
             session,
             trajectory_id,
             outcome=d.get("outcome"),
-            failure_mode=d.get("failure_mode"),
+            failure_kind=d.get("failure_kind"),
             first_wrong_step=d.get("first_wrong_step"),
             note=d.get("note"),
             annotator=d.get("annotator"),
@@ -261,15 +261,15 @@ def all_tags(*, store: "Store | str | None" = None) -> list[str]:
         return list(s.execute(select(t.Tag.name).order_by(t.Tag.name)).scalars())
 
 
-def failure_modes(*, store: "Store | str | None" = None) -> list[str]:
-    """Failure modes used in current labels, most used first (for the label form's choices)."""
+def label_kinds(*, store: "Store | str | None" = None) -> list[str]:
+    """Failure kinds used in current labels, most used first (for the label form's choices)."""
     from sqlalchemy import func
 
     with resolve(store).read() as s:
         rows = s.execute(
-            select(t.LabelRow.failure_mode, func.count())
-            .where(t.LabelRow.is_current, t.LabelRow.failure_mode.is_not(None))
-            .group_by(t.LabelRow.failure_mode)
-            .order_by(func.count().desc(), t.LabelRow.failure_mode)
+            select(t.LabelRow.failure_kind, func.count())
+            .where(t.LabelRow.is_current, t.LabelRow.failure_kind.is_not(None))
+            .group_by(t.LabelRow.failure_kind)
+            .order_by(func.count().desc(), t.LabelRow.failure_kind)
         ).all()
         return [r[0] for r in rows]

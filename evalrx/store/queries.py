@@ -48,9 +48,9 @@ _ROW_COLUMNS = (
     t.Trajectory.prompt_tokens,
     t.Trajectory.completion_tokens,
     t.Trajectory.label,
-    t.Trajectory.failure_mode,
+    t.Trajectory.label_kind,
     t.Trajectory.created_at,
-    t.Trajectory.failure_kind,
+    t.Trajectory.diagnosis_kind,
     t.Trajectory.attempt,
 )
 
@@ -117,14 +117,14 @@ def filter_trajectories(
     run_id: "int | Sequence[int] | None" = None,
     outcome: "str | Sequence[str] | None" = None,
     label: "str | Sequence[str] | None" = None,
-    failure_mode: Optional[str] = None,
+    label_kind: Optional[str] = None,
     terminated: "str | Sequence[str] | None" = None,
     tool: Optional[str] = None,
     tag: Optional[str] = None,
     text: Optional[str] = None,
     has_parse_error: Optional[bool] = None,
     sample_id: Optional[str] = None,
-    failure_kind: "str | Sequence[str] | None" = None,
+    diagnosis_kind: "str | Sequence[str] | None" = None,
     max_margin: Optional[float] = None,
 ) -> Select:
     """Apply the Trajectories page's filters to a select over `trajectories`.
@@ -132,7 +132,8 @@ def filter_trajectories(
     `label` accepts "pass"/"fail"/"unknown", "none" (not labelled yet) or "any" (labelled).
     `text` is a case-insensitive substring of the goal, answer, model turns, calls and observations.
     `session` lets the SQLite text search use its index.
-    `failure_kind` keeps trajectories whose top diagnosis is of that kind (e.g. "bad_arguments");
+    `label_kind` keeps trajectories whose current human label names that failure kind;
+    `diagnosis_kind` keeps trajectories whose top diagnosis is of that kind (e.g. "bad_arguments");
     `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it.
     """
     T = t.Trajectory
@@ -153,8 +154,8 @@ def filter_trajectories(
         if values:
             conds.append(T.label.in_(values))
         q = q.where(or_(*conds))
-    if failure_mode:
-        q = q.where(T.failure_mode == canonical_kind(failure_mode))  # an old key finds labels stored under its new one
+    if label_kind:
+        q = q.where(T.label_kind == canonical_kind(label_kind))  # an old key finds labels stored under its new one
     terms = _as_list(terminated)
     if terms:
         q = q.where(T.terminated == terms[0]) if len(terms) == 1 else q.where(T.terminated.in_(terms))
@@ -172,9 +173,9 @@ def filter_trajectories(
         q = q.where(T.n_parse_errors > 0 if has_parse_error else T.n_parse_errors == 0)
     if sample_id is not None:
         q = q.where(T.sample_id == sample_id)
-    kinds = _as_list(failure_kind)
+    kinds = _as_list(diagnosis_kind)
     if kinds:
-        q = q.where(T.failure_kind == kinds[0]) if len(kinds) == 1 else q.where(T.failure_kind.in_(kinds))
+        q = q.where(T.diagnosis_kind == kinds[0]) if len(kinds) == 1 else q.where(T.diagnosis_kind.in_(kinds))
     if max_margin is not None:
         S = t.TrajectoryScore
         q = q.where(exists().where(S.trajectory_id == T.id, S.name == MARGIN_SCORE, S.value < float(max_margin)))
@@ -220,8 +221,8 @@ def list_trajectories(
         offset: skip this many rows instead (page numbers; slower deep in a big table).
         with_total: also count every matching row (one more query).
         store: the store (default when None).
-        **filters: see `filter_trajectories` (run_id, outcome, label, failure_mode,
-            terminated, tool, tag, text, has_parse_error, sample_id, failure_kind, max_margin).
+        **filters: see `filter_trajectories` (run_id, outcome, label, label_kind,
+            terminated, tool, tag, text, has_parse_error, sample_id, diagnosis_kind, max_margin).
 
     Returns:
         A `Page` of `TrajectoryRow`s with `next_cursor` set when more rows follow.
@@ -310,7 +311,7 @@ def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) ->
 
 
 def find_trajectory(run_id: int, sample_id: str, *, store: "Store | str | None" = None) -> Optional[int]:
-    """The id of a run's trajectory for a case key (the Compare page's link), or None."""
+    """The id of a run's trajectory for a case's `sample_id` (the Compare page's link), or None."""
     with resolve(store).read() as s:
         return s.execute(
             select(t.Trajectory.id)
@@ -401,7 +402,7 @@ def _percentile(s: Any, run_id: int, n: int, p: float) -> Optional[float]:
 
 
 def run_stats(run_id: int, *, store: "Store | str | None" = None) -> RunStats:
-    """Aggregates of one run: outcome, termination, label and failure-mode counts, success
+    """Aggregates of one run: outcome, termination, label, label-kind and diagnosis-kind counts, success
     rate over graded cases, latency p50/p95, token totals, mean steps, tool usage."""
     T = t.Trajectory
 
@@ -433,8 +434,8 @@ def run_stats(run_id: int, *, store: "Store | str | None" = None) -> RunStats:
             outcomes=outcomes,
             terminated=counts(s, T.terminated),
             labels=counts(s, T.label),
-            failure_modes={k: v for k, v in counts(s, T.failure_mode).items() if k != "none"},
-            failure_kinds={k: v for k, v in counts(s, T.failure_kind).items() if k != "none"},
+            label_kinds={k: v for k, v in counts(s, T.label_kind).items() if k != "none"},
+            diagnosis_kinds={k: v for k, v in counts(s, T.diagnosis_kind).items() if k != "none"},
             success_rate=outcomes.get("pass", 0) / graded if graded else None,
             latency_p50_ms=_percentile(s, run_id, n, 0.5),
             latency_p95_ms=_percentile(s, run_id, n, 0.95),
@@ -454,7 +455,7 @@ def matching_ids(*, store: "Store | str | None" = None, limit: Optional[int] = N
 
 
 def pending_cases(session: Any, run_id: int) -> list[tuple[int, int, int]]:
-    """(position, case id, attempt) of a run's attempts that have no trajectory yet: every case's first
+    """(position, case row id, attempt) of a run's attempts that have no trajectory yet: every case's first
     attempt in order, then every second attempt, ..."""
     T, R = t.Trajectory, t.RunCase
     return [

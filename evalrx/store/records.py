@@ -46,7 +46,7 @@ class TrajectoryRow:
 
     id: int
     run_id: int
-    case_id: int
+    case_row_id: int  # the `cases` row (the case's string id is `sample_id`)
     sample_id: str
     goal: str
     final_answer: Optional[str]
@@ -59,9 +59,9 @@ class TrajectoryRow:
     prompt_tokens: int
     completion_tokens: int
     label: Optional[str]
-    failure_mode: Optional[str]
+    label_kind: Optional[str]  # the current human label's failure kind
     created_at: datetime
-    failure_kind: Optional[str] = None  # the top diagnosis's kind (None: passing or not diagnosed)
+    diagnosis_kind: Optional[str] = None  # the top diagnosis's kind (None: passing or not diagnosed)
     attempt: int = 1  # which of the run's repeated attempts at the case
 
 
@@ -80,7 +80,7 @@ class LabelInfo:
     trajectory_id: int
     step_idx: Optional[int]
     outcome: Optional[str]
-    failure_mode: Optional[str]
+    failure_kind: Optional[str]
     first_wrong_step: Optional[int]
     note: Optional[str]
     annotator: Optional[str]
@@ -93,7 +93,7 @@ class LabelInfo:
         return {
             "step_idx": self.step_idx,
             "outcome": self.outcome,
-            "failure_mode": self.failure_mode,
+            "failure_kind": self.failure_kind,
             "first_wrong_step": self.first_wrong_step,
             "note": self.note,
             "annotator": self.annotator,
@@ -125,7 +125,7 @@ class RunStats:
     outcomes: dict
     terminated: dict
     labels: dict
-    failure_modes: dict
+    label_kinds: dict  # current human label's kind -> trajectories
     success_rate: Optional[float]
     latency_p50_ms: Optional[float]
     latency_p95_ms: Optional[float]
@@ -134,7 +134,7 @@ class RunStats:
     mean_steps: Optional[float]
     tool_calls: dict
     n_parse_errors: int
-    failure_kinds: dict = field(default_factory=dict)  # top diagnosis kind -> trajectories
+    diagnosis_kinds: dict = field(default_factory=dict)  # top diagnosis kind -> trajectories
 
 
 @dataclass

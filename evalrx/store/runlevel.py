@@ -13,10 +13,11 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import and_, select
 
+from evalrx.core.case import Label
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 
-GRADED = ("pass", "fail")
+GRADED = (Label.PASS.value, Label.FAIL.value)
 # Stored numbers a predictor row carries, by the name the table shows (columns of `trajectories`).
 COLUMN_SIGNALS = {
     "turns": "n_turns",
@@ -34,7 +35,9 @@ def _attempts(session: Any, run_id: int) -> dict:
     T = t.Trajectory
     out: dict = defaultdict(list)
     rows = session.execute(
-        select(T.sample_id, T.attempt, T.outcome, T.failure_kind, T.id).where(T.run_id == run_id, T.outcome.in_(GRADED))
+        select(T.sample_id, T.attempt, T.outcome, T.diagnosis_kind, T.id).where(
+            T.run_id == run_id, T.outcome.in_(GRADED)
+        )
     )
     for sample_id, attempt, outcome, kind, tid in rows:
         out[sample_id].append((attempt, outcome, kind, tid))
@@ -55,12 +58,12 @@ def attempts_of(run_id: int, *, store: "Store | str | None" = None) -> dict:
         return {k: sorted(v) for k, v in _attempts(s, run_id).items()}
 
 
-def trajectories_of_case(run_id: int, case_id: str, *, store: "Store | str | None" = None) -> list[int]:
-    """Trajectory ids of one case in a run, by attempt (any outcome)."""
+def trajectories_of_case(run_id: int, sample_id: str, *, store: "Store | str | None" = None) -> list[int]:
+    """Trajectory ids of one case (its `sample_id`) in a run, by attempt (any outcome)."""
     T = t.Trajectory
     with resolve(store).read() as s:
         return list(
-            s.execute(select(T.id).where(T.run_id == run_id, T.sample_id == case_id).order_by(T.attempt)).scalars()
+            s.execute(select(T.id).where(T.run_id == run_id, T.sample_id == sample_id).order_by(T.attempt)).scalars()
         )
 
 
@@ -117,7 +120,7 @@ def annotator_labels(
     L, T, D = t.LabelRow, t.Trajectory, t.DiagnosisRow
     with resolve(store).read() as s:
         q = (
-            select(L.trajectory_id, L.annotator, L.outcome, L.failure_mode, L.first_wrong_step)
+            select(L.trajectory_id, L.annotator, L.outcome, L.failure_kind, L.first_wrong_step)
             .where(L.step_idx.is_(None))
             .order_by(L.created_at, L.id)
         )

@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0006"
+SCHEMA_VERSION = "0007"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -168,14 +168,14 @@ class Case(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     digest: Mapped[str] = mapped_column(String(64), unique=True)
-    case_key: Mapped[str] = mapped_column(String(300))  # FailureCase.id
+    sample_id: Mapped[str] = mapped_column(String(300))  # FailureCase.id, Trajectory.sample_id
     prompt: Mapped[str] = mapped_column(Text, default="")
     expected: Mapped[Optional[Any]] = mapped_column(JSONType)
     grader: Mapped[Optional[dict]]
     meta: Mapped[dict] = mapped_column(default=dict)
     image_sha256: Mapped[Optional[str]] = mapped_column(ForeignKey("blobs.sha256"))
 
-    __table_args__ = (Index(None, "case_key"),)
+    __table_args__ = (Index(None, "sample_id"),)
 
 
 class RunCase(Base):
@@ -218,17 +218,17 @@ class Trajectory(Base):
     tool_latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
     prompt_tokens: Mapped[int] = mapped_column(default=0)
     completion_tokens: Mapped[int] = mapped_column(default=0)
-    # The current human label, copied here from `labels` so list filters use an index.
+    # The current human label (its outcome and failure kind), copied here from `labels` so list filters use an index.
     label: Mapped[Optional[str]] = mapped_column(String(16))
-    failure_mode: Mapped[Optional[str]] = mapped_column(String(100))
+    label_kind: Mapped[Optional[str]] = mapped_column(String(100))
     labelled_at: Mapped[Optional[datetime]]
     # The top diagnosis's failure kind, copied from `diagnoses` so the list filters and counts by it.
-    failure_kind: Mapped[Optional[str]] = mapped_column(String(100))
+    diagnosis_kind: Mapped[Optional[str]] = mapped_column(String(100))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
         UniqueConstraint("run_id", "case_id", "attempt"),
-        Index(None, "run_id", "failure_kind"),
+        Index(None, "run_id", "diagnosis_kind"),
         Index(None, "run_id", "id"),
         Index(None, "run_id", "sample_id"),
         Index(None, "run_id", "outcome"),
@@ -364,7 +364,7 @@ class LabelRow(Base):
     trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
     step_idx: Mapped[Optional[int]]  # None: the label is about the whole trajectory
     outcome: Mapped[Optional[str]] = mapped_column(String(16))
-    failure_mode: Mapped[Optional[str]] = mapped_column(String(100))
+    failure_kind: Mapped[Optional[str]] = mapped_column(String(100))  # a key of the taxonomy (`failure_kinds`)
     first_wrong_step: Mapped[Optional[int]]
     note: Mapped[Optional[str]] = mapped_column(Text)
     annotator: Mapped[Optional[str]] = mapped_column(String(100))

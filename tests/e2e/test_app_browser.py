@@ -65,7 +65,7 @@ def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server,
     # One key: fail with the kind bound to 3.
     press_label(page, "3", page.get_by_role("heading", name=f"Trajectory {ids[1]}"), lambda: current(url, ids[0]))
     lab = poll(lambda: current(url, ids[0]), what="label saved")
-    assert (lab.outcome, lab.failure_mode, lab.annotator) == ("fail", "wrong_tool", "ana")
+    assert (lab.outcome, lab.failure_kind, lab.annotator) == ("fail", "wrong_tool", "ana")
     # One key: pass.
     press_label(page, "p", page.get_by_role("heading", name=f"Trajectory {ids[2]}"), lambda: current(url, ids[1]))
     assert poll(lambda: current(url, ids[1])).outcome == "pass"
@@ -75,7 +75,7 @@ def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server,
     page.locator(f".st-key-step-{first_actor}", has_text="first wrong step").wait_for()  # the timeline marks it
     press_label(page, "1", page.get_by_role("heading", name=f"Trajectory {ids[3]}"), lambda: current(url, ids[2]))
     lab = poll(lambda: current(url, ids[2]))
-    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", "bad_arguments", first_actor)
+    assert (lab.outcome, lab.failure_kind, lab.first_wrong_step) == ("fail", "bad_arguments", first_actor)
     # Reload: the session is gone, the labels are in the store and the queue moves past them.
     page.reload()
     settle(page)

@@ -27,7 +27,7 @@ def misread(app_env):
     )
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     row = S.list_trajectories(run_id=run_id, store=store).rows[0]
-    assert row.outcome == "fail" and row.failure_kind == "misread_observation"
+    assert row.outcome == "fail" and row.diagnosis_kind == "misread_observation"
     return store, run_id, row.id
 
 
@@ -65,7 +65,7 @@ def test_a_failure_says_why_and_one_key_accepts_the_proposal(app_server, misread
     assert page.get_by_role("button", name="Pass").get_attribute("data-testid") != "stBaseButton-primary"
     press(page, "Enter")
     lab = poll(lambda: current(store, tid), what="label saved by Enter")
-    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step, lab.annotator) == (
+    assert (lab.outcome, lab.failure_kind, lab.first_wrong_step, lab.annotator) == (
         "fail",
         "misread_observation",
         step,

@@ -55,7 +55,7 @@ def test_a_run_with_analyzers_stores_compact_results_and_a_diagnosis(demo_store)
     top = S.get_diagnoses(tid, store=store)[0]
     # The model copies the home city wrongly from the lookup's observation into its answer.
     assert (top.kind, top.source) == ("misread_observation", "reference") and top.first_wrong_step == 3
-    assert S.list_trajectories(run_id=run_id, store=store).rows[0].failure_kind == "misread_observation"
+    assert S.list_trajectories(run_id=run_id, store=store).rows[0].diagnosis_kind == "misread_observation"
     assert not any(a["meta"].get("error") for a in got.values())
     lens = got["logit_lens"]["arrays"]
     layers, positions, k = lens["topk_ids"].shape
@@ -166,7 +166,7 @@ def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_
 
         case_id = s.execute(select(t.RunCase.case_id).where(t.RunCase.run_id == run_id)).scalar_one()
         tid = save_trajectory(s, run_id, case_id, _repeating_trajectory())
-    assert S.list_trajectories(failure_kind="repeated_calls", store=store).rows == []  # not diagnosed yet
+    assert S.list_trajectories(diagnosis_kind="repeated_calls", store=store).rows == []  # not diagnosed yet
     ok = A.request_analysis(tid, ["logit_lens", "tool_decision"], store=store)
     bad = A.request_analysis(tid, ["nope"], store=store)
     assert A.get_request(ok, store=store)["status"] == "queued"
@@ -180,7 +180,7 @@ def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_
     assert got["logit_lens"]["meta"]["source_model"] == "gpt-4o-mini on api"
     assert got["logit_lens"]["arrays"]["topk_ids"].shape[0] == 5
     # The finished request diagnoses the trajectory again: the repeated call, at its second call.
-    assert [r.id for r in S.list_trajectories(failure_kind="repeated_calls", store=store).rows] == [tid]
+    assert [r.id for r in S.list_trajectories(diagnosis_kind="repeated_calls", store=store).rows] == [tid]
     assert S.get_diagnoses(tid, store=store)[0].first_wrong_step == 3
     # A second request replaces the results instead of piling them up.
     A.request_analysis(tid, ["tool_decision"], store=store)

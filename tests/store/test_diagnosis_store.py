@@ -205,16 +205,16 @@ def test_save_kind_normalises_the_key_and_maps_a_legacy_one(sqlite_url):
     assert "looping" not in _kinds(sqlite_url)
 
 
-def test_a_label_with_a_legacy_failure_mode_stores_the_current_key(store_url):
+def test_a_label_with_a_legacy_failure_kind_stores_the_current_key(store_url):
     store = S.connect(store_url)
     _, tids = store_run(store, [repeated()])
     tid = next(iter(tids.values()))
-    label = S.set_label(tid, "fail", failure_mode="looping", annotator="ana", store=store)
-    assert label.failure_mode == "repeated_calls"
-    assert S.label_history(tid, store=store)[0].failure_mode == "repeated_calls"
+    label = S.set_label(tid, "fail", failure_kind="looping", annotator="ana", store=store)
+    assert label.failure_kind == "repeated_calls"
+    assert S.label_history(tid, store=store)[0].failure_kind == "repeated_calls"
     row = S.list_trajectories(store=store).rows[0]
-    assert row.failure_mode == "repeated_calls" and row.failure_kind == "repeated_calls"
-    assert [r.id for r in S.list_trajectories(failure_mode="repeated_calls", store=store).rows] == [tid]
+    assert row.label_kind == "repeated_calls" and row.diagnosis_kind == "repeated_calls"
+    assert [r.id for r in S.list_trajectories(label_kind="repeated_calls", store=store).rows] == [tid]
 
 
 # ---------------------------------------------------------------- diagnoses, export and import
@@ -229,7 +229,7 @@ def test_saved_diagnoses_are_read_back_best_first_and_index_the_top_kind(store_u
     got = S.get_diagnoses(tid, store=store)
     assert [d.to_dict() for d in got] == [d.to_dict() for d in expected]
     assert (got[0].kind, got[0].first_wrong_step, got[0].source) == ("misread_observation", 3, "reference")
-    assert [r.id for r in S.list_trajectories(failure_kind="misread_observation", store=store).rows] == [tid]
+    assert [r.id for r in S.list_trajectories(diagnosis_kind="misread_observation", store=store).rows] == [tid]
     assert S.get_trajectory(tid, store=store).diagnoses[0].kind == "misread_observation"
 
 
@@ -320,5 +320,5 @@ def test_failure_kind_counts_counts_per_run(store_url):
     both = S.failure_kind_counts(store=store)
     assert both == {"bad_arguments": 2, "misread_observation": 1, "repeated_calls": 1}
     assert list(both) == ["bad_arguments", "misread_observation", "repeated_calls"]  # most frequent first
-    assert S.run_stats(first, store=store).failure_kinds == {"bad_arguments": 1, "misread_observation": 1}
+    assert S.run_stats(first, store=store).diagnosis_kinds == {"bad_arguments": 1, "misread_observation": 1}
     assert S.failure_kind_counts(999, store=store) == {}

@@ -42,7 +42,7 @@ def test_a_filtered_set_exports_in_every_format_and_labels_as_csv(sqlite_url, tm
     assert X.export_trajectories(chosen, tmp_path / "set.parquet", store=store) == 2
 
     S.set_label(
-        chosen[0], "fail", failure_mode="bad_arguments", first_wrong_step=1, note="=cmd()", annotator="ann", store=store
+        chosen[0], "fail", failure_kind="bad_arguments", first_wrong_step=1, note="=cmd()", annotator="ann", store=store
     )
     S.set_label(chosen[1], "pass", annotator="bob", store=store)
     assert X.export_labels_csv(tmp_path / "labels.csv", trajectory_ids=chosen, store=store) == 2

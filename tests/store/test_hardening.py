@@ -192,7 +192,7 @@ def test_a_case_that_kills_its_worker_ends_as_an_error_and_the_run_goes_on(sqlit
     info = S.get_run(run_id, store=store)
     assert (info.status, info.n_done, info.n_pass, info.n_error) == ("done", 5, 4, 1)
     (row,) = S.list_trajectories(run_id=run_id, outcome="error", store=store).rows
-    assert row.sample_id == "q0002" and row.failure_kind == "infra_error"
+    assert row.sample_id == "q0002" and row.diagnosis_kind == "infra_error"
     detail = S.get_trajectory(row.id, store=store)
     assert "worker died 3 times on this case" in detail.trajectory.metrics["error"]
 

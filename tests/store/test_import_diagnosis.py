@@ -135,9 +135,9 @@ def test_real_inspect_log_gets_ignored_observation(inspect_log, store_url):
     top = found[0]
     assert (top.kind, top.first_wrong_step, top.source) == ("ignored_observation", last_actor, "heuristic"), top
     assert "42" in json.dumps(top.evidence), top.evidence
-    assert rows["ignored"].failure_kind == "ignored_observation"
+    assert rows["ignored"].diagnosis_kind == "ignored_observation"
 
-    assert rows["correct"].failure_kind is None
+    assert rows["correct"].diagnosis_kind is None
     assert S.get_diagnoses(rows["correct"].id, store=store_url) == []
 
 
@@ -203,7 +203,7 @@ def test_openai_chat_jsonl_gets_rule_diagnoses(store_url, tmp_path):
     top = S.get_diagnoses(rows["contradicts"].id, store=store_url)[0]
     assert (top.kind, top.first_wrong_step, top.source) == ("ignored_observation", 3, "heuristic"), top
     assert "42" in json.dumps(top.evidence) and "24" in json.dumps(top.evidence), top.evidence
-    assert rows["contradicts"].failure_kind == "ignored_observation"
+    assert rows["contradicts"].diagnosis_kind == "ignored_observation"
 
     # repeats: user 0, call 1, tool 2, the same call 3, tool 4, answer 5
     assert rows["repeats"].outcome == "unknown"
@@ -211,9 +211,9 @@ def test_openai_chat_jsonl_gets_rule_diagnoses(store_url, tmp_path):
     assert (top.kind, top.first_wrong_step, top.source) == ("repeated_calls", 3, "heuristic"), top
     assert top.evidence["actual"] == {"name": "calculator", "args": {"expression": "12 + 30"}}
     assert "first at step 1" in top.evidence["text"]
-    assert rows["repeats"].failure_kind == "repeated_calls"
+    assert rows["repeats"].diagnosis_kind == "repeated_calls"
 
-    assert rows["fine"].failure_kind is None and S.get_diagnoses(rows["fine"].id, store=store_url) == []
+    assert rows["fine"].diagnosis_kind is None and S.get_diagnoses(rows["fine"].id, store=store_url) == []
     assert S.failure_kind_counts(res.run_ids[0], store=store_url) == {"ignored_observation": 1, "repeated_calls": 1}
 
 

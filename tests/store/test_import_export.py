@@ -33,7 +33,7 @@ def _labelled_run(store):
         for pos, cid, _ in pending_cases(s, run_id):
             runs.save_trajectory(s, run_id, cid, trajs[pos])
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
-    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", note="n1", annotator="ana", store=store)
+    S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", note="n1", annotator="ana", store=store)
     S.set_label(rows[0].id, "pass", annotator="ben", store=store)
     S.set_label(rows[1].id, "fail", step_idx=1, first_wrong_step=1, store=store)
     S.add_tag(rows[1].id, "regression", store=store)
@@ -315,3 +315,39 @@ def test_export_of_a_missing_run(sqlite_url, tmp_path):
     with pytest.raises(ValueError, match="no run with id 7"):
         X.export_run(7, tmp_path / "x.jsonl", store=sqlite_url)
     assert list(tmp_path.glob("x.jsonl*")) == []
+
+
+def test_a_file_written_before_labels_said_failure_kind_still_imports(sqlite_url, store_url, tmp_path):
+    """Labels in older export files name their kind `failure_mode`: read as `failure_kind`, written back as it."""
+    src = S.connect(sqlite_url)
+    run_id, _ = _labelled_run(src)
+    new = tmp_path / "new.jsonl"
+    X.export_run(run_id, new, store=src)
+    rows = [json.loads(line) for line in new.read_text().splitlines()]
+    assert rows[0]["labels"][0]["failure_kind"] == "wrong_tool" and "failure_mode" not in rows[0]["labels"][0]
+    for r in rows:  # the old writer's key
+        r["labels"] = [{("failure_mode" if k == "failure_kind" else k): v for k, v in lab.items()} for lab in r["labels"]]
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = X.import_file(old, store=store_url)
+    tid = S.find_trajectory(res.run_ids[0], rows[0]["sample_id"], store=store_url)
+    assert [(h.outcome, h.failure_kind) for h in S.label_history(tid, store=store_url)] == [
+        ("fail", "wrong_tool"),
+        ("pass", None),
+    ]
+    again = tmp_path / "again.jsonl"
+    X.export_run(res.run_ids[0], again, store=store_url)
+    assert again.read_bytes() == new.read_bytes()
+
+
+def test_parquet_names_the_label_kind_apart_from_the_diagnosis_kind(sqlite_url, tmp_path):
+    import pyarrow.parquet as pq
+
+    store = S.connect(sqlite_url)
+    run_id, _ = _labelled_run(store)
+    rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
+    S.set_label(rows[2].id, "fail", failure_kind="bad_arguments", store=store)
+    X.export_run(run_id, tmp_path / "out.parquet", store=store)
+    table = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert "failure_mode" not in table[0] and {"label_kind", "failure_kind"} <= set(table[0])
+    assert table[2]["label_kind"] == "bad_arguments" and table[0]["label_kind"] is None

@@ -35,7 +35,7 @@ def test_an_api_run_against_a_failing_server_is_infra_errors_not_failures(store_
     info = S.get_run(run_id, store=store)
     assert (info.status, info.n_done, info.n_error, info.n_fail, info.n_pass) == ("failed", 3, 3, 0, 0)
     rows = S.list_trajectories(run_id=run_id, store=store).rows
-    assert {(r.outcome, r.failure_kind) for r in rows} == {("error", "infra_error")}
+    assert {(r.outcome, r.diagnosis_kind) for r in rows} == {("error", "infra_error")}
     assert all(r.latency_ms > 0 for r in rows)  # the failed call's real time, not 0
     top = S.get_diagnoses(rows[0].id, store=store)[0]
     assert "500" in top.evidence["text"] or "upstream exploded" in top.evidence["text"]

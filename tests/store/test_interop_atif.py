@@ -47,7 +47,7 @@ def _run_with_everything(store) -> int:
                 traj.steps[0].span = {"has_image": False}
             runs.save_trajectory(s, run_id, case_id, traj)
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
-    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", note="picked lookup", annotator="ana", store=store)
+    S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", note="picked lookup", annotator="ana", store=store)
     S.set_label(rows[0].id, "pass", annotator="ben", store=store)
     S.set_label(rows[1].id, "fail", step_idx=1, first_wrong_step=1, store=store)
     S.add_tag(rows[1].id, "regression", store=store)
@@ -242,3 +242,18 @@ def test_export_format_from_the_name_or_asked(sqlite_url, tmp_path, capsys):
     assert export_main([str(run_id), str(tmp_path / "run.txt"), "--format", "atif", "--url", sqlite_url]) == 0
     assert capsys.readouterr().out.strip() == f"wrote 12 trajectories of run {run_id} to {tmp_path / 'run.txt'}"
     assert json.loads((tmp_path / "run.txt").read_text().splitlines()[0])["schema_version"] == "ATIF-v1.4"
+
+
+def test_an_atif_file_written_before_labels_said_failure_kind_still_imports(sqlite_url, tmp_path):
+    """The labels kept in an older ATIF file's `extra.evalrx` name their kind `failure_mode`."""
+    src = S.connect(sqlite_url)
+    run_id = _run_with_everything(src)
+    new = tmp_path / "new.atif.jsonl"
+    X.export_run(run_id, new, store=src)
+    text = new.read_text()
+    assert text.count('"failure_kind": "wrong_tool"') == 1 and '"failure_mode"' not in text
+    old = tmp_path / "old.atif.jsonl"
+    old.write_text(text.replace('"failure_kind": ', '"failure_mode": '))  # only labels carry the key
+    res = X.import_file(old, store=sqlite_url, again=True)
+    first = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url, descending=False).rows[0]
+    assert [h.failure_kind for h in S.label_history(first.id, store=sqlite_url)] == ["wrong_tool", None]

@@ -116,7 +116,7 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
     tool_step = missing.steps[2]
     assert tool_step.span["tool_error"] is True and tool_step.observation == "no such key: missing"
     assert missing.outcome.value == "fail" and missing.metrics["grade"]["value"] == "I"
-    assert rows["missing#2"].failure_kind  # diagnosed on import, like every import
+    assert rows["missing#2"].diagnosis_kind  # diagnosed on import, like every import
 
 
 def _raw_samples(log: Path) -> dict:
@@ -132,7 +132,9 @@ def test_zstd_and_deflate_logs_import_the_same(eval_logs, sqlite_url):
     for name, log in eval_logs.items():
         res = X.import_file(log, store=sqlite_url)
         rows = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url, descending=False).rows
-        out[name] = [(r.sample_id, r.outcome, r.n_steps, r.n_tool_calls, r.prompt_tokens, r.failure_kind) for r in rows]
+        out[name] = [
+            (r.sample_id, r.outcome, r.n_steps, r.n_tool_calls, r.prompt_tokens, r.diagnosis_kind) for r in rows
+        ]
     assert out["zstd"] == out["deflate"] and len(out["zstd"]) == 4
 
 

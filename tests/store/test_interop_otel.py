@@ -92,7 +92,7 @@ def run_id(sqlite_url):
                 )
             ],
         )
-    S.set_label(tid, "fail", failure_mode="gave_up", note="did not retry", annotator="ana", store=store)
+    S.set_label(tid, "fail", failure_kind="gave_up", note="did not retry", annotator="ana", store=store)
     S.set_label(tid, "fail", step_idx=3, first_wrong_step=3, annotator="ana", store=store)
     return rid
 
@@ -200,7 +200,7 @@ def test_otlp_json_spans_names_attributes_parents(run_id, sqlite_url, tmp_path, 
     ]
     assert evals[0][1]["gen_ai.evaluation.score.value"] == 0.0
     assert evals[1][1]["gen_ai.evaluation.explanation"] == "did not retry"
-    assert evals[1][1]["evalrx.label.failure_mode"] == "gave_up" and evals[1][1]["evalrx.label.annotator"] == "ana"
+    assert evals[1][1]["evalrx.label.failure_kind"] == "gave_up" and evals[1][1]["evalrx.label.annotator"] == "ana"
     assert evals[2][1]["evalrx.diagnosis.first_wrong_step"] == 4
     (step_label,) = look.events
     assert _attrs(step_label)["evalrx.label.step_idx"] == 3

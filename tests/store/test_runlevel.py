@@ -172,11 +172,11 @@ def test_agreement_between_annotators_and_with_the_diagnosis(sqlite_url, capsys)
     tids = [r.id for r in S.list_trajectories(run_id=rid, store=store, limit=10).rows]
     # Outcome: ann agrees with bob on 4 of 6 (fail/fail x4, fail/pass x2) -> table [[4,2],[0,0]]: kappa 0.
     for i, tid in enumerate(sorted(tids)):
-        S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=store)
+        S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=1, annotator="ann", store=store)
         S.set_label(
             tid,
             "fail" if i < 4 else "pass",
-            failure_mode="bad_arguments" if i < 3 else "wrong_tool",
+            failure_kind="bad_arguments" if i < 3 else "wrong_tool",
             first_wrong_step=1 if i < 2 else 2,
             annotator="bob",
             store=store,

@@ -21,15 +21,15 @@ def one(store_url):
 
 def test_an_edit_keeps_the_previous_value(one):
     store, tid, _ = one
-    first = S.set_label(tid, "fail", failure_mode="wrong_tool", note="called lookup", annotator="ana", store=store)
+    first = S.set_label(tid, "fail", failure_kind="wrong_tool", note="called lookup", annotator="ana", store=store)
     second = S.set_label(tid, Label.PASS, annotator="ben", store=store)
     hist = S.label_history(tid, store=store)
     assert [h.id for h in hist] == [first.id, second.id]
     assert hist[0].is_current is False and hist[0].superseded_by == second.id
-    assert hist[0].outcome == "fail" and hist[0].failure_mode == "wrong_tool" and hist[0].note == "called lookup"
+    assert hist[0].outcome == "fail" and hist[0].failure_kind == "wrong_tool" and hist[0].note == "called lookup"
     assert hist[1].is_current and hist[1].annotator == "ben" and hist[1].created_at >= hist[0].created_at
     row = S.list_trajectories(store=store, label="pass").rows
-    assert [r.id for r in row] == [tid] and row[0].failure_mode is None
+    assert [r.id for r in row] == [tid] and row[0].label_kind is None
 
 
 def test_step_labels_are_separate_slots(one):
@@ -87,7 +87,7 @@ def test_clearing_a_label_keeps_history_and_unlabels(one):
     assert [h.outcome for h in S.label_history(tid, store=store)] == ["fail", None]
 
 
-def test_tags_and_failure_modes(one):
+def test_tags_and_label_kinds(one):
     store, tid, _ = one
     S.add_tag(tid, "regression", store=store)
     S.add_tag(tid, "regression", store=store)  # idempotent
@@ -96,7 +96,7 @@ def test_tags_and_failure_modes(one):
     assert S.remove_tag(tid, "flaky", store=store) is True
     assert S.remove_tag(tid, "flaky", store=store) is False
     assert S.all_tags(store=store) == ["flaky", "regression"]
-    S.set_label(tid, "fail", failure_mode="loop", store=store)
-    assert S.failure_modes(store=store) == ["loop"]
+    S.set_label(tid, "fail", failure_kind="loop", store=store)
+    assert S.label_kinds(store=store) == ["loop"]
     with pytest.raises(ValueError):
         S.add_tag(tid, "   ", store=store)

@@ -105,7 +105,7 @@ def test_filters_match_a_python_reference(filled):
 def test_label_and_tag_filters(filled):
     store, run_id, _, trajs, _ = filled
     rows = S.list_trajectories(store=store, run_id=run_id, limit=1000).rows
-    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", store=store)
+    S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", store=store)
     S.set_label(rows[1].id, "pass", store=store)
     S.add_tag(rows[1].id, "look again", store=store)
 
@@ -115,7 +115,7 @@ def test_label_and_tag_filters(filled):
     assert ids(label="fail") == {rows[0].id}
     assert ids(label="any") == {rows[0].id, rows[1].id}
     assert len(ids(label="none")) == 58
-    assert ids(failure_mode="wrong_tool") == {rows[0].id}
+    assert ids(label_kind="wrong_tool") == {rows[0].id}
     assert ids(tag="look again") == {rows[1].id}
     assert ids(tag="no such tag") == set()
 
@@ -310,7 +310,7 @@ def test_dashboard_queries_latency_sample_and_labels_per_annotator(filled):
     assert len(S.step_latency_sample(store=store, limit=30)) <= 30
 
     rows = S.list_trajectories(run_id=run_id, store=store).rows
-    S.set_label(rows[0].id, "fail", failure_mode="wrong_tool", annotator="ana", store=store)
+    S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", annotator="ana", store=store)
     S.set_label(rows[1].id, "pass", annotator="ana", store=store)
     S.set_label(rows[1].id, "fail", annotator="bo", store=store)  # an edit: bo's label is now current
     counts = {

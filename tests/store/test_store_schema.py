@@ -206,15 +206,112 @@ def test_upgrade_from_0001_keeps_the_data(store_url):
     with store.read() as s:
         assert s.execute(text("SELECT count(*) FROM steps")).scalar() == 2
         assert s.execute(text("SELECT count(*) FROM labels")).scalar() == 2
-        modes = s.execute(text("SELECT failure_mode FROM labels ORDER BY created_at")).scalars().all()
+        modes = s.execute(text("SELECT failure_kind FROM labels ORDER BY created_at")).scalars().all()
         assert modes == ["hallucinated", "repeated_calls"]  # old key mapped; one with no new name kept
         assert s.execute(text("SELECT search_text FROM trajectory_texts")).scalar() == "find the river\nthe nile"
     assert [r.id for r in S.list_trajectories(store=store, text="THE NILE").rows] == [1]
     assert S.get_trajectory(1, store=store).trajectory.goal == "Find the river"
-    assert S.list_trajectories(store=store, failure_mode="repeated_calls").rows[0].id == 1
+    assert S.list_trajectories(store=store, label_kind="repeated_calls").rows[0].id == 1
     kinds = {k.key: k for k in S.list_kinds(store=store)}
     from evalrx.core.failures import FAILURE_KINDS
 
     assert [k.key for k in S.list_kinds(store=store) if k.builtin] == list(FAILURE_KINDS)
     assert kinds["hallucinated"].builtin is False  # the old taxonomy's own key became a custom kind
     assert sorted(k.hotkey for k in kinds.values() if k.hotkey) == list("123456789")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at_0006(request, tmp_path):
+    """A store built up to revision 0006 only (before labels and diagnoses shared `failure_kind`)."""
+    if request.param == "sqlite":
+        url, server = f"sqlite:///{tmp_path / 'at-0006.sqlite'}", None
+    else:
+        server = request.getfixturevalue("pg_server")
+        url = server.create_database()
+    assert S.upgrade(url, "0006") == "0006"
+    yield url
+    S.forget(url)
+    if server is not None:
+        server.drop_database(url)
+
+
+def test_upgrade_from_0006_renames_the_kinds_and_keeps_the_labels(store_at_0006):
+    """0007 renames `labels.failure_mode`, the two kinds kept on `trajectories` and `cases.case_key`: no value is lost."""
+    url = store_at_0006
+    store = S.connect(url, check=False)
+    with store.write() as s:  # written the old way, with the old column names
+        s.execute(
+            text(
+                "INSERT INTO runs (id, name, status, source, config, meta, n_cases, n_done, n_pass, n_fail, "
+                "n_error, key_bound, created_at) VALUES (1, 'r', 'done', 'import', '{}', '{}', 1, 1, 0, 1, 0, "
+                ":f, '2024-01-01 00:00:00')"
+            ),
+            {"f": False},
+        )
+        s.execute(text("INSERT INTO cases (id, digest, case_key, prompt, meta) VALUES (1, 'd', 'c1', 'p', '{}')"))
+        s.execute(text("INSERT INTO run_cases (run_id, case_id, position) VALUES (1, 1, 0)"))
+        s.execute(
+            text(
+                "INSERT INTO trajectories (id, run_id, case_id, sample_id, goal, outcome, terminated, metrics, "
+                "n_steps, n_turns, n_tool_calls, n_parse_errors, latency_ms, tool_latency_ms, prompt_tokens, "
+                "completion_tokens, label, failure_mode, failure_kind, created_at) VALUES (1, 1, 1, 'c1', "
+                "'Find the river', 'fail', 'final', '{}', 2, 1, 0, 0, 1.0, 0.0, 1, 1, 'fail', 'wrong_tool', "
+                "'bad_arguments', '2024-01-01 00:00:00')"
+            )
+        )
+        for i in range(2):
+            s.execute(
+                text(
+                    "INSERT INTO steps (trajectory_id, idx, role, content, tool_calls, span) "
+                    "VALUES (1, :i, 'user', 'x', '[]', '{}')"
+                ),
+                {"i": i},
+            )
+        s.execute(
+            text(
+                "INSERT INTO labels (trajectory_id, outcome, failure_mode, first_wrong_step, annotator, created_at, "
+                "is_current) VALUES (1, 'fail', 'wrong_tool', 1, 'ana', '2024-01-01 00:00:00', :c)"
+            ),
+            {"c": True},
+        )
+    S.forget(url)
+    assert S.upgrade(url) == schema.SCHEMA_VERSION
+    store = S.connect(url)
+    with store.read() as s:
+        assert s.execute(text("SELECT failure_kind, annotator FROM labels")).one() == ("wrong_tool", "ana")
+        assert s.execute(text("SELECT label_kind, diagnosis_kind FROM trajectories")).one() == (
+            "wrong_tool",
+            "bad_arguments",
+        )
+        assert s.execute(text("SELECT sample_id FROM cases")).scalar() == "c1"
+    (label,) = S.label_history(1, store=store)
+    assert (label.outcome, label.failure_kind, label.first_wrong_step, label.annotator) == (
+        "fail",
+        "wrong_tool",
+        1,
+        "ana",
+    )
+    (row,) = S.list_trajectories(store=store, label_kind="wrong_tool", diagnosis_kind="bad_arguments").rows
+    assert (row.id, row.case_row_id, row.sample_id, row.label_kind, row.diagnosis_kind) == (
+        1,
+        1,
+        "c1",
+        "wrong_tool",
+        "bad_arguments",
+    )
+    assert S.get_trajectory(1, store=store).case["id"] == "c1"
+    assert S.run_stats(1, store=store).label_kinds == {"wrong_tool": 1}
+    # The one-current-label-per-trajectory index survived the table copy: a new label supersedes the old one.
+    S.set_label(1, "fail", failure_kind="bad_arguments", annotator="ben", store=store)
+    assert [(x.failure_kind, x.is_current) for x in S.label_history(1, store=store)] == [
+        ("wrong_tool", False),
+        ("bad_arguments", True),
+    ]
+    with store.read() as s:
+        from sqlalchemy import inspect
+
+        indexes = {ix["name"] for ix in inspect(s.connection()).get_indexes("trajectories")}
+        assert (
+            "ix_trajectories_run_id_diagnosis_kind" in indexes and "ix_trajectories_run_id_failure_kind" not in indexes
+        )
+        assert "ix_cases_sample_id" in {ix["name"] for ix in inspect(s.connection()).get_indexes("cases")}

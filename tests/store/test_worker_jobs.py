@@ -56,7 +56,7 @@ def test_a_run_goes_from_queue_to_graded_trajectories(store_url, calls):
     detail = S.get_trajectory(rows[2].id, store=store)
     assert [s.role.value for s in detail.trajectory.steps] == ["user", "actor", "tool", "actor"]
     assert detail.trajectory.final_answer == "The answer is 14." and rows[2].outcome == "pass"
-    assert detail.diagnoses == [] and rows[2].failure_kind is None  # a pass has no diagnosis
+    assert detail.diagnoses == [] and rows[2].diagnosis_kind is None  # a pass has no diagnosis
     assert integrity_report(store) == dict.fromkeys(integrity_report(store), 0)
     assert S.alive_workers(store=store) == []  # a stopped worker is not alive
 
@@ -248,7 +248,7 @@ def test_a_failing_case_is_recorded_and_the_job_goes_on(store_url):
     # An errored case is counted apart from failures: the harness failed, not the model.
     assert info.status == "done" and info.n_done == 6 and info.n_error == 2 and info.n_fail == 0
     (row,) = S.list_trajectories(run_id=run_id, terminated="error", store=store, limit=1).rows
-    assert (row.outcome, row.failure_kind) == ("error", "infra_error")
+    assert (row.outcome, row.diagnosis_kind) == ("error", "infra_error")
     detail = S.get_trajectory(row.id, store=store)
     assert "scripted failure" in detail.trajectory.metrics["error"]
     assert "scripted failure" in detail.diagnoses[0].evidence["text"]
@@ -453,6 +453,8 @@ def test_the_crash_guard_counts_starts_per_attempt(store_url, calls):
             .values(starts=3)
         )
     _worker(store, max_case_attempts=3).run()
-    got = {(r.case_id, r.attempt): r.outcome for r in S.list_trajectories(run_id=run_id, store=store, limit=10).rows}
+    got = {
+        (r.case_row_id, r.attempt): r.outcome for r in S.list_trajectories(run_id=run_id, store=store, limit=10).rows
+    }
     assert len(got) == 4 and got[first_case, 2] == "error"  # only that attempt is given up on
     assert got[first_case, 1] != "error" and calls[0]._n == 3  # the other three attempts ran

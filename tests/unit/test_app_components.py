@@ -65,10 +65,10 @@ def test_filters_round_trip_through_the_url():
         "run_id": 3,
         "outcome": "fail",
         "label": "none",
-        "failure_mode": "wrong_tool",
+        "label_kind": "wrong_tool",
         "terminated": "max_turns",
         "tool": "lookup",
-        "failure_kind": "repeated_calls",
+        "diagnosis_kind": "repeated_calls",
         "max_margin": 0.5,
         "text": "timeout",
     }

@@ -247,7 +247,7 @@ def test_side_by_side_shows_an_extra_call_as_only_in_b(two_runs):
 
 def test_side_by_side_shows_each_annotators_label(two_runs):
     tid = two_runs["ids_b"][("q00000", 1)]
-    S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=two_runs["url"])
+    S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=1, annotator="ann", store=two_runs["url"])
     at = open_page("compare", a=two_runs["a"], b=two_runs["b"], case="q00000")
     assert ":material/label: ann: fail · bad\\_arguments · first wrong step 1" in texts(at)
 
@@ -309,9 +309,9 @@ def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
     url, rid = two_runs["url"], two_runs["b"]
     fails = [two_runs["ids_b"][(c, 1)] for c in ("q00000", "q00002", "q00004")]
     for tid in fails:
-        S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
-    S.set_label(fails[0], "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="bob", store=url)
-    S.set_label(fails[1], "fail", failure_mode="repeated_calls", first_wrong_step=3, annotator="bob", store=url)
+        S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
+    S.set_label(fails[0], "fail", failure_kind="bad_arguments", first_wrong_step=1, annotator="bob", store=url)
+    S.set_label(fails[1], "fail", failure_kind="repeated_calls", first_wrong_step=3, annotator="bob", store=url)
     at = open_page("runs", run=rid, view="Agreement")
     pairs = frame_with(at, "annotators")
     assert list(pairs["annotators"]) == ["ann · bob"]
@@ -340,7 +340,7 @@ def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
 def test_second_opinion_is_blind_and_saves_under_my_name(two_runs):
     url, rid = two_runs["url"], two_runs["b"]
     tid = two_runs["ids_b"][("q00000", 1)]
-    S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
+    S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
     assert S.second_opinion_queue(rid, "cy", store=url) == [tid]
     at = open_page("label", run=rid, second="true", annotator="cy")
     shown = texts(at)
@@ -358,15 +358,15 @@ def test_second_opinion_is_blind_and_saves_under_my_name(two_runs):
 def test_adjudication_keeps_one_annotators_label_with_one_key(two_runs):
     url, rid = two_runs["url"], two_runs["b"]
     tid = two_runs["ids_b"][("q00002", 1)]
-    S.set_label(tid, "fail", failure_mode="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
-    S.set_label(tid, "fail", failure_mode="repeated_calls", first_wrong_step=3, annotator="bob", store=url)
+    S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=1, annotator="ann", store=url)
+    S.set_label(tid, "fail", failure_kind="repeated_calls", first_wrong_step=3, annotator="bob", store=url)
     at = open_page("adjudicate", run=rid)
     assert f"Trajectory {tid}" in texts(at)
     keep = {b.key: b for b in at.button if b.key and b.key.startswith("adj-keep-")}
     assert keep["adj-keep-2"].proto.shortcut == "2" and "bob" in keep["adj-keep-2"].label
     keep["adj-keep-2"].click().run()
     cur = next(lab for lab in S.current_labels(tid, store=url) if lab.step_idx is None)
-    assert (cur.annotator, cur.outcome, cur.failure_mode, cur.first_wrong_step) == (
+    assert (cur.annotator, cur.outcome, cur.failure_kind, cur.first_wrong_step) == (
         "adjudicator",
         "fail",
         "repeated_calls",
@@ -382,8 +382,8 @@ def test_annotator_names_and_arguments_are_shown_inert(two_runs):
 
     url, rid = two_runs["url"], two_runs["b"]
     tid = two_runs["ids_b"][("q00000", 1)]
-    S.set_label(tid, "fail", failure_mode="bad_arguments", annotator="ann", store=url)
-    S.set_label(tid, "fail", failure_mode=f"kind {XSS_IMG}", annotator=XSS_IMG, store=url)
+    S.set_label(tid, "fail", failure_kind="bad_arguments", annotator="ann", store=url)
+    S.set_label(tid, "fail", failure_kind=f"kind {XSS_IMG}", annotator=XSS_IMG, store=url)
     for at in (
         open_page("adjudicate", run=rid),
         open_page("compare", a=two_runs["a"], b=rid, case="q00000"),
@@ -420,8 +420,8 @@ S.upgrade(url)
 from appdata import fill_run
 a, ids = fill_run(url, 4, seed=1, outcomes=["pass", "fail", "fail", "pass"])
 b, _ = fill_run(url, 4, seed=2, outcomes=["fail", "pass", "fail", "pass"])
-S.set_label(ids[1], "fail", failure_mode="wrong_tool", annotator="ann", store=url)
-S.set_label(ids[1], "fail", failure_mode="bad_arguments", annotator="bob", store=url)
+S.set_label(ids[1], "fail", failure_kind="wrong_tool", annotator="ann", store=url)
+S.set_label(ids[1], "fail", failure_kind="bad_arguments", annotator="bob", store=url)
 from streamlit.testing.v1 import AppTest
 for view, query in [("compare", {"a": a, "b": b, "case": "q00000"}), ("runs", {"run": a, "view": "Reliability"}),
                     ("runs", {"run": a, "view": "Predictors"}), ("runs", {"run": a, "view": "Agreement"}),

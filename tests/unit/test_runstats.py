@@ -57,7 +57,7 @@ def test_reliability_on_hand_built_run():
     assert rel.flaky_cases == ["b"]
     # Only the failing attempts' kinds (attempts 1 and 3), only for flaky cases ("c" never passes).
     assert rel.flaky_kinds == {"b": ["wrong_tool", "bad_args"]}
-    assert [(r.case_id, r.passes, r.rate) for r in rel.case_rates] == [("c", 0, 0.0), ("b", 2, 0.5), ("a", 4, 1.0)]
+    assert [(r.sample_id, r.passes, r.rate) for r in rel.case_rates] == [("c", 0, 0.0), ("b", 2, 0.5), ("a", 4, 1.0)]
 
 
 def test_reliability_excludes_cases_shorter_than_k():
