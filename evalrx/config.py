@@ -42,11 +42,11 @@ class RunConfig:
     repeats: int = 1  # attempts per case (pass@k needs k <= repeats); sample with runtime temperature > 0
     seed: int = 0  # local models: each attempt's sampling seed derives from it (see `attempt_seed`)
 
-    def attempt_seed(self, case_id: str, attempt: int) -> int:
+    def attempt_seed(self, sample_id: str, attempt: int) -> int:
         """The sampling seed of one attempt at one case: the same run config reproduces the same attempts."""
         import zlib
 
-        return zlib.crc32(f"{self.seed}:{case_id}:{attempt}".encode())
+        return zlib.crc32(f"{self.seed}:{sample_id}:{attempt}".encode())
 
     def agent_kwargs(self) -> dict:
         """What `Agent` (and `evalrx.models.agent.run_case`) takes from this run."""

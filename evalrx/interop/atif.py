@@ -99,8 +99,8 @@ def to_atif(row: dict) -> dict:
     }
 
 
-def session_id(run_name: Any, case_key: Any, attempt: Any) -> str:
-    return str(uuid.uuid5(_NAMESPACE, json.dumps([run_name, case_key, attempt], default=str)))
+def session_id(run_name: Any, sample_id: Any, attempt: Any) -> str:
+    return str(uuid.uuid5(_NAMESPACE, json.dumps([run_name, sample_id, attempt], default=str)))
 
 
 def _group(steps: list) -> list:

@@ -272,16 +272,16 @@ class Worker:
     def _run_job(self, job: Any) -> str:
         run, cases, starts = self._load_job(job)
         # An attempt that killed its worker max_case_attempts times is recorded as an error; the run goes on.
-        for case_id, attempt, case in [c for c in cases if starts.get(c[:2], 0) >= self.max_case_attempts]:
+        for case_row_id, attempt, case in [c for c in cases if starts.get(c[:2], 0) >= self.max_case_attempts]:
             died = RuntimeError(
-                f"the worker died {starts[case_id, attempt]} times on this case; not run again "
+                f"the worker died {starts[case_row_id, attempt]} times on this case; not run again "
                 "(`evalrx runs retry` runs it once more)"
             )
             from evalrx.models.agent import error_trajectory
 
             traj = error_trajectory(case, died)
             traj.outcome, traj.attempt = Label.ERROR, attempt
-            if self._record(job, None, run, [], case_id, case, CaseResult(traj, [])):
+            if self._record(job, None, run, [], case_row_id, case, CaseResult(traj, [])):
                 raise JobCancelled()
         cases = [c for c in cases if starts.get(c[:2], 0) < self.max_case_attempts]
         if not cases:
@@ -302,8 +302,8 @@ class Worker:
             if parallel
             else self._results_serial(job.run_id, handle, run, cases)
         )
-        for case_id, case, result in results:
-            cancel = self._record(job, handle, run, hooks, case_id, case, result)
+        for case_row_id, case, result in results:
+            cancel = self._record(job, handle, run, hooks, case_row_id, case, result)
             if cancel:
                 raise JobCancelled()
             if self.stop_event.is_set():
@@ -348,11 +348,11 @@ class Worker:
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
     def _results_serial(self, run_id: int, handle: Any, run: RunConfig, cases: list) -> Iterator[tuple]:
-        for case_id, attempt, case in cases:
+        for case_row_id, attempt, case in cases:
             if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
-            jobs.start_case(self.store, run_id, case_id, attempt)
-            yield case_id, case, self._run_case(handle, run, case, attempt)
+            jobs.start_case(self.store, run_id, case_row_id, attempt)
+            yield case_row_id, case, self._run_case(handle, run, case, attempt)
 
     def _results_parallel(self, run_id: int, handle: Any, run: RunConfig, cases: list, width: int) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
@@ -364,9 +364,9 @@ class Worker:
                 nxt = next(pending, None)
                 if nxt is None:
                     return False
-                case_id, attempt, case = nxt
-                jobs.start_case(self.store, run_id, case_id, attempt)
-                running[pool.submit(self._run_case, handle, run, case, attempt)] = (case_id, case)
+                case_row_id, attempt, case = nxt
+                jobs.start_case(self.store, run_id, case_row_id, attempt)
+                running[pool.submit(self._run_case, handle, run, case, attempt)] = (case_row_id, case)
                 return True
 
             for _ in range(width):
@@ -376,8 +376,8 @@ class Worker:
                 while running:
                     finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
                     for fut in finished:
-                        case_id, case = running.pop(fut)
-                        yield case_id, case, fut.result()
+                        case_row_id, case = running.pop(fut)
+                        yield case_row_id, case, fut.result()
                         if not (self.stop_event.is_set() or self._lost()):
                             submit()
             finally:  # cancelled or stopping: do not start more, let in-flight calls end
@@ -391,7 +391,7 @@ class Worker:
         handle: Any,
         run: RunConfig,
         hooks: list,
-        case_id: int,
+        case_row_id: int,
         case: FailureCase,
         result: CaseResult,
     ) -> bool:
@@ -418,7 +418,7 @@ class Worker:
                 job.id,
                 self.worker_id,
                 job.run_id,
-                case_id,
+                case_row_id,
                 traj,
                 diagnoses=diagnoses,
                 records=records,

@@ -37,12 +37,13 @@ class ImportedRun:
     def add(self, case: FailureCase, traj: Trajectory, *, labels: list, tags: list, diagnoses: Optional[list]) -> None:
         """Store one trajectory of the run (its attempt from `traj.attempt`); ValueError for a bad label or tag."""
         attempt = max(1, int(traj.attempt or 1))
-        case_id = upsert_case(self.s, case)
-        position = self.positions.setdefault(case_id, len(self.positions))
+        case_row_id = upsert_case(self.s, case)
+        position = self.positions.setdefault(case_row_id, len(self.positions))
         self.s.execute(
-            insert(t.RunCase), [{"run_id": self.run_id, "case_id": case_id, "attempt": attempt, "position": position}]
+            insert(t.RunCase),
+            [{"run_id": self.run_id, "case_id": case_row_id, "attempt": attempt, "position": position}],
         )
-        save_trajectory(self.s, self.run_id, case_id, traj, labels=labels, tags=tags, diagnoses=diagnoses)
+        save_trajectory(self.s, self.run_id, case_row_id, traj, labels=labels, tags=tags, diagnoses=diagnoses)
         if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:
             self.counts["error"] += 1
         elif traj.outcome.value in self.counts:

@@ -308,7 +308,7 @@ def record_case(
     job_id: int,
     worker_id: str,
     run_id: int,
-    case_id: int,
+    case_row_id: int,
     traj: Any,
     *,
     diagnoses: Sequence[Any] = (),
@@ -329,7 +329,7 @@ def record_case(
     error = outcome == Label.ERROR or traj.terminated == Termination.ERROR
     with store.write() as s:
         owned = lock_owned_job(s, job_id, worker_id)
-        tid = save_trajectory(s, run_id, case_id, traj, diagnoses=diagnoses)
+        tid = save_trajectory(s, run_id, case_row_id, traj, diagnoses=diagnoses)
         if media:
             save_step_media(s, tid, media)
         save_analyses(s, tid, records)
@@ -357,10 +357,10 @@ def release_job(store: Store, job_id: int, worker_id: str) -> None:
         s.execute(update(t.Run).where(t.Run.id == owned.run_id).values(status="queued"))
 
 
-def start_case(store: Store, run_id: int, case_id: int, attempt: int = 1) -> int:
+def start_case(store: Store, run_id: int, case_row_id: int, attempt: int = 1) -> int:
     """Count one more start of a case's attempt (before it runs); returns its starts, this one included."""
     R = t.RunCase
-    key = (R.run_id == run_id, R.case_id == case_id, R.attempt == attempt)
+    key = (R.run_id == run_id, R.case_id == case_row_id, R.attempt == attempt)
     with store.write() as s:
         s.execute(update(R).where(*key).values(starts=R.starts + 1))
         return s.execute(select(R.starts).where(*key)).scalar_one()

@@ -326,7 +326,9 @@ def test_a_file_written_before_labels_said_failure_kind_still_imports(sqlite_url
     rows = [json.loads(line) for line in new.read_text().splitlines()]
     assert rows[0]["labels"][0]["failure_kind"] == "wrong_tool" and "failure_mode" not in rows[0]["labels"][0]
     for r in rows:  # the old writer's key
-        r["labels"] = [{("failure_mode" if k == "failure_kind" else k): v for k, v in lab.items()} for lab in r["labels"]]
+        r["labels"] = [
+            {("failure_mode" if k == "failure_kind" else k): v for k, v in lab.items()} for lab in r["labels"]
+        ]
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps(r) + "\n" for r in rows))
     res = X.import_file(old, store=store_url)
