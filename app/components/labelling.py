@@ -1,4 +1,4 @@
-"""The label form: pass / fail / failure mode / first wrong step / note, from the keyboard.
+"""The label form: pass / fail / failure kind / first wrong step / note, from the keyboard.
 
 One keypress saves a verdict: Enter accepts the diagnosis's proposed kind with its first
 wrong step; P pass, F fail (with the kind chosen in the form), U unknown, 1-9 fail with the
@@ -37,8 +37,8 @@ def describe_label(label: Any) -> str:
     if label is None:
         return "Not labelled yet"
     bits = [f"**{md_escape(label.outcome or 'cleared')}**"]
-    if label.failure_mode:
-        bits.append(md_escape(label.failure_mode))
+    if label.failure_kind:
+        bits.append(md_escape(label.failure_kind))
     if label.first_wrong_step is not None:
         bits.append(f"first wrong step {label.first_wrong_step}")
     who = md_escape(label.annotator) if label.annotator else "anonymous"
@@ -110,8 +110,8 @@ def label_panel(
     proposal = None if blind else proposal_of(detail)
     steps = actor_steps(detail.trajectory)
     names = [k.key for k in kinds]
-    if cur and cur.failure_mode and cur.failure_mode not in names:
-        names.append(cur.failure_mode)
+    if cur and cur.failure_kind and cur.failure_kind not in names:
+        names.append(cur.failure_kind)
     fws_key, note_key, kind_key = f"{key}-fws-{tid}", f"{key}-note-{tid}", f"{key}-kind-{tid}"
     need_name_key = f"{key}-need-name"
     if fws_key not in st.session_state:
@@ -121,8 +121,8 @@ def label_panel(
             st.session_state[fws_key] = proposal.first_wrong_step if proposal else None
     if kind_key not in st.session_state:
         st.session_state[kind_key] = (
-            cur.failure_mode
-            if cur and cur.failure_mode
+            cur.failure_kind
+            if cur and cur.failure_kind
             else proposal.kind
             if proposal and proposal.kind in names
             else None
@@ -144,7 +144,7 @@ def label_panel(
         set_label(
             tid,
             outcome,
-            failure_mode=mode,
+            failure_kind=mode,
             first_wrong_step=fws,
             note=note,
             annotator=who,
@@ -288,7 +288,7 @@ def history_table(trajectory_id: int, *, store: Any) -> None:
                 "when (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                 "step": r.step_idx,
                 "outcome": r.outcome,
-                "failure mode": r.failure_mode,
+                "failure kind": r.failure_kind,
                 "first wrong step": r.first_wrong_step,
                 "note": r.note,
                 "annotator": r.annotator,

@@ -159,7 +159,7 @@ def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
         bits.append(f":{_GRADE_COLOR.get(row.outcome, 'gray')}-badge[graded {md_escape(row.outcome)}]")
     if label is not None:
         text = md_escape(label.outcome or "cleared") + (
-            f" · {md_escape(label.failure_mode)}" if label.failure_mode else ""
+            f" · {md_escape(label.failure_kind)}" if label.failure_kind else ""
         )
         bits.append(f":{_GRADE_COLOR.get(label.outcome, 'gray')}-badge[:material/label: {text}]")
     else:

@@ -157,8 +157,8 @@ def overview(r, stats) -> None:
         st.markdown("**Grades and labels**")
         rows = [{"kind": "grade", "value": k, "n": v} for k, v in sorted(stats.outcomes.items())]
         rows += [{"kind": "label", "value": k, "n": v} for k, v in sorted(stats.labels.items()) if k != "none"]
-        rows += [{"kind": "diagnosed", "value": k, "n": v} for k, v in stats.failure_kinds.items()]
-        rows += [{"kind": "labelled", "value": k, "n": v} for k, v in sorted(stats.failure_modes.items())]
+        rows += [{"kind": "diagnosed", "value": k, "n": v} for k, v in stats.diagnosis_kinds.items()]
+        rows += [{"kind": "labelled", "value": k, "n": v} for k, v in sorted(stats.label_kinds.items())]
         st.dataframe(rows, hide_index=True, width="stretch")
     with right:
         st.markdown("**Tool calls**")

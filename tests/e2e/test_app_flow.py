@@ -155,7 +155,7 @@ def test_new_user_launches_watches_opens_a_failure_and_labels_it(fresh_app, chec
     page.get_by_role("heading", name=f"Trajectory {fails[0].id}").wait_for()
     page.get_by_text(f"fail · {top.kind}").first.wait_for()
     (lab,) = S.label_history(fails[0].id, store=url)
-    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step, lab.annotator) == (
+    assert (lab.outcome, lab.failure_kind, lab.first_wrong_step, lab.annotator) == (
         "fail",
         top.kind,
         top.first_wrong_step,

@@ -134,7 +134,7 @@ def test_label_buttons_save_and_keep_history(seeded):
     at.text_input(key="annotator").set_value("ana")
     at.button(key="tl-mode-3").click().run()  # key 3: fail with the third failure mode
     lab = current(url, tid)
-    assert (lab.outcome, lab.failure_mode, lab.annotator) == (
+    assert (lab.outcome, lab.failure_kind, lab.annotator) == (
         "fail",
         "wrong_tool",
         "ana",
@@ -155,7 +155,7 @@ def test_first_wrong_step_then_mode_is_two_presses(seeded):
     at.button(key="tl-cycle").click().run()  # W
     at.button(key="tl-mode-2").click().run()  # 2
     lab = current(url, tid)
-    assert (lab.outcome, lab.failure_mode, lab.first_wrong_step) == ("fail", "misread_observation", first_actor)
+    assert (lab.outcome, lab.failure_kind, lab.first_wrong_step) == ("fail", "misread_observation", first_actor)
 
 
 def test_label_queue_moves_on_skips_and_goes_back(seeded):
@@ -169,7 +169,7 @@ def test_label_queue_moves_on_skips_and_goes_back(seeded):
     at.button(key="lq-skip").click().run()
     assert "Trajectory " + str(ids[2]) in texts(at) and current(url, ids[1]) is None
     at.button(key="lq-mode-1").click().run()
-    assert (current(url, ids[2]).outcome, current(url, ids[2]).failure_mode) == ("fail", "bad_arguments")
+    assert (current(url, ids[2]).outcome, current(url, ids[2]).failure_kind) == ("fail", "bad_arguments")
     assert "Trajectory " + str(ids[3]) in texts(at)
     at.button(key="lq-back").click().run()  # back to the one just labelled, to change it
     assert "Trajectory " + str(ids[2]) in texts(at)
@@ -204,7 +204,7 @@ def test_taxonomy_edit_changes_the_keys(seeded):
     labels = {b.key: b.label for b in at.button if b.key and b.key.startswith("lq-mode-")}
     assert labels["lq-mode-1"] == "1 · tool\\_timeout" and labels["lq-mode-2"] == "2 · misread\\_observation"
     at.button(key="lq-mode-1").click().run()
-    assert current(seeded["url"], seeded["ids"][0]).failure_mode == "tool_timeout"
+    assert current(seeded["url"], seeded["ids"][0]).failure_kind == "tool_timeout"
 
 
 # ------------------------------------------------------------------ runs
@@ -309,7 +309,7 @@ def test_runs_page_details_show_stats(seeded):
 def test_dashboard_counts_labels_over_grades(seeded):
     url = seeded["url"]
     passed = S.list_trajectories(run_id=seeded["run"], outcome="pass", store=url).rows[0].id
-    S.set_label(passed, "fail", failure_mode="wrong_tool", store=url)  # a human overrides the grader
+    S.set_label(passed, "fail", failure_kind="wrong_tool", store=url)  # a human overrides the grader
     at = open_page("dashboard", run=seeded["run"])
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["fail"].startswith("7 ") and metrics["pass"].startswith("5 ")
