@@ -95,7 +95,7 @@ def case_fields(case: FailureCase, image_sha: Optional[str]) -> dict:
     """The `cases` row for a FailureCase, with the digest that deduplicates identical content."""
     fields = {
         "sample_id": case.id,
-        "prompt": clean(case.inputs.prompt or ""),
+        "prompt": clean(truncated(case.inputs.prompt or "")[0]),
         "expected": jsonable(case.expected),
         "grader": jsonable(case.grader),
         "meta": jsonable(case.meta or {}),
@@ -230,6 +230,12 @@ def trajectory_fields(traj: Trajectory) -> dict:
     """The denormalised `trajectories` columns for a core Trajectory (ids not included; the
     search text is `search_text(traj)`, stored in `trajectory_texts`)."""
     m = traj.metrics or {}
+    # A huge prompt or answer (an imported file is not bounded by max_new_tokens) is kept in part, as steps are.
+    goal, goal_len = truncated(traj.goal or "")
+    final, final_len = truncated(traj.final_answer)
+    cut = {k: v for k, v in (("goal", goal_len), ("final_answer", final_len)) if v is not None}
+    if cut:
+        m = dict(m, truncated=cut)
     steps = traj.steps or []
     actor = [s for s in steps if s.role is StepRole.ACTOR]
     tool = [s for s in steps if s.role is StepRole.TOOL]
@@ -242,8 +248,8 @@ def trajectory_fields(traj: Trajectory) -> dict:
     return {
         "sample_id": str(traj.sample_id)[:300],
         "attempt": max(1, int(getattr(traj, "attempt", 1) or 1)),
-        "goal": clean(traj.goal or ""),
-        "final_answer": clean(traj.final_answer),
+        "goal": clean(goal),
+        "final_answer": clean(final),
         "ground_truth": jsonable(traj.ground_truth),
         "outcome": outcome,
         "terminated": str(m.get("terminated") or "")[:32],

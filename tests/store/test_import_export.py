@@ -120,6 +120,24 @@ def test_openai_records_that_repeat_a_case_become_its_attempts(sqlite_url, tmp_p
         X.import_file(bad, store=sqlite_url)
 
 
+def test_a_huge_imported_message_is_kept_in_part_as_a_run_step_is(sqlite_url, tmp_path):
+    """A file is not bounded by max_new_tokens: the prompt, each step and the final answer are cut at the
+    store's limit with a marker, and the real sizes are on the step span and the trajectory metrics."""
+    from evalrx.store.convert import STORED_TEXT_LIMIT
+
+    question, answer = "q" * (STORED_TEXT_LIMIT * 2), "a" * (STORED_TEXT_LIMIT * 3)
+    row = {"id": "big", "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]}
+    f = tmp_path / "big.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    X.import_file(f, store=sqlite_url)
+    detail = S.get_trajectory(S.list_trajectories(store=sqlite_url).rows[0].id, store=sqlite_url)
+    tr = detail.trajectory
+    kept = [tr.goal, tr.final_answer, detail.case["prompt"], *(s.content for s in tr.steps)]
+    assert all(len(text) < STORED_TEXT_LIMIT + 100 and "truncated by evalrx" in text for text in kept)
+    assert tr.metrics["truncated"] == {"goal": len(question), "final_answer": len(answer)}
+    assert [s.span["truncated"]["content"] for s in tr.steps] == [len(question), len(answer)]
+
+
 def test_import_openai_chat_messages(sqlite_url, tmp_path):
     f = tmp_path / "chats.jsonl"
     rows = [
