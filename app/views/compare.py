@@ -90,9 +90,11 @@ if st.session_state.get("a") not in runs or st.session_state.get("b") not in run
 pick_a, pick_b = st.columns(2)
 a = pick_a.selectbox("Run A (before)", ids, key="a")
 b = pick_b.selectbox("Run B (after)", ids, key="b")
-# Written every run, defaults included (a bound widget drops its default from the URL, and a shared
-# `compare?a=4&case=...` would then pair run 4 with whatever run is newest when it is opened).
-st.query_params["a"], st.query_params["b"] = str(a), str(b)
+# Both runs always in the URL, defaults included (a bound widget drops its default from it, and a shared
+# `compare?a=4&case=...` would then pair run 4 with whatever run is newest when it is opened). Written only
+# when they change: a rewrite on every rerun raced the case picker's own `?case=` update.
+if (st.query_params.get("a"), st.query_params.get("b")) != (str(a), str(b)):
+    st.query_params["a"], st.query_params["b"] = str(a), str(b)
 pick_a.caption(md_escape(runs[a].name or runs[a].spec_key or ""))
 pick_b.caption(md_escape(runs[b].name or runs[b].spec_key or ""))
 att_a, att_b = _attempts(a, runs[a].n_done, S.url), _attempts(b, runs[b].n_done, S.url)
@@ -130,7 +132,7 @@ if a != b:
     differences = config_differences(runs[a].config or {}, runs[b].config or {})
     if differences:
         with st.expander(f"Config differences, A → B ({len(differences)})", expanded=True):
-            st.dataframe(differences, hide_index=True, width="stretch", key="config-diff")
+            st.table(differences)  # a few keys: a static table (the changed-cases grid stays the page's first)
     else:
         st.caption("The two runs' configs are the same.")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from evalrx.config import RunConfig
+from evalrx.core.analyzer_entry import parse_analyzer_entry
 from evalrx.core.case import FailureCase
 from evalrx.store import jobs as store_jobs
 from evalrx.store import runs as store_runs
@@ -32,7 +33,7 @@ def _check(run: RunConfig) -> None:
     from evalrx.analyzers import analyzer_class
 
     for entry in run.analyzers:
-        analyzer_class(entry if isinstance(entry, str) else (entry or {}).get("name"))  # unknown: lists the known
+        analyzer_class(parse_analyzer_entry(entry)[0])  # unknown: lists the known
 
 
 def enqueue_run(

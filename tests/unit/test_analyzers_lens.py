@@ -244,6 +244,7 @@ def test_registry_lists_builtins_builds_by_name_and_rejects_duplicates():
 
 
 def test_a_worker_hook_joins_the_one_registry_of_analysis_names():
+    from evalrx.config import RunConfig
     from evalrx.runner import enqueue
     from evalrx.runner.analysis import register_hook, resolve
 
@@ -269,10 +270,14 @@ def test_a_worker_hook_joins_the_one_registry_of_analysis_names():
         with pytest.raises(ValueError) as from_registry:
             analyzer_class("mind_reader")
         with pytest.raises(ValueError) as from_queue:
-            enqueue._check({"model": {"name": "evalrx-tiny"}, "analyzers": ["mind_reader"]})
+            enqueue._check(RunConfig.from_dict({"model": {"name": "evalrx-tiny"}, "analyzers": ["mind_reader"]}))
         assert str(from_queue.value) == str(from_registry.value)
         assert "answer_length_for_test" in str(from_registry.value) and "logit_lens" in str(from_registry.value)
-        enqueue._check({"model": {"name": "evalrx-tiny"}, "analyzers": ["answer_length_for_test", "logit_lens"]})
+        enqueue._check(
+            RunConfig.from_dict(
+                {"model": {"name": "evalrx-tiny"}, "analyzers": ["answer_length_for_test", "logit_lens"]}
+            )
+        )
     finally:
         ANALYZERS.pop("answer_length_for_test", None)
     assert "answer_length_for_test" not in known_analyzers()

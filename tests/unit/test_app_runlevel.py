@@ -28,7 +28,8 @@ def metrics(at) -> dict:
 
 
 def frame_with(at, column: str):
-    return next(d.value for d in at.dataframe if column in d.value.columns)
+    """The first table (interactive or static) on the page with `column`."""
+    return next(d.value for d in [*at.dataframe, *at.table] if column in d.value.columns)
 
 
 def chart_rows(proto):
@@ -210,7 +211,7 @@ def test_compare_pairs_a_run_with_the_latest_run_of_its_suite_and_shows_their_co
     diff = frame_with(at, "key")
     assert list(diff["key"]) == ["temperature"]  # suite and model agree; the api key is never a row
     assert (diff["A"][0], diff["B"][0]) == ("0.0", "0.8")
-    assert "sk-" not in texts(at) and not any("sk-" in str(d.value) for d in at.dataframe)
+    assert "sk-" not in texts(at) and not any("sk-" in str(d.value) for d in [*at.dataframe, *at.table])
     at = open_page("compare", a=r2)  # no other run of demo/y: B falls back to the newest run
     assert at.selectbox(key="b").value == r3
     # No suite in the configs (imports): the same case set decides.
