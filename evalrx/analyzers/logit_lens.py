@@ -95,7 +95,13 @@ class LensResult(AnalysisResult):
     result_type = "logit_lens"
 
     def __init__(
-        self, *, labels: Optional[dict] = None, info: Optional[dict] = None, vocab: Optional[dict] = None, **arrays: Any
+        self,
+        *,
+        labels: Optional[dict] = None,
+        info: Optional[dict] = None,
+        vocab: Optional[dict] = None,
+        kind_names: Optional[Sequence[str]] = None,
+        **arrays: Any,
     ) -> None:
         for name, dtype in _ARRAY_FIELDS:
             setattr(self, name, np.asarray(arrays[name], dtype=dtype))
@@ -106,6 +112,8 @@ class LensResult(AnalysisResult):
             self.labels["label_arg"] = list(labels.get("label_arg") or [""] * len(self.positions))
         self.info = dict(info or {})
         self.vocab = dict(vocab or {})
+        # The names `label_kind` indexes, as stored with the result (a later KINDS may differ).
+        self.kind_names = list(kind_names or KINDS)
 
     # -- views -------------------------------------------------------------------------
     @property
@@ -142,7 +150,8 @@ class LensResult(AnalysisResult):
         """Decision kind per position ("" for single-prompt results)."""
         if not self.labels:
             return [""] * len(self.positions)
-        return [KINDS[int(i)] for i in self.labels["label_kind"]]
+        names = self.kind_names
+        return [names[int(i)] if 0 <= int(i) < len(names) else "" for i in self.labels["label_kind"]]
 
     def token_text(self, token_id: int) -> str:
         """The decoded text of a token id seen in this result."""
@@ -159,7 +168,7 @@ class LensResult(AnalysisResult):
         if self.labels:
             labels = {n: self.labels[n][mask] for n, _ in _LABEL_FIELDS}
             labels["label_arg"] = [a for a, m in zip(self.labels["label_arg"], mask) if m]
-        return LensResult(labels=labels, info=self.info, vocab=self.vocab, **arrays)
+        return LensResult(labels=labels, info=self.info, vocab=self.vocab, kind_names=self.kind_names, **arrays)
 
     def for_step(self, step: int) -> "LensResult":
         """The positions of one trajectory step."""
@@ -196,12 +205,32 @@ class LensResult(AnalysisResult):
 
     @classmethod
     def from_arrays(cls, arrays: dict, meta: dict) -> "LensResult":
+        """A stored result. One written before some arrays existed (or a partial record) gets the missing
+        ones filled: statistics with zeros, label fields with -1 (unknown); the top-k and targets are needed.
+
+        Raises:
+            KeyError: no `topk_ids`, `topk_logprobs` or `target_ids`.
+        """
+        missing = [n for n in ("topk_ids", "topk_logprobs", "target_ids") if n not in arrays]
+        if missing:
+            raise KeyError(f"a logit-lens result needs {', '.join(missing)}")
+        n_layers, n_pos = np.shape(arrays["topk_ids"])[:2]
+
+        def filled(name: str, fill: Any) -> Any:
+            if name in arrays:
+                return arrays[name]
+            if name == "positions":
+                return np.arange(n_pos)
+            return np.full((n_layers, n_pos) if name in _PER_LAYER else (n_pos,), fill)
+
         labels = None
-        if "label_step" in arrays:
-            labels = {name: arrays[name] for name, _ in _LABEL_FIELDS}
+        if "label_step" in arrays and "label_kind" in arrays:
+            labels = {name: filled(name, -1) for name, _ in _LABEL_FIELDS}
             labels["label_arg"] = meta.get("label_arg")
-        fields = {name: arrays[name] for name, _ in _ARRAY_FIELDS}
-        return cls(labels=labels, info=meta.get("info"), vocab=meta.get("vocab"), **fields)
+        fields = {name: filled(name, 0) for name, _ in _ARRAY_FIELDS}
+        return cls(
+            labels=labels, info=meta.get("info"), vocab=meta.get("vocab"), kind_names=meta.get("kinds"), **fields
+        )
 
     @staticmethod
     def concat(results: Sequence["LensResult"], info: Optional[dict] = None) -> "LensResult":

@@ -1,11 +1,11 @@
 """The white-box source: a step where the model's own decision was weak or reversed by the last layer.
 
 Two signs, each proposing its step as the first wrong one:
-- tool decision (`meta["decisions"]`, `arrays["margin"]` [decisions, layers]: the chosen candidate's
+- tool decision (read through `ToolDecisionResult`: per decision, the chosen candidate's
   log-prob minus the best alternative's, per lens layer): a margin clearly positive at a middle layer
   that collapsed by the last, or one the last layer barely had;
-- logit lens (`arrays["topk_ids"]` [layers, positions, k], `target_ids`, `label_step`, `label_kind`,
-  `meta["vocab"]`): at an argument or answer token, a middle layer confidently predicted (part of) a
+- logit lens (read through `LensResult`: its top-k per layer, targets, step and kind labels and
+  vocabulary): at an argument or answer token, a middle layer confidently predicted (part of) a
   value the question or an earlier observation states, and the last layer wrote a token of no
   stated value (the right value was there and got lost).
 """
@@ -104,17 +104,19 @@ _LENS_KINDS = {"arg_value": "bad_arguments", "answer": "misread_observation"}
 def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]":
     import math
 
+    from evalrx.analyzers import LensResult
     from evalrx.core.case import StepRole
     from evalrx.diagnosis._evidence import obs_text, values_in
 
     rec = analyses.get("logit_lens")
     if not rec or (rec.get("meta") or {}).get("error"):
         return []
-    a, meta = rec.get("arrays") or {}, rec.get("meta") or {}
-    needed = ("topk_ids", "topk_logprobs", "target_ids", "label_step", "label_kind")
-    if any(k not in a for k in needed):
+    try:
+        lens = LensResult.from_arrays(rec.get("arrays") or {}, rec.get("meta") or {})
+    except KeyError:  # no top-k or targets: nothing to read
         return []
-    vocab, kinds = meta.get("vocab") or {}, meta.get("kinds") or []
+    if not lens.labels:
+        return []
     stated: dict = {}  # step -> the values (numbers, names) the question and earlier observations state
 
     def before(step: int) -> set:
@@ -128,19 +130,18 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
     def states(values: set, piece: str) -> bool:
         return any(piece in v for v in values)
 
-    n_layers = a["topk_ids"].shape[0]
-    for p in range(a["topk_ids"].shape[1]):
-        k = int(a["label_kind"][p])
-        kind = _LENS_KINDS.get(kinds[k] if k < len(kinds) else "")
+    n_layers = lens.topk_ids.shape[0]
+    for p, decision in enumerate(lens.kinds):
+        kind = _LENS_KINDS.get(decision)
         if kind is None:
             continue
-        step, chosen = int(a["label_step"][p]), int(a["target_ids"][p])
-        piece = str(vocab.get(str(chosen), "")).strip().lower()
+        step, chosen = int(lens.labels["label_step"][p]), int(lens.target_ids[p])
+        piece = str(lens.vocab.get(str(chosen), "")).strip().lower()
         for layer in range(1, n_layers - 1):
-            top = int(a["topk_ids"][layer, p, 0])
-            if top == chosen or math.exp(float(a["topk_logprobs"][layer, p, 0])) < LENS_CONFIDENT:
+            top = int(lens.topk_ids[layer, p, 0])
+            if top == chosen or math.exp(float(lens.topk_logprobs[layer, p, 0])) < LENS_CONFIDENT:
                 continue
-            right = str(vocab.get(str(top), "")).strip().lower()
+            right = str(lens.vocab.get(str(top), "")).strip().lower()
             values = before(step)
             # Word pieces of 3+ characters that are not one another's extension: short pieces match anything.
             distinct = len(right) >= 3 and piece.isalnum() and not (right.startswith(piece) or piece.startswith(right))
@@ -159,23 +160,22 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
                             "layer": layer,
                             "chosen_id": chosen,
                             "alternative_id": top,
-                            **_lens_token(a, meta, p),
+                            **_lens_token(lens, p),
                         },
                     )
                 ]
     return []
 
 
-def _lens_token(arrays: dict, meta: dict, p: int) -> dict:
-    """The lens position `p` as a token of its pass (`_token`); {} for a result without those labels."""
-    if "label_token_index" not in arrays:
+def _lens_token(lens: Any, p: int) -> dict:
+    """The lens position `p` as a token of its pass (`_token`); {} for a result stored without token labels."""
+    labels = lens.labels
+    token = int(labels["label_token_index"][p])
+    if token < 0:
         return {}
-
-    def at(name: str) -> Any:
-        return int(arrays[name][p]) if name in arrays else None
-
-    args = meta.get("label_arg") or []
-    return _token(at("label_token_index"), at("label_pass"), at("label_call"), args[p] if p < len(args) else "")
+    call = int(labels["label_call"][p])
+    args = labels.get("label_arg") or []
+    return _token(token, int(labels["label_pass"][p]), None if call < 0 else call, args[p] if p < len(args) else "")
 
 
 __all__ = ["from_analyses"]

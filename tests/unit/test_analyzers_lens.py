@@ -303,3 +303,25 @@ def test_block_statistics_handle_masked_vocabulary_entries():
     np.testing.assert_allclose(lp[:, 0], logp[:, 0, 1].numpy(), atol=1e-5)
     assert np.all(np.isneginf(lp[:, 1])) and np.all(np.isnan(lp[:, 2])) and np.all(rank[:, 2] == -1)
     assert np.all(rank[:, 1] == 49)  # everything else outranks the masked token
+
+
+def test_a_partial_or_older_lens_record_decodes_through_its_result_class():
+    """The diagnosis reads stored lens results only through LensResult: missing statistics come back as zeros,
+    missing token labels as -1 (unknown), and label kinds by the names stored with the result."""
+    from evalrx.analyzers import LensResult
+
+    topk = np.zeros((3, 2, 2), dtype=np.int32)
+    arrays = {
+        "topk_ids": topk,
+        "topk_logprobs": np.zeros((3, 2, 2), dtype=np.float32),
+        "target_ids": np.array([5, 6], dtype=np.int32),
+        "label_step": np.array([1, 3], dtype=np.int32),
+        "label_kind": np.array([1, 0], dtype=np.int8),
+    }
+    lens = LensResult.from_arrays(arrays, {"kinds": ["answer", "arg_value"]})
+    assert lens.kinds == ["arg_value", "answer"] and list(lens.positions) == [0, 1]
+    assert lens.entropy.shape == (3, 2) and not lens.entropy.any()
+    assert list(lens.labels["label_token_index"]) == [-1, -1] and lens.labels["label_arg"] == ["", ""]
+    assert lens.select(np.array([False, True])).kinds == ["answer"]
+    with pytest.raises(KeyError, match="target_ids"):
+        LensResult.from_arrays({"topk_ids": topk, "topk_logprobs": arrays["topk_logprobs"]}, {})
