@@ -60,7 +60,7 @@ def fill(store, n: int, seed: int) -> tuple[int, int]:
                 s, name=f"bench {name}", config={"model": {"name": f"model-{name}"}}, cases=cases, status="done"
             )
             case_ids = dict(
-                s.execute(select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id)).all()
+                s.execute(select(t.RunCase.position, t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).all()
             )
         for start in range(0, n, 2000):
             with store.write() as s:

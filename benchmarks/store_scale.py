@@ -156,7 +156,7 @@ def fill(store, n: int, steps: int, runs: int, per_txn_sample: int, batch: int, 
                 status="done",
             )
             case_ids = dict(
-                s.execute(select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id)).all()
+                s.execute(select(t.RunCase.position, t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).all()
             )
         first = min(per_txn_sample, per_run) if r == 0 else 0
         if first:

@@ -126,7 +126,9 @@ def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" =
         if errors:
             T = t.Trajectory
             rows = s.execute(
-                select(T.id, T.case_id, T.attempt, T.sample_id, T.error).where(T.run_id == run_id, T.outcome == "error")
+                select(T.id, T.case_row_id, T.attempt, T.sample_id, T.error).where(
+                    T.run_id == run_id, T.outcome == "error"
+                )
             ).all()
             if rows:
                 s.execute(delete(T).where(T.id.in_([r.id for r in rows])))
@@ -134,7 +136,9 @@ def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" =
                     s.execute(
                         update(t.RunCase)
                         .where(
-                            t.RunCase.run_id == run_id, t.RunCase.case_id == r.case_id, t.RunCase.attempt == r.attempt
+                            t.RunCase.run_id == run_id,
+                            t.RunCase.case_row_id == r.case_row_id,
+                            t.RunCase.attempt == r.attempt,
                         )
                         .values(starts=0)
                     )

@@ -36,7 +36,7 @@ def iter_export_rows(
             .outerjoin(
                 t.RunCase,
                 (t.RunCase.run_id == t.Trajectory.run_id)
-                & (t.RunCase.case_id == t.Trajectory.case_id)
+                & (t.RunCase.case_row_id == t.Trajectory.case_row_id)
                 & (t.RunCase.attempt == t.Trajectory.attempt),
             )
             .order_by(t.Trajectory.run_id, t.RunCase.position, t.Trajectory.attempt, t.Trajectory.id)
@@ -57,7 +57,7 @@ def iter_export_rows(
                 steps[st_row.trajectory_id].append(st_row)
             case_rows = {
                 c.id: c
-                for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_id for i in chunk}))).scalars()
+                for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_row_id for i in chunk}))).scalars()
             }
             for tid in chunk:
                 row = trajs[tid]
@@ -65,7 +65,7 @@ def iter_export_rows(
                     run = s.get(t.Run, row.run_id)
                     runs_info[row.run_id] = {"name": run.name, "config": run.config or {}}
                 run_info = runs_info[row.run_id]
-                case = case_rows[row.case_id]
+                case = case_rows[row.case_row_id]
                 traj = convert.trajectory_from_rows(row, steps[tid])
                 case_out = convert.case_dict(case)
                 sha = case_out.pop("image_sha256")

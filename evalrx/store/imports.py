@@ -41,7 +41,7 @@ class ImportedRun:
         position = self.positions.setdefault(case_row_id, len(self.positions))
         self.s.execute(
             insert(t.RunCase),
-            [{"run_id": self.run_id, "case_id": case_row_id, "attempt": attempt, "position": position}],
+            [{"run_id": self.run_id, "case_row_id": case_row_id, "attempt": attempt, "position": position}],
         )
         save_trajectory(self.s, self.run_id, case_row_id, traj, labels=labels, tags=tags, diagnoses=diagnoses)
         if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:

@@ -360,7 +360,7 @@ def release_job(store: Store, job_id: int, worker_id: str) -> None:
 def start_case(store: Store, run_id: int, case_row_id: int, attempt: int = 1) -> int:
     """Count one more start of a case's attempt (before it runs); returns its starts, this one included."""
     R = t.RunCase
-    key = (R.run_id == run_id, R.case_id == case_row_id, R.attempt == attempt)
+    key = (R.run_id == run_id, R.case_row_id == case_row_id, R.attempt == attempt)
     with store.write() as s:
         s.execute(update(R).where(*key).values(starts=R.starts + 1))
         return s.execute(select(R.starts).where(*key)).scalar_one()
@@ -369,7 +369,9 @@ def start_case(store: Store, run_id: int, case_row_id: int, attempt: int = 1) ->
 def case_starts(session: Session, run_id: int) -> dict:
     """{(case id, attempt): starts} of a run's work list."""
     R = t.RunCase
-    return {(c, a): n for c, a, n in session.execute(select(R.case_id, R.attempt, R.starts).where(R.run_id == run_id))}
+    return {
+        (c, a): n for c, a, n in session.execute(select(R.case_row_id, R.attempt, R.starts).where(R.run_id == run_id))
+    }
 
 
 def get_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[JobInfo]:

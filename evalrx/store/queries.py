@@ -35,7 +35,7 @@ SORTS = {
 _ROW_COLUMNS = (
     t.Trajectory.id,
     t.Trajectory.run_id,
-    t.Trajectory.case_id,
+    t.Trajectory.case_row_id,
     t.Trajectory.sample_id,
     t.Trajectory.goal,
     t.Trajectory.final_answer,
@@ -292,7 +292,7 @@ def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) ->
         steps = (
             s.execute(select(t.Step).where(t.Step.trajectory_id == trajectory_id).order_by(t.Step.idx)).scalars().all()
         )
-        case = s.get(t.Case, row.case_id)
+        case = s.get(t.Case, row.case_row_id)
         analyses = s.execute(
             select(t.Analysis.analyzer, t.Analysis.step_idx, t.Analysis.id)
             .where(t.Analysis.trajectory_id == trajectory_id)
@@ -461,9 +461,9 @@ def pending_cases(session: Any, run_id: int) -> list[tuple[int, int, int]]:
     return [
         tuple(r)
         for r in session.execute(
-            select(R.position, R.case_id, R.attempt)
+            select(R.position, R.case_row_id, R.attempt)
             .where(R.run_id == run_id)
-            .where(~exists().where(T.run_id == run_id, T.case_id == R.case_id, T.attempt == R.attempt))
+            .where(~exists().where(T.run_id == run_id, T.case_row_id == R.case_row_id, T.attempt == R.attempt))
             .order_by(R.attempt, R.position)
         ).all()
     ]

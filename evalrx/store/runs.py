@@ -212,7 +212,7 @@ def create_run(
             raise ValueError(f"case {case.id!r} appears twice in the run (positions {seen[case_row_id]} and {pos})")
         seen[case_row_id] = pos
         rows += [
-            {"run_id": run.id, "case_id": case_row_id, "attempt": a, "position": pos} for a in range(1, repeats + 1)
+            {"run_id": run.id, "case_row_id": case_row_id, "attempt": a, "position": pos} for a in range(1, repeats + 1)
         ]
     if rows:
         session.execute(insert(t.RunCase), rows)
@@ -240,7 +240,7 @@ def save_trajectory(
     # whose NULL columns differ into separate statements).
     table = t.Trajectory.__table__
     tid = session.execute(
-        insert(table).returning(table.c.id), [dict(fields, run_id=run_id, case_id=case_row_id)]
+        insert(table).returning(table.c.id), [dict(fields, run_id=run_id, case_row_id=case_row_id)]
     ).scalar_one()
     session.execute(
         insert(t.TrajectoryText.__table__), [{"trajectory_id": tid, "search_text": convert.search_text(traj)}]

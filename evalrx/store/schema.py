@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0007"
+SCHEMA_VERSION = "0008"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -184,13 +184,13 @@ class RunCase(Base):
     __tablename__ = "run_cases"
 
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
-    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"), primary_key=True)
+    case_row_id: Mapped[int] = mapped_column(ForeignKey("cases.id"), primary_key=True)
     attempt: Mapped[int] = mapped_column(primary_key=True, default=1, server_default=text("1"))
     position: Mapped[int]
     # Times a worker started this attempt; one that died on it leaves the count up (crash loops end per attempt).
     starts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
 
-    __table_args__ = (UniqueConstraint("run_id", "position", "attempt"), Index(None, "case_id"))
+    __table_args__ = (UniqueConstraint("run_id", "position", "attempt"), Index(None, "case_row_id"))
 
 
 class Trajectory(Base):
@@ -200,7 +200,7 @@ class Trajectory(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    case_id: Mapped[int] = mapped_column(ForeignKey("cases.id"))
+    case_row_id: Mapped[int] = mapped_column(ForeignKey("cases.id"))
     sample_id: Mapped[str] = mapped_column(String(300))
     attempt: Mapped[int] = mapped_column(default=1, server_default=text("1"))  # 1..the run's repeats
     goal: Mapped[str] = mapped_column(Text, default="")
@@ -227,7 +227,7 @@ class Trajectory(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
-        UniqueConstraint("run_id", "case_id", "attempt"),
+        UniqueConstraint("run_id", "case_row_id", "attempt"),
         Index(None, "run_id", "diagnosis_kind"),
         Index(None, "run_id", "id"),
         Index(None, "run_id", "sample_id"),
@@ -235,7 +235,7 @@ class Trajectory(Base):
         Index(None, "run_id", "terminated"),
         Index(None, "run_id", "label"),
         Index(None, "run_id", "latency_ms"),
-        Index(None, "case_id"),
+        Index(None, "case_row_id"),
         Index(None, "label"),
     )
 

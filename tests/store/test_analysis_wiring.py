@@ -164,7 +164,7 @@ def test_requested_analysis_of_an_api_trajectory_replays_on_the_demo_model(demo_
 
         from evalrx.store import schema as t
 
-        case_id = s.execute(select(t.RunCase.case_id).where(t.RunCase.run_id == run_id)).scalar_one()
+        case_id = s.execute(select(t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).scalar_one()
         tid = save_trajectory(s, run_id, case_id, _repeating_trajectory())
     assert S.list_trajectories(diagnosis_kind="repeated_calls", store=store).rows == []  # not diagnosed yet
     ok = A.request_analysis(tid, ["logit_lens", "tool_decision"], store=store)

@@ -117,7 +117,7 @@ def store_run(store, items: list, name: str = "diag") -> "tuple[int, dict]":
             source="import",
             status="done",
         )
-        ids = dict(s.execute(select(t.RunCase.position, t.RunCase.case_id).where(t.RunCase.run_id == run_id)).all())
+        ids = dict(s.execute(select(t.RunCase.position, t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).all())
         for pos, (case, traj) in enumerate(items):
             found = diagnose(traj, case=case, tools=get_tools(TOOLS, case))
             tids[case.id] = save_trajectory(s, run_id, ids[pos], traj, diagnoses=found)

@@ -32,7 +32,7 @@ def _run_with_everything(store) -> int:
             repeats=2,
         )
         work = s.execute(
-            select(t.RunCase.position, t.RunCase.case_id, t.RunCase.attempt)
+            select(t.RunCase.position, t.RunCase.case_row_id, t.RunCase.attempt)
             .where(t.RunCase.run_id == run_id)
             .order_by(t.RunCase.attempt, t.RunCase.position)
         ).all()

@@ -83,7 +83,7 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
         "missing#2": (2, "missing"),
     }
     with S.connect(sqlite_url).read() as s:
-        assert s.execute(text("SELECT count(DISTINCT case_id) FROM trajectories")).scalar() == 2
+        assert s.execute(text("SELECT count(DISTINCT case_row_id) FROM trajectories")).scalar() == 2
         assert sorted(s.execute(text("SELECT position, attempt FROM run_cases")).all()) == [
             (0, 1),
             (0, 2),

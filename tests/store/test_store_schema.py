@@ -236,7 +236,8 @@ def store_at_0006(request, tmp_path):
 
 
 def test_upgrade_from_0006_renames_the_kinds_and_keeps_the_labels(store_at_0006):
-    """0007 renames `labels.failure_mode`, the two kinds kept on `trajectories` and `cases.case_key`: no value is lost."""
+    """0007 renames `labels.failure_mode`, the two kinds kept on `trajectories` and `cases.case_key`, 0008 the
+    integer case key of `run_cases` and `trajectories`: no value is lost."""
     url = store_at_0006
     store = S.connect(url, check=False)
     with store.write() as s:  # written the old way, with the old column names
@@ -315,3 +316,7 @@ def test_upgrade_from_0006_renames_the_kinds_and_keeps_the_labels(store_at_0006)
             "ix_trajectories_run_id_diagnosis_kind" in indexes and "ix_trajectories_run_id_failure_kind" not in indexes
         )
         assert "ix_cases_sample_id" in {ix["name"] for ix in inspect(s.connection()).get_indexes("cases")}
+        # 0008: the integer key of a case has its own name on both tables, its links kept.
+        assert s.execute(text("SELECT case_row_id FROM run_cases")).scalar() == 1
+        assert s.execute(text("SELECT case_row_id FROM trajectories")).scalar() == 1
+        assert "ix_trajectories_case_row_id" in indexes

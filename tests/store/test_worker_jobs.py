@@ -445,11 +445,11 @@ def test_the_crash_guard_counts_starts_per_attempt(store_url, calls):
     # Attempt 2 of the first case already killed its worker three times; attempt 1 never started.
     with store.write() as s:
         first_case = s.execute(
-            select(t.RunCase.case_id).where(t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1)
+            select(t.RunCase.case_row_id).where(t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1)
         ).scalar_one()
         s.execute(
             update(t.RunCase)
-            .where(t.RunCase.run_id == run_id, t.RunCase.case_id == first_case, t.RunCase.attempt == 2)
+            .where(t.RunCase.run_id == run_id, t.RunCase.case_row_id == first_case, t.RunCase.attempt == 2)
             .values(starts=3)
         )
     _worker(store, max_case_attempts=3).run()

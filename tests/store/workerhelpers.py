@@ -46,14 +46,14 @@ def start_worker(
 def integrity_report(store) -> dict:
     """Counts that must all be zero in a healthy store after runs finish."""
     q = {
-        "duplicate_cases": "SELECT count(*) FROM (SELECT run_id, case_id, attempt FROM trajectories "
-        "GROUP BY run_id, case_id, attempt HAVING count(*) > 1) d",
+        "duplicate_cases": "SELECT count(*) FROM (SELECT run_id, case_row_id, attempt FROM trajectories "
+        "GROUP BY run_id, case_row_id, attempt HAVING count(*) > 1) d",
         "orphan_steps": "SELECT count(*) FROM steps s LEFT JOIN trajectories t ON t.id = s.trajectory_id "
         "WHERE t.id IS NULL",
         "orphan_analyses": "SELECT count(*) FROM analyses a LEFT JOIN trajectories t ON t.id = a.trajectory_id "
         "WHERE t.id IS NULL",
         "foreign_trajectories": "SELECT count(*) FROM trajectories t LEFT JOIN run_cases rc ON "
-        "rc.run_id = t.run_id AND rc.case_id = t.case_id AND rc.attempt = t.attempt "
+        "rc.run_id = t.run_id AND rc.case_row_id = t.case_row_id AND rc.attempt = t.attempt "
         "WHERE rc.run_id IS NULL",
         "incomplete_steps": "SELECT count(*) FROM trajectories t WHERE t.n_steps <> "
         "(SELECT count(*) FROM steps s WHERE s.trajectory_id = t.id) OR "
