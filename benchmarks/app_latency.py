@@ -65,7 +65,7 @@ def build_store(url: str, n: int, seed: int) -> dict:
     ids = [r.id for r in S.list_trajectories(store=store, limit=n).rows]
     for tid in rng.sample(ids, max(1, n // 20)):
         S.set_label(
-            tid, rng.choice(["pass", "fail"]), failure_mode=rng.choice(["wrong_tool", "looping", None]), store=store
+            tid, rng.choice(["pass", "fail"]), failure_kind=rng.choice(["wrong_tool", "looping", None]), store=store
         )
     if store.dialect == "sqlite":
         from sqlalchemy import text

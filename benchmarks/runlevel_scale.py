@@ -116,7 +116,7 @@ def fill(store, n: int, seed: int) -> tuple[int, int]:
                         s.execute(
                             t.Trajectory.__table__.update()
                             .where(t.Trajectory.id == d["trajectory_id"])
-                            .values(failure_kind=d["kind"])
+                            .values(diagnosis_kind=d["kind"])
                         )
         print(f"  run {name}: {n} trajectories in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         ids.append(run_id)

@@ -290,7 +290,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for tid in rng.sample(ids, max(1, len(ids) // 20)):
         S.set_label(
-            tid, rng.choice(["pass", "fail"]), failure_mode=rng.choice(["wrong_tool", "loop", None]), store=store
+            tid, rng.choice(["pass", "fail"]), failure_kind=rng.choice(["wrong_tool", "loop", None]), store=store
         )
     label_ms = (time.perf_counter() - t0) * 1000 / max(1, len(ids) // 20)
     if store.dialect == "sqlite":

@@ -371,8 +371,13 @@ def attention_rows(attention: AttentionResult, step: int) -> list[dict]:
         return []
     mass = attention.mass[sel].mean(axis=0)  # [layers, segments]
     segs = attention.segments
-    # A decision attends to what comes before it only: no column for a later step's observation or turn.
-    shown = [s for s in range(mass.shape[1]) if s >= len(segs) or _not_after(segs[s], step)]
+    # A decision attends to what comes before it only: no column for a later step's observation or turn, nor
+    # for a message of no step that follows its turn (the forced-final nudge). Segments are in prompt order.
+    own = [i for i, seg in enumerate(segs) if seg.get("step") is not None and int(seg["step"]) <= step]
+    last = own[-1] if own else None
+    shown = [
+        s for s in range(mass.shape[1]) if s >= len(segs) or (_not_after(segs[s], step) if last is None else s <= last)
+    ]
     names = segment_names([segs[s].get("label") if s < len(segs) else str(s) for s in shown])
     return [
         {"layer": layer + 1, "segment": names[i], "order": s, "mass": float(mass[layer, s])}

@@ -8,7 +8,6 @@ with the run before it. The two runs' config keys that differ are listed (no sec
 """
 
 import json
-import re
 
 import streamlit as st
 from components.data import store
@@ -18,7 +17,7 @@ from components.safe import md_escape
 from components.side_by_side import render_side_by_side
 
 from evalrx.reports import compare_attempts
-from evalrx.store import annotator_labels, attempts_of, get_trajectory, list_runs
+from evalrx.store import annotator_labels, attempts_of, get_trajectory, is_secret_name, list_runs
 
 S = store()
 OTHER_CASES = 200  # unchanged cases offered in the picker besides every changed one
@@ -99,15 +98,13 @@ pick_a.caption(md_escape(runs[a].name or runs[a].spec_key or ""))
 pick_b.caption(md_escape(runs[b].name or runs[b].spec_key or ""))
 att_a, att_b = _attempts(a, runs[a].n_done, S.url), _attempts(b, runs[b].n_done, S.url)
 
-_SECRET = re.compile(r"key|token|secret|passw|auth|cookie|credential", re.I)
-
 
 def _flat(cfg: dict, prefix: str = "") -> dict:
     out: dict = {}
     for k, v in (cfg or {}).items():
         name = f"{prefix}{k}"
-        if _SECRET.search(str(k)):
-            continue  # never shown, even if a foreign store held one
+        if is_secret_name(k):
+            continue  # never shown, even if a foreign store held one (the store's own rule for secret names)
         if isinstance(v, dict) and v:
             out.update(_flat(v, name + "."))
         else:
@@ -115,17 +112,22 @@ def _flat(cfg: dict, prefix: str = "") -> dict:
     return out
 
 
+SHOWN_CHARS = 200  # a long value (a system prompt) is cut in the table
+
+
 def _shown(v: object) -> str:
+    """A config value as inert text: st.table renders Markdown, and an imported config is anyone's text."""
     if v is None:
         return "(not set)"
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True)
+    text = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True)
+    return md_escape(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + " …")
 
 
 def config_differences(cfg_a: dict, cfg_b: dict) -> list[dict]:
     """The config keys (dotted paths) whose values differ between two runs, with both values as text."""
     fa, fb = _flat(cfg_a), _flat(cfg_b)
     keys = sorted(k for k in set(fa) | set(fb) if fa.get(k, None) != fb.get(k, None))
-    return [{"key": k, "A": _shown(fa.get(k)), "B": _shown(fb.get(k))} for k in keys]
+    return [{"key": md_escape(k), "A": _shown(fa.get(k)), "B": _shown(fb.get(k))} for k in keys]
 
 
 if a != b:

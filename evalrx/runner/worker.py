@@ -29,7 +29,7 @@ from typing import Any, Iterator, Optional, Sequence
 from sqlalchemy.exc import IntegrityError
 
 from evalrx.config import RunConfig
-from evalrx.core.case import FailureCase, Label, StepRole, Trajectory
+from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
 from evalrx.runner import analysis
 from evalrx.runner.argtypes import interval_seconds, positive_int
 from evalrx.runner.diagnose import diagnose_case, rediagnose
@@ -343,7 +343,7 @@ class Worker:
                 **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers),
             )
         traj.attempt = attempt
-        if traj.terminated == "error":
+        if traj.terminated == Termination.ERROR:
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 

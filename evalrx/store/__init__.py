@@ -72,11 +72,12 @@ from evalrx.store.runlevel import (
     second_opinion_queue,
     trajectories_of_case,
 )
-from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
+from evalrx.store.runs import delete_run, get_blob, is_secret_name, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 
 __all__ = [
+    "is_secret_name",
     "default_replay_model",
     "get_request",
     "request_analysis",

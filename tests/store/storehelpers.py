@@ -114,6 +114,6 @@ def fill_run(store, n: int, *, seed: int = 0, name: str = "run", config: Optiona
         run_id = runs.create_run(
             s, name=name, config=config or {"model": {"name": "m", "backend": "hf_local"}}, cases=cases
         )
-        for pos, case_id, _ in pending_cases(s, run_id):
-            runs.save_trajectory(s, run_id, case_id, trajs[pos])
+        for pos, case_row_id, _ in pending_cases(s, run_id):
+            runs.save_trajectory(s, run_id, case_row_id, trajs[pos])
     return run_id, cases, trajs

@@ -263,8 +263,8 @@ def test_an_oversized_output_or_observation_is_stored_cut_with_its_real_size(sql
 
         from evalrx.store import schema as t
 
-        case_id = s.execute(select(t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).scalar_one()
-        tid = save_trajectory(s, run_id, case_id, traj)
+        case_row_id = s.execute(select(t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).scalar_one()
+        tid = save_trajectory(s, run_id, case_row_id, traj)
     steps = S.get_trajectory(tid, store=store).trajectory.steps
     for got, field in ((steps[1].content, "content"), (steps[2].observation["text"], "observation")):
         assert len(got) < len(huge) and got.endswith(f"[… truncated by evalrx: {len(huge):,} characters in all]")

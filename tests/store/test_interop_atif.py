@@ -36,7 +36,7 @@ def _run_with_everything(store) -> int:
             .where(t.RunCase.run_id == run_id)
             .order_by(t.RunCase.attempt, t.RunCase.position)
         ).all()
-        for pos, case_id, attempt in work:
+        for pos, case_row_id, attempt in work:
             traj = make_trajectory(cases[pos], rng, n_turns=3)
             traj.attempt = attempt
             if pos == 1:
@@ -45,7 +45,7 @@ def _run_with_everything(store) -> int:
                     [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] if traj.steps[1].tool_calls else []
                 )
                 traj.steps[0].span = {"has_image": False}
-            runs.save_trajectory(s, run_id, case_id, traj)
+            runs.save_trajectory(s, run_id, case_row_id, traj)
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
     S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", note="picked lookup", annotator="ana", store=store)
     S.set_label(rows[0].id, "pass", annotator="ben", store=store)

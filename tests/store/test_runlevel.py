@@ -62,13 +62,13 @@ def test_an_attempt_is_stored_once(sqlite_url):
     traj = make_trajectory(case, random.Random(1))
     traj.attempt = 2
     with store.read() as s:
-        case_id = s.execute(text("SELECT id FROM cases")).scalar()
+        case_row_id = s.execute(text("SELECT id FROM cases")).scalar()
     with pytest.raises(IntegrityError):
         with store.write() as s:
-            runs.save_trajectory(s, rid, case_id, traj)
+            runs.save_trajectory(s, rid, case_row_id, traj)
     traj.attempt = 3  # a third attempt is a new row
     with store.write() as s:
-        runs.save_trajectory(s, rid, case_id, traj)
+        runs.save_trajectory(s, rid, case_row_id, traj)
     assert [a for a, *_ in S.attempts_of(rid, store=store)["q0001"]] == [1, 2, 3]
 
 

@@ -183,11 +183,11 @@ def test_a_case_is_never_stored_twice_in_a_run(store_url):
     traj = make_trajectory(case, random.Random(0))
     with store.write() as s:
         run_id = runs.create_run(s, cases=[case])
-        case_id = pending_cases(s, run_id)[0][1]
-        runs.save_trajectory(s, run_id, case_id, traj)
+        case_row_id = pending_cases(s, run_id)[0][1]
+        runs.save_trajectory(s, run_id, case_row_id, traj)
     with pytest.raises(IntegrityError):
         with store.write() as s:
-            runs.save_trajectory(s, run_id, case_id, traj)
+            runs.save_trajectory(s, run_id, case_row_id, traj)
     with store.read() as s:  # the failed transaction left no partial rows
         assert s.execute(text("SELECT count(*) FROM trajectories")).scalar() == 1
         assert s.execute(text("SELECT count(*) FROM steps")).scalar() == len(traj.steps)

@@ -109,8 +109,8 @@ def test_resume_runs_only_the_missing_cases(store_url, calls):
     w = _worker(store, worker_id="first")
     w.current_job = job.id
     cfg, todo, _ = w._load_job(job)
-    for case_id, _, case in todo[:2]:  # two cases finished before a crash
-        w._record(job, None, cfg, [], case_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case))
+    for case_row_id, _, case in todo[:2]:  # two cases finished before a crash
+        w._record(job, None, cfg, [], case_row_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case))
     with store.write() as s:  # the worker dies: its job goes stale
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
     assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
@@ -211,10 +211,10 @@ def test_a_worker_that_lost_its_job_writes_nothing(store_url):
     cfg, todo, _ = w._load_job(job)
     with store.write() as s:  # requeued and taken by another worker meanwhile
         s.execute(update(t.Job).values(status="running", worker_id="new"))
-    case_id, _, case = todo[0]
+    case_row_id, _, case = todo[0]
     result = w._run_case(worker_mod.load_handle(cfg), cfg, case)
     with pytest.raises(jobs.LeaseLost):
-        w._record(job, None, cfg, [], case_id, case, result)
+        w._record(job, None, cfg, [], case_row_id, case, result)
     assert S.count_trajectories(store=store) == 0
 
 
@@ -422,8 +422,8 @@ def test_repeats_run_every_case_k_times_and_resume_per_attempt(store_url, calls)
     w.current_job = job.id
     cfg, todo, _ = w._load_job(job)
     assert [a for _, a, _ in todo] == [1] * 4 + [2] * 4 + [3] * 4  # every first attempt, then every second...
-    for case_id, attempt, case in todo[:5]:  # five attempts finished before a crash
-        w._record(job, None, cfg, [], case_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case, attempt))
+    for case_row_id, attempt, case in todo[:5]:  # five attempts finished before a crash
+        w._record(job, None, cfg, [], case_row_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case, attempt))
     with store.write() as s:
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
     assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
@@ -445,7 +445,9 @@ def test_the_crash_guard_counts_starts_per_attempt(store_url, calls):
     # Attempt 2 of the first case already killed its worker three times; attempt 1 never started.
     with store.write() as s:
         first_case = s.execute(
-            select(t.RunCase.case_row_id).where(t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1)
+            select(t.RunCase.case_row_id).where(
+                t.RunCase.run_id == run_id, t.RunCase.position == 0, t.RunCase.attempt == 1
+            )
         ).scalar_one()
         s.execute(
             update(t.RunCase)

@@ -511,6 +511,13 @@ def test_attention_lists_only_the_segments_before_the_step(analysis_store):
     result = _decoded(analysis_store, AttentionResult([5, 6, 30], [1, 2, 3], mass, segs, labels))
     assert [r["segment"] for r in attention_rows(result, 1) if r["layer"] == 1] == ["system", "user", "turn@1"]
     assert len({r["segment"] for r in attention_rows(result, 3)}) == 5
+    # The forced-final nudge is a message of no step just before the final turn: only that turn attends to it.
+    nudged = segs[:4] + [{"kind": "user", "step": None, "label": "nudge"}] + segs[4:]
+    mass = np.zeros((3, 2, 6), dtype=np.float32)
+    mass[:] = 1 / 6
+    result = _decoded(analysis_store, AttentionResult([5, 6, 30], [1, 2, 3], mass, nudged, labels))
+    assert [r["segment"] for r in attention_rows(result, 1) if r["layer"] == 1] == ["system", "user", "turn@1"]
+    assert "nudge" in {r["segment"] for r in attention_rows(result, 3)}
 
 
 def _diagnosed_lens():

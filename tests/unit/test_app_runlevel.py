@@ -210,7 +210,7 @@ def test_compare_pairs_a_run_with_the_latest_run_of_its_suite_and_shows_their_co
     assert (at.selectbox(key="a").value, at.selectbox(key="b").value) == (r1, r3)
     diff = frame_with(at, "key")
     assert list(diff["key"]) == ["temperature"]  # suite and model agree; the api key is never a row
-    assert (diff["A"][0], diff["B"][0]) == ("0.0", "0.8")
+    assert (diff["A"][0], diff["B"][0]) == ("0\\.0", "0\\.8")  # Markdown-escaped: st.table renders Markdown
     assert "sk-" not in texts(at) and not any("sk-" in str(d.value) for d in [*at.dataframe, *at.table])
     at = open_page("compare", a=r2)  # no other run of demo/y: B falls back to the newest run
     assert at.selectbox(key="b").value == r3
@@ -221,6 +221,21 @@ def test_compare_pairs_a_run_with_the_latest_run_of_its_suite_and_shows_their_co
     at = open_page("compare")
     assert (at.selectbox(key="a").value, at.selectbox(key="b").value) == (r3, r5)
     assert r4 not in (at.selectbox(key="a").value, at.selectbox(key="b").value)
+
+
+def test_compare_config_differences_are_inert_and_keep_settings_that_merely_say_tokens(store_url):
+    """An imported config is anyone's text (st.table renders Markdown); `max_new_tokens` is a setting, not a secret."""
+    from appdata import fill_run
+
+    r1, _ = fill_run(store_url, 2, name="one")
+    r2, _ = fill_run(store_url, 2, name="two")
+    _set_config(store_url, r1, note="[click](javascript:alert(1)) ![x](http://t.example/p.png)", max_new_tokens=64)
+    _set_config(store_url, r2, note="plain", max_new_tokens=128)
+    at = open_page("compare", a=r1, b=r2)
+    diff = frame_with(at, "key")
+    assert {"note", "max\\_new\\_tokens"} <= set(diff["key"])
+    hostile = diff["A"][list(diff["key"]).index("note")]
+    assert "](" not in hostile.replace("\\]\\(", "") and hostile.startswith("\\[click\\]")
 
 
 def test_side_by_side_marks_the_first_divergence_and_the_changed_argument(two_runs):
