@@ -133,7 +133,7 @@ def label_panel(
     def annotator() -> Optional[str]:
         return (st.session_state.get(annotator_key) or "").strip() or None
 
-    def save(outcome: str, mode: Optional[str]) -> None:
+    def save(outcome: str, kind: Optional[str]) -> None:
         who = annotator()
         if who is None:  # a label says who gave it: ask, save nothing, stay on this trajectory
             st.session_state[need_name_key] = True
@@ -144,7 +144,7 @@ def label_panel(
         set_label(
             tid,
             outcome,
-            failure_kind=mode,
+            failure_kind=kind,
             first_wrong_step=fws,
             note=note,
             annotator=who,
@@ -152,7 +152,7 @@ def label_panel(
         )
         flash(
             f"#{tid} labelled {outcome}"
-            + (f" · {mode}" if mode else "")
+            + (f" · {md_escape(kind)}" if kind else "")  # a custom kind is the user's text: the toast renders Markdown
             + (f" · first wrong step {fws}" if fws is not None else "")
         )
         if on_saved:
