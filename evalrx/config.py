@@ -90,11 +90,10 @@ class RunConfig:
         data = dict(data or {})
         model = data.get("model")
         model = dict(model) if isinstance(model, dict) else {}
-        mfields = {f.name for f in fields(ModelConfig)}
-        model_cfg = ModelConfig(**{"name": "", **{k: v for k, v in model.items() if k in mfields}})
+        model_cfg = ModelConfig(**{"name": "", **{k: v for k, v in model.items() if k in MODEL_CONFIG_FIELDS}})
         model_cfg.want = tuple(model_cfg.want or ())
-        rfields = {f.name for f in fields(cls)} - {"model"}
-        run = cls(model=model_cfg, **{k: v for k, v in data.items() if k in rfields and v is not None})
+        known = RUN_CONFIG_FIELDS - {"model"}
+        run = cls(model=model_cfg, **{k: v for k, v in data.items() if k in known and v is not None})
         run.tools, run.analyzers = list(run.tools or []), list(run.analyzers or [])
         run.runtime, run.chat_kwargs = dict(run.runtime or {}), dict(run.chat_kwargs or {})
         return run

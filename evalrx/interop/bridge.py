@@ -66,13 +66,14 @@ class ImportPreview:
 # ---------------------------------------------------------------- reading
 
 
-def _records(path: Path, limits: ImportLimits, reading: Reading) -> Iterator[Record]:
+def _records(reading: Reading) -> Iterator[Record]:
     """A file's trajectories one at a time, the format told from its first bytes and records."""
+    path, limits = reading.path, reading.limits
     with path.open("rb") as fh:
         magic = fh.read(4)
     whole_file = next((f for f in readers() if f.sniff_bytes and f.sniff_bytes(magic)), None)
     if whole_file is not None and whole_file.read_path is not None:
-        yield from whole_file.read_path(path, limits, reading)
+        yield from whole_file.read_path(reading)
         return
     with path.open("rb") as fh:
         lines = read_lines(fh, path, limits)
@@ -170,7 +171,7 @@ def read_file(path: "str | Path", *, limits: Optional[ImportLimits] = None) -> t
     """
     path = existing(path)
     reading = Reading(path, limits or ImportLimits())
-    records = list(_records(path, reading.limits, reading))
+    records = list(_records(reading))
     return reading.format, records
 
 
@@ -188,7 +189,7 @@ def preview_file(
     cases: set = set()
     models: set = set()
     n = top = 0
-    for record in _records(path, reading.limits, reading):
+    for record in _records(reading):
         n += 1
         cases.add(record.case.id)
         top = max(top, int(record.traj.attempt or 1))
@@ -285,7 +286,7 @@ def import_file(
                     already_imported=True,
                     format=str(before[0][1].get("format") or ""),
                 )
-        for record in _records(path, reading.limits, reading):
+        for record in _records(reading):
             name = run_name or record.run_name or path.stem
             key = (name, S.canonical_json(record.run_config or {}))
             filler = fillers.get(key)

@@ -188,9 +188,10 @@ class _ZstdFrames:
         return b"".join(out)
 
 
-def read_eval_log(path: Path, limits: ImportLimits, reading: Reading) -> Iterator[Record]:
+def read_eval_log(reading: Reading) -> Iterator[Record]:
     """The samples of an Inspect `.eval` log, one decompressed and parsed at a time."""
-    log = EvalLogReader(path, limits)
+    path = reading.path
+    log = EvalLogReader(path, reading.limits)
     if not log.samples:
         raise ImportFormatError(
             path,

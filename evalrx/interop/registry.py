@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from evalrx.interop.limits import ImportLimits
 from evalrx.interop.records import Reading, Record
 
 
@@ -34,7 +33,7 @@ class Format:
         title: how it is named to people.
         sniff_rank: readers are tried lowest first (an ATIF document also has `steps`, so it goes before ours).
         sniff_bytes: whether a file's first four bytes are this format (whole-file formats such as a zip).
-        read_path: reads a whole file told by `sniff_bytes`.
+        read_path: reads a whole file told by `sniff_bytes` (the `Reading` names the file and its limits).
         sniff_record: whether one JSON object is this format (`whole`: the object is the whole file).
         read_record: reads one such object (it may hold many trajectories, as a log does).
         write: writes export rows to a path (None: to no file, where the format allows it); returns how many.
@@ -50,7 +49,7 @@ class Format:
     title: str
     sniff_rank: int = 100
     sniff_bytes: Optional[Callable[[bytes], bool]] = None
-    read_path: Optional[Callable[[Path, ImportLimits, Reading], Iterator[Record]]] = None
+    read_path: Optional[Callable[[Reading], Iterator[Record]]] = None
     sniff_record: Optional[Callable[[dict, bool], bool]] = None
     read_record: Optional[Callable[[dict, Any, Reading], Iterator[Record]]] = None
     write: Optional[Callable[[Iterator[dict], Optional[Path], ExportOptions], int]] = None
@@ -71,6 +70,7 @@ class Format:
 
 
 _FORMATS: dict = {}
+_READERS: list = []  # the reading formats in sniffing order, kept by `register` (tried on every record)
 
 
 def register(fmt: Format) -> Format:
@@ -78,6 +78,7 @@ def register(fmt: Format) -> Format:
     if fmt.name in _FORMATS and _FORMATS[fmt.name] != fmt:
         raise ValueError(f"format {fmt.name!r} is registered twice")
     _FORMATS[fmt.name] = fmt
+    _READERS[:] = sorted((f for f in _FORMATS.values() if f.read_path or f.read_record), key=lambda f: f.sniff_rank)
     return fmt
 
 
@@ -88,21 +89,21 @@ def formats() -> list:
 
 def readers() -> list:
     """The formats that read, in the order content is tried against them."""
-    return sorted((f for f in _FORMATS.values() if f.read_path or f.read_record), key=lambda f: f.sniff_rank)
+    return list(_READERS)
 
 
 def record_format(obj: Any, whole: bool = False) -> Optional[Format]:
     """The format one JSON object is, or None."""
     if not isinstance(obj, dict):
         return None
-    return next((f for f in readers() if f.sniff_record and f.sniff_record(obj, whole)), None)
+    return next((f for f in _READERS if f.sniff_record and f.sniff_record(obj, whole)), None)
 
 
 def listed_format(obj: Any) -> Optional[Format]:
     """The format of one element of a whole-file JSON array, among the formats that may be listed, or None."""
     if not isinstance(obj, dict):
         return None
-    return next((f for f in readers() if f.listable and f.sniff_record and f.sniff_record(obj, True)), None)
+    return next((f for f in _READERS if f.listable and f.sniff_record and f.sniff_record(obj, True)), None)
 
 
 def title_of(name: str) -> str:

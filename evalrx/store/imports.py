@@ -17,10 +17,16 @@ from evalrx.store.engine import Store, resolve
 from evalrx.store.runs import create_run, save_trajectory, upsert_case
 
 
+def _from_source(session: Any, sha256: str) -> list:
+    """(id, meta) of the runs imported from a file with these bytes (its sha256), oldest first."""
+    q = select(t.Run.id, t.Run.meta).where(t.Run.source_sha256 == sha256).order_by(t.Run.id)
+    return [(r.id, r.meta or {}) for r in session.execute(q).all()]
+
+
 def runs_from_source(sha256: str, *, store: "Store | str | None" = None) -> list:
     """The ids of runs imported from a file with these bytes (its sha256), oldest first."""
     with resolve(store).read() as s:
-        return list(s.execute(select(t.Run.id).where(t.Run.source_sha256 == sha256).order_by(t.Run.id)).scalars())
+        return [run_id for run_id, _ in _from_source(s, sha256)]
 
 
 class ImportedRun:
@@ -67,8 +73,7 @@ class ImportTransaction:
 
     def runs_from_source(self, sha256: str) -> list:
         """(id, meta) of runs imported before from the same bytes, oldest first."""
-        q = select(t.Run.id, t.Run.meta).where(t.Run.source_sha256 == sha256).order_by(t.Run.id)
-        return [(r.id, r.meta or {}) for r in self.s.execute(q).all()]
+        return _from_source(self.s, sha256)
 
     def new_run(self, *, name: str, config: dict, meta: dict, sha256: str) -> ImportedRun:
         return ImportedRun(self.s, name=name, config=config, meta=meta, sha256=sha256)
