@@ -31,7 +31,7 @@ def compare_runs(
 
     With repeats a case's value is its success rate over its graded attempts.
     """
-    att_a, att_b = S.attempts_of(run_a, store=store), S.attempts_of(run_b, store=store)
+    att_a, att_b = S.attempts_of_runs([run_a, run_b], store=store)
     return dict(compare_attempts(att_a, att_b, resamples=resamples, seed=seed), run_a=run_a, run_b=run_b)
 
 

@@ -58,6 +58,15 @@ def attempts_of(run_id: int, *, store: "Store | str | None" = None) -> dict:
         return {k: sorted(v) for k, v in _attempts(s, run_id).items()}
 
 
+def attempts_of_runs(run_ids: Sequence[int], *, store: "Store | str | None" = None) -> list[dict]:
+    """`attempts_of` of several runs, read in one transaction and in the store's order within a case (what a
+    comparison needs: one consistent snapshot, no sorting of 50k lists it does not look at in order)."""
+    with resolve(store).read() as s:
+        for run_id in run_ids:
+            _check_run(s, run_id)
+        return [dict(_attempts(s, run_id)) for run_id in run_ids]
+
+
 def trajectories_of_case(run_id: int, sample_id: str, *, store: "Store | str | None" = None) -> list[int]:
     """Trajectory ids of one case (its `sample_id`) in a run, by attempt (any outcome)."""
     T = t.Trajectory
