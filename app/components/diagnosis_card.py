@@ -137,8 +137,9 @@ def highlight_step(idx: Optional[int], *, scroll: bool) -> None:
     idx = int(idx)
     st.html(f"<style>.st-key-step-{idx} {{ border: 2px solid #d33 !important; }}</style>")
     if scroll:
+        # Again once charts above it have drawn (they change the page's height after the first scroll).
         st.html(
-            f"<script>setTimeout(() => window.parent.document.querySelector('.st-key-step-{idx}')"
-            f"?.scrollIntoView({{block: 'center'}}), 300);</script>",
+            f"<script>[300, 1500].forEach((ms) => setTimeout(() => window.parent.document"
+            f".querySelector('.st-key-step-{idx}')?.scrollIntoView({{block: 'center'}}), ms));</script>",
             unsafe_allow_javascript=True,
         )

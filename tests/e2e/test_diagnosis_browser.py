@@ -84,5 +84,9 @@ def test_question_mark_lists_every_shortcut(app_server, misread, page):
     listed = page.get_by_text("accept the proposed failure kind with its first wrong step")
     assert listed.count() == 0
     press(page, "?")
-    listed.wait_for()
+    try:
+        listed.wait_for(timeout=8_000)
+    except Exception:  # headless Chromium now and then drops a key under load: the list never toggled
+        press(page, "?")
+        listed.wait_for()
     assert "move the first wrong step to the next model turn" in main_text(page)
