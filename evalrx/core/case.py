@@ -26,6 +26,7 @@ class Termination(str, Enum):
     FINAL = "final"  # the model gave its final answer
     MAX_TURNS = "max_turns"  # the turns ran out before a final answer
     FORCED_FINAL = "forced_final"  # the turns ran out and the model was asked once more, without tools
+    CALLS = "calls"  # a case graded by its calls ended at the model's first turn that made any (not run)
     ERROR = "error"  # the model server or the harness failed (the trajectory's outcome is Label.ERROR)
     INCOMPLETE = "incomplete"  # an imported transcript that ends without a final answer
 

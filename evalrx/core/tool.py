@@ -3,29 +3,95 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+# Where a tool came from (`Tool.source`): the project's registry, the case's own documents, a Python
+# function named by its import path, or an MCP server.
+TOOL_SOURCES = ("builtin", "case", "python", "mcp")
+# The names OpenAI's API and most chat templates accept for a function.
+_WIRE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NOT_WIRE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def wire_name(name: str) -> str:
+    """`name` as a valid OpenAI tool name (`math.factorial` -> `math_factorial`); valid names are unchanged."""
+    if _WIRE_NAME.match(name):
+        return name
+    return (_NOT_WIRE.sub("_", name) or "tool")[:64]
 
 
 @dataclass
 class Tool:
-    """A callable tool described by an OpenAI-style JSON schema for its parameters."""
+    """A callable tool described by an OpenAI-style JSON schema for its parameters.
+
+    `name` is the tool's own name (what grades, references and the store see); the model is shown
+    `wire_name(name)` where that differs. `source` is one of `TOOL_SOURCES`, `origin` says which
+    one (the Python path, the MCP server's name), `annotations` keeps a server's hints
+    (`read_only_hint`, `destructive_hint`, ...). A tool without `fn` can be offered but not run.
+    """
 
     name: str
     description: str
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
     fn: Optional[Callable[..., Any]] = None
+    source: str = "builtin"
+    origin: str = ""
+    annotations: dict = field(default_factory=dict)
+
+    @property
+    def wire_name(self) -> str:
+        return wire_name(self.name)
 
     def to_openai(self) -> dict:
-        """The OpenAI / chat-template tool schema (`{"type": "function", "function": {...}}`)."""
+        """The OpenAI / chat-template tool schema (`{"type": "function", "function": {...}}`), as the model sees it."""
         return {
             "type": "function",
             "function": {
-                "name": self.name,
+                "name": self.wire_name,
                 "description": self.description,
                 "parameters": self.parameters,
             },
         }
+
+    def describe(self) -> dict:
+        """What a trajectory keeps of a tool it was offered (JSON: no implementation)."""
+        out: dict = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+            "source": self.source,
+        }
+        if self.origin:
+            out["origin"] = self.origin
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        return out
+
+    @classmethod
+    def from_document(cls, doc: dict, *, source: str = "case", origin: str = "") -> "Tool":
+        """A tool without implementation from a function document (`{"name", "description", "parameters"}`,
+        or OpenAI's `{"type": "function", "function": {...}}`).
+
+        Raises:
+            ValueError: a document without a name, or whose parameters are not an object.
+        """
+        if isinstance(doc, dict) and isinstance(doc.get("function"), dict):
+            doc = doc["function"]
+        if not isinstance(doc, dict) or not isinstance(doc.get("name"), str) or not doc["name"].strip():
+            raise ValueError('a tool document needs a "name" (a non-empty string)')
+        params = doc.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict):
+            raise ValueError(f"tool {doc['name']!r}: parameters must be a JSON Schema object")
+        return cls(
+            name=doc["name"],
+            description=str(doc.get("description") or ""),
+            parameters=params,
+            source=str(doc.get("source") or source),
+            origin=str(doc.get("origin") or origin),
+            annotations=dict(doc.get("annotations") or {}),
+        )
 
 
 @dataclass
