@@ -8,6 +8,8 @@ Grader specs are plain dicts stored with each case (`{"kind": "numeric", "rel_to
   the expected number; `"which": "any"` accepts any number in the answer.
 - `contains`: the normalised answer contains the normalised expected text (a list: all of them).
 - `regex`: `re.search(pattern, answer)` succeeds (`pattern` defaults to the expected text).
+- `calls`: the case is graded by the calls of the model's first calling turn, not by an answer
+  (BFCL's AST rules, `evalrx.grade.calls`); its expected value is a list of expected calls.
 
 A grader's `value` key, when present, replaces the case's `expected` for that grader.
 A human label later overrides whatever these return.
@@ -21,8 +23,9 @@ import string
 from typing import Any, Optional
 
 from evalrx.core.case import FailureCase, Label, Termination, Trajectory
+from evalrx.grade.calls import grade_calls
 
-GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex")
+GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex", "calls")
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans({c: " " for c in string.punctuation})
@@ -98,12 +101,15 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
         `Label.PASS` or `Label.FAIL`.
 
     Raises:
-        ValueError: for an unknown grader kind or a malformed spec.
+        ValueError: for an unknown grader kind or a malformed spec, or a `calls` grader (it grades
+            calls, not an answer: see `grade_trajectory`).
     """
     grader = grader or default_grader(expected)
     problem = check_grader(grader)
     if problem:
         raise ValueError(problem)
+    if grader["kind"] == "calls":
+        raise ValueError("a calls grader grades the model's calls, not an answer: use grade_trajectory or grade_calls")
     if answer is None:
         return Label.FAIL
     answer = str(answer)
@@ -136,9 +142,12 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
 
 def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
     """Grade a whole run: no final answer (ran out of turns) is a FAIL; a run that raised (the
-    server or the harness failed, `terminated == "error"`) is an ERROR, not a verdict on the model."""
+    server or the harness failed, `terminated == "error"`) is an ERROR, not a verdict on the model.
+    A case graded by its calls is graded by `grade_calls` (why it failed: `grade_calls(...).reason`)."""
     if traj.terminated == Termination.ERROR:
         return Label.ERROR
+    if isinstance(case.grader, dict) and case.grader.get("kind") == "calls":
+        return Label.PASS if grade_calls(traj, case).ok else Label.FAIL
     if traj.final_answer is None:
         return Label.FAIL
     return grade(traj.final_answer, case.expected, case.grader)

@@ -1,0 +1,36 @@
+"""Automatic graders: a final answer against a case's expected answer (`answers`), or a turn's tool calls
+against the expected calls by BFCL's AST rules (`calls`).
+
+from evalrx.grade import grade, grade_trajectory, grade_calls
+grade("The answer is 7.", 7)                 # Label.PASS (numeric)
+grade_trajectory(traj, case)                 # PASS / FAIL / ERROR, for either kind of case
+grade_calls(traj, case).reason               # why a case graded by its calls failed, in one line
+
+A low layer: imports only `evalrx.core`.
+"""
+
+from evalrx.grade.answers import (
+    GRADER_KINDS,
+    check_grader,
+    default_grader,
+    extract_numbers,
+    grade,
+    grade_trajectory,
+    normalize_text,
+)
+from evalrx.grade.calls import CallCheck, check_calls, ends_at_calls, grade_calls, standardize
+
+__all__ = [
+    "GRADER_KINDS",
+    "CallCheck",
+    "check_calls",
+    "check_grader",
+    "default_grader",
+    "ends_at_calls",
+    "extract_numbers",
+    "grade",
+    "grade_calls",
+    "grade_trajectory",
+    "normalize_text",
+    "standardize",
+]
