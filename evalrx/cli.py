@@ -16,6 +16,7 @@ from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
 from evalrx.models.backends.api_http import MAX_RETRIES
 from evalrx.runner.argtypes import call_timeout, retries, temperature, whole
+from evalrx.runner.toolset import DEFAULT_TOOLS, mcp_server_entries, run_tools
 from evalrx.store.engine import SchemaError
 
 
@@ -79,9 +80,13 @@ def _cmd_specs(args: argparse.Namespace) -> int:
 
 def _cmd_suites() -> int:
     from evalrx.suites import list_suites, load_cases
+    from evalrx.suites.bfcl import bfcl_missing_hint
 
     for name in list_suites():
         print(f"{name:32} {len(load_cases(name)):>5} cases")
+    hint = bfcl_missing_hint()
+    if hint:
+        print(hint)
     return 0
 
 
@@ -110,7 +115,8 @@ def _enqueue(args: argparse.Namespace) -> int:
     store = connect(args.url)
     cfg = RunConfig(
         model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
-        tools=[t.strip() for t in args.tools.split(",") if t.strip()],
+        tools=run_tools(args.tools, args.cases or args.suite),
+        mcp_servers=mcp_server_entries(args.mcp_config),
         suite=args.suite,
         case_file=args.cases,
         max_turns=args.max_turns,
@@ -183,7 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     src = run.add_mutually_exclusive_group(required=True)
     src.add_argument("--suite", help="suite name (e.g. demo, demo/arithmetic) ")
     src.add_argument("--cases", help="path to a JSONL case file")
-    run.add_argument("--tools", default="calculator,lookup", help="comma-separated tool names")
+    run.add_argument(
+        "--tools",
+        help="comma-separated tools: built-in names and package.module:function paths "
+        f"(default: {','.join(DEFAULT_TOOLS)}; none for suites whose cases bring their own, such as bfcl/*)",
+    )
+    run.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help='an mcpServers JSON file ({"mcpServers": {name: {command, args, env} | {url}}}); '
+        "write secrets as ${VAR} and export VAR where the worker runs",
+    )
     run.add_argument("--out", help="write trajectories to this JSONL file instead of queueing the run")
     run.add_argument("--wait", action="store_true", help="follow a queued run's progress until it ends")
     run.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")

@@ -41,6 +41,8 @@ class RunConfig:
     chat_kwargs: dict = field(default_factory=dict)  # extra arguments of every model call
     repeats: int = 1  # attempts per case (pass@k needs k <= repeats); sample with runtime temperature > 0
     seed: int = 0  # local models: each attempt's sampling seed derives from it (see `attempt_seed`)
+    # MCP servers whose tools the agent is offered (`McpServer.to_dict()`: secrets only as `${VAR}` names).
+    mcp_servers: list = field(default_factory=list)
 
     def attempt_seed(self, sample_id: str, attempt: int) -> int:
         """The sampling seed of one attempt at one case: the same run config reproduces the same attempts."""
@@ -95,6 +97,7 @@ class RunConfig:
         known = RUN_CONFIG_FIELDS - {"model"}
         run = cls(model=model_cfg, **{k: v for k, v in data.items() if k in known and v is not None})
         run.tools, run.analyzers = list(run.tools or []), list(run.analyzers or [])
+        run.mcp_servers = [dict(s) for s in run.mcp_servers or [] if isinstance(s, dict)]
         run.runtime, run.chat_kwargs = dict(run.runtime or {}), dict(run.chat_kwargs or {})
         return run
 

@@ -122,7 +122,7 @@ class Step:
 
 @dataclass
 class Trajectory:
-    """A whole agent run on one case."""
+    """A whole agent run on one case. `offered_tools` are the tools it was offered (`Tool.describe()` dicts)."""
 
     sample_id: str
     goal: str
@@ -132,6 +132,7 @@ class Trajectory:
     outcome: Label = Label.UNKNOWN
     metrics: dict = field(default_factory=dict)
     attempt: int = 1  # which of a run's repeated attempts at this case (1..repeats)
+    offered_tools: list = field(default_factory=list)
 
     @property
     def terminated(self) -> str:
@@ -147,6 +148,7 @@ class Trajectory:
             "outcome": self.outcome.value,
             "metrics": self.metrics,
             "attempt": self.attempt,
+            "offered_tools": self.offered_tools,
         }
 
     @classmethod
@@ -160,6 +162,7 @@ class Trajectory:
             outcome=Label(d.get("outcome") or "unknown"),
             metrics=dict(d.get("metrics") or {}),
             attempt=int(d.get("attempt") or 1),
+            offered_tools=[t for t in d.get("offered_tools") or [] if isinstance(t, dict)],
         )
 
     def to_json(self) -> str:

@@ -21,7 +21,7 @@ from evalrx.diagnosis._evidence import (
     quote,
     values_in,
 )
-from evalrx.grade import extract_numbers
+from evalrx.grade import ends_at_calls, extract_numbers, grade_calls
 
 CONFIDENCE = 0.95
 
@@ -36,7 +36,8 @@ def reference_calls(case: Optional[FailureCase]) -> list:
 
 def _observe(name: str, args: dict, tools: Optional[dict]) -> Optional[str]:
     tool = (tools or {}).get(name)
-    if tool is None or tool.fn is None:
+    # Only the project's own tools are run again: a server's or a user's function may act on the world.
+    if tool is None or tool.fn is None or getattr(tool, "source", "builtin") != "builtin":
         return None
     try:
         return str(tool.fn(**(args or {})))
@@ -87,6 +88,22 @@ def _bad_call(call: Call, ref: dict, earlier: "list[str]") -> Diagnosis:
     )
 
 
+def _from_expected_calls(traj: Trajectory, case: FailureCase) -> Optional[Diagnosis]:
+    """A case graded by its calls (BFCL's): the grade's own verdict, at the turn that called (or answered)."""
+    check = grade_calls(traj, case)
+    if check.ok or not check.kind:
+        return None
+    actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
+    turn = next((s for s in actors if s.tool_calls or s.parse_error), actors[0] if actors else None)
+    evidence: dict = {}
+    if turn is not None and check.call is not None and check.call < len(turn.tool_calls):
+        call = turn.tool_calls[check.call]
+        evidence["actual"] = {"name": call.get("name"), "args": call.get("args") or {}}
+    if check.kind == "no_tool_call" and traj.final_answer is not None:
+        evidence["answer"] = quote(traj.final_answer)
+    return _make(check.kind, turn.idx if turn is not None else None, check.reason, **evidence)
+
+
 def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None) -> Optional[Diagnosis]:
     """Diagnose a failed trajectory against `case`'s reference calls and expected answer.
 
@@ -104,6 +121,8 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     refs = reference_calls(case)
     if traj.terminated == Termination.ERROR:
         return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
+    if ends_at_calls(case):
+        return _from_expected_calls(traj, case)
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
     bad = next((s for s in actors if s.parse_error), None)
     if bad is not None:

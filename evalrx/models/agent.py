@@ -10,6 +10,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import time
@@ -20,6 +21,7 @@ from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.model import Model
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
+from evalrx.grade import ends_at_calls
 from evalrx.models.conversation import FINAL_NUDGE, REPEAT_NUDGE, ConversationBuilder
 from evalrx.models.toolcodec import ToolCallCodec, codec_for
 
@@ -33,6 +35,7 @@ __all__ = [
     "generation_captures",
     "run_batch",
     "run_case",
+    "case_system",
 ]
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -199,6 +202,7 @@ class Agent:
             raise TypeError(f"{type(handle).__name__} has no chat(); the agent loop needs a tool-aware chat method.")
         self.handle = handle
         self.tools = list(tools)
+        self._names = _wire_names(self.tools)
         self.codec = codec or codec_for(handle)
         self.executor = executor or ToolExecutor(self.tools)
         self.max_turns = int(max_turns)
@@ -249,8 +253,9 @@ class Agent:
         goal = case.inputs.prompt
         encoded = self.codec.encode(self.tools)
         codec = self.codec
+        stop_at_calls = ends_at_calls(case)  # graded by its calls: they are the answer, never run
 
-        conversation = ConversationBuilder(codec, self.system)  # the one builder replay rebuilds it with
+        conversation = ConversationBuilder(codec, case_system(self.system, case))  # the one builder replay uses
         conversation.prompt(goal, case.inputs.image)
         messages = conversation.messages
         steps: list = [Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})]
@@ -267,7 +272,9 @@ class Agent:
             chat, span = self._chat(messages, encoded)
             span["turn"] = turn
             parsed = codec.parse(chat)
-            calls, errors = parsed.calls, parsed.errors
+            wire_calls, errors = parsed.calls, parsed.errors
+            # The model named tools by their wire names; the trajectory and the tools know them by their own.
+            calls = [dataclasses.replace(c, name=self._names.get(c.name, c.name)) for c in wire_calls]
             if chat.capture is not None:
                 captures[len(steps)] = chat.capture
             steps.append(
@@ -280,14 +287,17 @@ class Agent:
                     span=span,
                 )
             )
-            conversation.assistant(chat, calls)
+            conversation.assistant(chat, wire_calls)
 
             if not calls and not errors:
                 final_answer = parsed.text
                 terminated = Termination.FINAL.value
                 break
+            if stop_at_calls:
+                terminated = Termination.CALLS.value
+                break
 
-            for i, call in enumerate(calls):
+            for i, (call, wire_call) in enumerate(zip(calls, wire_calls)):
                 n_calls += 1
                 sig = call.signature()
                 blocked = self.block_repeat_calls and sig == prev_sig
@@ -314,7 +324,7 @@ class Agent:
                     )
                 )
                 images = observation.images if isinstance(observation, ToolResult) else ()
-                conversation.tool(call, str(observation), images)
+                conversation.tool(wire_call, str(observation), images)
 
             if errors:
                 n_parse_errors += len(errors)
@@ -330,7 +340,7 @@ class Agent:
                 )
             conversation.end_turn()  # the tools' images, after every tool message of the turn
 
-        if self.force_final_answer and final_answer is None:
+        if self.force_final_answer and final_answer is None and terminated != Termination.CALLS:
             # The codec places the nudge: a user turn may break the family's template (Mistral's alternation).
             conversation.final_nudge()
             chat, span = self._chat(messages, None)  # no tools: the reply is the answer
@@ -368,6 +378,7 @@ class Agent:
             ground_truth=case.expected,
             outcome=Label.UNKNOWN,  # grading is an analyzer's job
             metrics=metrics,
+            offered_tools=[t.describe() for t in self.tools],
         )
         if captures:
             setattr(trajectory, _CAPTURES_ATTR, captures)
@@ -375,6 +386,26 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(handle={self.handle!r}, tools={[t.name for t in self.tools]}, codec={self.codec.name})"
+
+
+def _wire_names(tools: "list[Tool]") -> dict:
+    """{wire name: tool name} of a tool set (raises ValueError when two tools would look the same to the model)."""
+    names: dict = {}
+    for tool in tools:
+        other = names.get(tool.wire_name)
+        if other is not None and other != tool.name:
+            raise ValueError(
+                f"tools {other!r} and {tool.name!r} both reach the model as {tool.wire_name!r}; rename one of them"
+            )
+        names[tool.wire_name] = tool.name
+    return names
+
+
+def case_system(system: Optional[str], case: FailureCase) -> Optional[str]:
+    """The system prompt of one case: the run's, then the case's own (`meta["system"]`, e.g. a BFCL entry's)."""
+    own = (case.meta or {}).get("system")
+    parts = [p for p in (system, own if isinstance(own, str) else None) if p and p.strip()]
+    return "\n\n".join(parts) or None
 
 
 def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
@@ -427,6 +458,10 @@ def run_case(
 
         try:
             trajectory.outcome = grade_trajectory(trajectory, case)
+            if ends_at_calls(case) and trajectory.outcome is Label.FAIL:
+                from evalrx.grade import grade_calls
+
+                trajectory.metrics["grade_reason"] = grade_calls(trajectory, case).reason  # why, in one line
         except Exception as exc:  # a bad grader spec is the case's problem, recorded on it
             trajectory.metrics["grade_error"] = f"{type(exc).__name__}: {exc}"
             trajectory.outcome = Label.UNKNOWN

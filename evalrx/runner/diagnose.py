@@ -29,6 +29,7 @@ def rediagnose(
         store: the store (default when None).
     """
     from evalrx.diagnosis import DIAGNOSIS_VERSION, diagnose
+    from evalrx.suites import case_tools
     from evalrx.tools import TOOLS, get_tools
 
     st = resolve(store)
@@ -55,9 +56,8 @@ def rediagnose(
         analyses: dict = {}
         for rec in load_analyses(tid, store=st):  # oldest first: the newest result per analyzer wins
             analyses[rec["analyzer"]] = rec
-        found = diagnose(
-            detail.trajectory, case=case, tools=get_tools(names, case) if names else None, analyses=analyses
-        )
+        tools = (get_tools(names, case) if names else []) + case_tools(case)
+        found = diagnose(detail.trajectory, case=case, tools=tools or None, analyses=analyses)
         with st.write() as s:
             save_diagnoses(s, tid, found, version=DIAGNOSIS_VERSION)
         n += 1

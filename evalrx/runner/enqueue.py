@@ -14,10 +14,10 @@ from evalrx.store.engine import Store, resolve
 
 def _check(run: RunConfig) -> None:
     """Fail at enqueue, not minutes later in the worker: the config itself (`RunConfig.validate`), then
-    the names it refers to: unknown spec, backend, tool or analyzer."""
+    the names it refers to: unknown spec, backend, tool, Python function, MCP server entry or analyzer."""
     from evalrx.models import resolve_spec_key
     from evalrx.models.backends import get_backend
-    from evalrx.tools import TOOLS
+    from evalrx.tools import get_tools
 
     run.validate()
     from evalrx.specs import get_spec
@@ -27,9 +27,12 @@ def _check(run: RunConfig) -> None:
     get_backend(backend)
     if spec.api_only and backend != "api":
         raise ValueError(f"{spec.key} is API-only: run it on the api backend (with a base_url for your server)")
-    unknown = [t for t in run.tools if t not in TOOLS]
-    if unknown:
-        raise ValueError(f"Unknown tool(s) {unknown}. Known tools: {sorted(TOOLS)}.")
+    get_tools(run.tools)  # unknown names and bad Python paths: one line each
+    if run.mcp_servers:
+        from evalrx.tools.mcp_servers import McpServer
+
+        for entry in run.mcp_servers:
+            McpServer.from_dict(entry)  # a malformed entry, or a secret written as a value
     from evalrx.analyzers import analyzer_class
 
     for entry in run.analyzers:

@@ -15,15 +15,23 @@ def run_to_jsonl(args: Any) -> int:
 
     import evalrx
     from evalrx.grade import grade_trajectory
-    from evalrx.models.agent import run_batch
+    from evalrx.models.agent import error_trajectory, run_batch, run_case
     from evalrx.suites import load_cases
     from evalrx.tools import get_tools
 
     cases = load_cases(args.cases or args.suite)
     if args.limit:
         cases = cases[: args.limit]
-    tool_names = [t.strip() for t in args.tools.split(",") if t.strip()]
-    get_tools(tool_names)  # fail on an unknown tool before loading weights
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner.toolset import McpSessions, case_toolset, mcp_server_entries, run_tools, static_tools
+
+    run = RunConfig(
+        model=ModelConfig(args.spec),
+        tools=run_tools(args.tools, args.cases or args.suite),
+        mcp_servers=mcp_server_entries(args.mcp_config),
+    )
+    get_tools(run.tools)  # fail on an unknown tool before loading weights
+    sessions = McpSessions(run) if run.mcp_servers else None
     runtime = {"base_url": args.base_url} if args.base_url else {}
     runtime.update(
         {
@@ -53,19 +61,34 @@ def run_to_jsonl(args: Any) -> int:
             bar.update(1)
             bar.set_postfix(passed=counts["pass"], failed=counts["fail"])
 
-        run_batch(
-            handle,
-            cases,
-            tools_factory=lambda case: get_tools(tool_names, case=case),
-            system=args.system,
-            max_turns=args.max_turns,
-            concurrency=args.concurrency,
-            on_result=on_result,
-            agent_kwargs={
-                "block_repeat_calls": args.block_repeat_calls,
-                "force_final_answer": args.force_final_answer,
-            },
-        )
+        agent_kwargs = {
+            "block_repeat_calls": args.block_repeat_calls,
+            "force_final_answer": args.force_final_answer,
+        }
+        if sessions is None:
+            run_batch(
+                handle,
+                cases,
+                tools_factory=lambda case: static_tools(run, case),
+                system=args.system,
+                max_turns=args.max_turns,
+                concurrency=args.concurrency,
+                on_result=on_result,
+                agent_kwargs=agent_kwargs,
+            )
+        else:
+            try:
+                for case in cases:  # one at a time: each case's MCP servers start and stop around it
+                    try:
+                        with case_toolset(run, case, sessions) as tools:
+                            traj = run_case(
+                                handle, case, tools, system=args.system, max_turns=args.max_turns, **agent_kwargs
+                            )
+                    except Exception as exc:  # a server that did not start fails the case, not the run
+                        traj = error_trajectory(case, exc)
+                    on_result(case, traj)
+            finally:
+                sessions.close()
     bar.close()
     elapsed = time.perf_counter() - t0
     n = len(cases)

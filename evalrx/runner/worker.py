@@ -35,6 +35,7 @@ from evalrx.runner.argtypes import interval_seconds, positive_int
 from evalrx.runner.diagnose import diagnose_case, rediagnose
 from evalrx.runner.keys import ENV_RUN_KEY, api_key_for
 from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
+from evalrx.runner.toolset import McpSessions, case_toolset
 from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs
 from evalrx.store.engine import SchemaError, Store, connect
@@ -291,6 +292,14 @@ class Worker:
 
         get_tools(run.tools)  # an unknown tool fails the job before the model loads
         hooks = analysis.resolve(run.analyzers)
+        sessions = McpSessions(run) if run.mcp_servers else None
+        try:
+            return self._run_cases(job, run, cases, hooks, sessions)
+        finally:
+            if sessions is not None:
+                sessions.close()
+
+    def _run_cases(self, job: Any, run: RunConfig, cases: list, hooks: list, sessions: Optional[McpSessions]) -> str:
         handle = load_handle(run, self._run_key)
         # The load is the run's, kept apart from its first case's step latency.
         update_run_meta(job.run_id, model_load_ms=getattr(handle, "load_ms", None), store=self.store)
@@ -298,9 +307,9 @@ class Worker:
             raise JobCancelled()
         parallel = getattr(handle, "backend", None) == "api" and run.concurrency > 1
         results = (
-            self._results_parallel(job.run_id, handle, run, cases, run.concurrency)
+            self._results_parallel(job.run_id, handle, run, cases, run.concurrency, sessions)
             if parallel
-            else self._results_serial(job.run_id, handle, run, cases)
+            else self._results_serial(job.run_id, handle, run, cases, sessions)
         )
         for case_row_id, case, result in results:
             cancel = self._record(job, handle, run, hooks, case_row_id, case, result)
@@ -321,40 +330,52 @@ class Worker:
 
     # ------------------------------------------------------------ cases
 
-    def _run_case(self, handle: Any, run: RunConfig, case: FailureCase, attempt: int = 1) -> CaseResult:
+    def _run_case(
+        self, handle: Any, run: RunConfig, case: FailureCase, attempt: int = 1, sessions: Optional[McpSessions] = None
+    ) -> CaseResult:
         from evalrx.models.agent import error_trajectory, run_case
-        from evalrx.tools import get_tools
 
         captured: list = []
+        tools: list = []
         try:
             check_prompt(handle, case, self.max_prompt_bytes)
-            tools = [_capturing(tool, captured) for tool in get_tools(run.tools, case=case)]
-        except Exception as exc:  # refused before any model call: the case fails, the job goes on
+            with case_toolset(run, case, sessions) as offered:
+                tools = [_capturing(tool, captured) for tool in offered]
+                # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
+                traj = run_case(
+                    handle,
+                    case,
+                    tools,
+                    grade=True,
+                    seed=run.attempt_seed(case.id, attempt),
+                    **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers),
+                )
+        except Exception as exc:  # refused before any model call (a bad tool, a server that did not start)
             traj, tools = error_trajectory(case, exc), []
             traj.outcome = Label.ERROR
-        else:
-            # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
-            traj = run_case(
-                handle,
-                case,
-                tools,
-                grade=True,
-                seed=run.attempt_seed(case.id, attempt),
-                **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers),
-            )
         traj.attempt = attempt
         if traj.terminated == Termination.ERROR:
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
-    def _results_serial(self, run_id: int, handle: Any, run: RunConfig, cases: list) -> Iterator[tuple]:
+    def _results_serial(
+        self, run_id: int, handle: Any, run: RunConfig, cases: list, sessions: Optional[McpSessions] = None
+    ) -> Iterator[tuple]:
         for case_row_id, attempt, case in cases:
             if self._lost():
                 raise jobs.LeaseLost(f"job lease lost before case {case.id}")
             jobs.start_case(self.store, run_id, case_row_id, attempt)
-            yield case_row_id, case, self._run_case(handle, run, case, attempt)
+            yield case_row_id, case, self._run_case(handle, run, case, attempt, sessions)
 
-    def _results_parallel(self, run_id: int, handle: Any, run: RunConfig, cases: list, width: int) -> Iterator[tuple]:
+    def _results_parallel(
+        self,
+        run_id: int,
+        handle: Any,
+        run: RunConfig,
+        cases: list,
+        width: int,
+        sessions: Optional[McpSessions] = None,
+    ) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
         pending = iter(cases)
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="evalrx-case") as pool:
@@ -366,7 +387,7 @@ class Worker:
                     return False
                 case_row_id, attempt, case = nxt
                 jobs.start_case(self.store, run_id, case_row_id, attempt)
-                running[pool.submit(self._run_case, handle, run, case, attempt)] = (case_row_id, case)
+                running[pool.submit(self._run_case, handle, run, case, attempt, sessions)] = (case_row_id, case)
                 return True
 
             for _ in range(width):
@@ -396,6 +417,8 @@ class Worker:
         result: CaseResult,
     ) -> bool:
         """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
+        from evalrx.models.agent import case_system
+
         traj, tools = result.trajectory, result.tools
         media = {idx: [convert.image_bytes(im) for im in ims] for idx, ims in result.images.items()}
         records: list = []
@@ -407,7 +430,7 @@ class Worker:
                 trajectory=traj,
                 tools=tools,
                 tool_schemas=schemas,
-                system=run.system,
+                system=case_system(run.system, case),
                 run_config=run,
             )
             records = analysis.run_all(hooks, ctx)

@@ -37,6 +37,7 @@ from evalrx.store.labels import (
     set_label,
     tags_of,
 )
+from evalrx.store.mcp_servers import delete_mcp_server, list_mcp_servers, save_mcp_server
 from evalrx.store.queries import (
     SORTS,
     count_trajectories,
@@ -78,6 +79,9 @@ from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 
 __all__ = [
+    "delete_mcp_server",
+    "list_mcp_servers",
+    "save_mcp_server",
     "is_secret_name",
     "default_replay_model",
     "get_request",

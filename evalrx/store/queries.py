@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import Select, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
+from sqlalchemy.orm import Session
 
 from evalrx.core.failures import canonical_kind
 from evalrx.core.scores import MARGIN_SCORE
@@ -283,6 +284,19 @@ def count_trajectories(*, store: "Store | str | None" = None, **filters: Any) ->
         ).scalar_one()
 
 
+def offered_tools_in(session: Session, trajectory_id: int) -> list[dict]:
+    """The tools a trajectory was offered (`Tool.describe()` dicts), in order."""
+    return [
+        dict(spec)
+        for spec in session.execute(
+            select(t.ToolSpec.spec)
+            .join(t.OfferedTool, t.OfferedTool.tool_digest == t.ToolSpec.digest)
+            .where(t.OfferedTool.trajectory_id == trajectory_id)
+            .order_by(t.OfferedTool.position)
+        ).scalars()
+    ]
+
+
 def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) -> Optional[TrajectoryDetail]:
     """One trajectory with its steps, case, current labels, tags and analyses (None if absent)."""
     with resolve(store).read() as s:
@@ -298,9 +312,11 @@ def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) ->
             .where(t.Analysis.trajectory_id == trajectory_id)
             .order_by(t.Analysis.id)
         ).all()
+        trajectory = convert.trajectory_from_rows(row, steps)
+        trajectory.offered_tools = offered_tools_in(s, trajectory_id)
         return TrajectoryDetail(
             row=_row(tuple(getattr(row, c.key) for c in _ROW_COLUMNS)),
-            trajectory=convert.trajectory_from_rows(row, steps),
+            trajectory=trajectory,
             case=convert.case_dict(case) if case else {},
             labels=current_labels_in(s, trajectory_id),
             tags=tags_in(s, trajectory_id),

@@ -6,6 +6,7 @@ a whole case atomically); the ones taking `store=` open their own write transact
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Iterable, Optional, Sequence
 
@@ -251,6 +252,8 @@ def save_trajectory(
     tools = convert.tools_used(traj.steps)
     if tools:
         session.execute(insert(t.TrajectoryTool.__table__), [{"trajectory_id": tid, "tool": n} for n in tools])
+    if traj.offered_tools:
+        save_offered_tools(session, tid, traj.offered_tools)
     if diagnoses:
         from evalrx.store.diagnoses import save_diagnoses
 
@@ -264,6 +267,24 @@ def save_trajectory(
 
         tag_in_session(session, tid, tag)
     return tid
+
+
+def save_offered_tools(session: Session, trajectory_id: int, tools: Sequence[dict]) -> None:
+    """Record the tools a trajectory was offered, in order; each description is stored once by digest."""
+    rows = []
+    for pos, spec in enumerate(tools):
+        spec = convert.jsonable(dict(spec))
+        digest = hashlib.sha256(convert.canonical_json(spec).encode("utf-8")).hexdigest()
+        values = {
+            "digest": digest,
+            "name": str(spec.get("name") or "")[:300],
+            "source": str(spec.get("source") or "builtin")[:16],
+            "origin": str(spec.get("origin") or "")[:500],
+            "spec": spec,
+        }
+        insert_ignore(session, t.ToolSpec, values, ["digest"])
+        rows.append({"trajectory_id": trajectory_id, "position": pos, "tool_digest": digest})
+    session.execute(insert(t.OfferedTool.__table__), rows)
 
 
 def save_step_media(session: Session, trajectory_id: int, images: dict) -> None:

@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0008"
+SCHEMA_VERSION = "0009"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -262,6 +262,40 @@ class TrajectoryTool(Base):
     tool: Mapped[str] = mapped_column(String(100), primary_key=True)
 
     __table_args__ = (Index(None, "tool", "trajectory_id"),)
+
+
+class ToolSpec(Base):
+    """A tool as it was offered (`Tool.describe()`: name, description, schema, source), stored once by digest."""
+
+    __tablename__ = "tool_specs"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(300))
+    source: Mapped[str] = mapped_column(String(16), default="builtin")
+    origin: Mapped[str] = mapped_column(String(500), default="")
+    spec: Mapped[dict] = mapped_column(default=dict)
+
+
+class McpServer(Base):
+    """A saved MCP server (the New run page's list): its `mcpServers` entry; secrets only as `${VAR}` names."""
+
+    __tablename__ = "mcp_servers"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    config: Mapped[dict] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class OfferedTool(Base):
+    """The tools a trajectory was offered, in the order the model saw them (`trajectory_tools` holds those it called)."""
+
+    __tablename__ = "trajectory_offered_tools"
+
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(primary_key=True)
+    tool_digest: Mapped[str] = mapped_column(ForeignKey("tool_specs.digest"))
+
+    __table_args__ = (Index(None, "tool_digest"),)
 
 
 class Step(Base):
