@@ -42,6 +42,7 @@ def build_config(
     backend: str,
     tools: list,
     suite: Optional[str],
+    mcp_servers: Optional[list] = None,
     case_file: Optional[str],
     max_turns: int,
     block_repeat_calls: bool,
@@ -58,6 +59,7 @@ def build_config(
     return RunConfig(
         model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None),
         tools=list(tools),
+        mcp_servers=[dict(entry) for entry in mcp_servers or []],
         suite=suite,
         case_file=case_file,
         max_turns=int(max_turns),
@@ -70,6 +72,40 @@ def build_config(
         repeats=int(repeats),
         seed=int(seed),
     )
+
+
+def brings_own_tools(cases: list) -> bool:
+    """True when every case carries its own function documents (a BFCL suite)."""
+    from evalrx.suites import case_tool_documents
+
+    return bool(cases) and all(case_tool_documents(c) for c in cases)
+
+
+def python_tool_paths(text: Optional[str]) -> list:
+    """The `package.module:function` paths typed on the page (comma- or space-separated)."""
+    return [p for p in (text or "").replace(",", " ").split() if p]
+
+
+def mcp_entry(name: str, text: str) -> dict:
+    """A typed `mcpServers` entry, checked as a run would check it, as the store keeps it.
+
+    Raises:
+        ValueError: one line: bad JSON, or what the entry lacks (a secret written as a value included).
+    """
+    import json
+
+    from evalrx.tools import McpServer
+
+    try:
+        data = json.loads(text or "")
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"the entry is not JSON ({exc.msg} at column {exc.colno}); paste one server's object"
+        ) from None
+    if isinstance(data, dict) and isinstance(data.get("mcpServers"), dict) and len(data["mcpServers"]) == 1:
+        ((name_in, data),) = data["mcpServers"].items()  # a whole one-server config pasted: take its entry
+        name = name or name_in
+    return McpServer.from_dict(data, name=(name or "").strip()).to_dict()
 
 
 def runtime_settings(

@@ -76,11 +76,42 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
     with right:
         st.markdown("**Final answer**")
         show_text(row.final_answer, empty="(no final answer)")
+        reason = (detail.trajectory.metrics or {}).get("grade_reason")
+        if reason and not blind:
+            st.markdown("**Why the grade failed**")
+            show_text(reason)
+    render_offered_tools(detail.trajectory.offered_tools)
     refs = (case.get("meta") or {}).get("reference_calls")
     if isinstance(refs, list) and not blind:
         st.markdown("**Reference calls**" + ("" if refs else " (none: the case needs no tool)"))
         if refs:
             show_json(refs)
+
+
+def _tool_source(spec: dict) -> str:
+    """Where an offered tool came from, in a few words ("MCP server time", "Python pkg.mod:fn", "the case")."""
+    source, origin = spec.get("source") or "builtin", spec.get("origin") or ""
+    if source == "mcp":
+        return f"MCP server {origin}" if origin else "an MCP server"
+    if source == "python":
+        return f"Python {origin}" if origin else "a Python function"
+    return "the case's own document" if source == "case" else "built-in"
+
+
+def render_offered_tools(offered: list) -> None:
+    """The tools the trajectory was offered: name, where it came from, hints, and its schema, collapsed."""
+    if not offered:
+        return
+    with st.expander(f"Tools offered ({len(offered)})", icon=":material/build:"):
+        for spec in offered:
+            hints = ", ".join(f"{k}={v}" for k, v in sorted((spec.get("annotations") or {}).items()))
+            st.markdown(
+                f"**{md_escape(spec.get('name') or '?')}** · {md_escape(_tool_source(spec))}"
+                + (f" · {md_escape(hints)}" if hints else "")
+            )
+            if spec.get("description"):
+                show_text(spec["description"])
+            show_json(spec.get("parameters") or {})
 
 
 def _count(n: Optional[int]) -> str:
@@ -110,18 +141,28 @@ def render_timeline(
     """Every step as a card: who, timing, tokens, text, tool calls and arguments,
     observations (with images), parse errors and loop-policy badges."""
     media = media or {}
+    offered = {spec.get("name"): spec for spec in detail.trajectory.offered_tools or []}
     for v in step_views(detail.trajectory):
         if v.role == "user" and not show_user:
             continue
         with st.container(border=True, key=f"step-{v.idx}"):
             st.markdown(_header(v, first_wrong))
             if v.role == "tool":
+                spec = offered.get(v.title[len("Tool ") :]) if v.title.startswith("Tool ") else None
+                if spec is not None and spec.get("source") == "mcp":
+                    st.caption(f"answered by {_tool_source(spec)}")
                 show_text(v.observation, empty="(no output)")
             elif v.role == "actor" or v.text:
                 show_text(v.text, empty="(empty turn)")
             for name, args in v.calls:
                 st.markdown(f"↳ calls **{md_escape(name)}** with")
                 show_json(args if args is not None else {})
+                spec = offered.get(name)
+                if spec is not None:  # the schema the call was made against, and who answered it
+                    with st.expander(f"schema of {name} · {_tool_source(spec)}", icon=":material/schema:"):
+                        show_json(spec.get("parameters") or {})
+                elif offered:
+                    st.caption(f"{name} was not among the tools offered")
             if v.parse_error:
                 st.markdown(":red[**Parse error**]")
                 show_text(v.parse_error)

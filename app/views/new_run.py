@@ -5,8 +5,11 @@ from components.data import store
 from components.launch import (
     DEFAULT_SUITE,
     DEMO_SPEC,
+    brings_own_tools,
     build_config,
     cases_from_upload,
+    mcp_entry,
+    python_tool_paths,
     runtime_settings,
     start_api_worker,
 )
@@ -15,6 +18,7 @@ from components.safe import md_escape, md_with_code
 from evalrx.core import Capability
 from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
 from evalrx.specs import REGISTRY, weights_installed
+from evalrx.store import list_mcp_servers, save_mcp_server
 from evalrx.suites import CaseFileError, list_suites, load_cases
 from evalrx.tools import TOOLS
 
@@ -36,6 +40,11 @@ def _tool_descriptions() -> dict:
 @st.cache_data(show_spinner=False)
 def _suite_size(name: str) -> int:
     return len(load_cases(name))
+
+
+@st.cache_data(show_spinner=False)
+def _suite_cases(name: str) -> list:
+    return load_cases(name)
 
 
 @st.cache_data(show_spinner=False)
@@ -87,11 +96,6 @@ with left:
     if backend is None:
         st.error("No backend can serve this model.")
 
-    descriptions = _tool_descriptions()
-    default_tools = [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
-    tools = st.multiselect("Tools the agent may call", sorted(TOOLS), default=default_tools, key="tools")
-    st.caption("  \n".join(f"**{md_escape(n)}**: {md_escape(descriptions.get(n, ''))}" for n in sorted(TOOLS)))
-
     source = st.segmented_control(
         "Cases", ["Bundled suite", "Upload a case file"], default="Bundled suite", key="source", required=True
     )
@@ -117,6 +121,50 @@ with left:
             "Suite", suites, index=suites.index(DEFAULT_SUITE) if DEFAULT_SUITE in suites else 0, key="suite"
         )
         st.caption(f"{_suite_size(suite)} cases")
+    own = brings_own_tools(cases if cases is not None else (_suite_cases(suite) if suite else []))
+    descriptions = _tool_descriptions()
+    default_tools = (
+        []
+        if own  # a benchmark's cases are written for their own functions: nothing else by default
+        else [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
+    )
+    tools = st.multiselect(
+        "Built-in tools the agent may call", sorted(TOOLS), default=default_tools, key=f"tools-{own}"
+    )
+    st.caption("  \n".join(f"**{md_escape(n)}**: {md_escape(descriptions.get(n, ''))}" for n in sorted(TOOLS)))
+    if own:
+        st.caption("Each case brings its own functions; the model is offered them beside any tools picked here.")
+    py_tools = st.text_input(
+        "Python functions as tools",
+        key="py_tools",
+        placeholder="package.module:function, ...",
+        help="Importable on the worker; the schema comes from the signature and the docstring, "
+        "and every call's arguments are checked against it.",
+    )
+    saved = {entry["name"]: entry for entry in list_mcp_servers(store=S)}
+    mcp_names = st.multiselect(
+        "MCP servers",
+        sorted(saved),
+        key="mcp",
+        help="Their tools are offered to the agent; each case gets a fresh session unless a server shares one.",
+    )
+    with st.expander("Add an MCP server"):
+        new_name = st.text_input("Name", key="mcp_new_name", placeholder="time")
+        new_entry = st.text_area(
+            "Its mcpServers entry (JSON)",
+            key="mcp_new_entry",
+            placeholder='{"command": "python", "args": ["-m", "mcp_server_time"], "env": {"TOKEN": "${MY_TOKEN}"}}',
+            help="Write secrets as ${VAR}: the worker reads VAR from its own environment; no value is stored.",
+        )
+        if st.button("Save server", key="mcp_save"):
+            try:
+                entry = mcp_entry(new_name, new_entry)
+                save_mcp_server(entry["name"], entry, store=S)
+            except ValueError as exc:
+                st.error(md_escape(exc))
+            else:
+                st.success(f"Saved {entry['name']}; pick it above.")
+                st.rerun()
     limit = st.number_input("Run only the first N cases (0 = all)", min_value=0, value=0, step=1, key="limit")
     if _is_real(spec_key):
         n_cases = len(cases) if cases is not None else (_suite_size(suite) if suite else 0)
@@ -234,7 +282,8 @@ with right:
             config = build_config(
                 spec=spec_key,
                 backend=backend,
-                tools=tools,
+                tools=list(tools) + python_tool_paths(py_tools),
+                mcp_servers=[saved[n] for n in mcp_names if n in saved],
                 suite=suite,
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),
                 max_turns=max_turns,

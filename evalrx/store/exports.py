@@ -59,6 +59,14 @@ def iter_export_rows(
                 c.id: c
                 for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_row_id for i in chunk}))).scalars()
             }
+            offered: dict = {i: [] for i in chunk}
+            for tid_, spec in s.execute(
+                select(t.OfferedTool.trajectory_id, t.ToolSpec.spec)
+                .join(t.ToolSpec, t.ToolSpec.digest == t.OfferedTool.tool_digest)
+                .where(t.OfferedTool.trajectory_id.in_(chunk))
+                .order_by(t.OfferedTool.trajectory_id, t.OfferedTool.position)
+            ):
+                offered[tid_].append(dict(spec))
             for tid in chunk:
                 row = trajs[tid]
                 if row.run_id not in runs_info:
@@ -67,6 +75,7 @@ def iter_export_rows(
                 run_info = runs_info[row.run_id]
                 case = case_rows[row.case_row_id]
                 traj = convert.trajectory_from_rows(row, steps[tid])
+                traj.offered_tools = offered[tid]
                 case_out = convert.case_dict(case)
                 sha = case_out.pop("image_sha256")
                 if sha:
