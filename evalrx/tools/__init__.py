@@ -52,4 +52,31 @@ def get_tools(names: Iterable[str] | str, case: Any = None) -> list[Tool]:
     return [TOOLS[n](case) for n in wanted]
 
 
-__all__ = ["TOOLS", "Tool", "ToolFactory", "calculator", "get_tools", "register_tool"]
+# MCP support loads the `mcp` SDK's models only when asked for (`from evalrx.tools import McpServer`).
+_LAZY = {
+    "McpServer": "evalrx.tools.mcp_servers",
+    "load_mcp_config": "evalrx.tools.mcp_servers",
+    "open_mcp_tools": "evalrx.tools.mcp_servers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evalrx.tools' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "TOOLS",
+    "McpServer",
+    "Tool",
+    "ToolFactory",
+    "calculator",
+    "get_tools",
+    "load_mcp_config",
+    "open_mcp_tools",
+    "register_tool",
+]
