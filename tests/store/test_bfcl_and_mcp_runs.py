@@ -1,0 +1,199 @@
+"""BFCL cases and MCP tools through the real worker and store, against an API model on loopback.
+
+The model is an OpenAI-compatible server on a real socket that checks what it is sent (wire-named
+tools, JSON Schema, the MCP server's tools) and answers with native tool calls; the MCP server is
+the real `mcp-server-time` from PyPI over stdio.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+import evalrx.store as S
+from evalrx.config import ModelConfig, RunConfig
+from evalrx.runner import Worker, enqueue_run
+from evalrx.suites import load_cases
+
+BFCL_TYPES = {"dict", "float", "tuple", "any"}
+
+
+def _schema_types(schema, out):
+    if isinstance(schema, dict):
+        if isinstance(schema.get("type"), str):
+            out.add(schema["type"])
+        for sub in (schema.get("properties") or {}).values():
+            _schema_types(sub, out)
+        _schema_types(schema.get("items"), out)
+    return out
+
+
+class ToolServer:
+    """Answers chat completions with native tool calls chosen by `plan(prompt, tools)`, or with text
+    once a tool result is in the conversation; records every request body (`requests`)."""
+
+    def __init__(self, plan) -> None:
+        requests = self.requests = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                requests.append(body)
+                messages, tools = body["messages"], body.get("tools") or []
+                prompt = next(m["content"] for m in messages if m["role"] == "user")
+                results = [m for m in messages if m["role"] == "tool"]
+                calls = [] if results else plan(prompt, tools)
+                if calls:
+                    content = None
+                elif results:
+                    content = f"done: {str(results[-1]['content'])[:200]}"
+                else:
+                    content = "No function fits this request."
+                message = {"role": "assistant", "content": content}
+                if calls:
+                    message["tool_calls"] = [
+                        {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+                        for i, (n, a) in enumerate(calls)
+                    ]
+                reply = {
+                    "id": "c",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "message": message}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }
+                data = json.dumps(reply).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-evalrx-test-not-a-real-key")
+
+
+def test_a_bfcl_run_on_an_api_model_is_graded_by_its_calls_and_keeps_its_tools(store_url, api_key):
+    store = S.connect(store_url)
+    simple = {c.id: c for c in load_cases("bfcl/simple_python")}
+    cases = [simple["simple_python_0"], simple["simple_python_1"], simple["simple_python_2"]]
+    cases.append(load_cases("bfcl/irrelevance")[0])
+    by_prompt = {c.inputs.prompt: c for c in cases}
+
+    def plan(prompt, tools):
+        case = by_prompt[prompt]
+        if not case.meta["reference_calls"]:
+            return []
+        ref = case.meta["reference_calls"][0]
+        args = dict(ref["arguments"])
+        if case.id == "simple_python_0":
+            args["unit"] = "cm"  # not among BFCL's answers: this case fails, and says why
+        return [(ref["name"].replace(".", "_"), args)]
+
+    with ToolServer(plan) as server:
+        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=[], max_turns=3, base_url=server.url)
+        run_id = enqueue_run(cfg, cases, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    # The server saw valid OpenAI names and JSON Schema, never BFCL's dialect.
+    for body in server.requests:
+        for tool in body.get("tools") or []:
+            assert "." not in tool["function"]["name"]
+            assert not (_schema_types(tool["function"]["parameters"], set()) & BFCL_TYPES)
+    assert len(server.requests) == 4, "a call-graded case ends at its first calling turn: one request each"
+    rows = {r.sample_id: r for r in S.list_trajectories(run_id=run_id, limit=10, store=store).rows}
+    assert {k: r.outcome for k, r in rows.items()} == {
+        "simple_python_0": "fail",
+        "simple_python_1": "pass",
+        "simple_python_2": "pass",
+        "irrelevance_0": "pass",
+    }
+    assert {r.terminated for k, r in rows.items() if k != "irrelevance_0"} == {"calls"}
+    assert rows["simple_python_0"].diagnosis_kind == "bad_arguments"
+    failed = S.get_trajectory(rows["simple_python_0"].id, store=store)
+    assert failed.trajectory.metrics["grade_reason"] == "`unit`: got 'cm', want one of 'units', ''"
+    fact = S.get_trajectory(rows["simple_python_1"].id, store=store)
+    assert fact.trajectory.steps[1].tool_calls[0]["name"] == "math.factorial"  # BFCL's name, not the wire name
+    offered = fact.trajectory.offered_tools
+    assert [(t["name"], t["source"]) for t in offered] == [("math.factorial", "case")]
+    assert offered[0]["parameters"]["properties"]["number"]["type"] == "integer"
+    # Exported, the trajectory carries what it was offered (a name apart from the tools it called).
+    rows_out = list(S.iter_export_rows(run_id, store=store))
+    by_case = {r["case_id"]: r for r in rows_out}
+    assert by_case["simple_python_1"]["offered_tools"] == offered
+
+
+def _time_server() -> dict:
+    return {"name": "time", "command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"]}
+
+
+def _children() -> set:
+    import os
+
+    me = str(os.getpid())
+    found = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as fh:
+                    if fh.read().rsplit(")", 1)[1].split()[1] == me:
+                        found.add(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sqlite_url, api_key):
+    store = S.connect(sqlite_url)
+    cases = load_cases("demo/arithmetic_easy")[:2]
+    before = _children()
+
+    def plan(prompt, tools):
+        names = {t["function"]["name"] for t in tools}
+        assert {"get_current_time", "convert_time", "calculator"} <= names  # the server's tools beside the run's
+        return [("get_current_time", {"timezone": "UTC"})]
+
+    with ToolServer(plan) as server:
+        cfg = RunConfig(
+            model=ModelConfig("gpt-4o-mini", backend="api"),
+            tools=["calculator"],
+            mcp_servers=[_time_server()],
+            max_turns=3,
+            base_url=server.url,
+        )
+        run_id = enqueue_run(cfg, cases, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    rows = S.list_trajectories(run_id=run_id, limit=10, store=store).rows
+    assert len(rows) == 2 and all(r.outcome in ("pass", "fail") for r in rows)
+    detail = S.get_trajectory(rows[0].id, store=store)
+    tool_step = next(s for s in detail.trajectory.steps if s.role.value == "tool")
+    assert tool_step.content == "get_current_time"
+    assert "UTC" in json.dumps(tool_step.observation)  # the real server's answer
+    offered = {t["name"]: t for t in detail.trajectory.offered_tools}
+    assert offered["get_current_time"]["source"] == "mcp" and offered["get_current_time"]["origin"] == "time"
+    assert offered["get_current_time"]["annotations"].get("read_only_hint") is True
+    assert offered["calculator"]["source"] == "builtin"
+    assert _children() <= before, "every case's server session was closed"
