@@ -7,22 +7,18 @@ put one in the store by mistake.
 
 from __future__ import annotations
 
-import re
-
 from sqlalchemy import delete, select
 
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
-from evalrx.store.runs import is_secret_name
-
-_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
+from evalrx.store.runs import is_env_reference, is_secret_name
 
 
 def _check_no_secret(name: str, config: dict) -> None:
     for section in ("env", "headers"):
         for key, value in (config.get(section) or {}).items():
-            if is_secret_name(key) and not (isinstance(value, str) and _REFERENCE.match(value)):
+            if is_secret_name(key) and not is_env_reference(value):
                 raise ValueError(
                     f"MCP server {name!r}: {section}.{key} holds a secret; write it as ${{{key}}} "
                     "and export the variable where the worker runs"

@@ -164,9 +164,17 @@ def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
     return cfg
 
 
+# `${VAR}`: the name of an environment variable (an MCP server's secret), read where the server starts.
+_ENV_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
+
+
+def is_env_reference(value: Any) -> bool:
+    return isinstance(value, str) and bool(_ENV_REFERENCE.match(value))
+
+
 def _strip_secrets(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_secrets(v) for k, v in value.items() if not is_secret_name(k)}
+        return {k: _strip_secrets(v) for k, v in value.items() if not is_secret_name(k) or is_env_reference(v)}
     if isinstance(value, list):
         return [_strip_secrets(v) for v in value]
     return clean_url(value) if isinstance(value, str) and "://" in value else value

@@ -1,0 +1,87 @@
+"""The pages and real tools: New run on a BFCL suite (no built-in tools by default), saved MCP servers
+(a secret is never stored), and the Trajectory page's offered tools, call schemas and grade reason."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+
+from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from test_bfcl_cases import Scripted, call  # noqa: E402
+
+import evalrx.store as S  # noqa: E402
+from evalrx.models.agent import run_case  # noqa: E402
+from evalrx.suites import case_tools, load_cases  # noqa: E402
+
+
+def _stored_bfcl_failure(url: str) -> int:
+    """A BFCL case whose call has a wrong value, run by a scripted model and stored as a worker would."""
+    from evalrx.diagnosis import diagnose
+    from evalrx.store import runs
+    from evalrx.store.queries import pending_cases
+
+    case = next(c for c in load_cases("bfcl/simple_python") if c.id == "simple_python_0")
+    traj = run_case(
+        Scripted(call("calculate_triangle_area", base=10, height=5, unit="cm")), case, case_tools(case), grade=True
+    )
+    found = diagnose(traj, case=case, tools=case_tools(case))
+    with S.connect(url).write() as s:
+        run_id = runs.create_run(
+            s, name="bfcl", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"}}, cases=[case]
+        )
+        ((_, case_row_id, _),) = pending_cases(s, run_id)
+        return runs.save_trajectory(s, run_id, case_row_id, traj, diagnoses=found)
+
+
+def test_trajectory_page_shows_offered_tools_call_schemas_and_why_the_grade_failed(store_url):
+    tid = _stored_bfcl_failure(store_url)
+    at = open_page("trajectory", id=tid)
+    shown = texts(at)
+    assert "Why the grade failed" in shown
+    assert "`unit`: got 'cm', want one of 'units', ''" in [c.value for c in at.code]
+    labels = [e.label for e in at.expander]
+    assert "Tools offered (1)" in labels
+    assert any(label.startswith("schema of calculate_triangle_area · the case's own document") for label in labels)
+    assert "calls **calculate\\_triangle\\_area**" in shown or "calls **calculate_triangle_area**" in shown
+
+
+def test_new_run_on_a_bfcl_suite_offers_no_built_in_tools_by_default(store_url):
+    at = open_page("new_run")
+    at.selectbox(key="suite").set_value("bfcl/simple_python").run()
+    assert not at.exception
+    assert at.multiselect(key="tools-True").value == []
+    assert "Each case brings its own functions" in texts(at)
+    at.number_input(key="limit").set_value(2)
+    at.button(key="launch").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (run,) = S.list_runs(store=store_url)
+    assert run.config["tools"] == [] and run.config["suite"] == "bfcl/simple_python" and run.n_cases == 2
+
+
+def test_a_saved_mcp_server_keeps_secrets_as_names_and_reaches_the_run(store_url):
+    at = open_page("new_run")
+    at.text_input(key="mcp_new_name").set_value("git")
+    at.text_area(key="mcp_new_entry").set_value(
+        json.dumps({"command": "python", "args": ["-m", "mcp_server_git"], "env": {"GITHUB_TOKEN": "ghp_literal"}})
+    )
+    at.button(key="mcp_save").click().run()
+    assert [e.value for e in at.error] and "GITHUB\\_TOKEN" in at.error[0].value and "secret" in at.error[0].value
+    assert S.list_mcp_servers(store=store_url) == []  # refused: nothing stored
+    at.text_area(key="mcp_new_entry").set_value(
+        json.dumps({"command": "python", "args": ["-m", "mcp_server_git"], "env": {"GITHUB_TOKEN": "${GH_TOKEN}"}})
+    )
+    at.button(key="mcp_save").click().run()
+    assert not at.exception
+    (saved,) = S.list_mcp_servers(store=store_url)
+    assert saved["name"] == "git" and saved["env"] == {"GITHUB_TOKEN": "${GH_TOKEN}"}
+    at.multiselect(key="mcp").set_value(["git"])
+    at.number_input(key="limit").set_value(1)
+    at.button(key="launch").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (run,) = S.list_runs(store=store_url)
+    assert run.config["mcp_servers"] == [saved]
+    assert "ghp_" not in json.dumps(run.config)
