@@ -51,7 +51,7 @@ class ToolServer:
                 messages, tools = body["messages"], body.get("tools") or []
                 prompt = next(m["content"] for m in messages if m["role"] == "user")
                 results = [m for m in messages if m["role"] == "tool"]
-                calls = [] if results else plan(prompt, tools)
+                calls = [] if results or not tools else plan(prompt, tools)  # no tools: a ping
                 if calls:
                     content = None
                 elif results:
