@@ -125,13 +125,13 @@ def main(argv: "list[str] | None" = None) -> int:
     path = Path(args.store or f"/tmp/bfcl_runs_{os.getpid()}.sqlite")
     upgrade(f"sqlite:///{path}")
     store = connect(f"sqlite:///{path}")
-    results = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    per_spec = results.setdefault("runs", {}).setdefault(args.spec, {})
     for category in [c.strip() for c in args.categories.split(",") if c.strip()]:
         print(f"{args.spec} on bfcl/{category} ...", file=sys.stderr, flush=True)
         figures = run_category(store, args.spec, category, args.limit, args.max_new_tokens)
-        per_spec[category] = figures
         print(json.dumps({category: figures}, indent=1), flush=True)
+        # Read again before writing: another sitting (another spec) may have written meanwhile.
+        results = json.loads(OUT.read_text()) if OUT.is_file() else {}
+        results.setdefault("runs", {}).setdefault(args.spec, {})[category] = figures
         results["machine"] = {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
