@@ -23,7 +23,7 @@ def run_to_jsonl(args: Any) -> int:
     if args.limit:
         cases = cases[: args.limit]
     from evalrx.config import ModelConfig, RunConfig
-    from evalrx.runner.toolset import McpSessions, case_toolset, mcp_server_entries, run_tools, static_tools
+    from evalrx.runner.toolset import case_toolset, mcp_server_entries, mcp_sessions, run_tools, static_tools
 
     run = RunConfig(
         model=ModelConfig(args.spec),
@@ -31,7 +31,7 @@ def run_to_jsonl(args: Any) -> int:
         mcp_servers=mcp_server_entries(args.mcp_config),
     )
     get_tools(run.tools)  # fail on an unknown tool before loading weights
-    sessions = McpSessions(run) if run.mcp_servers else None
+    sessions = mcp_sessions(run)
     runtime = {"base_url": args.base_url} if args.base_url else {}
     runtime.update(
         {

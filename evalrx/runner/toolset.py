@@ -3,7 +3,7 @@
 A case is offered the run's tools (built-in names and `package.module:function` paths), its own
 function documents (a BFCL entry's), and the tools of the run's MCP servers: a fresh server session
 per case and attempt, so a stateful server starts each case clean, unless a server's config shares
-one session across cases (`McpSessions` keeps those open for a whole job).
+one session across cases (`mcp_sessions` gives the pool that keeps those open for a whole job).
 """
 
 from __future__ import annotations
@@ -45,49 +45,18 @@ def static_tools(run: RunConfig, case: Any) -> list:
     return list(get_tools(run.tools, case=case)) + case_tools(case)
 
 
-class McpSessions:
-    """The run's MCP servers for one job: shared sessions stay open across cases, the others open per case."""
+def mcp_sessions(run: RunConfig) -> Optional[Any]:
+    """The run's MCP servers for one job (`McpSessionPool`: shared sessions stay open, restarted when broken;
+    the others open per case), or None for a run without servers."""
+    if not run.mcp_servers:
+        return None
+    from evalrx.tools.mcp_servers import McpServer, McpSessionPool
 
-    def __init__(self, run: RunConfig) -> None:
-        from evalrx.tools.mcp_servers import McpServer
-
-        servers = [McpServer.from_dict(d) for d in run.mcp_servers or []]
-        self.fresh = [s for s in servers if not s.share_session]
-        self.shared = [s for s in servers if s.share_session]
-        self._shared_box: Optional[Any] = None
-
-    def shared_tools(self) -> list:
-        if not self.shared:
-            return []
-        if self._shared_box is None:
-            from evalrx.tools.mcp_servers import open_mcp_tools
-
-            self._shared_box = open_mcp_tools(self.shared)
-        return list(self._shared_box.tools)
-
-    @contextlib.contextmanager
-    def for_case(self) -> Iterator[list]:
-        """The MCP tools of one case; a fresh session's servers stop when the case ends."""
-        tools = self.shared_tools()
-        if not self.fresh:
-            yield tools
-            return
-        from evalrx.tools.mcp_servers import open_mcp_tools
-
-        box = open_mcp_tools(self.fresh)
-        try:
-            yield tools + list(box.tools)
-        finally:
-            box.close()
-
-    def close(self) -> None:
-        if self._shared_box is not None:
-            self._shared_box.close()
-            self._shared_box = None
+    return McpSessionPool([McpServer.from_dict(d) for d in run.mcp_servers])
 
 
 @contextlib.contextmanager
-def case_toolset(run: RunConfig, case: Any, sessions: Optional[McpSessions] = None) -> Iterator[list]:
+def case_toolset(run: RunConfig, case: Any, sessions: Optional[Any] = None) -> Iterator[list]:
     """Every tool one case is offered, MCP servers started for it and stopped after.
 
     Raises:
@@ -98,13 +67,16 @@ def case_toolset(run: RunConfig, case: Any, sessions: Optional[McpSessions] = No
         yield tools
         return
     owned = sessions is None
-    sessions = sessions or McpSessions(run)
+    pool = sessions if sessions is not None else mcp_sessions(run)
     try:
-        with sessions.for_case() as mcp_tools:
-            yield tools + mcp_tools
+        box = pool.open_case()
+        try:
+            yield tools + list(box.tools)
+        finally:
+            box.close()  # the case's own servers stop; shared ones stay with the pool
     finally:
         if owned:
-            sessions.close()
+            pool.close()
 
 
-__all__ = ["DEFAULT_TOOLS", "McpSessions", "case_toolset", "mcp_server_entries", "run_tools", "static_tools"]
+__all__ = ["DEFAULT_TOOLS", "case_toolset", "mcp_server_entries", "mcp_sessions", "run_tools", "static_tools"]

@@ -35,7 +35,7 @@ from evalrx.runner.argtypes import interval_seconds, positive_int
 from evalrx.runner.diagnose import diagnose_case, rediagnose
 from evalrx.runner.keys import ENV_RUN_KEY, api_key_for
 from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
-from evalrx.runner.toolset import McpSessions, case_toolset
+from evalrx.runner.toolset import case_toolset, mcp_sessions
 from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs
 from evalrx.store.engine import SchemaError, Store, connect
@@ -292,14 +292,14 @@ class Worker:
 
         get_tools(run.tools)  # an unknown tool fails the job before the model loads
         hooks = analysis.resolve(run.analyzers)
-        sessions = McpSessions(run) if run.mcp_servers else None
+        sessions = mcp_sessions(run)
         try:
             return self._run_cases(job, run, cases, hooks, sessions)
         finally:
             if sessions is not None:
                 sessions.close()
 
-    def _run_cases(self, job: Any, run: RunConfig, cases: list, hooks: list, sessions: Optional[McpSessions]) -> str:
+    def _run_cases(self, job: Any, run: RunConfig, cases: list, hooks: list, sessions: Optional[Any]) -> str:
         handle = load_handle(run, self._run_key)
         # The load is the run's, kept apart from its first case's step latency.
         update_run_meta(job.run_id, model_load_ms=getattr(handle, "load_ms", None), store=self.store)
@@ -331,7 +331,7 @@ class Worker:
     # ------------------------------------------------------------ cases
 
     def _run_case(
-        self, handle: Any, run: RunConfig, case: FailureCase, attempt: int = 1, sessions: Optional[McpSessions] = None
+        self, handle: Any, run: RunConfig, case: FailureCase, attempt: int = 1, sessions: Optional[Any] = None
     ) -> CaseResult:
         from evalrx.models.agent import error_trajectory, run_case
 
@@ -359,7 +359,7 @@ class Worker:
         return CaseResult(traj, tools, _images_by_step(traj, captured))
 
     def _results_serial(
-        self, run_id: int, handle: Any, run: RunConfig, cases: list, sessions: Optional[McpSessions] = None
+        self, run_id: int, handle: Any, run: RunConfig, cases: list, sessions: Optional[Any] = None
     ) -> Iterator[tuple]:
         for case_row_id, attempt, case in cases:
             if self._lost():
@@ -374,7 +374,7 @@ class Worker:
         run: RunConfig,
         cases: list,
         width: int,
-        sessions: Optional[McpSessions] = None,
+        sessions: Optional[Any] = None,
     ) -> Iterator[tuple]:
         """A bounded pool: at most `width` cases in flight; results in completion order."""
         pending = iter(cases)

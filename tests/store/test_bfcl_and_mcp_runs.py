@@ -11,6 +11,7 @@ import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -197,3 +198,51 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     assert offered["get_current_time"]["annotations"].get("read_only_hint") is True
     assert offered["calculator"]["source"] == "builtin"
     assert _children() <= before, "every case's server session was closed"
+
+
+FLAKY = str(Path(__file__).resolve().parents[1] / "fixtures" / "mcp_flaky_server.py")
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_mcp_images_are_stored_a_crash_is_an_observation_and_sessions_are_per_case_unless_shared(
+    sqlite_url, api_key, caplog, shared
+):
+    store = S.connect(sqlite_url)
+    cases = load_cases("demo/arithmetic_easy")[:5]
+    script = {c.inputs.prompt: tool for c, tool in zip(cases, ["pid", "pid", "crash", "pid", "picture"])}
+
+    def plan(prompt, tools):
+        return [(script[prompt], {})]
+
+    server_entry = {"name": "flaky", "command": sys.executable, "args": [FLAKY], "timeout": 10}
+    if shared:
+        server_entry["shareSession"] = True
+    before = _children()
+    with caplog.at_level("INFO", logger="evalrx.worker"), ToolServer(plan) as server:
+        cfg = RunConfig(
+            model=ModelConfig("gpt-4o-mini", backend="api"),
+            tools=[],
+            mcp_servers=[server_entry],
+            max_turns=2,
+            base_url=server.url,
+            concurrency=1,
+        )
+        run_id = enqueue_run(cfg, cases, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    rows = {r.sample_id: r for r in S.list_trajectories(run_id=run_id, limit=10, store=store).rows}
+    assert len(rows) == 5 and all(r.outcome != "error" for r in rows.values())  # every case went on
+
+    def tool_step(case):
+        detail = S.get_trajectory(rows[case.id].id, store=store)
+        return detail, next(s for s in detail.trajectory.steps if s.role.value == "tool")
+
+    (_, pid1), (_, pid2), (_, crash), (_, pid3), _ = (tool_step(c) for c in cases)
+    assert S.step_media(rows[cases[4].id].id, store=store), "the server's image is stored like any tool image"
+    assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation)
+    assert "flaky server starting" in caplog.text, "the server's stderr goes to the worker log"
+    assert not pid3.span.get("tool_error") and pid3.observation != pid1.observation  # a new server after the crash
+    if shared:
+        assert pid1.observation == pid2.observation  # one session (one server process) across cases
+    else:
+        assert pid1.observation != pid2.observation  # a fresh server per case
+    assert _children() <= before
