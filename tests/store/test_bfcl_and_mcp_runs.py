@@ -174,13 +174,13 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
 
     def plan(prompt, tools):
         names = {t["function"]["name"] for t in tools}
-        assert {"get_current_time", "convert_time", "calculator"} <= names  # the server's tools beside the run's
-        return [("get_current_time", {"timezone": "UTC"})]
+        assert {"get_current_time", "convert_time", "calculator", "add"} <= names  # the server's beside the run's
+        return [("get_current_time", {"timezone": "UTC"}), ("add", {"a": 2, "b": "x"}), ("add", {"a": 2, "b": 3})]
 
     with ToolServer(plan) as server:
         cfg = RunConfig(
             model=ModelConfig("gpt-4o-mini", backend="api"),
-            tools=["calculator"],
+            tools=["calculator", "fixtures.pyfuncs:add"],  # a built-in and a Python function
             mcp_servers=[_time_server()],
             max_turns=3,
             base_url=server.url,
@@ -197,6 +197,11 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     assert offered["get_current_time"]["source"] == "mcp" and offered["get_current_time"]["origin"] == "time"
     assert offered["get_current_time"]["annotations"].get("read_only_hint") is True
     assert offered["calculator"]["source"] == "builtin"
+    assert (offered["add"]["source"], offered["add"]["origin"]) == ("python", "fixtures.pyfuncs:add")
+    assert offered["add"]["parameters"]["required"] == ["a", "b"]
+    bad, good = [s for s in detail.trajectory.steps if s.role.value == "tool" and s.content == "add"]
+    assert bad.span.get("tool_error") and "b" in str(bad.observation)  # validated against the schema first
+    assert str(good.observation) == "5"
     assert _children() <= before, "every case's server session was closed"
 
 
