@@ -204,7 +204,7 @@ def conversation_from_trajectory(
     Raises:
         ValueError: `style` names no registered codec.
     """
-    from evalrx.core.tool import ChatTurn, ToolCall
+    from evalrx.core.tool import ChatTurn, ToolCall, wire_name
     from evalrx.models.toolcodec import CODECS
     from evalrx.specs import style_key
 
@@ -230,7 +230,10 @@ def conversation_from_trajectory(
             forced = bool(s.span.get("forced_final"))
             if forced:
                 built.final_nudge()
-            calls = [] if forced else [normalize_call(c) for c in (s.tool_calls or [])]
+            # The model saw and wrote each tool's wire name (`math_factorial`); the step keeps its own (`math.factorial`).
+            calls = [] if forced else [dict(normalize_call(c)) for c in (s.tool_calls or [])]
+            for c in calls:
+                c["name"] = wire_name(c["name"])
             text = s.content or ""
             chat = ChatTurn(text=text)
             native = bool(calls) and not codec.parse(chat).calls  # no markup this codec reads
@@ -260,7 +263,7 @@ def conversation_from_trajectory(
                 continue
             i = int(s.span.get("call", 0) or 0)
             call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
-            tc = ToolCall(name=s.content or call["name"], id=call.get("id"))
+            tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
             built.tool(tc, text, [None] * _n_images(s.observation), step=s.idx)  # images as placeholders
     built.end_turn()
     messages, info = built.messages, built.info

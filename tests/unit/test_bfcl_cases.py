@@ -34,7 +34,8 @@ class Scripted:
     def chat(self, messages, tools=None, **kw):
         self.tools_seen.append(tools)
         self.messages_seen.append([dict(m) for m in messages])
-        return ChatTurn(text=self.texts.pop(0) if self.texts else "done")
+        reply = self.texts.pop(0) if self.texts else "done"
+        return reply if isinstance(reply, ChatTurn) else ChatTurn(text=reply)
 
 
 def call(name: str, **args) -> str:
@@ -187,3 +188,21 @@ def test_case_files_may_carry_function_documents(tmp_path):
     with pytest.raises(CaseFileError) as err:
         load_case_file(bad)
     assert "bad tool document" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("style", ["hermes", "openai"])
+def test_replay_rebuilds_the_conversation_the_model_saw_under_wire_names(style):
+    """The white-box analyzers score what the model saw: its tool's wire name, not the name the step keeps."""
+    from evalrx.analyzers._conversation import messages_from_trajectory
+    from evalrx.core import FailureCase, Tool
+
+    tool = Tool("math.add", "add", {"type": "object", "properties": {"a": {"type": "integer"}}}, fn=lambda a: a + 1)
+    h = Scripted(call("math_add", a=1), "It is 2.")
+    if style == "openai":  # native calls, as an API server returns them
+        h.spec = ModelSpec("scripted", "test", tool_call_style="openai")
+        fn = {"name": "math_add", "arguments": '{"a": 1}'}
+        h.texts = [ChatTurn(text="", tool_calls=[{"id": "c0", "type": "function", "function": fn}]), "It is 2."]
+    traj = Agent(h, [tool], max_turns=3).run(FailureCase.from_prompt("add one to 1"))
+    assert traj.steps[1].tool_calls[0]["name"] == "math.add" and traj.final_answer == "It is 2."
+    rebuilt = messages_from_trajectory(traj, None, [tool], style=style)
+    assert rebuilt[:-1] == h.messages_seen[-1]  # up to the answer, which the model saw nothing after
