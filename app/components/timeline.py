@@ -34,14 +34,15 @@ def _image(store: Any, sha: str, caption: str) -> None:
 
 
 def system_prompt(detail: Any, *, store: Any) -> Optional[str]:
-    """The system prompt the model saw: the case's (imports keep it in the case meta), else the run's."""
+    """The system prompt the model saw: the run's, then the case's own (imports and BFCL entries keep it in
+    the case meta), as the agent loop joins them."""
     from evalrx.store import get_run
 
-    text = ((detail.case or {}).get("meta") or {}).get("system")
-    if not text:
-        run = get_run(detail.row.run_id, store=store)
-        text = (run.config or {}).get("system") if run is not None else None
-    return str(text) if text else None
+    run = get_run(detail.row.run_id, store=store)
+    parts = [(run.config or {}).get("system") if run is not None else None]
+    parts.append(((detail.case or {}).get("meta") or {}).get("system"))
+    text = "\n\n".join(str(p) for p in parts if isinstance(p, str) and p.strip())
+    return text or None
 
 
 def render_system_prompt(detail: Any, *, store: Any) -> None:

@@ -255,7 +255,7 @@ class Agent:
         codec = self.codec
         stop_at_calls = ends_at_calls(case)  # graded by its calls: they are the answer, never run
 
-        conversation = ConversationBuilder(codec, case_system(self.system, case))  # the one builder replay uses
+        conversation = ConversationBuilder(codec, case_system(self.system, case.meta))  # the one builder replay uses
         conversation.prompt(goal, case.inputs.image)
         messages = conversation.messages
         steps: list = [Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})]
@@ -401,9 +401,9 @@ def _wire_names(tools: "list[Tool]") -> dict:
     return names
 
 
-def case_system(system: Optional[str], case: FailureCase) -> Optional[str]:
+def case_system(system: Optional[str], case_meta: Optional[dict]) -> Optional[str]:
     """The system prompt of one case: the run's, then the case's own (`meta["system"]`, e.g. a BFCL entry's)."""
-    own = (case.meta or {}).get("system")
+    own = (case_meta or {}).get("system")
     parts = [p for p in (system, own if isinstance(own, str) else None) if p and p.strip()]
     return "\n\n".join(parts) or None
 

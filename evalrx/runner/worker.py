@@ -430,7 +430,7 @@ class Worker:
                 trajectory=traj,
                 tools=tools,
                 tool_schemas=schemas,
-                system=case_system(run.system, case),
+                system=case_system(run.system, case.meta),
                 run_config=run,
             )
             records = analysis.run_all(hooks, ctx)
@@ -484,6 +484,7 @@ class Worker:
         """
         tid = req["trajectory_id"]
         try:
+            from evalrx.core.tool import Tool
             from evalrx.store.queries import get_trajectory
             from evalrx.tools import get_tools
 
@@ -495,14 +496,20 @@ class Worker:
             local = backend == "hf_local" and run.model.name
             name = req.get("model") or (run.model.name if local else analysis_store.default_replay_model())
             handle = self._local_handle(name, run)
-            tools = get_tools(run.tools)
+            # The tools the model was offered, as stored with the trajectory (a case's own, an MCP server's);
+            # trajectories stored before offered tools were kept get the run's.
+            offered = detail.trajectory.offered_tools
+            tools = [Tool.from_document(spec) for spec in offered] if offered else get_tools(run.tools)
+            from evalrx.models.agent import case_system
+
+            system = case_system(run.system, (detail.case or {}).get("meta"))
             ctx = analysis.CaseContext(
                 handle=handle,
                 case=None,
                 trajectory=detail.trajectory,
                 tools=tools,
                 tool_schemas=[tool.to_openai() for tool in tools],
-                system=run.system,
+                system=system,
                 run_config=run,
             )
             records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)

@@ -408,7 +408,7 @@ class _Session:
                     transport: Any = stdio_client(params, errlog=errlog)
                 else:
                     from mcp.client.streamable_http import streamable_http_client
-                    from mcp.shared._httpx_utils import create_mcp_http_client
+                    from mcp.shared._httpx_utils import create_mcp_http_client  # the SDK's own timeouts, plus headers
 
                     headers = _expand(server.name, "headers", server.headers, os.environ)
                     http = await stack.enter_async_context(create_mcp_http_client(headers=headers or None))
