@@ -87,6 +87,15 @@ def to_atif(row: dict) -> dict:
     agent = {"name": "evalrx", "version": __version__}
     if model:
         agent["model_name"] = str(model)
+    offered = [t for t in row.get("offered_tools") or [] if isinstance(t, dict) and t.get("name")]
+    if offered:  # ATIF's optional tool metadata, OpenAI-style, under the names the calls use
+        agent["tool_definitions"] = [
+            {
+                "type": "function",
+                "function": {k: t[k] for k in ("name", "description", "parameters") if k in t},
+            }
+            for t in offered
+        ]
     return {
         "schema_version": SCHEMA_VERSION,
         "session_id": session_id(
@@ -411,6 +420,12 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
         meta["atif_extra"] = doc["extra"]
     model = agent.get("model_name")
     name = str(agent.get("name") or "atif") + (f" ({model})" if model else "")
+    offered = []
+    for definition in agent.get("tool_definitions") or []:
+        fn = as_dict(as_dict(definition).get("function") or definition)
+        if isinstance(fn.get("name"), str) and fn["name"]:
+            params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+            offered.append({"name": fn["name"], "description": str(fn.get("description") or ""), "parameters": params})
     return {
         "sample_id": sid,
         "goal": goal,
@@ -418,6 +433,7 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
         "final_answer": final,
         "outcome": "unknown",
         "metrics": metrics,
+        "offered_tools": [dict(t, source="case") for t in offered],
         "case": {"id": sid, "prompt": goal, "meta": meta},
         "run": {
             "name": name,

@@ -26,6 +26,9 @@ def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
     if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
         raise ValueError(f"`attempt` / `epoch` must be a whole number from 1, not {attempt!r}")
     case = FailureCase(inputs=Inputs(prompt=goal), id=sample_id, expected=expected, meta=meta)
+    from evalrx.suites import case_tools
+
+    offered = [t.describe() for t in case_tools(case)]  # the function documents the transcript was made with
     traj = Trajectory(
         sample_id=sample_id,
         goal=goal,
@@ -35,6 +38,7 @@ def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
         outcome=outcome_of(verdict),
         metrics=trajectory_metrics(steps, final, {"source": "openai"}),
         attempt=attempt or 0,
+        offered_tools=offered,
     )
     return case, traj
 

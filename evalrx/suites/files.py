@@ -183,8 +183,18 @@ def case_tool_documents(case: Any) -> list[dict]:
 
 
 def case_tools(case: Any) -> list[Tool]:
-    """The case's own tools, offered beside the run's: documents only (graded by the calls, never run)."""
-    return [Tool.from_document(doc) for doc in case_tool_documents(case)]
+    """The case's own tools, offered beside the run's: documents only (graded by the calls, never run).
+
+    A document that is not one (an imported case's `tools` hold whatever its source wrote) is left out;
+    case files are checked when they load.
+    """
+    tools = []
+    for doc in case_tool_documents(case):
+        try:
+            tools.append(Tool.from_document(doc))
+        except ValueError:
+            continue
+    return tools
 
 
 __all__ = [
