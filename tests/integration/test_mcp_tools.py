@@ -451,9 +451,11 @@ def test_the_demo_model_runs_a_case_with_mcp_tools():
     handle = evalrx.load("demo", max_new_tokens=48)
     offered = _record_offered_tools(handle)
     with open_mcp_tools([time_server()]) as box:
-        trajectory = run_case(handle, "What time is it in UTC?", box.tools, max_turns=2)
+        # One tool: both schemas and a second turn overflow the demo model's 768-token context.
+        tools = [t for t in box.tools if t.name == "get_current_time"]
+        trajectory = run_case(handle, "What time is it in UTC?", tools, max_turns=2)
     assert trajectory.metrics["terminated"] in ("final", "max_turns"), trajectory.metrics
-    assert offered and all("get_current_time" in o and "convert_time" in o for o in offered)
+    assert offered and all("get_current_time" in o and "IANA timezone name" in o for o in offered)
     for step in trajectory.steps:
         if step.role is StepRole.TOOL and step.content == "get_current_time":
             assert "timezone" in str(step.observation)  # the server's answer or its error, not the loop's
