@@ -3,7 +3,7 @@
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
-from evalrx.core.model import Model
+from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 
@@ -21,6 +21,7 @@ __all__ = [
     "Capability",
     "CapabilityError",
     "ChatTurn",
+    "ContextOverflow",
     "FailureCase",
     "Inputs",
     "Label",

@@ -8,6 +8,14 @@ from evalrx.core.capability import Capability
 from evalrx.core.tool import ChatTurn
 
 
+class ContextOverflow(ValueError):
+    """The conversation no longer fits the model's context window: it is not sent (a backend raises it)."""
+
+    def __init__(self, tokens: int, context: int) -> None:
+        super().__init__(f"the conversation is {tokens:,} tokens, over the model's context of {context:,}")
+        self.tokens, self.context = tokens, context
+
+
 @runtime_checkable
 class Model(Protocol):
     """A model handle: a spec, the capabilities it provides, and a tool-aware chat.

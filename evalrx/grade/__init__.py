@@ -17,6 +17,7 @@ from evalrx.grade.answers import (
     grade,
     grade_trajectory,
     normalize_text,
+    turn_answers,
 )
 from evalrx.grade.calls import CallCheck, check_calls, ends_at_calls, grade_calls, standardize
 
@@ -33,4 +34,5 @@ __all__ = [
     "grade_trajectory",
     "normalize_text",
     "standardize",
+    "turn_answers",
 ]

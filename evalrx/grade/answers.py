@@ -22,7 +22,7 @@ import re
 import string
 from typing import Any, Optional
 
-from evalrx.core.case import FailureCase, Label, Termination, Trajectory
+from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
 from evalrx.grade.calls import grade_calls
 
 GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex", "calls")
@@ -148,9 +148,37 @@ def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
         return Label.ERROR
     if isinstance(case.grader, dict) and case.grader.get("kind") == "calls":
         return Label.PASS if grade_calls(traj, case).ok else Label.FAIL
+    graded_turns = [t for t in (case.meta or {}).get("turns") or [] if isinstance(t, dict) and "expected" in t]
+    if graded_turns and (not isinstance(case.grader, dict) or case.grader.get("kind") != "state"):
+        return _grade_turns(traj, case)
     if traj.final_answer is None:
         return Label.FAIL
     return grade(traj.final_answer, case.expected, case.grader)
+
+
+def turn_answers(traj: Trajectory) -> list:
+    """The answer that ended each user turn of a conversation, in order (None: the turn got none); a
+    trajectory of one user turn has one. User turns begin at USER steps (`span["user_turn"]`)."""
+    answers: list = []
+    for step in traj.steps:
+        if step.role is StepRole.USER:
+            answers.append(None)
+        elif step.role is StepRole.ACTOR and not step.tool_calls and not step.parse_error and answers:
+            answers[-1] = step.span.get("answer", step.content)  # the codec's reading, where it differs
+    return answers
+
+
+def _grade_turns(traj: Trajectory, case: FailureCase) -> Label:
+    """A conversation whose turns say what each answer should be: every such turn's answer must pass."""
+    turns = case.meta["turns"]
+    answers = turn_answers(traj)
+    for k, turn in enumerate(turns):
+        if not isinstance(turn, dict) or "expected" not in turn:
+            continue
+        answer = answers[k] if k < len(answers) else None
+        if answer is None or grade(answer, turn["expected"], turn.get("grader")) is not Label.PASS:
+            return Label.FAIL
+    return Label.PASS
 
 
 __all__ = [

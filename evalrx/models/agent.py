@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
-from evalrx.core.model import Model
+from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 from evalrx.grade import ends_at_calls
 from evalrx.models.conversation import FINAL_NUDGE, REPEAT_NUDGE, ConversationBuilder
@@ -36,6 +36,7 @@ __all__ = [
     "run_batch",
     "run_case",
     "case_system",
+    "user_prompts",
 ]
 
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -267,80 +268,110 @@ class Agent:
         turns = 0
         n_calls = n_parse_errors = n_blocked = n_tool_errors = 0
 
-        for turn in range(1, self.max_turns + 1):
-            turns = turn
-            chat, span = self._chat(messages, encoded)
-            span["turn"] = turn
-            parsed = codec.parse(chat)
-            wire_calls, errors = parsed.calls, parsed.errors
-            # The model named tools by their wire names; the trajectory and the tools know them by their own.
-            calls = [dataclasses.replace(c, name=self._names.get(c.name, c.name)) for c in wire_calls]
-            if chat.capture is not None:
-                captures[len(steps)] = chat.capture
-            steps.append(
-                Step(
-                    idx=len(steps),
-                    role=StepRole.ACTOR,
-                    content=chat.text or "",
-                    tool_calls=[c.to_dict() for c in calls],
-                    parse_error="; ".join(errors) if errors else None,
-                    span=span,
-                )
-            )
-            conversation.assistant(chat, wire_calls)
-
-            if not calls and not errors:
-                final_answer = parsed.text
-                terminated = Termination.FINAL.value
-                break
-            if stop_at_calls:
-                terminated = Termination.CALLS.value
-                break
-
-            for i, (call, wire_call) in enumerate(zip(calls, wire_calls)):
-                n_calls += 1
-                sig = call.signature()
-                blocked = self.block_repeat_calls and sig == prev_sig
-                prev_sig = sig
-                tool_span: dict = {"turn": turn, "call": i}
-                t0 = time.perf_counter()
-                if blocked:
-                    observation: Any = REPEAT_NUDGE
-                    tool_span["repeat_blocked"] = True
-                    n_blocked += 1
-                else:
-                    observation = self.executor.execute(call)
-                tool_span["latency_ms"] = _ms(time.perf_counter() - t0)
-                if isinstance(observation, ToolError):
-                    tool_span["tool_error"] = True
-                    n_tool_errors += 1
+        prompts = user_prompts(case)
+        multi = len(prompts) > 1  # a conversation: the next user turn comes when the agent answers
+        if multi:
+            steps[0].span["user_turn"] = 0
+        turn = 0
+        overflow: Optional[str] = None
+        for user_turn, prompt in enumerate(prompts):
+            if user_turn:
+                steps.append(Step(idx=len(steps), role=StepRole.USER, content=prompt, span={"user_turn": user_turn}))
+                conversation.user(prompt, step=steps[-1].idx)
+                final_answer, terminated = None, Termination.MAX_TURNS.value
+            for _ in range(self.max_turns):
+                turn += 1
+                try:
+                    chat, span = self._chat(messages, encoded)
+                except ContextOverflow as exc:  # the conversation grew past the model's context: it ends here
+                    where = f"user turn {user_turn + 1} of {len(prompts)}: " if multi else ""
+                    overflow = f"{type(exc).__name__}: {where}{exc}"
+                    turn -= 1  # no model turn was made
+                    break
+                span["turn"] = turn
+                if multi:
+                    span["user_turn"] = user_turn
+                parsed = codec.parse(chat)
+                wire_calls, errors = parsed.calls, parsed.errors
+                # The model named tools by their wire names; the trajectory and the tools know them by their own.
+                calls = [dataclasses.replace(c, name=self._names.get(c.name, c.name)) for c in wire_calls]
+                if chat.capture is not None:
+                    captures[len(steps)] = chat.capture
                 steps.append(
                     Step(
                         idx=len(steps),
-                        role=StepRole.TOOL,
-                        content=call.name,
-                        observation=_observation_record(observation),
-                        span=tool_span,
+                        role=StepRole.ACTOR,
+                        content=chat.text or "",
+                        tool_calls=[c.to_dict() for c in calls],
+                        parse_error="; ".join(errors) if errors else None,
+                        span=span,
                     )
                 )
-                images = observation.images if isinstance(observation, ToolResult) else ()
-                conversation.tool(wire_call, str(observation), images)
+                conversation.assistant(chat, wire_calls)
 
-            if errors:
-                n_parse_errors += len(errors)
-                feedback = conversation.parse_error(errors)
-                steps.append(
-                    Step(
-                        idx=len(steps),
-                        role=StepRole.TOOL,
-                        content="",
-                        observation=feedback["content"],
-                        span={"turn": turn, "parse_error": True},
+                if not calls and not errors:
+                    final_answer = parsed.text
+                    terminated = Termination.FINAL.value
+                    if multi and final_answer != chat.text:
+                        span["answer"] = final_answer  # what grades this turn: the text without markup
+                    break
+                if stop_at_calls:
+                    terminated = Termination.CALLS.value
+                    break
+
+                for i, (call, wire_call) in enumerate(zip(calls, wire_calls)):
+                    n_calls += 1
+                    sig = call.signature()
+                    blocked = self.block_repeat_calls and sig == prev_sig
+                    prev_sig = sig
+                    tool_span: dict = {"turn": turn, "call": i}
+                    if multi:
+                        tool_span["user_turn"] = user_turn
+                    t0 = time.perf_counter()
+                    if blocked:
+                        observation: Any = REPEAT_NUDGE
+                        tool_span["repeat_blocked"] = True
+                        n_blocked += 1
+                    else:
+                        observation = self.executor.execute(call)
+                    tool_span["latency_ms"] = _ms(time.perf_counter() - t0)
+                    if isinstance(observation, ToolError):
+                        tool_span["tool_error"] = True
+                        n_tool_errors += 1
+                    steps.append(
+                        Step(
+                            idx=len(steps),
+                            role=StepRole.TOOL,
+                            content=call.name,
+                            observation=_observation_record(observation),
+                            span=tool_span,
+                        )
                     )
-                )
-            conversation.end_turn()  # the tools' images, after every tool message of the turn
+                    images = observation.images if isinstance(observation, ToolResult) else ()
+                    conversation.tool(wire_call, str(observation), images)
 
-        if self.force_final_answer and final_answer is None and terminated != Termination.CALLS:
+                if errors:
+                    n_parse_errors += len(errors)
+                    feedback = conversation.parse_error(errors)
+                    steps.append(
+                        Step(
+                            idx=len(steps),
+                            role=StepRole.TOOL,
+                            content="",
+                            observation=feedback["content"],
+                            span=dict(
+                                {"turn": turn, "parse_error": True}, **({"user_turn": user_turn} if multi else {})
+                            ),
+                        )
+                    )
+                conversation.end_turn()  # the tools' images, after every tool message of the turn
+            if overflow is not None or terminated != Termination.FINAL.value:
+                break  # out of turns, out of context, or ended by calls: no later user turn is given
+        turns = turn
+        if overflow is not None:
+            terminated = Termination.ERROR.value
+
+        if self.force_final_answer and final_answer is None and terminated == Termination.MAX_TURNS.value:
             # The codec places the nudge: a user turn may break the family's template (Mistral's alternation).
             conversation.final_nudge()
             chat, span = self._chat(messages, None)  # no tools: the reply is the answer
@@ -370,6 +401,11 @@ class Agent:
             "total_prompt_tokens": sum(int(s.span.get("prompt_tokens") or 0) for s in actor),
             "total_completion_tokens": sum(int(s.span.get("completion_tokens") or 0) for s in actor),
         }
+        if multi:
+            metrics["n_user_turns"] = len(prompts)
+            metrics["user_turns_reached"] = 1 + max(int(s.span.get("user_turn", 0)) for s in steps)
+        if overflow is not None:
+            metrics["error"] = overflow
         trajectory = Trajectory(
             sample_id=case.id,
             goal=goal,
@@ -399,6 +435,18 @@ def _wire_names(tools: "list[Tool]") -> dict:
             )
         names[tool.wire_name] = tool.name
     return names
+
+
+def user_prompts(case: FailureCase) -> list:
+    """The user turns of a case, in order: its `meta["turns"]` prompts, else its one prompt."""
+    turns = (case.meta or {}).get("turns")
+    if (
+        isinstance(turns, list)
+        and turns
+        and all(isinstance(t, dict) and isinstance(t.get("prompt"), str) for t in turns)
+    ):
+        return [t["prompt"] for t in turns]
+    return [case.inputs.prompt]
 
 
 def case_system(system: Optional[str], case_meta: Optional[dict]) -> Optional[str]:

@@ -7,7 +7,9 @@ One case per line::
      "tools": ["calculator", "lookup"]}
 
 Only `prompt` is required. `image` (a path, relative to the file) becomes `inputs.image`;
-`task_type`, `difficulty`, `tools` and any other keys land in `FailureCase.meta`. `tools` names
+`task_type`, `difficulty`, `tools` and any other keys land in `FailureCase.meta`. A conversation
+has `"turns": [{"prompt": ..., "expected"?: ..., "grader"?: ...}, ...]` in place of `prompt`: the
+next turn is given when the agent answers; a turn's `expected` grades the answer that ended it. `tools` names
 tools the case uses, or holds the case's own function documents (`{"name", "description",
 "parameters"}` with a JSON Schema), which the agent is offered beside the run's tools; `system`
 is the case's own system prompt.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from evalrx.core.case import FailureCase, Inputs
 from evalrx.core.tool import Tool
@@ -43,6 +45,24 @@ def demo_suites() -> list[str]:
     return ["demo"] + [f"demo/{n}" for n in names]
 
 
+def _with_turns(record: dict, path: Any, line: Optional[int]) -> dict:
+    """A conversation case (`"turns": [{"prompt", "expected"?, "grader"?}, ...]`), checked, with the first
+    turn's prompt as the case's prompt."""
+    turns = record["turns"]
+    example = 'Write "turns": [{"prompt": "first question"}, {"prompt": "follow-up", "expected": 7}]'
+    if "prompt" in record:
+        raise CaseFileError(path, line, 'a case has "prompt" or "turns", not both', "Put the first prompt in turns")
+    if not isinstance(turns, list) or not turns:
+        raise CaseFileError(path, line, "turns must be a non-empty list of objects", example)
+    for k, turn in enumerate(turns, start=1):
+        if not isinstance(turn, dict) or not isinstance(turn.get("prompt"), str) or not turn["prompt"].strip():
+            raise CaseFileError(path, line, f"turn {k} has no prompt (a non-empty string)", example)
+        problem = check_grader(turn.get("grader"))
+        if problem:
+            raise CaseFileError(path, line, f"turn {k}: {problem}", f"Use a grader kind of {', '.join(GRADER_KINDS)}")
+    return dict(record, prompt=turns[0]["prompt"])
+
+
 def parse_case(
     record: Any, *, path: Any = "<case>", line: int | None = None, base_dir: Path | None = None, default_id: str = ""
 ) -> FailureCase:
@@ -58,6 +78,8 @@ def parse_case(
             f"expected a JSON object, got {type(record).__name__}",
             'Write each case as {"prompt": ..., "expected": ...} on its own line',
         )
+    if "turns" in record:
+        record = _with_turns(record, path, line)
     prompt = record.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise CaseFileError(

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.content import content_text, has_image
+from evalrx.core.model import ContextOverflow
 from evalrx.core.tool import ChatTurn
 from evalrx.internals import (
     CaptureRecorder,
@@ -343,6 +344,15 @@ class HFLocalModel:
                     ids.append(v)
         return ids
 
+    def context_length(self) -> Optional[int]:
+        """The model's context window in tokens: the smaller of its config's positions and the spec's length."""
+        config = getattr(self.model, "config", None)
+        positions = getattr(config, "max_position_embeddings", None) or getattr(
+            getattr(config, "text_config", None), "max_position_embeddings", None
+        )
+        known = [n for n in (positions, getattr(self.spec, "context_length", None)) if isinstance(n, int) and n > 0]
+        return min(known) if known else None
+
     def chat(
         self,
         messages: list[dict],
@@ -381,6 +391,9 @@ class HFLocalModel:
 
         enc = self.encode_messages(messages, tools, add_generation_prompt=True)
         prompt_len = int(enc["input_ids"].shape[1])
+        context = self.context_length()
+        if context and prompt_len >= context:  # nothing left to generate in: say so instead of truncating
+            raise ContextOverflow(prompt_len, context)
         eos = self._eos_ids()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
         temp = self.runtime.temperature if temperature is None else temperature
