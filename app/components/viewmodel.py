@@ -79,7 +79,8 @@ def step_views(trajectory: Any) -> list[StepView]:
             parse_error=s.parse_error,
         )
         if role == "user":
-            v.title, v.text = "User", s.content or ""
+            k = span.get("user_turn")  # a conversation's turns are numbered from 1 on the page
+            v.title, v.text = (f"User, turn {int(k) + 1}" if isinstance(k, int) else "User"), s.content or ""
         elif role == "actor":
             v.title = f"Model, turn {v.turn}" if v.turn else "Model"
             v.text = s.content or ""

@@ -1,7 +1,8 @@
 """The tools of one case, in one place for the worker, the offline runner and the diagnosis.
 
 A case is offered the run's tools (built-in names and `package.module:function` paths), its own
-function documents (a BFCL entry's), and the tools of the run's MCP servers: a fresh server session
+function documents (a BFCL entry's; the methods of its own stateful environment, built fresh for each
+case and attempt, when it has one), and the tools of the run's MCP servers: a fresh server session
 per case and attempt, so a stateful server starts each case clean, unless a server's config shares
 one session across cases (`mcp_sessions` gives the pool that keeps those open for a whole job).
 """
@@ -38,11 +39,19 @@ def mcp_server_entries(path: Optional[str]) -> list:
 
 
 def static_tools(run: RunConfig, case: Any) -> list:
-    """The run's registry and Python tools, then the case's own documents (no server is started)."""
-    from evalrx.suites import case_tools
+    """The run's registry and Python tools, then the case's own: its documents, bound to a fresh environment
+    (built from the case's `meta["environment"]`, for this case and attempt alone) when it has one."""
+    from evalrx.suites import case_tool_documents, case_tools
     from evalrx.tools import get_tools
 
-    return list(get_tools(run.tools, case=case)) + case_tools(case)
+    spec = (getattr(case, "meta", None) or {}).get("environment")
+    if isinstance(spec, dict):
+        from evalrx.tools.environment import Environment
+
+        own = Environment.from_spec(spec).tools(case_tool_documents(case))
+    else:
+        own = case_tools(case)
+    return list(get_tools(run.tools, case=case)) + own
 
 
 def mcp_sessions(run: RunConfig) -> Optional[Any]:
