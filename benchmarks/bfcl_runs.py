@@ -42,6 +42,9 @@ CATEGORIES = (
 )
 # All of simple_python (the checker agreement uses it); the first N of the others.
 FULL = {"simple_python"}
+# Model turns per user turn: a single-turn case ends at its first calling turn; a multi-turn one may
+# call, read and call again before it answers (BFCL allows more; CPU time does not).
+MAX_TURNS = {"multi_turn": 4}
 
 
 def _peak_rss_mb() -> float:
@@ -65,7 +68,8 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
     cases = load_cases(f"bfcl/{category}")
     if category not in FULL:
         cases = cases[:limit]
-    cfg = RunConfig(model=ModelConfig(spec), tools=[], suite=f"bfcl/{category}", max_turns=1, concurrency=1)
+    max_turns = next((n for prefix, n in MAX_TURNS.items() if category.startswith(prefix)), 1)
+    cfg = RunConfig(model=ModelConfig(spec), tools=[], suite=f"bfcl/{category}", max_turns=max_turns, concurrency=1)
     run_id = enqueue_run(
         cfg, cases, name=f"{spec} on bfcl/{category}", runtime={"max_new_tokens": max_new_tokens}, store=store
     )
@@ -80,12 +84,19 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
 
     reasons: collections.Counter = collections.Counter()
     ended: collections.Counter = collections.Counter()
+    failing_turns: collections.Counter = collections.Counter()
+    errors: collections.Counter = collections.Counter()
     for r in rows:
         ended[r.terminated] += 1
+        detail = get_trajectory(r.id, store=store)
+        metrics = detail.trajectory.metrics or {}
+        if r.outcome == "error":
+            errors[str(metrics.get("error") or "")[:70]] += 1
         if r.outcome == "fail":
-            detail = get_trajectory(r.id, store=store)
-            reason = (detail.trajectory.metrics or {}).get("grade_reason") or ""
+            reason = metrics.get("grade_reason") or ""
             reasons[reason.split(":")[0][:60]] += 1
+            if reason.startswith("turn "):  # a multi-turn grade names the user turn that failed
+                failing_turns[reason.split(":")[0]] += 1
     from evalrx.interop import export_run
 
     export = RESULTS / f"bfcl_{spec}_{category}.jsonl"
@@ -100,6 +111,9 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
         "ended": dict(ended),
         "diagnosed_kinds": dict(kinds.most_common()),
         "top_grade_reasons": dict(reasons.most_common(5)),
+        "failing_turns": dict(sorted(failing_turns.items())),
+        "errors_seen": dict(errors.most_common(3)),
+        "max_turns_per_user_turn": max_turns,
         "model_ms_per_case_median": round(statistics.median(latencies), 1) if latencies else 0.0,
         "model_ms_per_case_p90": _pct(latencies, 0.9),
         "wall_s_per_case": round(wall / n, 3) if n else 0.0,
