@@ -13,6 +13,8 @@ exported as evalrx JSONL beside it (`bfcl_<spec>_<category>.jsonl`, for `evalrx 
 Usage:
     .venv/bin/python benchmarks/bfcl_runs.py --spec smollm2-135m-instruct
         [--categories simple_python,multiple,...] [--limit 100] [--max-new-tokens 96] [--store PATH]
+    .venv/bin/python benchmarks/bfcl_runs.py --record-calls results/bfcl_<spec>_simple_python.jsonl \
+        tests/fixtures/bfcl/smollm2_simple_python.jsonl
 """
 
 from __future__ import annotations
@@ -125,6 +127,23 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
     }
 
 
+def record_calls(export: Path, out: Path) -> int:
+    """The calls each trajectory of an exported single-turn run made (`{"id", "calls", "parse_error"}` a line):
+    the recorded real-model outputs `tests/unit/test_grade_calls.py` checks against BFCL's own checker."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with open(export, encoding="utf-8") as src, open(out, "w", encoding="utf-8") as dst:
+        for line in src:
+            row = json.loads(line)
+            actors = [s for s in row["steps"] if s["role"] == "actor"]
+            turn = next((s for s in actors if s.get("tool_calls") or s.get("parse_error")), None)
+            calls = [{"name": c["name"], "args": c.get("args") or {}} for c in (turn or {}).get("tool_calls") or []]
+            record = {"id": row["case_id"], "calls": calls, "parse_error": (turn or {}).get("parse_error")}
+            dst.write(json.dumps(record, sort_keys=True) + "\n")
+            n += 1
+    return n
+
+
 def main(argv: "list[str] | None" = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", default="smollm2-135m-instruct")
@@ -132,7 +151,17 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--limit", type=int, default=100, help="cases per category (simple_python: all 400)")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="a call fits; a text answer is cut here")
     parser.add_argument("--store", default=None, help="SQLite file for the runs (default: a fresh one in /tmp)")
+    parser.add_argument(
+        "--record-calls",
+        nargs=2,
+        metavar=("EXPORT", "FIXTURE"),
+        help="only write the calls of an exported run (e.g. results/bfcl_<spec>_simple_python.jsonl) to FIXTURE",
+    )
     args = parser.parse_args(argv)
+    if args.record_calls:
+        n = record_calls(Path(args.record_calls[0]), Path(args.record_calls[1]))
+        print(f"{n} trajectories' calls -> {args.record_calls[1]}")
+        return 0
 
     from evalrx.store import connect, upgrade
 
