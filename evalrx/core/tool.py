@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 # Where a tool came from (`Tool.source`): the project's registry, the case's own documents, a Python
-# function named by its import path, or an MCP server.
-TOOL_SOURCES = ("builtin", "case", "python", "mcp")
+# function named by its import path, an MCP server, or a stateful environment's method (`evalrx.tools.environment`).
+TOOL_SOURCES = ("builtin", "case", "python", "mcp", "environment")
 # The names OpenAI's API and most chat templates accept for a function.
 _WIRE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _NOT_WIRE = re.compile(r"[^A-Za-z0-9_-]")

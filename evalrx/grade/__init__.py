@@ -1,12 +1,13 @@
-"""Automatic graders: a final answer against a case's expected answer (`answers`), or a turn's tool calls
-against the expected calls by BFCL's AST rules (`calls`).
+"""Automatic graders: a final answer against a case's expected answer (`answers`), a turn's tool calls
+against the expected calls by BFCL's AST rules (`calls`), or a conversation by the state its calls leave (`state`).
 
 from evalrx.grade import grade, grade_trajectory, grade_calls
 grade("The answer is 7.", 7)                 # Label.PASS (numeric)
 grade_trajectory(traj, case)                 # PASS / FAIL / ERROR, for either kind of case
 grade_calls(traj, case).reason               # why a case graded by its calls failed, in one line
+grade_state(traj, case)                      # StateCheck: the failing user turn, the kind, the step, the diff
 
-A low layer: imports only `evalrx.core`.
+A low layer: imports `evalrx.core`, and `evalrx.tools` for the environments a state grade replays calls on.
 """
 
 from evalrx.grade.answers import (
@@ -20,10 +21,12 @@ from evalrx.grade.answers import (
     turn_answers,
 )
 from evalrx.grade.calls import CallCheck, check_calls, ends_at_calls, grade_calls, standardize
+from evalrx.grade.state import StateCheck, grade_state
 
 __all__ = [
     "GRADER_KINDS",
     "CallCheck",
+    "StateCheck",
     "check_calls",
     "check_grader",
     "default_grader",
@@ -31,6 +34,7 @@ __all__ = [
     "extract_numbers",
     "grade",
     "grade_calls",
+    "grade_state",
     "grade_trajectory",
     "normalize_text",
     "standardize",

@@ -10,6 +10,8 @@ Grader specs are plain dicts stored with each case (`{"kind": "numeric", "rel_to
 - `regex`: `re.search(pattern, answer)` succeeds (`pattern` defaults to the expected text).
 - `calls`: the case is graded by the calls of the model's first calling turn, not by an answer
   (BFCL's AST rules, `evalrx.grade.calls`); its expected value is a list of expected calls.
+- `state`: a conversation is graded by the state its calls leave in a stateful environment, turn by
+  turn (BFCL's multi-turn checker, `evalrx.grade.state`); it needs `meta["environment"]` and `meta["turns"]`.
 
 A grader's `value` key, when present, replaces the case's `expected` for that grader.
 A human label later overrides whatever these return.
@@ -24,8 +26,9 @@ from typing import Any, Optional
 
 from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
 from evalrx.grade.calls import grade_calls
+from evalrx.grade.state import grade_state
 
-GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex", "calls")
+GRADER_KINDS = ("exact", "normalized", "numeric", "contains", "regex", "calls", "state")
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans({c: " " for c in string.punctuation})
@@ -101,8 +104,8 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
         `Label.PASS` or `Label.FAIL`.
 
     Raises:
-        ValueError: for an unknown grader kind or a malformed spec, or a `calls` grader (it grades
-            calls, not an answer: see `grade_trajectory`).
+        ValueError: for an unknown grader kind or a malformed spec, or a `calls` or `state` grader (they
+            grade calls, not an answer: see `grade_trajectory`).
     """
     grader = grader or default_grader(expected)
     problem = check_grader(grader)
@@ -110,6 +113,10 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
         raise ValueError(problem)
     if grader["kind"] == "calls":
         raise ValueError("a calls grader grades the model's calls, not an answer: use grade_trajectory or grade_calls")
+    if grader["kind"] == "state":
+        raise ValueError(
+            "a state grader grades a conversation's calls, not an answer: use grade_trajectory or grade_state"
+        )
     if answer is None:
         return Label.FAIL
     answer = str(answer)
@@ -143,11 +150,14 @@ def grade(answer: Optional[str], expected: Any, grader: Optional[dict] = None) -
 def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
     """Grade a whole run: no final answer (ran out of turns) is a FAIL; a run that raised (the
     server or the harness failed, `terminated == "error"`) is an ERROR, not a verdict on the model.
-    A case graded by its calls is graded by `grade_calls` (why it failed: `grade_calls(...).reason`)."""
+    A case graded by its calls is graded by `grade_calls` (why it failed: `grade_calls(...).reason`), one
+    graded by state by `grade_state`."""
     if traj.terminated == Termination.ERROR:
         return Label.ERROR
     if isinstance(case.grader, dict) and case.grader.get("kind") == "calls":
         return Label.PASS if grade_calls(traj, case).ok else Label.FAIL
+    if isinstance(case.grader, dict) and case.grader.get("kind") == "state":
+        return Label.PASS if grade_state(traj, case).ok else Label.FAIL
     graded_turns = [t for t in (case.meta or {}).get("turns") or [] if isinstance(t, dict) and "expected" in t]
     if graded_turns and (not isinstance(case.grader, dict) or case.grader.get("kind") != "state"):
         return _grade_turns(traj, case)

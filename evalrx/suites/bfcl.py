@@ -1,4 +1,4 @@
-"""BFCL v4's single-turn categories as case suites, read from the installed `bfcl-eval` package.
+"""BFCL v4's single-turn and multi-turn categories as case suites, read from the installed `bfcl-eval` package.
 
 `load_bfcl("bfcl/simple_python")` gives one case per BFCL entry, with BFCL's id; the entry's
 function documents become the case's own tools (BFCL's schema dialect converted to JSON
@@ -6,12 +6,19 @@ Schema), its ground truth the expected calls (every acceptable value kept) and t
 calls the diagnosis reads. Cases are graded by their calls (`{"kind": "calls"}`): the run ends
 at the model's first turn that makes calls, nothing is executed.
 
-The package is found through importlib (no path to type); it is never imported: only its data
-files are read.
+`load_bfcl("bfcl/multi_turn_base")` gives conversations: `meta["turns"]` holds each user turn's text
+and its ground-truth calls (BFCL's call strings), `meta["environment"]` the spec of the stateful
+classes the calls run on (`evalrx.tools.environment`), `meta["tools"]` their function documents.
+They are graded by state (`{"kind": "state"}`, `evalrx.grade.state`). `multi_turn_miss_func` is left
+out: its withheld functions join the offered tools at a later turn, which the agent loop does not do.
+
+The package is found through importlib (no path to type); only its data files and its table of
+environment classes (`bfcl_eval.constants.executable_backend_config`, a module of plain constants) are read.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 from functools import lru_cache
@@ -35,6 +42,9 @@ CATEGORIES = (
     "live_parallel_multiple",
     "live_irrelevance",
 )
+# The multi-turn categories graded by the state their calls leave (miss_func needs tools added mid-run: left out).
+MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_param", "multi_turn_long_context")
+_BACKEND_CONFIG = "bfcl_eval.constants.executable_backend_config"
 # BFCL's type names that JSON Schema spells otherwise; "any" has no JSON Schema type at all.
 _TYPES = {"dict": "object", "float": "number", "tuple": "array", "list": "array", "str": "string", "int": "integer"}
 _SCHEMA_KEYS = ("description", "enum", "default", "format", "minimum", "maximum")
@@ -56,11 +66,11 @@ def bfcl_missing_hint() -> Optional[str]:
 
 
 def bfcl_suites() -> list[str]:
-    """`bfcl/<category>` for each single-turn category the installed package has ([] without it)."""
+    """`bfcl/<category>` for each single-turn, then multi-turn, category the installed package has ([] without it)."""
     root = _data_dir()
     if root is None:
         return []
-    return [f"{BFCL_PREFIX}{c}" for c in CATEGORIES if (root / f"BFCL_v4_{c}.json").is_file()]
+    return [f"{BFCL_PREFIX}{c}" for c in CATEGORIES + MULTI_TURN_CATEGORIES if (root / f"BFCL_v4_{c}.json").is_file()]
 
 
 def json_schema(schema: Any) -> Any:
@@ -137,6 +147,56 @@ def _case(entry: dict, ground_truth: list, category: str) -> FailureCase:
     )
 
 
+@lru_cache(maxsize=1)
+def _backend() -> tuple:
+    """BFCL's class -> module path, class -> function-document file, and stateless classes."""
+    config = importlib.import_module(_BACKEND_CONFIG)
+    return (
+        dict(config.CLASS_FILE_PATH_MAPPING),
+        dict(config.MULTI_TURN_FUNC_DOC_FILE_MAPPING),
+        tuple(config.STATELESS_CLASSES),
+    )
+
+
+@lru_cache(maxsize=32)
+def _class_functions(root: Path, file_name: str) -> tuple:
+    return tuple(_lines(root / "multi_turn_func_doc" / file_name))
+
+
+def _turn_text(messages: list) -> str:
+    return "\n".join(m["content"] for m in messages if m.get("role") == "user")
+
+
+def _multi_turn_case(entry: dict, ground_truth: list, category: str, root: Path) -> FailureCase:
+    modules, doc_files, stateless = _backend()
+    classes = list(entry["involved_classes"])
+    excluded = set(entry.get("excluded_function") or ())
+    functions = [f for c in classes for f in _class_functions(root, doc_files[c]) if f["name"] not in excluded]
+    turns = [
+        {"prompt": _turn_text(messages), "expected": list(ground_truth[k]) if k < len(ground_truth) else []}
+        for k, messages in enumerate(entry["question"])
+    ]
+    meta: dict = {
+        "suite": f"{BFCL_PREFIX}{category}",
+        "task_type": category,
+        "turns": turns,
+        "tools": [tool_document(f) for f in functions],
+        "environment": {
+            "classes": {c: modules[c] for c in classes},
+            "initial_config": json.loads(json.dumps(entry.get("initial_config") or {})),  # a copy per case
+            "long_context": "long_context" in category,
+            "stateless": [c for c in classes if c in stateless],
+        },
+    }
+    return FailureCase(
+        inputs=Inputs(prompt=turns[0]["prompt"]),
+        id=entry["id"],
+        expected=[list(t["expected"]) for t in turns],
+        grader={"kind": "state"},
+        meta=meta,
+    )
+
+
 def load_bfcl(name: str) -> list[FailureCase]:
     """The cases of `bfcl/<category>`.
 
@@ -150,15 +210,19 @@ def load_bfcl(name: str) -> list[FailureCase]:
     root = _data_dir()
     assert root is not None
     path = root / f"BFCL_v4_{category}.json"
-    if category not in CATEGORIES or not path.is_file():
+    if category not in CATEGORIES + MULTI_TURN_CATEGORIES or not path.is_file():
         known = ", ".join(bfcl_suites())
         raise ValueError(f"Unknown BFCL suite {name!r}. Known BFCL suites: {known}.")
-    return [_case(e, gt, category) for e, gt in _load(category, root, path.stat().st_mtime)]
+    entries = _load(category, root, path.stat().st_mtime)
+    if category in MULTI_TURN_CATEGORIES:
+        return [_multi_turn_case(e, gt, category, root) for e, gt in entries]
+    return [_case(e, gt, category) for e, gt in entries]
 
 
 __all__ = [
     "BFCL_PREFIX",
     "CATEGORIES",
+    "MULTI_TURN_CATEGORIES",
     "bfcl_missing_hint",
     "bfcl_suites",
     "json_schema",
