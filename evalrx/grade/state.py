@@ -22,14 +22,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evalrx.core.case import FailureCase, Step, StepRole, Termination, Trajectory
+from evalrx.core.case import LIMIT_PREFIX, FailureCase, Step, StepRole, Termination, Trajectory
 from evalrx.core.tool import normalize_call
 from evalrx.tools.environment import Environment
 
 _CUT = 80
 _ITEMS = 20
 _DEPTH = 4
-# How a run that did not reach its last user turn, or stopped inside one, ended.
+# How a run ends that ran out of model turns in a user turn (so did, when stopped by a limit, an imported one).
 _RAN_OUT = (Termination.MAX_TURNS.value, Termination.FORCED_FINAL.value)
 
 
@@ -84,11 +84,25 @@ def _json_safe(value: Any, depth: int = 0, path: tuple = ()) -> Any:
         return out_list + ([f"... {len(seq) - _ITEMS} more"] if len(seq) > _ITEMS else [])
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
-        # A back-reference (a child's parent) is on the path already: left out rather than shown again.
+        # A back-reference (a child's parent, which holds the child) is left out rather than shown again.
         return {
-            k: _json_safe(v, depth + 1, path) for k, v in attrs.items() if not k.startswith("_") and id(v) not in path
+            k: _json_safe(v, depth + 1, path)
+            for k, v in attrs.items()
+            if not k.startswith("_") and id(v) not in path and not _holds(v, value)
         }
     return _cut(repr(value))
+
+
+def _holds(owner: Any, item: Any) -> bool:
+    """Whether `owner` keeps `item` in one of its attributes, directly or in a dict or list there."""
+    for v in (getattr(owner, "__dict__", None) or {}).values():
+        if v is item:
+            return True
+        if isinstance(v, dict) and any(x is item for x in v.values()):
+            return True
+        if isinstance(v, (list, tuple)) and any(x is item for x in v):
+            return True
+    return False
 
 
 def _show(value: Any) -> str:
@@ -134,9 +148,10 @@ def _user_turns(steps: list) -> "dict[int, list[Step]]":
     for step in steps:
         if step.role == StepRole.USER:
             mark = (step.span or {}).get("user_turn")
-            current = (
-                mark if isinstance(mark, int) and not isinstance(mark, bool) else (current + 1 if seen_user else 0)
-            )
+            if isinstance(mark, int) and not isinstance(mark, bool):
+                current = mark
+            elif seen_user:  # an unmarked USER step after the first: the next turn
+                current += 1
             seen_user = True
             turns.setdefault(current, [])
             continue
@@ -163,16 +178,10 @@ def _arg_difference(got: dict, want: dict) -> str:
 
 def _blame(calls: list, wanted: list) -> Optional[tuple[str, Optional[int], str]]:
     """(kind, step, clause) for a turn whose calls differ from its ground truth, or None when they are the same
-    calls in the same order.
-
-    Each ground-truth call, in order, takes the first unmatched call of the same name and arguments. The first
-    ground-truth call left without one is blamed on: an unmatched call of its name (`bad_arguments`), else an
-    unmatched call of another name (`wrong_tool`), else on no call at all (`no_tool_call`). All matched but
-    calls left over: the first of them is `unneeded_tool_call`; the same calls in another order: `wrong_tool`
-    at the first call out of place.
-    """
+    calls in the same order (the rule: `grade_state`)."""
     taken: set = set()
-    for name, want in wanted:
+    missing = None
+    for i, (name, want) in enumerate(wanted):
         hit = next(
             (
                 j
@@ -183,7 +192,10 @@ def _blame(calls: list, wanted: list) -> Optional[tuple[str, Optional[int], str]
         )
         if hit is not None:
             taken.add(hit)
-            continue
+        elif missing is None:
+            missing = i
+    if missing is not None:
+        name, want = wanted[missing]
         free = [j for j in range(len(calls)) if j not in taken]
         same = next((j for j in free if calls[j][1] == name), None)
         if same is not None:
@@ -230,14 +242,17 @@ def _fail(turn: int, kind: str, step: Optional[int], reason: str, diff: Optional
 def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
     """Grade a run of a case graded by state (see the module doc) and say which turn failed and why.
 
-    The kind, for the first turn that fails: a turn that made no call is `no_tool_call` (`malformed_call`
-    when one of its calls could not be parsed); otherwise its calls are set against the turn's ground truth
-    (`_blame`: `bad_arguments`, `wrong_tool`, `no_tool_call`, `unneeded_tool_call`, `malformed_call` in place
-    of `no_tool_call` when the turn had a parse error); calls the same as the ground truth's blame the latest
-    earlier turn whose calls differ from its own (a call where none was wanted is `unneeded_tool_call`). A
-    run that stopped before its last user turn or ran out of model turns is `no_final_answer`; a run that
-    raised is `infra_error` (`grade_trajectory` makes it an ERROR). `step` is the blamed call's actor step,
-    else the turn's first actor step.
+    The kind, for the first turn that fails. A turn that made no call: `no_tool_call` (`malformed_call` when
+    a call of it could not be parsed). Else its calls are set against its ground truth's (arguments by
+    parameter name, defaults filled in): each ground-truth call, in order, takes the first untaken call of
+    the same name and arguments; for the first one left without, an untaken call of its name is
+    `bad_arguments`, else an untaken call of another name `wrong_tool`, else `no_tool_call` (`malformed_call`
+    when the turn had a parse error). All taken, calls left over: the first is `unneeded_tool_call`; the
+    same calls in another order: `wrong_tool` at the first out of place. Calls the same as the ground
+    truth's: the latest earlier turn whose calls differ is blamed by the same rule (a call in a turn that
+    wanted none: `unneeded_tool_call`). A run that ended before its last user turn, or ran out of model turns
+    in it, is `no_final_answer` in the turn it ended in; a run that raised is `infra_error` (`grade_trajectory`
+    makes it an ERROR). `step` is the blamed call's actor step (`Step.idx`), else the turn's first actor step.
 
     Raises:
         ValueError: the case has no environment spec or no per-turn ground truth, or a ground-truth call
@@ -281,7 +296,7 @@ def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
         if problem is not None:
             kind, step, clause = _blame_turns(history, broken)
             return _fail(k, kind, step if step is not None else first, f"{problem}; {clause}", diff)
-    if traj.terminated in _RAN_OUT:
+    if traj.terminated in _RAN_OUT or traj.terminated.startswith(LIMIT_PREFIX):
         return _fail(
             reached, "no_final_answer", _last_actor(by_turn.get(reached, [])), "the run ran out of model turns"
         )
@@ -303,7 +318,7 @@ def _state_difference(agent_env: Environment, truth_env: Environment) -> tuple[O
             if attr.startswith("_"):
                 continue
             got = getattr(agent, attr, _MISSING)
-            if got == want:
+            if not got != want:  # `!=` as BFCL's check has it
                 continue
             at, got_at, want_at = _first_difference(got, want, attr)
             diff.setdefault(class_name, {})[attr] = {
