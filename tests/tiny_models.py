@@ -59,9 +59,10 @@ def tiny_tokenizer() -> Any:
 
 
 def _config_kwargs(arch: str, vocab_size: int) -> dict:
-    common = dict(vocab_size=vocab_size, max_position_embeddings=256)
+    # Room for a conversation with tool schemas: a local model refuses one longer than its context.
+    common = dict(vocab_size=vocab_size, max_position_embeddings=1024)
     if arch == "gpt2":
-        return dict(common, n_embd=32, n_layer=2, n_head=2, n_positions=256)
+        return dict(common, n_embd=32, n_layer=2, n_head=2, n_positions=1024)
     base = dict(
         common,
         hidden_size=32,
@@ -162,7 +163,7 @@ def make_tiny_vlm() -> tuple[Any, Any]:
             num_hidden_layers=2,
             num_attention_heads=2,
             num_key_value_heads=1,
-            max_position_embeddings=256,
+            max_position_embeddings=1024,
             bos_token_id=None,
             **ids,
         ),
