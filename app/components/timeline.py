@@ -81,6 +81,10 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
         if reason and not blind:
             st.markdown("**Why the grade failed**")
             show_text(reason)
+            diff = (detail.trajectory.metrics or {}).get("grade_diff")
+            if diff:  # a conversation graded by state: what the agent's calls left vs the ground truth's
+                st.caption("State after that turn, where it differs (agent vs ground truth)")
+                show_json(diff)
     render_offered_tools(detail.trajectory.offered_tools)
     refs = (case.get("meta") or {}).get("reference_calls")
     if isinstance(refs, list) and not blind:

@@ -21,7 +21,7 @@ from evalrx.diagnosis._evidence import (
     quote,
     values_in,
 )
-from evalrx.grade import ends_at_calls, extract_numbers, grade_calls
+from evalrx.grade import ends_at_calls, extract_numbers, grade_calls, grade_state
 
 CONFIDENCE = 0.95
 
@@ -104,6 +104,19 @@ def _from_expected_calls(traj: Trajectory, case: FailureCase) -> Optional[Diagno
     return _make(check.kind, turn.idx if turn is not None else None, check.reason, **evidence)
 
 
+def _from_state(traj: Trajectory, case: FailureCase) -> Optional[Diagnosis]:
+    """A conversation graded by state (BFCL multi-turn): the grade's verdict, at the step it blames."""
+    check = grade_state(traj, case)
+    if check.ok or not check.kind:
+        return None
+    evidence: dict = {}
+    if check.turn is not None:
+        evidence["user_turn"] = check.turn
+    if check.diff:
+        evidence["diff"] = check.diff
+    return _make(check.kind, check.step, check.reason, **evidence)
+
+
 def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None) -> Optional[Diagnosis]:
     """Diagnose a failed trajectory against `case`'s reference calls and expected answer.
 
@@ -115,14 +128,17 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     Returns:
         The first thing that went wrong, or None when the case carries no reference.
     """
+    if case is not None and traj.terminated != Termination.ERROR:
+        if ends_at_calls(case):
+            return _from_expected_calls(traj, case)
+        if isinstance(case.grader, dict) and case.grader.get("kind") == "state":
+            return _from_state(traj, case)
     # An empty list means "needs no tool"; no list at all means the calls are unknown (an import).
     if case is None or not isinstance((case.meta or {}).get("reference_calls"), list):
         return None
     refs = reference_calls(case)
     if traj.terminated == Termination.ERROR:
         return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
-    if ends_at_calls(case):
-        return _from_expected_calls(traj, case)
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
     bad = next((s for s in actors if s.parse_error), None)
     if bad is not None:

@@ -166,6 +166,26 @@ def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
     return grade(traj.final_answer, case.expected, case.grader)
 
 
+def grade_explanation(traj: Trajectory, case: FailureCase) -> "Optional[dict]":
+    """Why a case graded by its calls or by state failed: `{"reason": one line, "turn"?, "diff"?}`; None for
+    a case graded by its answer (the answer and the expected one say it), or one that passed."""
+    kind = case.grader.get("kind") if isinstance(case.grader, dict) else None
+    if kind == "calls":
+        check = grade_calls(traj, case)
+        return None if check.ok else {"reason": check.reason}
+    if kind == "state":
+        state = grade_state(traj, case)
+        if state.ok:
+            return None
+        out: dict = {"reason": state.reason}
+        if state.turn is not None:
+            out["turn"] = state.turn
+        if state.diff:
+            out["diff"] = state.diff
+        return out
+    return None
+
+
 def turn_answers(traj: Trajectory) -> list:
     """The answer that ended each user turn of a conversation, in order (None: the turn got none); a
     trajectory of one user turn has one. User turns begin at USER steps (`span["user_turn"]`)."""

@@ -236,7 +236,8 @@ def _spec(case: FailureCase) -> tuple[dict, list]:
 
 
 def _fail(turn: int, kind: str, step: Optional[int], reason: str, diff: Optional[dict] = None) -> StateCheck:
-    return StateCheck(False, turn, kind, step, f"turn {turn}: {reason}", diff or {})
+    # Numbered from 1 in the line, as the pages number a conversation's user turns; `turn` stays 0-based.
+    return StateCheck(False, turn, kind, step, f"turn {turn + 1}: {reason}", diff or {})
 
 
 def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
@@ -269,7 +270,7 @@ def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
     for k, truth_calls in enumerate(expected):
         if k > reached:
             how = traj.terminated or "it stopped"
-            reason = f"the run ended in this turn ({how}), before user turn {k} of {len(expected)}"
+            reason = f"the run ended in this turn ({how}), before user turn {k + 1} of {len(expected)}"
             return _fail(reached, "no_final_answer", _last_actor(by_turn.get(reached, [])), reason)
         steps = by_turn.get(k, [])
         actor = [s for s in steps if s.role == StepRole.ACTOR]
@@ -354,7 +355,7 @@ def _blame_turns(history: list, broken: Any) -> tuple[str, Optional[int], str]:
         if kind == "no_tool_call" and is_last and broken is not None:
             kind, step, clause = "malformed_call", broken.idx, f"a call could not be parsed; {clause}"
         if not is_last:
-            clause = f"turn {k}'s calls differ: {clause}"
+            clause = f"turn {k + 1}'s calls differ: {clause}"
         if step is None and actor:
             step = actor[0].idx
         return kind, step, clause

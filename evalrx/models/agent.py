@@ -506,10 +506,14 @@ def run_case(
 
         try:
             trajectory.outcome = grade_trajectory(trajectory, case)
-            if ends_at_calls(case) and trajectory.outcome is Label.FAIL:
-                from evalrx.grade import grade_calls
+            if trajectory.outcome is Label.FAIL:
+                from evalrx.grade import grade_explanation
 
-                trajectory.metrics["grade_reason"] = grade_calls(trajectory, case).reason  # why, in one line
+                why = grade_explanation(trajectory, case)  # calls or state: why, in one line (and where)
+                if why is not None:
+                    trajectory.metrics["grade_reason"] = why["reason"]
+                    if "diff" in why:
+                        trajectory.metrics["grade_diff"] = why["diff"]
         except Exception as exc:  # a bad grader spec is the case's problem, recorded on it
             trajectory.metrics["grade_error"] = f"{type(exc).__name__}: {exc}"
             trajectory.outcome = Label.UNKNOWN

@@ -206,3 +206,60 @@ def test_replay_rebuilds_the_conversation_the_model_saw_under_wire_names(style):
     assert traj.steps[1].tool_calls[0]["name"] == "math.add" and traj.final_answer == "It is 2."
     rebuilt = messages_from_trajectory(traj, None, [tool], style=style)
     assert rebuilt[:-1] == h.messages_seen[-1]  # up to the answer, which the model saw nothing after
+
+
+def _multi_turn_script(case, change=None):
+    """Replies that make each turn's ground-truth calls (as Hermes calls), then answer; `change(k, name, args)`
+    may alter a call."""
+    from evalrx.tools.environment import Environment
+
+    env = Environment.from_spec(case.meta["environment"])
+    replies = []
+    for k, turn in enumerate(case.meta["turns"]):
+        calls = []
+        for text in turn["expected"]:
+            name, args, kwargs = env.parse_call_string(text)
+            bound = env.bound_arguments(name, args, kwargs) or dict(kwargs)
+            if change is not None:
+                name, bound = change(k, name, bound)
+            calls.append(call(name, **bound))
+        if calls:
+            replies.append("\n".join(calls))
+        replies.append(f"Done with turn {k + 1}.")
+    return replies
+
+
+def test_a_bfcl_multi_turn_case_runs_on_its_own_environment_and_is_graded_by_state():
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner.toolset import static_tools
+
+    case = load_cases("bfcl/multi_turn_base")[0]
+    run = RunConfig(model=ModelConfig("scripted"), tools=[])
+    tools = static_tools(run, case)
+    assert {t.source for t in tools} == {"environment"} and {t.origin for t in tools} == {
+        "GorillaFileSystem",
+        "TwitterAPI",
+    }
+    traj = run_case(Scripted(*_multi_turn_script(case)), case, tools, grade=True, max_turns=3)
+    assert traj.metrics["user_turns_reached"] == 4 and traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
+    # The calls ran on the live environment: the observations are its answers.
+    greps = [s for s in traj.steps if s.role is StepRole.TOOL and s.content == "grep"]
+    assert greps and "budget analysis" in str(greps[0].observation)
+    assert diagnose(traj, case=case, tools=tools) == []
+
+    # Another copy of the environment for the next attempt: a wrong destination in turn 1 fails there.
+    def wrong(k, name, args):
+        return (name, dict(args, destination="archive")) if (k, name) == (0, "mv") else (name, args)
+
+    bad_tools = static_tools(run, case)
+    bad = run_case(Scripted(*_multi_turn_script(case, wrong)), case, bad_tools, grade=True, max_turns=3)
+    assert bad.outcome is Label.FAIL
+    reason = bad.metrics["grade_reason"]
+    assert reason.startswith("turn 1: GorillaFileSystem differs in root") and "`destination`: got 'archive'" in reason
+    assert bad.metrics["grade_diff"], "the difference of state is kept for the page"
+    top = diagnose(bad, case=case, tools=bad_tools)[0]
+    assert top.source == "reference" and top.kind == "bad_arguments" and top.evidence["user_turn"] == 0
+    mv_step = next(
+        s.idx for s in bad.steps if s.role is StepRole.ACTOR and any(c["name"] == "mv" for c in s.tool_calls)
+    )
+    assert top.first_wrong_step == mv_step
