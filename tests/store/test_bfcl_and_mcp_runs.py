@@ -37,7 +37,7 @@ class ToolServer:
     """Answers chat completions with native tool calls chosen by `plan(prompt, tools)`, or with text
     once a tool result is in the conversation; records every request body (`requests`)."""
 
-    def __init__(self, plan) -> None:
+    def __init__(self, plan, *, follow_turns: bool = False) -> None:
         requests = self.requests = []
 
         class Handler(BaseHTTPRequestHandler):
@@ -52,6 +52,9 @@ class ToolServer:
                 messages, tools = body["messages"], body.get("tools") or []
                 prompt = next(m["content"] for m in messages if m["role"] == "user")
                 results = [m for m in messages if m["role"] == "tool"]
+                if follow_turns:  # a conversation: plan for the latest user turn, with its own results
+                    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+                    prompt, results = messages[last]["content"], [m for m in messages[last:] if m["role"] == "tool"]
                 calls = [] if results or not tools else plan(prompt, tools)  # no tools: a ping
                 if calls:
                     content = None
@@ -251,3 +254,41 @@ def test_mcp_images_are_stored_a_crash_is_an_observation_and_sessions_are_per_ca
     else:
         assert pid1.observation != pid2.observation  # a fresh server per case
     assert _children() <= before
+
+
+def test_a_bfcl_multi_turn_run_on_an_api_model_gives_each_turn_after_the_answer_and_grades_by_state(
+    sqlite_url, api_key
+):
+    from evalrx.tools.environment import Environment
+
+    store = S.connect(sqlite_url)
+    cases = load_cases("bfcl/multi_turn_base")[:2]
+    # Each user turn answered with its ground-truth calls, then text (the second case's first turn misses one).
+    plans: dict = {}
+    for case in cases:
+        env = Environment.from_spec(case.meta["environment"])
+        for k, turn in enumerate(case.meta["turns"]):
+            calls = []
+            for text in turn["expected"]:
+                name, args, kwargs = env.parse_call_string(text)
+                calls.append((name, env.bound_arguments(name, args, kwargs) or dict(kwargs)))
+            if case is cases[1] and k == 0:
+                calls = calls[:-1]  # a needed call dropped
+            plans[turn["prompt"]] = calls
+
+    def plan(prompt, tools):
+        return plans[prompt]
+
+    with ToolServer(plan, follow_turns=True) as server:
+        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=[], max_turns=3, base_url=server.url)
+        run_id = enqueue_run(cfg, cases, store=store)
+        Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    rows = {r.sample_id: r for r in S.list_trajectories(run_id=run_id, limit=10, store=store).rows}
+    good = S.get_trajectory(rows[cases[0].id].id, store=store)
+    users = [s for s in good.trajectory.steps if s.role.value == "user"]
+    assert [s.content for s in users] == [t["prompt"] for t in cases[0].meta["turns"]]
+    assert rows[cases[0].id].outcome == "pass", good.trajectory.metrics.get("grade_reason")
+    assert {t["source"] for t in good.trajectory.offered_tools} == {"environment"}
+    bad = S.get_trajectory(rows[cases[1].id].id, store=store)
+    assert rows[cases[1].id].outcome == "fail" and bad.trajectory.metrics["grade_reason"].startswith("turn 1")
+    assert rows[cases[1].id].diagnosis_kind in ("no_tool_call", "wrong_tool", "bad_arguments")
