@@ -84,7 +84,7 @@ def to_atif(row: dict) -> dict:
         ),
         "total_steps": len(out_steps),
     }
-    agent = {"name": "evalrx", "version": __version__}
+    agent: dict = {"name": "evalrx", "version": __version__}
     if model:
         agent["model_name"] = str(model)
     offered = [t for t in row.get("offered_tools") or [] if isinstance(t, dict) and t.get("name")]
