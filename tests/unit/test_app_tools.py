@@ -85,3 +85,33 @@ def test_a_saved_mcp_server_keeps_secrets_as_names_and_reaches_the_run(store_url
     (run,) = S.list_runs(store=store_url)
     assert run.config["mcp_servers"] == [saved]
     assert "ghp_" not in json.dumps(run.config)
+
+
+def test_trajectory_page_numbers_user_turns_and_shows_the_state_difference(store_url):
+    from test_bfcl_cases import _multi_turn_script
+
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.diagnosis import diagnose
+    from evalrx.runner.toolset import static_tools
+    from evalrx.store import runs
+    from evalrx.store.queries import pending_cases
+
+    case = load_cases("bfcl/multi_turn_base")[0]
+
+    def wrong(k, name, args):
+        return (name, dict(args, destination="archive")) if (k, name) == (0, "mv") else (name, args)
+
+    tools = static_tools(RunConfig(model=ModelConfig("scripted"), tools=[]), case)
+    traj = run_case(Scripted(*_multi_turn_script(case, wrong)), case, tools, grade=True, max_turns=3)
+    with S.connect(store_url).write() as s:
+        run_id = runs.create_run(
+            s, name="mt", config={"model": {"name": "evalrx-tiny", "backend": "hf_local"}}, cases=[case]
+        )
+        ((_, case_row_id, _),) = pending_cases(s, run_id)
+        tid = runs.save_trajectory(s, run_id, case_row_id, traj, diagnoses=diagnose(traj, case=case, tools=tools))
+    at = open_page("trajectory", id=tid)
+    shown = texts(at)
+    for k in range(1, 5):
+        assert f"User\\, turn {k}" in shown  # Markdown-escaped on the page
+    assert "State after that turn, where it differs (agent vs ground truth)" in shown
+    assert any(c.value.startswith("{\n  \"GorillaFileSystem\"") for c in at.code)  # the diff, as JSON
