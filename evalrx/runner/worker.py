@@ -486,7 +486,7 @@ class Worker:
         try:
             from evalrx.core.tool import Tool
             from evalrx.store.queries import get_trajectory
-            from evalrx.tools import get_tools
+            from evalrx.tools import TOOLS, get_tools
 
             detail = get_trajectory(tid, store=self.store)
             if detail is None:
@@ -499,7 +499,8 @@ class Worker:
             # The tools the model was offered, as stored with the trajectory (a case's own, an MCP server's);
             # trajectories stored before offered tools were kept get the run's.
             offered = detail.trajectory.offered_tools
-            tools = [Tool.from_document(spec) for spec in offered] if offered else get_tools(run.tools)
+            builtin = [n for n in run.tools if n in TOOLS]  # an imported config's paths are never imported here
+            tools = [Tool.from_document(spec) for spec in offered] if offered else get_tools(builtin)
             from evalrx.models.agent import case_system
 
             system = case_system(run.system, (detail.case or {}).get("meta"))

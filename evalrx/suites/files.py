@@ -119,6 +119,12 @@ def parse_case(
                 Tool.from_document(doc)
             except ValueError as exc:
                 raise CaseFileError(path, line, f"bad tool document ({exc})", 'Fix the document in "tools"') from None
+    if "environment" in record:  # checked before anything is imported: a case file is data
+        from evalrx.tools.environment import spec_problem
+
+        problem = spec_problem(record["environment"])
+        if problem:
+            raise CaseFileError(path, line, problem, 'Fix "environment", or remove it')
     image = record.get("image")
     if isinstance(image, str) and base_dir is not None and not Path(image).is_absolute():
         image = str(base_dir / image)

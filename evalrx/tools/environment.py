@@ -1,5 +1,6 @@
 """A stateful tool environment: Python classes whose instances keep state from call to call, built fresh from a spec.
 
+register_environment_package("pkg")           # cases may name classes of these packages only
 env = Environment.from_spec({"classes": {"FileSystem": "pkg.fs"}, "initial_config": {"FileSystem": {...}}})
 env.call("cd", kwargs={"folder": "docs"})     # the result as text
 env.run_call_string("cd(folder='docs')")      # the same, from a call written in Python syntax
@@ -26,6 +27,21 @@ from evalrx.core.tool import Tool
 # Names never run, whatever class defines them (process and file-removal calls).
 REFUSED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 ERROR_PREFIX = "Error during execution: "
+# Packages whose classes a case may name as its environment: a case file is data, and must not import
+# whatever module it likes. BFCL's environments are here; `register_environment_package` adds one's own.
+ENVIRONMENT_PACKAGES: list = ["bfcl_eval.eval_checker.multi_turn_eval.func_source_code"]
+
+
+def register_environment_package(prefix: str) -> None:
+    """Let cases name classes from modules under `prefix` (a package of the user's own environments)."""
+    if prefix and prefix not in ENVIRONMENT_PACKAGES:
+        ENVIRONMENT_PACKAGES.append(prefix)
+
+
+def _allowed(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in ENVIRONMENT_PACKAGES)
+
+
 _SPEC_EXAMPLE = '{"classes": {"ClassName": "package.module"}, "initial_config": {"ClassName": {...}}}'
 
 
@@ -41,7 +57,8 @@ def result_text(value: Any) -> str:
     return str(value)
 
 
-def _spec_problem(spec: Any) -> Optional[str]:
+def spec_problem(spec: Any) -> Optional[str]:
+    """What is wrong with an environment spec (None: usable), checked before any module is imported."""
     if not isinstance(spec, dict):
         return f"an environment spec must be an object like {_SPEC_EXAMPLE}, got {type(spec).__name__}"
     classes = spec.get("classes")
@@ -50,6 +67,12 @@ def _spec_problem(spec: Any) -> Optional[str]:
     for name, module in classes.items():
         if not isinstance(name, str) or not isinstance(module, str) or not module:
             return f"environment class {name!r}: give its module path as a string (e.g. 'package.module')"
+        if not _allowed(module):
+            return (
+                f"environment class {name!r}: {module!r} is not a registered environment package "
+                f"({', '.join(ENVIRONMENT_PACKAGES)}); register yours with "
+                "evalrx.tools.environment.register_environment_package in a worker --plugin"
+            )
     if not isinstance(spec.get("initial_config", {}), dict):
         return 'the environment spec\'s "initial_config" must be an object {class name: config}'
     stateless = spec.get("stateless", [])
@@ -79,7 +102,7 @@ class Environment:
         Raises:
             ValueError: a malformed spec, or a class that cannot be imported (the message says which and why).
         """
-        problem = _spec_problem(spec)
+        problem = spec_problem(spec)
         if problem:
             raise ValueError(problem)
         config = spec.get("initial_config") or {}

@@ -17,7 +17,7 @@ import pytest
 
 from evalrx.core.case import Label, Step, StepRole, Termination, Trajectory
 from evalrx.grade import StateCheck, grade, grade_state, grade_trajectory
-from evalrx.tools.environment import Environment, result_text
+from evalrx.tools.environment import Environment, register_environment_package, result_text
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="bfcl-eval is not installed")
 
@@ -33,6 +33,7 @@ TREE = {
         }
     }
 }
+register_environment_package(__name__)  # the Counter / Echo classes below are this module's
 FS_SPEC = {"classes": {"GorillaFileSystem": FS}, "initial_config": {"GorillaFileSystem": TREE}}
 # Reads that change no public attribute, for the "extra harmless call" variant (the first the entry's classes have).
 READS = (
@@ -537,3 +538,17 @@ def test_agreement_with_bfcls_multi_turn_checker(bfcl_checker, category):
     # The variants are what they say: the ground truth passes, an empty turn fails, both verdicts occur.
     assert all(verdicts["right"]) and not any(verdicts["empty turn"])
     assert not all(verdicts["dropped call"]) and sum(verdicts["extra read"]) >= 0.9 * len(verdicts["extra read"])
+
+
+def test_a_case_cannot_name_a_module_outside_the_registered_environment_packages(tmp_path):
+    import json as _json
+
+    from evalrx.suites import CaseFileError, load_case_file
+
+    with pytest.raises(ValueError, match="'os' is not a registered environment package"):
+        Environment.from_spec({"classes": {"system": "os"}})
+    path = tmp_path / "hostile.jsonl"
+    path.write_text(_json.dumps({"prompt": "hi", "environment": {"classes": {"Popen": "subprocess"}}}) + "\n")
+    with pytest.raises(CaseFileError, match="not a registered environment package") as err:
+        load_case_file(path)
+    assert "\n" not in str(err.value)
