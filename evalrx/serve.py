@@ -34,6 +34,7 @@ from typing import Any, Optional, Sequence
 from urllib.parse import urlsplit
 
 from evalrx.core.capability import Capability
+from evalrx.core.model import ContextOverflow
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # generous for base64 images, bounded against abuse
 
@@ -45,15 +46,20 @@ class ServeError(RuntimeError):
 class RequestError(ValueError):
     """A bad request: becomes an OpenAI-style error response with `status`."""
 
-    def __init__(self, message: str, status: int = 400, param: Optional[str] = None) -> None:
+    def __init__(
+        self, message: str, status: int = 400, param: Optional[str] = None, code: Optional[str] = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.param = param
+        self.code = code
 
 
-def error_body(message: str, *, kind: str = "invalid_request_error", param: Optional[str] = None) -> dict:
+def error_body(
+    message: str, *, kind: str = "invalid_request_error", param: Optional[str] = None, code: Optional[str] = None
+) -> dict:
     """The OpenAI error envelope."""
-    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 class ChatService:
@@ -158,7 +164,10 @@ class ChatService:
         if req["temperature"]:  # 0 or absent keeps the handle's default (greedy)
             kwargs["temperature"] = req["temperature"]
         with self._lock:  # one forward at a time: local models are not re-entrant
-            turn = self.handle.chat(req["messages"], req["tools"], **kwargs)
+            try:
+                turn = self.handle.chat(req["messages"], req["tools"], **kwargs)
+            except ContextOverflow as exc:  # as OpenAI answers a conversation over the context: 400, with its code
+                raise RequestError(str(exc), param="messages", code="context_length_exceeded") from None
         return self.build_response(turn, model=req["model"], logprobs=req["logprobs"])
 
     def build_response(self, turn: Any, *, model: str, logprobs: bool) -> dict:
@@ -259,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             payload = self.server.service.complete(body)
         except RequestError as exc:
-            self._send_json(exc.status, error_body(str(exc), param=exc.param))
+            self._send_json(exc.status, error_body(str(exc), param=exc.param, code=exc.code))
             return
         except Exception as exc:  # a model failure answers 500; the server keeps serving
             traceback.print_exc(file=sys.stderr)

@@ -239,3 +239,13 @@ def test_serve_main_rejects_unknown_spec():
 
     with pytest.raises(ValueError, match="Unknown model"):
         main(["--spec", "no-such-model", "--port", "0"])
+
+
+def test_serve_answers_a_conversation_over_the_context_with_openais_400_and_code(served):
+    from evalrx.core import ContextOverflow
+
+    url = served(FakeHandle([ContextOverflow(900, 768)]))
+    body = json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode()
+    code, payload = _raw_request(url, "POST", "/v1/chat/completions", body)
+    assert code == 400 and payload["error"]["code"] == "context_length_exceeded"
+    assert payload["error"]["message"] == "the conversation is 900 tokens, over the model's context of 768"
