@@ -96,3 +96,30 @@ def test_a_bad_mcp_config_is_one_line(tmp_path, capsys):
     assert main(argv + [str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'x'" in err and "command" in err
+
+
+def test_run_a_conversation_case_file_to_a_file(tmp_path, api_key):
+    cases = tmp_path / "talk.jsonl"
+    turns = [{"prompt": "What is 6 * 7?", "expected": 42}, {"prompt": "And 42 + 1?", "expected": 43}]
+    cases.write_text(json.dumps({"id": "talk", "turns": turns}) + "\n")
+    answers = {
+        "What is 6 * 7?": [("calculator", {"expression": "6 * 7"})],
+        "And 42 + 1?": [("calculator", {"expression": "42 + 1"})],
+    }
+
+    def plan(prompt, tools):
+        return answers[prompt]
+
+    out = tmp_path / "talk_out.jsonl"
+    with ToolServer(plan, follow_turns=True) as server:
+        argv = ["run", "--spec", "gpt-4o-mini", "--backend", "api", "--base-url", server.url, "--tools", "calculator"]
+        assert main(argv + ["--cases", str(cases), "--out", str(out), "--no-progress"]) == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [s["content"] for s in row["steps"] if s["role"] == "user"] == [t["prompt"] for t in turns]
+    assert row["metrics"]["n_user_turns"] == 2
+    # The loopback model answers each turn from its own call's result: "done: 42", then "done: 43".
+    assert [s["content"] for s in row["steps"] if s["role"] == "actor" and not s["tool_calls"]] == [
+        "done: 42",
+        "done: 43",
+    ]
+    assert row["outcome"] == "pass"
