@@ -1,6 +1,6 @@
 """A stateful tool environment: Python classes whose instances keep state from call to call, built fresh from a spec.
 
-register_environment_package("pkg")           # cases may name classes of these packages only
+register_environment_package("pkg")           # or $EVALRX_ENVIRONMENT_PACKAGES: cases name only these
 env = Environment.from_spec({"classes": {"FileSystem": "pkg.fs"}, "initial_config": {"FileSystem": {...}}})
 env.call("cd", kwargs={"folder": "docs"})     # the result as text
 env.run_call_string("cd(folder='docs')")      # the same, from a call written in Python syntax
@@ -27,19 +27,44 @@ from evalrx.core.tool import Tool
 # Names never run, whatever class defines them (process and file-removal calls).
 REFUSED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
 ERROR_PREFIX = "Error during execution: "
-# Packages whose classes a case may name as its environment: a case file is data, and must not import
-# whatever module it likes. BFCL's environments are here; `register_environment_package` adds one's own.
-ENVIRONMENT_PACKAGES: list = ["bfcl_eval.eval_checker.multi_turn_eval.func_source_code"]
+# The classes a case may name as its environment: a case file is data, and must not make a process import
+# or build whatever it likes. BFCL's multi-turn environments by name (not its whole package: its web search
+# class fetches any URL); `EVALRX_ENVIRONMENT_PACKAGES` (comma-separated module prefixes, read by every
+# process: the app, the CLI and the workers) or `register_environment_package` adds one's own.
+_BFCL = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code"
+ENVIRONMENT_CLASSES = frozenset(
+    {
+        (f"{_BFCL}.gorilla_file_system", "GorillaFileSystem"),
+        (f"{_BFCL}.math_api", "MathAPI"),
+        (f"{_BFCL}.message_api", "MessageAPI"),
+        (f"{_BFCL}.posting_api", "TwitterAPI"),
+        (f"{_BFCL}.ticket_api", "TicketAPI"),
+        (f"{_BFCL}.trading_bot", "TradingBot"),
+        (f"{_BFCL}.travel_booking", "TravelAPI"),
+        (f"{_BFCL}.vehicle_control", "VehicleControlAPI"),
+    }
+)
+ENV_PACKAGES = "EVALRX_ENVIRONMENT_PACKAGES"
+_REGISTERED: list = []
 
 
 def register_environment_package(prefix: str) -> None:
-    """Let cases name classes from modules under `prefix` (a package of the user's own environments)."""
-    if prefix and prefix not in ENVIRONMENT_PACKAGES:
-        ENVIRONMENT_PACKAGES.append(prefix)
+    """Let cases name classes from modules under `prefix` (a package of the user's own environments), in
+    this process; `EVALRX_ENVIRONMENT_PACKAGES` does the same for every process."""
+    if prefix and prefix not in _REGISTERED:
+        _REGISTERED.append(prefix)
 
 
-def _allowed(module: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in ENVIRONMENT_PACKAGES)
+def _packages() -> list:
+    import os
+
+    return _REGISTERED + [p.strip() for p in os.environ.get(ENV_PACKAGES, "").split(",") if p.strip()]
+
+
+def _allowed(module: str, name: str) -> bool:
+    if (module, name) in ENVIRONMENT_CLASSES:
+        return True
+    return any(module == p or module.startswith(p + ".") for p in _packages())
 
 
 _SPEC_EXAMPLE = '{"classes": {"ClassName": "package.module"}, "initial_config": {"ClassName": {...}}}'
@@ -67,11 +92,10 @@ def spec_problem(spec: Any) -> Optional[str]:
     for name, module in classes.items():
         if not isinstance(name, str) or not isinstance(module, str) or not module:
             return f"environment class {name!r}: give its module path as a string (e.g. 'package.module')"
-        if not _allowed(module):
+        if not _allowed(module, name):
             return (
-                f"environment class {name!r}: {module!r} is not a registered environment package "
-                f"({', '.join(ENVIRONMENT_PACKAGES)}); register yours with "
-                "evalrx.tools.environment.register_environment_package in a worker --plugin"
+                f"environment class {name!r} of {module!r} is not a known environment; list your package in "
+                f"${ENV_PACKAGES} (comma-separated module prefixes) where the app, the CLI and the workers run"
             )
     if not isinstance(spec.get("initial_config", {}), dict):
         return 'the environment spec\'s "initial_config" must be an object {class name: config}'
@@ -116,7 +140,15 @@ class Environment:
                 raise ValueError(
                     f"environment class {class_name} from {module_path}: {exc}; install the package that provides it"
                 ) from None
-            instance = factory()
+            # A class defined in that module, nothing else it happens to hold (a function, an imported name).
+            if not inspect.isclass(factory) or factory.__module__ != module_path:
+                raise ValueError(f"environment class {class_name}: {module_path} defines no class of that name")
+            try:
+                instance = factory()
+            except Exception as exc:
+                raise ValueError(
+                    f"environment class {class_name} could not be built: {type(exc).__name__}: {exc}"
+                ) from None
             loader = getattr(instance, "_load_scenario", None)
             if class_name not in stateless and callable(loader):
                 loader(copy.deepcopy(config.get(class_name, {})), long_context=long_context)

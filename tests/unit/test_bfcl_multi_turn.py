@@ -17,7 +17,7 @@ import pytest
 
 from evalrx.core.case import Label, Step, StepRole, Termination, Trajectory
 from evalrx.grade import StateCheck, grade, grade_state, grade_trajectory
-from evalrx.tools.environment import Environment, register_environment_package, result_text
+from evalrx.tools.environment import ENV_PACKAGES, Environment, result_text
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("bfcl_eval") is None, reason="bfcl-eval is not installed")
 
@@ -33,7 +33,14 @@ TREE = {
         }
     }
 }
-register_environment_package(__name__)  # the Counter / Echo classes below are this module's
+
+
+@pytest.fixture(autouse=True)
+def this_module_is_an_environment_package(monkeypatch):
+    """The Counter / Echo classes below are this module's: cases may name them while these tests run."""
+    monkeypatch.setenv(ENV_PACKAGES, __name__)
+
+
 FS_SPEC = {"classes": {"GorillaFileSystem": FS}, "initial_config": {"GorillaFileSystem": TREE}}
 # Reads that change no public attribute, for the "extra harmless call" variant (the first the entry's classes have).
 READS = (
@@ -545,10 +552,15 @@ def test_a_case_cannot_name_a_module_outside_the_registered_environment_packages
 
     from evalrx.suites import CaseFileError, load_case_file
 
-    with pytest.raises(ValueError, match="'os' is not a registered environment package"):
+    with pytest.raises(ValueError, match="'os' is not a known environment"):
         Environment.from_spec({"classes": {"system": "os"}})
+    web = "bfcl_eval.eval_checker.multi_turn_eval.func_source_code.web_search"
+    with pytest.raises(ValueError, match="is not a known environment"):  # BFCL's, but it fetches any URL
+        Environment.from_spec({"classes": {"WebSearchAPI": web}})
+    with pytest.raises(ValueError, match="defines no class of that name"):  # a function of a known package
+        Environment.from_spec({"classes": {"result_text": __name__}})
     path = tmp_path / "hostile.jsonl"
     path.write_text(_json.dumps({"prompt": "hi", "environment": {"classes": {"Popen": "subprocess"}}}) + "\n")
-    with pytest.raises(CaseFileError, match="not a registered environment package") as err:
+    with pytest.raises(CaseFileError, match="not a known environment") as err:
         load_case_file(path)
     assert "\n" not in str(err.value)
