@@ -10,6 +10,7 @@ None for the default store) and returns plain dataclasses, never live ORM object
     evalrx.store.set_label(detail.row.id, "fail", failure_kind="wrong_tool", annotator="ana")
 """
 
+from evalrx.core.secrets import is_secret_name  # re-exported: the store is where callers found it
 from evalrx.store.analyses import default_replay_model, get_request, request_analysis, requests_for
 from evalrx.store.convert import canonical_json, jsonable, observation_text
 from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
@@ -74,7 +75,7 @@ from evalrx.store.runlevel import (
     second_opinion_queue,
     trajectories_of_case,
 )
-from evalrx.store.runs import delete_run, get_blob, is_secret_name, load_analyses, rename_run
+from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from sqlalchemy import delete, select
 
+from evalrx.core.secrets import has_env_reference, is_secret_name
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
-from evalrx.store.runs import is_env_reference, is_secret_name
 
 
 def _check_no_secret(name: str, config: dict) -> None:
     for section in ("env", "headers"):
         for key, value in (config.get(section) or {}).items():
-            if is_secret_name(key) and not is_env_reference(value):
+            if is_secret_name(key) and not has_env_reference(value):
                 raise ValueError(
-                    f"MCP server {name!r}: {section}.{key} holds a secret; write it as ${{{key}}} "
-                    "and export the variable where the worker runs"
+                    f"MCP server {name!r}: {section}.{key} holds a secret; write the secret part as ${{VAR}} "
+                    '(e.g. "Bearer ${VAR}") and export VAR where the worker runs'
                 )
 
 

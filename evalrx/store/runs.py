@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from evalrx.config import MODEL_CONFIG_FIELDS, RUN_CONFIG_FIELDS
 from evalrx.core.case import FailureCase, Trajectory
 from evalrx.core.content import sniff_mime
+from evalrx.core.secrets import has_env_reference, is_secret_name
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
@@ -89,30 +90,6 @@ RUNTIME_KEYS = frozenset(
 )
 # Query parameters that carry credentials in URLs people paste (`?api-key=`, `?token=`, signed URLs).
 _SECRET_PARAM = re.compile(r"(key|token|secret|passw|auth|signature|sig|credential|session|cookie)", re.I)
-# A key is secret when one of its words is one of these (`api_key`, `hf_token`, `Authorization`, `headers`),
-# but not `max_new_tokens`.
-_SECRET_WORDS = frozenset(
-    {
-        "key",
-        "apikey",
-        "secret",
-        "password",
-        "passwd",
-        "token",
-        "authorization",
-        "auth",
-        "header",
-        "headers",
-        "cookie",
-        "credential",
-        "credentials",
-        "bearer",
-    }
-)
-
-
-def is_secret_name(name: Any) -> bool:
-    return bool(_SECRET_WORDS & set(re.split(r"[^a-z0-9]+", str(name).lower())))
 
 
 def clean_url(url: Any) -> Any:
@@ -164,17 +141,19 @@ def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
     return cfg
 
 
-# `${VAR}`: the name of an environment variable (an MCP server's secret), read where the server starts.
-_ENV_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
-
-
-def is_env_reference(value: Any) -> bool:
-    return isinstance(value, str) and bool(_ENV_REFERENCE.match(value))
-
-
 def _strip_secrets(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _strip_secrets(v) for k, v in value.items() if not is_secret_name(k) or is_env_reference(v)}
+        # A secret-named container (an MCP server's `headers`) is searched, not dropped: what it holds that
+        # is secret goes, an environment variable's name (`${VAR}`, `Bearer ${VAR}`) stays.
+        out = {}
+        for k, v in value.items():
+            if is_secret_name(k) and not isinstance(v, dict) and not has_env_reference(v):
+                continue
+            kept = _strip_secrets(v)
+            if is_secret_name(k) and isinstance(v, dict) and not kept:
+                continue  # nothing but secrets inside: the container goes too
+            out[k] = kept
+        return out
     if isinstance(value, list):
         return [_strip_secrets(v) for v in value]
     return clean_url(value) if isinstance(value, str) and "://" in value else value

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from evalrx.core.secrets import ENV_REFERENCE, has_env_reference, is_secret_name
 from evalrx.core.tool import Tool, ToolResult
 
 __all__ = [
@@ -47,10 +48,6 @@ log = logging.getLogger("evalrx.worker")
 DEFAULT_TIMEOUT_S = 30.0
 MIN_START_S = 60.0  # a start may download its package (npx, uvx): a short call deadline must not fail it
 INSTALL_HINT = "pip install 'evalrx[tools]' (the MCP SDK)"
-# Words that mark a key as a secret; AUTH not followed by OR (GIT_AUTHOR_NAME) unless by ORIZ (Authorization).
-_SECRET_KEY = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH(?!OR(?!IZ))", re.IGNORECASE)
-# `${VAR}`, and Cursor's `${env:VAR}`.
-_VAR_REF = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 _KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "shareSession", "timeout", "type", "disabled"}
 _HTTP_TYPES = ("http", "streamable-http", "streamableHttp", "streamable_http")
 _CLOSE_WAIT_S = 15.0  # the SDK's stdio shutdown is bounded near 5 s (stdin close, SIGTERM, SIGKILL)
@@ -69,17 +66,13 @@ class McpToolError(RuntimeError):
     """
 
 
-def _secret_looking(key: str) -> bool:
-    return bool(_SECRET_KEY.search(key))
-
-
 def _check_str_map(name: str, key: str, value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise ValueError(f'MCP server {name!r}: "{key}" must be an object of strings, like {{"NAME": "value"}}')
     for k, v in value.items():
-        if v and _secret_looking(k) and not _VAR_REF.search(v):
+        if v and is_secret_name(k) and not has_env_reference(v):
             var = re.sub(r"[^A-Za-z0-9_]", "_", k).upper()
             raise ValueError(
                 f'MCP server {name!r}: "{key}" value for {k} looks like a secret written literally; '
@@ -101,7 +94,7 @@ def _expand(name: str, key: str, values: Mapping[str, str], environ: Mapping[str
                 )
             return environ[var]
 
-        return _VAR_REF.sub(sub, v)
+        return ENV_REFERENCE.sub(sub, v)
 
     return {k: one(k, v) for k, v in values.items()}
 

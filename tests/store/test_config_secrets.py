@@ -99,3 +99,25 @@ def test_an_imported_run_config_loses_secret_looking_keys_and_url_credentials(st
     info = S.get_run(res.run_ids[0], store=store_url)
     assert SECRET not in json.dumps(info.config)
     assert info.config == {"base_url": "http://h/v1", "max_new_tokens": 8}
+
+
+def test_an_mcp_servers_headers_and_env_keep_variable_names_and_lose_literal_secrets():
+    from evalrx.store.runs import queued_config
+
+    cfg = queued_config(
+        {
+            "model": {"name": "evalrx-tiny"},
+            "mcp_servers": [
+                {
+                    "name": "docs",
+                    "url": "http://h/mcp",
+                    "headers": {"Authorization": "Bearer ${DOCS_TOKEN}", "X-Team": "a"},
+                },
+                {"name": "git", "command": "git-mcp", "env": {"GITHUB_TOKEN": "${env:GH}", "HF_TOKEN": "hf_literal"}},
+            ],
+        }
+    )
+    docs, git = cfg["mcp_servers"]
+    assert docs["headers"] == {"Authorization": "Bearer ${DOCS_TOKEN}", "X-Team": "a"}
+    assert git["env"] == {"GITHUB_TOKEN": "${env:GH}"}  # the literal token is dropped, the reference kept
+    assert "hf_literal" not in json.dumps(cfg)

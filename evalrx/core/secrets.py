@@ -1,0 +1,43 @@
+"""What counts as a secret in a config, in one place: the store drops such values, MCP server configs
+refuse them written literally (`${VAR}` names an environment variable instead, read where it is used)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# A key is secret when one of its words is one of these (`api_key`, `hf_token`, `Authorization`, `headers`),
+# but not `max_new_tokens`.
+SECRET_WORDS = frozenset(
+    {
+        "key",
+        "apikey",
+        "secret",
+        "password",
+        "passwd",
+        "token",
+        "authorization",
+        "auth",
+        "header",
+        "headers",
+        "cookie",
+        "credential",
+        "credentials",
+        "bearer",
+    }
+)
+# `${VAR}`, and Cursor's `${env:VAR}`: the name of an environment variable, not its value.
+ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def is_secret_name(name: Any) -> bool:
+    """True for a key whose value is a secret (`OPENAI_API_KEY`, `Authorization`), by its words."""
+    return bool(SECRET_WORDS & set(re.split(r"[^a-z0-9]+", str(name).lower())))
+
+
+def has_env_reference(value: Any) -> bool:
+    """True for a value that takes its secret from the environment (`"${TOKEN}"`, `"Bearer ${TOKEN}"`)."""
+    return isinstance(value, str) and bool(ENV_REFERENCE.search(value))
+
+
+__all__ = ["ENV_REFERENCE", "SECRET_WORDS", "has_env_reference", "is_secret_name"]
