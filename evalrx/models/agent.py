@@ -273,7 +273,7 @@ class Agent:
         if multi:
             steps[0].span["user_turn"] = 0
         turn = 0
-        overflow: Optional[str] = None
+        failure: Optional[str] = None  # why the run ended early, when a model call failed
         for user_turn, prompt in enumerate(prompts):
             if user_turn:
                 steps.append(Step(idx=len(steps), role=StepRole.USER, content=prompt, span={"user_turn": user_turn}))
@@ -283,9 +283,13 @@ class Agent:
                 turn += 1
                 try:
                     chat, span = self._chat(messages, encoded)
-                except ContextOverflow as exc:  # the conversation grew past the model's context: it ends here
+                except Exception as exc:
+                    # Past the context, or a server that failed after some turns: the run ends here, its steps
+                    # kept. A first call that fails has nothing to keep (`run_case` records the error).
+                    if not isinstance(exc, ContextOverflow) and len(steps) == 1:
+                        raise
                     where = f"user turn {user_turn + 1} of {len(prompts)}: " if multi else ""
-                    overflow = f"{type(exc).__name__}: {where}{exc}"
+                    failure = f"{type(exc).__name__}: {where}{exc}"
                     turn -= 1  # no model turn was made
                     break
                 span["turn"] = turn
@@ -365,25 +369,30 @@ class Agent:
                         )
                     )
                 conversation.end_turn()  # the tools' images, after every tool message of the turn
-            if overflow is not None or terminated != Termination.FINAL.value:
+            if failure is not None or terminated != Termination.FINAL.value:
                 break  # out of turns, out of context, or ended by calls: no later user turn is given
         turns = turn
-        if overflow is not None:
+        if failure is not None:
             terminated = Termination.ERROR.value
 
         if self.force_final_answer and final_answer is None and terminated == Termination.MAX_TURNS.value:
             # The codec places the nudge: a user turn may break the family's template (Mistral's alternation).
             conversation.final_nudge()
-            chat, span = self._chat(messages, None)  # no tools: the reply is the answer
-            span["forced_final"] = True
-            parsed = codec.parse(chat)
-            if parsed.calls or parsed.errors:  # the model still tried to call: recorded, not executed
-                span["ignored_calls"] = len(parsed.calls) + len(parsed.errors)
-            final_answer = parsed.text
-            if chat.capture is not None:
-                captures[len(steps)] = chat.capture
-            steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=chat.text or "", span=span))
-            terminated = Termination.FORCED_FINAL.value
+            try:
+                chat, span = self._chat(messages, None)  # no tools: the reply is the answer
+            except Exception as exc:  # the steps so far are kept, as when a turn's call fails
+                failure, terminated = f"{type(exc).__name__}: {exc}", Termination.ERROR.value
+                chat = None
+            if chat is not None:
+                span["forced_final"] = True
+                parsed = codec.parse(chat)
+                if parsed.calls or parsed.errors:  # the model still tried to call: recorded, not executed
+                    span["ignored_calls"] = len(parsed.calls) + len(parsed.errors)
+                final_answer = parsed.text
+                if chat.capture is not None:
+                    captures[len(steps)] = chat.capture
+                steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=chat.text or "", span=span))
+                terminated = Termination.FORCED_FINAL.value
 
         actor = [s for s in steps if s.role is StepRole.ACTOR]
         metrics: dict = {
@@ -404,8 +413,8 @@ class Agent:
         if multi:
             metrics["n_user_turns"] = len(prompts)
             metrics["user_turns_reached"] = 1 + max(int(s.span.get("user_turn", 0)) for s in steps)
-        if overflow is not None:
-            metrics["error"] = overflow
+        if failure is not None:
+            metrics["error"] = failure
         trajectory = Trajectory(
             sample_id=case.id,
             goal=goal,

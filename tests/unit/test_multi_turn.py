@@ -135,3 +135,38 @@ def test_bad_turns_are_one_line(tmp_path):
     path.write_text(json.dumps({"prompt": "x", "turns": [{"prompt": "y"}]}) + "\n")
     with pytest.raises(CaseFileError, match="not both"):
         load_case_file(path)
+
+
+class FailingLater(Scripted):
+    """A server that answers the first calls, then fails (an HTTP 500, a dropped connection)."""
+
+    def __init__(self, at: int, *texts):
+        super().__init__(*texts)
+        self.at, self.calls = at, 0
+
+    def chat(self, messages, tools=None, **kw):
+        self.calls += 1
+        if self.calls >= self.at:
+            raise RuntimeError("upstream exploded")
+        return super().chat(messages, tools, **kw)
+
+
+def test_a_model_call_that_fails_after_some_turns_keeps_the_steps_so_far(tmp_path):
+    case = _conversation(tmp_path, [{"prompt": "one"}, {"prompt": "two"}])
+    traj = run_case(FailingLater(3, "first answer", call("add", a=1, b=2)), case, [ADD], grade=True)
+    assert traj.terminated == Termination.ERROR.value and traj.outcome is Label.ERROR
+    assert traj.metrics["error"] == "RuntimeError: user turn 2 of 2: upstream exploded"
+    assert [s.role for s in traj.steps] == [StepRole.USER, StepRole.ACTOR, StepRole.USER, StepRole.ACTOR, StepRole.TOOL]
+    # The first call failing leaves nothing to keep: the error trajectory of run_case, as before.
+    first = run_case(FailingLater(1), case, [ADD], grade=True)
+    assert first.outcome is Label.ERROR and [s.role for s in first.steps] == [StepRole.USER]
+    # The forced final turn failing: the steps are kept too.
+    forced = run_case(
+        FailingLater(3, call("add", a=1, b=1), call("add", a=1, b=1)),
+        "add",
+        [ADD],
+        max_turns=2,
+        force_final_answer=True,
+        grade=False,
+    )
+    assert forced.terminated == Termination.ERROR.value and len(forced.steps) == 5
