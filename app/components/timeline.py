@@ -155,7 +155,7 @@ def render_timeline(
             if v.role == "tool":
                 spec = offered.get(v.title[len("Tool ") :]) if v.title.startswith("Tool ") else None
                 if spec is not None and spec.get("source") == "mcp":
-                    st.caption(f"answered by {_tool_source(spec)}")
+                    st.caption(f"answered by {md_escape(_tool_source(spec))}")  # a server names itself
                 show_text(v.observation, empty="(no output)")
             elif v.role == "actor" or v.text:
                 show_text(v.text, empty="(empty turn)")
@@ -164,10 +164,11 @@ def render_timeline(
                 show_json(args if args is not None else {})
                 spec = offered.get(name)
                 if spec is not None:  # the schema the call was made against, and who answered it
-                    with st.expander(f"schema of {name} · {_tool_source(spec)}", icon=":material/schema:"):
+                    label = f"schema of {md_escape(name)} · {md_escape(_tool_source(spec))}"  # names are untrusted
+                    with st.expander(label, icon=":material/schema:"):
                         show_json(spec.get("parameters") or {})
                 elif offered:
-                    st.caption(f"{name} was not among the tools offered")
+                    st.caption(f"{md_escape(name)} was not among the tools offered")
             if v.parse_error:
                 st.markdown(":red[**Parse error**]")
                 show_text(v.parse_error)

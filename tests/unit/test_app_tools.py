@@ -45,7 +45,8 @@ def test_trajectory_page_shows_offered_tools_call_schemas_and_why_the_grade_fail
     assert "`unit`: got 'cm', want one of 'units', ''" in [c.value for c in at.code]
     labels = [e.label for e in at.expander]
     assert "Tools offered (1)" in labels
-    assert any(label.startswith("schema of calculate_triangle_area · the case's own document") for label in labels)
+    # Markdown-escaped: a tool's name and where it came from are untrusted text.
+    assert "schema of calculate\\_triangle\\_area · the case\\'s own document" in labels
     assert "calls **calculate\\_triangle\\_area**" in shown or "calls **calculate_triangle_area**" in shown
 
 
@@ -114,4 +115,4 @@ def test_trajectory_page_numbers_user_turns_and_shows_the_state_difference(store
     for k in range(1, 5):
         assert f"User\\, turn {k}" in shown  # Markdown-escaped on the page
     assert "State after that turn, where it differs (agent vs ground truth)" in shown
-    assert any(c.value.startswith("{\n  \"GorillaFileSystem\"") for c in at.code)  # the diff, as JSON
+    assert any(c.value.startswith('{\n  "GorillaFileSystem"') for c in at.code)  # the diff, as JSON
