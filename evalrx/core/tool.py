@@ -84,6 +84,8 @@ class Tool:
         params = doc.get("parameters") or {"type": "object", "properties": {}}
         if not isinstance(params, dict):
             raise ValueError(f"tool {doc['name']!r}: parameters must be a JSON Schema object")
+        if not isinstance(doc.get("annotations") or {}, dict):
+            raise ValueError(f"tool {doc['name']!r}: annotations must be an object of hints")
         return cls(
             name=doc["name"],
             description=str(doc.get("description") or ""),

@@ -45,6 +45,33 @@ def demo_suites() -> list[str]:
     return ["demo"] + [f"demo/{n}" for n in names]
 
 
+def _graded_shape_problem(record: dict, grader: Any) -> "Optional[tuple[str, str]]":
+    """(problem, fix) when a case graded by its calls or by state lacks what that grader reads."""
+    kind = grader.get("kind") if isinstance(grader, dict) else None
+    if kind == "calls":
+        expected = record.get("expected")
+        ok = isinstance(expected, list) and all(
+            isinstance(c, dict)
+            and all(isinstance(p, dict) and all(isinstance(v, list) for v in p.values()) for p in c.values())
+            for c in expected
+        )
+        if not ok:
+            return (
+                "a calls grader needs expected = [{function: {parameter: [acceptable values]}}, ...]",
+                'Write "expected": [{"get_weather": {"city": ["Paris"]}}], or [] when no call is wanted',
+            )
+    if kind == "state":
+        turns = record.get("turns")
+        if not isinstance(record.get("environment"), dict) or not isinstance(turns, list):
+            return ('a state grader needs "environment" and "turns"', "Add both, or use another grader kind")
+        if not all(isinstance(t.get("expected", []), list) for t in turns if isinstance(t, dict)):
+            return (
+                "a state grader's turns need expected = [ground-truth call strings]",
+                'Write "expected": ["cd(folder=\'docs\')"]',
+            )
+    return None
+
+
 def _with_turns(record: dict, path: Any, line: Optional[int]) -> dict:
     """A conversation case (`"turns": [{"prompt", "expected"?, "grader"?}, ...]`), checked, with the first
     turn's prompt as the case's prompt."""
@@ -58,6 +85,8 @@ def _with_turns(record: dict, path: Any, line: Optional[int]) -> dict:
         if not isinstance(turn, dict) or not isinstance(turn.get("prompt"), str) or not turn["prompt"].strip():
             raise CaseFileError(path, line, f"turn {k} has no prompt (a non-empty string)", example)
         problem = check_grader(turn.get("grader"))
+        if not problem and isinstance(turn.get("grader"), dict) and turn["grader"].get("kind") in ("calls", "state"):
+            problem = f"a {turn['grader']['kind']} grader grades the whole case, not one turn"
         if problem:
             raise CaseFileError(path, line, f"turn {k}: {problem}", f"Use a grader kind of {', '.join(GRADER_KINDS)}")
     return dict(record, prompt=turns[0]["prompt"])
@@ -98,7 +127,11 @@ def parse_case(
             f'Set "grader" to an object whose "kind" is one of {", ".join(GRADER_KINDS)}, '
             "or remove it to use the default grader",
         )
-    if grader and grader["kind"] != "regex" and "expected" not in record and "value" not in grader:
+    shape = _graded_shape_problem(record, grader)
+    if shape:
+        raise CaseFileError(path, line, shape[0], shape[1])
+    turned = grader and grader["kind"] == "state"  # its expected calls are in its turns
+    if grader and grader["kind"] != "regex" and not turned and "expected" not in record and "value" not in grader:
         raise CaseFileError(
             path,
             line,

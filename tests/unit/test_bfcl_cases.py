@@ -263,3 +263,21 @@ def test_a_bfcl_multi_turn_case_runs_on_its_own_environment_and_is_graded_by_sta
         s.idx for s in bad.steps if s.role is StepRole.ACTOR and any(c["name"] == "mv" for c in s.tool_calls)
     )
     assert top.first_wrong_step == mv_step
+
+
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ({"prompt": "x", "grader": {"kind": "calls"}, "expected": "f(1)"}, "a calls grader needs expected"),
+        ({"prompt": "x", "grader": {"kind": "calls"}, "expected": [{"f": {"a": 1}}]}, "a calls grader needs expected"),
+        ({"prompt": "x", "grader": {"kind": "state"}}, 'a state grader needs "environment" and "turns"'),
+        ({"turns": [{"prompt": "a", "grader": {"kind": "calls"}}]}, "grades the whole case, not one turn"),
+        ({"prompt": "x", "tools": [{"name": "f", "annotations": 5}]}, "annotations must be an object"),
+    ],
+)
+def test_case_files_that_a_call_or_state_grader_cannot_read_are_one_line(tmp_path, record, problem):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(CaseFileError, match=problem) as err:
+        load_case_file(path)
+    assert "\n" not in str(err.value)
