@@ -540,6 +540,7 @@ def run_batch(
     concurrency: int = 4,
     on_result: "Optional[Callable[[FailureCase, Trajectory], None]]" = None,
     agent_kwargs: Optional[dict] = None,
+    grade: bool = False,
 ) -> list:
     """Run the agent loop over many cases.
 
@@ -558,6 +559,7 @@ def run_batch(
         concurrency: worker threads for API handles.
         on_result: called with (case, trajectory) as each case finishes.
         agent_kwargs: extra `Agent` keyword arguments (loop policies ...).
+        grade: grade each trajectory as `run_case` does (a call or state grade says why, in its metrics).
 
     Returns:
         One trajectory per case, in input order.
@@ -580,7 +582,14 @@ def run_batch(
             trajectory = error_trajectory(case, exc)
         else:
             trajectory = run_case(
-                handle, case, tools, codec=codec, max_turns=max_turns, system=system, **(agent_kwargs or {})
+                handle,
+                case,
+                tools,
+                grade=grade,
+                codec=codec,
+                max_turns=max_turns,
+                system=system,
+                **(agent_kwargs or {}),
             )
         if on_result is not None:
             on_result(case, trajectory)

@@ -14,7 +14,7 @@ def run_to_jsonl(args: Any) -> int:
     from tqdm import tqdm
 
     import evalrx
-    from evalrx.grade import grade_trajectory
+    from evalrx.core.case import Label
     from evalrx.models.agent import error_trajectory, run_batch, run_case
     from evalrx.suites import load_cases
     from evalrx.tools import get_tools
@@ -53,7 +53,6 @@ def run_to_jsonl(args: Any) -> int:
     with out.open("w", encoding="utf-8") as fh:
 
         def on_result(case: Any, traj: Any) -> None:
-            traj.outcome = grade_trajectory(traj, case)
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
             row = {"case_id": case.id, "meta": case.meta, **traj.to_dict()}
             fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
@@ -75,6 +74,7 @@ def run_to_jsonl(args: Any) -> int:
                 concurrency=args.concurrency,
                 on_result=on_result,
                 agent_kwargs=agent_kwargs,
+                grade=True,  # as the worker grades: a bad grader is the case's grade error, not the run's end
             )
         else:
             try:
@@ -82,10 +82,17 @@ def run_to_jsonl(args: Any) -> int:
                     try:
                         with case_toolset(run, case, sessions) as tools:
                             traj = run_case(
-                                handle, case, tools, system=args.system, max_turns=args.max_turns, **agent_kwargs
+                                handle,
+                                case,
+                                tools,
+                                grade=True,
+                                system=args.system,
+                                max_turns=args.max_turns,
+                                **agent_kwargs,
                             )
                     except Exception as exc:  # a server that did not start fails the case, not the run
                         traj = error_trajectory(case, exc)
+                        traj.outcome = Label.ERROR
                     on_result(case, traj)
             finally:
                 sessions.close()

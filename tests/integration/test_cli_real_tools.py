@@ -56,6 +56,7 @@ def test_run_a_bfcl_suite_to_a_file_offers_only_the_cases_functions(tmp_path, ap
     rows = sorted((json.loads(line) for line in out.read_text().splitlines()), key=lambda r: r["case_id"])
     assert [r["outcome"] for r in rows] == ["pass", "pass"]  # API cases run concurrently: in any order
     offered = [[t["name"] for t in r["offered_tools"]] for r in rows]
+    assert all("grade_reason" not in r["metrics"] for r in rows)  # graded as the worker grades: they passed
     assert offered == [["calculate_triangle_area"], ["math.factorial"]]  # no calculator, no lookup
     assert {t["function"]["name"] for b in server.requests for t in b.get("tools") or []} == {
         "calculate_triangle_area",
