@@ -141,6 +141,22 @@ def _first_difference(a: Any, b: Any, at: str, path: tuple = ()) -> tuple[str, A
     return at, a, b
 
 
+def _not_run(steps: list) -> set:
+    """(actor step idx, call index) of the calls the live loop did not run: a repeat it blocked, or a name
+    no offered tool had; replaying them would grade a state the agent never made."""
+    out: set = set()
+    actor: Optional[int] = None
+    for step in steps:
+        if step.role == StepRole.ACTOR:
+            actor = step.idx
+        elif step.role == StepRole.TOOL and actor is not None and not (step.span or {}).get("parse_error"):
+            span = step.span or {}
+            unknown = span.get("tool_error") and str(step.observation or "").startswith("[tool error: unknown tool")
+            if span.get("repeat_blocked") or unknown:
+                out.add((actor, int(span.get("call", 0) or 0)))
+    return out
+
+
 def _user_turns(steps: list) -> "dict[int, list[Step]]":
     """The steps of each user turn: those after its USER step up to the next (steps before any: turn 0)."""
     turns: dict = {0: []}
@@ -264,6 +280,7 @@ def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
     spec, expected = _spec(case)
     agent_env, truth_env = Environment.from_spec(spec), Environment.from_spec(spec)
     by_turn = _user_turns(traj.steps)
+    skipped = _not_run(traj.steps)
     reached = max(by_turn)
     agent_results: list = []
     history: list = []  # (turn, its actor steps, its calls, its ground truth's) for the turns replayed so far
@@ -274,7 +291,12 @@ def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
             return _fail(reached, "no_final_answer", _last_actor(by_turn.get(reached, [])), reason)
         steps = by_turn.get(k, [])
         actor = [s for s in steps if s.role == StepRole.ACTOR]
-        calls = [(s.idx, c["name"], c["args"]) for s in actor for c in map(normalize_call, s.tool_calls or [])]
+        calls = [
+            (s.idx, c["name"], c["args"])
+            for s in actor
+            for i, c in enumerate(map(normalize_call, s.tool_calls or []))
+            if (s.idx, i) not in skipped
+        ]
         agent_results.extend(agent_env.call(name, kwargs=args) for _, name, args in calls)
         wanted, truth_results = [], []
         for text in truth_calls:

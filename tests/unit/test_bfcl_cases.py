@@ -281,3 +281,20 @@ def test_case_files_that_a_call_or_state_grader_cannot_read_are_one_line(tmp_pat
     with pytest.raises(CaseFileError, match=problem) as err:
         load_case_file(path)
     assert "\n" not in str(err.value)
+
+
+def test_the_state_grade_replays_only_the_calls_the_loop_ran():
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner.toolset import static_tools
+
+    case = load_cases("bfcl/multi_turn_base")[0]
+    assert "cp" not in {t["name"] for t in case.meta["tools"]}  # excluded from this entry's functions
+    replies = _multi_turn_script(case)
+    # Turn 1: a cp the model was not offered (refused as unknown, so nothing was copied), then the real calls.
+    first, rest = replies[0].split("</tool_call>\n", 1)  # after the cd into document, where the file is
+    replies[0] = first + "</tool_call>\n" + call("cp", source="final_report.pdf", destination="copy.pdf") + "\n" + rest
+    tools = static_tools(RunConfig(model=ModelConfig("scripted"), tools=[]), case)
+    traj = run_case(Scripted(*replies), case, tools, grade=True, max_turns=3)
+    refused = next(s for s in traj.steps if s.role is StepRole.TOOL and s.content == "cp")
+    assert refused.span.get("tool_error") and "unknown tool" in str(refused.observation)
+    assert traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
