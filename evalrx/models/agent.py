@@ -436,14 +436,23 @@ class Agent:
 def _wire_names(tools: "list[Tool]") -> dict:
     """{wire name: tool name} of a tool set (raises ValueError when two tools would look the same to the model)."""
     names: dict = {}
+    sources: dict = {}
     for tool in tools:
         other = names.get(tool.wire_name)
         if other is not None and other != tool.name:
             raise ValueError(
                 f"tools {other!r} and {tool.name!r} both reach the model as {tool.wire_name!r}; rename one of them"
             )
+        if other is not None:  # the same name from two places: the model could not tell which it calls
+            where = f"{sources[tool.name]} and {_where(tool)}"
+            raise ValueError(f"two tools are named {tool.name!r} ({where}); offer one of them")
         names[tool.wire_name] = tool.name
+        sources[tool.name] = _where(tool)
     return names
+
+
+def _where(tool: Tool) -> str:
+    return f"{tool.source} {tool.origin}".strip()
 
 
 def user_prompts(case: FailureCase) -> list:

@@ -298,3 +298,10 @@ def test_the_state_grade_replays_only_the_calls_the_loop_ran():
     refused = next(s for s in traj.steps if s.role is StepRole.TOOL and s.content == "cp")
     assert refused.span.get("tool_error") and "unknown tool" in str(refused.observation)
     assert traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
+
+
+def test_two_tools_of_the_same_name_from_different_places_are_refused():
+    from evalrx.core import Tool
+
+    with pytest.raises(ValueError, match=r"two tools are named 'calculator' \(builtin and mcp calc-server\)"):
+        Agent(Scripted(), [Tool("calculator", "one"), Tool("calculator", "two", source="mcp", origin="calc-server")])
