@@ -15,6 +15,16 @@ import streamlit as st
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ENV_OPEN = "EVALRX_ALLOW_UNAUTHENTICATED"
+# A page user may name a command (an MCP server) or a Python function for the worker to run only when the
+# app is private to this machine's user, or the operator allows it for every logged-in user.
+ENV_COMMANDS = "EVALRX_APP_COMMANDS"
+
+
+def commands_allowed() -> bool:
+    """May the pages name commands and Python functions for the worker to run (see `ENV_COMMANDS`)?"""
+    if os.environ.get(ENV_COMMANDS, "").strip() not in ("", "0"):
+        return True
+    return (st.get_option("server.address") or "").strip() in LOOPBACK
 
 
 def exposure_problem(address: Optional[str], auth: bool, allowed: bool) -> Optional[str]:

@@ -1,6 +1,7 @@
 """New run: pick a model, a backend, tools and cases; launch it on the worker."""
 
 import streamlit as st
+from components.access import ENV_COMMANDS, commands_allowed
 from components.data import store
 from components.launch import (
     DEFAULT_SUITE,
@@ -134,12 +135,15 @@ with left:
     st.caption("  \n".join(f"**{md_escape(n)}**: {md_escape(descriptions.get(n, ''))}" for n in sorted(TOOLS)))
     if own:
         st.caption("Each case brings its own functions; the model is offered them beside any tools picked here.")
+    may_run = commands_allowed()  # naming code for the worker to run: this machine's user, or the operator's say
     py_tools = st.text_input(
         "Python functions as tools",
         key="py_tools",
         placeholder="package.module:function, ...",
+        disabled=not may_run,
         help="Importable on the worker; the schema comes from the signature and the docstring, "
-        "and every call's arguments are checked against it.",
+        "and every call's arguments are checked against it."
+        + ("" if may_run else f" Off: the app is served beyond this machine; the operator can set {ENV_COMMANDS}=1."),
     )
     saved = {entry["name"]: entry for entry in list_mcp_servers(store=S)}
     mcp_names = st.multiselect(
@@ -149,14 +153,17 @@ with left:
         help="Their tools are offered to the agent; each case gets a fresh session unless a server shares one.",
     )
     with st.expander("Add an MCP server"):
-        new_name = st.text_input("Name", key="mcp_new_name", placeholder="time")
+        if not may_run:
+            st.caption(f"Off: the app is served beyond this machine; the operator can set {ENV_COMMANDS}=1.")
+        new_name = st.text_input("Name", key="mcp_new_name", placeholder="time", disabled=not may_run)
         new_entry = st.text_area(
             "Its mcpServers entry (JSON)",
             key="mcp_new_entry",
+            disabled=not may_run,
             placeholder='{"command": "python", "args": ["-m", "mcp_server_time"], "env": {"TOKEN": "${MY_TOKEN}"}}',
             help="Write secrets as ${VAR}: the worker reads VAR from its own environment; no value is stored.",
         )
-        if st.button("Save server", key="mcp_save"):
+        if st.button("Save server", key="mcp_save", disabled=not may_run):
             try:
                 entry = mcp_entry(new_name, new_entry)
                 save_mcp_server(entry["name"], entry, store=S)
@@ -282,7 +289,7 @@ with right:
             config = build_config(
                 spec=spec_key,
                 backend=backend,
-                tools=list(tools) + python_tool_paths(py_tools),
+                tools=list(tools) + (python_tool_paths(py_tools) if may_run else []),
                 mcp_servers=[saved[n] for n in mcp_names if n in saved],
                 suite=suite,
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),

@@ -116,3 +116,24 @@ def test_trajectory_page_numbers_user_turns_and_shows_the_state_difference(store
         assert f"User\\, turn {k}" in shown  # Markdown-escaped on the page
     assert "State after that turn, where it differs (agent vs ground truth)" in shown
     assert any(c.value.startswith('{\n  "GorillaFileSystem"') for c in at.code)  # the diff, as JSON
+
+
+def test_served_beyond_this_machine_the_page_names_no_command_or_function_unless_the_operator_allows(
+    store_url, monkeypatch
+):
+    from streamlit import config
+
+    ENV_COMMANDS = "EVALRX_APP_COMMANDS"  # components.access's name for it (the app's packages are not on this path)
+    monkeypatch.setenv("EVALRX_ALLOW_UNAUTHENTICATED", "1")  # behind an authenticating proxy, say
+    monkeypatch.delenv(ENV_COMMANDS, raising=False)
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        at = open_page("new_run")
+        assert at.text_input(key="py_tools").disabled and at.text_area(key="mcp_new_entry").disabled
+        assert at.button(key="mcp_save").disabled
+        assert f"{ENV_COMMANDS}=1" in texts(at)
+        monkeypatch.setenv(ENV_COMMANDS, "1")
+        at = open_page("new_run")
+        assert not at.text_input(key="py_tools").disabled and not at.button(key="mcp_save").disabled
+    finally:
+        config.set_option("server.address", "127.0.0.1")
