@@ -206,6 +206,8 @@ def _grade_turns(traj: Trajectory, case: FailureCase) -> Label:
         if not isinstance(turn, dict) or "expected" not in turn:
             continue
         answer = answers[k] if k < len(answers) else None
+        if k == len(answers) - 1 and traj.final_answer is not None:
+            answer = traj.final_answer  # the loop's reading of the last answer (a one-turn case has no span's)
         if answer is None or grade(answer, turn["expected"], turn.get("grader")) is not Label.PASS:
             return Label.FAIL
     return Label.PASS
