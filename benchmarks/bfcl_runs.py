@@ -97,7 +97,7 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
         if r.outcome == "fail":
             reason = metrics.get("grade_reason") or ""
             reasons[reason.split(":")[0][:60]] += 1
-            if reason.startswith("turn "):  # a multi-turn grade names the user turn that failed
+            if reason.startswith("user turn "):  # a multi-turn grade names the user turn that failed
                 failing_turns[reason.split(":")[0]] += 1
     from evalrx.interop import export_run
 

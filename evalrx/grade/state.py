@@ -253,7 +253,7 @@ def _spec(case: FailureCase) -> tuple[dict, list]:
 
 def _fail(turn: int, kind: str, step: Optional[int], reason: str, diff: Optional[dict] = None) -> StateCheck:
     # Numbered from 1 in the line, as the pages number a conversation's user turns; `turn` stays 0-based.
-    return StateCheck(False, turn, kind, step, f"turn {turn + 1}: {reason}", diff or {})
+    return StateCheck(False, turn, kind, step, f"user turn {turn + 1}: {reason}", diff or {})
 
 
 def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
@@ -377,7 +377,7 @@ def _blame_turns(history: list, broken: Any) -> tuple[str, Optional[int], str]:
         if kind == "no_tool_call" and is_last and broken is not None:
             kind, step, clause = "malformed_call", broken.idx, f"a call could not be parsed; {clause}"
         if not is_last:
-            clause = f"turn {k + 1}'s calls differ: {clause}"
+            clause = f"user turn {k + 1}'s calls differ: {clause}"
         if step is None and actor:
             step = actor[0].idx
         return kind, step, clause

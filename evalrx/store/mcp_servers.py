@@ -34,6 +34,8 @@ def save_mcp_server(name: str, config: dict, *, store: "Store | str | None" = No
     name = (name or "").strip()
     if not name:
         raise ValueError("an MCP server needs a name")
+    if len(name) > 100:  # the column's width: PostgreSQL would refuse it with a traceback
+        raise ValueError(f"an MCP server's name is at most 100 characters, not {len(name)}; shorten it")
     config = convert.jsonable(dict(config))
     _check_no_secret(name, config)
     with resolve(store).write() as s:

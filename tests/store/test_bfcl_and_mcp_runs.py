@@ -290,5 +290,5 @@ def test_a_bfcl_multi_turn_run_on_an_api_model_gives_each_turn_after_the_answer_
     assert rows[cases[0].id].outcome == "pass", good.trajectory.metrics.get("grade_reason")
     assert {t["source"] for t in good.trajectory.offered_tools} == {"environment"}
     bad = S.get_trajectory(rows[cases[1].id].id, store=store)
-    assert rows[cases[1].id].outcome == "fail" and bad.trajectory.metrics["grade_reason"].startswith("turn 1")
+    assert rows[cases[1].id].outcome == "fail" and bad.trajectory.metrics["grade_reason"].startswith("user turn 1: ")
     assert rows[cases[1].id].diagnosis_kind in ("no_tool_call", "wrong_tool", "bad_arguments")

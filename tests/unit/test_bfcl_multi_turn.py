@@ -341,7 +341,7 @@ def test_a_changed_argument_is_bad_arguments_at_its_step_with_the_state_diff(bas
     check = grade_state(traj, case)
     assert not check.ok and check.turn == 0 and check.kind == "bad_arguments"
     assert traj.steps[check.step].role is StepRole.ACTOR and traj.steps[check.step].tool_calls[1]["name"] == "mkdir"
-    assert check.reason.startswith("turn 1: GorillaFileSystem differs in root") and "dir_name" in check.reason
+    assert check.reason.startswith("user turn 1: GorillaFileSystem differs in root") and "dir_name" in check.reason
     assert "root" in check.diff["GorillaFileSystem"]
     _assert_one_line(check)
     assert grade_trajectory(traj, case) is Label.FAIL
@@ -359,7 +359,7 @@ def test_a_dropped_call_an_empty_turn_and_a_parse_error(base_cases):
     empty[1] = []
     traj = _trajectory(case, empty)
     check = grade_state(traj, case)
-    assert (check.turn, check.kind) == (1, "no_tool_call") and check.reason.startswith("turn 2: no call, want cd(")
+    assert (check.turn, check.kind) == (1, "no_tool_call") and check.reason.startswith("user turn 2: no call, want cd(")
     assert traj.steps[check.step].role is StepRole.ACTOR and traj.steps[check.step].span["user_turn"] == 1
 
     traj = _trajectory(case, empty, broken=1)
@@ -408,7 +408,7 @@ def test_an_earlier_turns_unneeded_call_is_blamed_there():
     traj = _trajectory(case, calls)
     check = grade_state(traj, case)
     assert (check.turn, check.kind) == (idle + 1, "unneeded_tool_call")
-    assert traj.steps[check.step].span["user_turn"] == idle and f"turn {idle + 1}'s calls differ" in check.reason
+    assert traj.steps[check.step].span["user_turn"] == idle and f"user turn {idle + 1}'s calls differ" in check.reason
     assert "stray.txt" in check.reason
 
 
