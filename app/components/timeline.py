@@ -36,13 +36,12 @@ def _image(store: Any, sha: str, caption: str) -> None:
 def system_prompt(detail: Any, *, store: Any) -> Optional[str]:
     """The system prompt the model saw: the run's, then the case's own (imports and BFCL entries keep it in
     the case meta), as the agent loop joins them."""
+    from evalrx.models import case_system
     from evalrx.store import get_run
 
     run = get_run(detail.row.run_id, store=store)
-    parts = [(run.config or {}).get("system") if run is not None else None]
-    parts.append(((detail.case or {}).get("meta") or {}).get("system"))
-    text = "\n\n".join(str(p) for p in parts if isinstance(p, str) and p.strip())
-    return text or None
+    own = (run.config or {}).get("system") if run is not None else None
+    return case_system(own if isinstance(own, str) else None, (detail.case or {}).get("meta"))
 
 
 def render_system_prompt(detail: Any, *, store: Any) -> None:

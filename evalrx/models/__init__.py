@@ -15,7 +15,7 @@ from evalrx.config import ModelConfig
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model, WhiteBoxModel
 from evalrx.core.tool import ChatTurn, Tool, ToolCall
-from evalrx.models.agent import Agent, ToolExecutor, run_batch
+from evalrx.models.agent import Agent, ToolExecutor, case_system, run_batch
 from evalrx.models.backends import BACKENDS, RuntimeConfig, backends_for
 
 # The API call budget a run config may set (the New run page checks it before queueing).
@@ -27,6 +27,7 @@ __all__ = [
     "MAX_RETRIES",
     "MAX_TIMEOUT_S",
     "backends_for",
+    "case_system",
     "check_call_budget",
     "Agent",
     "BACKENDS",
