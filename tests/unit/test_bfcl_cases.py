@@ -255,7 +255,9 @@ def test_a_bfcl_multi_turn_case_runs_on_its_own_environment_and_is_graded_by_sta
     bad = run_case(Scripted(*_multi_turn_script(case, wrong)), case, bad_tools, grade=True, max_turns=3)
     assert bad.outcome is Label.FAIL
     reason = bad.metrics["grade_reason"]
-    assert reason.startswith("user turn 1: GorillaFileSystem differs in root") and "`destination`: got 'archive'" in reason
+    assert (
+        reason.startswith("user turn 1: GorillaFileSystem differs in root") and "`destination`: got 'archive'" in reason
+    )
     assert bad.metrics["grade_diff"], "the difference of state is kept for the page"
     top = diagnose(bad, case=case, tools=bad_tools)[0]
     assert top.source == "reference" and top.kind == "bad_arguments" and top.evidence["user_turn"] == 0
