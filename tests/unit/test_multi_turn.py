@@ -73,23 +73,26 @@ def test_a_turn_that_runs_out_of_model_turns_ends_the_conversation(tmp_path):
     assert traj.metrics["user_turns_reached"] == 1
 
 
-class Overflowing(Scripted):
-    """Raises ContextOverflow from the n-th call on, as a local backend does when the conversation outgrows it."""
+class FailsFrom(Scripted):
+    """Answers its first calls, then raises `error` from the `at`-th on: a local backend past its context
+    (ContextOverflow), a server that fails (an HTTP 500, a dropped connection)."""
 
-    def __init__(self, at: int, *texts):
+    def __init__(self, at: int, error: Exception, *texts):
         super().__init__(*texts)
-        self.at, self.calls = at, 0
+        self.at, self.error, self.calls = at, error, 0
 
     def chat(self, messages, tools=None, **kw):
         self.calls += 1
         if self.calls >= self.at:
-            raise ContextOverflow(800, 768)
+            raise self.error
         return super().chat(messages, tools, **kw)
 
 
 def test_a_conversation_that_outgrows_the_context_is_an_error_naming_the_turn(tmp_path):
     case = _conversation(tmp_path, [{"prompt": "one"}, {"prompt": "two"}, {"prompt": "three"}])
-    traj = run_case(Overflowing(3, "first answer", call("add", a=1, b=2)), case, [ADD], grade=True)
+    traj = run_case(
+        FailsFrom(3, ContextOverflow(800, 768), "first answer", call("add", a=1, b=2)), case, [ADD], grade=True
+    )
     assert traj.terminated == Termination.ERROR.value and traj.outcome is Label.ERROR
     assert traj.metrics["error"] == (
         "ContextOverflow: user turn 2 of 3: the conversation is 800 tokens, over the model's context of 768"
@@ -137,32 +140,20 @@ def test_bad_turns_are_one_line(tmp_path):
         load_case_file(path)
 
 
-class FailingLater(Scripted):
-    """A server that answers the first calls, then fails (an HTTP 500, a dropped connection)."""
-
-    def __init__(self, at: int, *texts):
-        super().__init__(*texts)
-        self.at, self.calls = at, 0
-
-    def chat(self, messages, tools=None, **kw):
-        self.calls += 1
-        if self.calls >= self.at:
-            raise RuntimeError("upstream exploded")
-        return super().chat(messages, tools, **kw)
-
-
 def test_a_model_call_that_fails_after_some_turns_keeps_the_steps_so_far(tmp_path):
     case = _conversation(tmp_path, [{"prompt": "one"}, {"prompt": "two"}])
-    traj = run_case(FailingLater(3, "first answer", call("add", a=1, b=2)), case, [ADD], grade=True)
+    traj = run_case(
+        FailsFrom(3, RuntimeError("upstream exploded"), "first answer", call("add", a=1, b=2)), case, [ADD], grade=True
+    )
     assert traj.terminated == Termination.ERROR.value and traj.outcome is Label.ERROR
     assert traj.metrics["error"] == "RuntimeError: user turn 2 of 2: upstream exploded"
     assert [s.role for s in traj.steps] == [StepRole.USER, StepRole.ACTOR, StepRole.USER, StepRole.ACTOR, StepRole.TOOL]
     # The first call failing leaves nothing to keep: the error trajectory of run_case, as before.
-    first = run_case(FailingLater(1), case, [ADD], grade=True)
+    first = run_case(FailsFrom(1, RuntimeError("upstream exploded")), case, [ADD], grade=True)
     assert first.outcome is Label.ERROR and [s.role for s in first.steps] == [StepRole.USER]
     # The forced final turn failing: the steps are kept too.
     forced = run_case(
-        FailingLater(3, call("add", a=1, b=1), call("add", a=1, b=1)),
+        FailsFrom(3, RuntimeError("upstream exploded"), call("add", a=1, b=1), call("add", a=1, b=1)),
         "add",
         [ADD],
         max_turns=2,
