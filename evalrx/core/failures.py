@@ -38,7 +38,19 @@ BUILTIN_KINDS: "tuple[FailureKind, ...]" = (
     FailureKind(
         "infra_error", "the model server or the harness failed (HTTP 5xx, timeout, crash): not a model failure"
     ),
+    FailureKind(
+        "policy_violation",
+        "acted against a rule the system prompt or policy states (e.g. acted without a confirmation it requires)",
+    ),
+    FailureKind("invented_information", "stated a fact that no tool, user or document gave"),
+    FailureKind("wrong_goal", "pursued another objective than the one the user asked for"),
+    FailureKind("task_not_supported", "the request cannot be done with the tools at hand"),
+    FailureKind(
+        "user_error", "the user's message was wrong, missing or changed: not the agent's failure (like infra_error)"
+    ),
 )
+# Kinds that are not the agent's failure: counted apart from the model's failures.
+NOT_AGENT_KINDS: "frozenset[str]" = frozenset({"infra_error", "user_error"})
 FAILURE_KINDS: "tuple[str, ...]" = tuple(k.key for k in BUILTIN_KINDS)
 DEFINITIONS: "dict[str, str]" = {k.key: k.definition for k in BUILTIN_KINDS}
 
@@ -161,6 +173,7 @@ __all__ = [
     "FAILURE_KINDS",
     "FailureKind",
     "LEGACY_KINDS",
+    "NOT_AGENT_KINDS",
     "SOURCES",
     "canonical_kind",
     "definition",

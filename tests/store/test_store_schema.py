@@ -320,3 +320,30 @@ def test_upgrade_from_0006_renames_the_kinds_and_keeps_the_labels(store_at_0006)
         assert s.execute(text("SELECT case_row_id FROM run_cases")).scalar() == 1
         assert s.execute(text("SELECT case_row_id FROM trajectories")).scalar() == 1
         assert "ix_trajectories_case_row_id" in indexes
+
+
+def test_upgrade_to_0010_seeds_the_real_data_kinds_and_keeps_a_custom_one_of_the_same_key(tmp_path):
+    """0010 adds the kinds real data sets label as built-in kinds; a store whose users already made `user_error`
+    keeps its hotkey and the labels that use it."""
+    url = f"sqlite:///{tmp_path / 'at-0009.sqlite'}"
+    assert S.upgrade(url, "0009") == "0009"
+    with S.connect(url, check=False).write() as s:
+        s.execute(
+            text(
+                "INSERT INTO failure_kinds (key, definition, hotkey, builtin, position, created_at) "
+                "VALUES ('user_error', 'mine', NULL, :f, 99, '2024-01-01 00:00:00')"
+            ),
+            {"f": False},
+        )
+        s.execute(text("UPDATE failure_kinds SET hotkey = NULL WHERE hotkey = '9'"))
+        s.execute(text("UPDATE failure_kinds SET hotkey = '9' WHERE key = 'user_error'"))
+    S.forget(url)
+    assert S.upgrade(url) == schema.SCHEMA_VERSION
+    from evalrx.core.failures import DEFINITIONS, FAILURE_KINDS
+
+    kinds = S.list_kinds(store=url)
+    assert [k.key for k in kinds if k.builtin] == list(FAILURE_KINDS)
+    by_key = {k.key: k for k in kinds}
+    assert by_key["user_error"].hotkey == "9" and by_key["user_error"].definition == DEFINITIONS["user_error"]
+    assert by_key["policy_violation"].definition == DEFINITIONS["policy_violation"]
+    S.forget(url)

@@ -645,7 +645,7 @@ def test_diagnose_whitebox_evidence_outranks_the_low_confidence_fallback():
 # ---------------------------------------------------------------- the vocabulary
 
 
-def test_the_builtin_kinds_are_exactly_these_thirteen():
+def test_the_builtin_kinds_are_exactly_these_eighteen():
     assert FAILURE_KINDS == (
         "wrong_tool",
         "unknown_tool",
@@ -660,6 +660,11 @@ def test_the_builtin_kinds_are_exactly_these_thirteen():
         "no_final_answer",
         "wrong_final_answer",
         "infra_error",
+        "policy_violation",
+        "invented_information",
+        "wrong_goal",
+        "task_not_supported",
+        "user_error",
     )
     assert [k.key for k in BUILTIN_KINDS] == list(FAILURE_KINDS)
 
