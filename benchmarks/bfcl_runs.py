@@ -56,7 +56,15 @@ def _pct(values: list, q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
-def run_category(store, spec: str, category: str, limit: int, max_new_tokens: int) -> dict:
+def run_category(
+    store,
+    spec: str,
+    category: str,
+    limit: int,
+    max_new_tokens: int,
+    prefix_cache: bool = True,
+    export_dir: Path = RESULTS,
+) -> dict:
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.runner import enqueue_run
     from evalrx.runner.worker import Worker
@@ -69,7 +77,11 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
     max_turns = next((n for prefix, n in MAX_TURNS.items() if category.startswith(prefix)), 1)
     cfg = RunConfig(model=ModelConfig(spec), tools=[], suite=f"bfcl/{category}", max_turns=max_turns, concurrency=1)
     run_id = enqueue_run(
-        cfg, cases, name=f"{spec} on bfcl/{category}", runtime={"max_new_tokens": max_new_tokens}, store=store
+        cfg,
+        cases,
+        name=f"{spec} on bfcl/{category}",
+        runtime={"max_new_tokens": max_new_tokens, "prefix_cache": prefix_cache},
+        store=store,
     )
     t0 = time.perf_counter()
     Worker(store, exit_when_idle=True, poll_s=0.2).run()
@@ -97,7 +109,7 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
                 failing_turns[reason.split(":")[0]] += 1
     from evalrx.interop import export_run
 
-    export = RESULTS / f"bfcl_{spec}_{category}.jsonl"
+    export = export_dir / f"bfcl_{spec}_{category}.jsonl"
     export_run(run_id, export, store=store)
     n = len(rows)
     return {
@@ -118,6 +130,7 @@ def run_category(store, spec: str, category: str, limit: int, max_new_tokens: in
         "wall_s": round(wall, 1),
         "peak_rss_mb": _peak_rss_mb(),
         "max_new_tokens": max_new_tokens,
+        "prefix_cache": prefix_cache,
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         "export": export.name,
     }
@@ -146,6 +159,12 @@ def main(argv: "list[str] | None" = None) -> int:
     parser.add_argument("--categories", default=",".join(CATEGORIES))
     parser.add_argument("--limit", type=int, default=100, help="cases per category (simple_python: all 400)")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="a call fits; a text answer is cut here")
+    parser.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="prefill every prompt whole (RuntimeConfig.prefix_cache=False), as runs before the cache did",
+    )
+    parser.add_argument("--out", default=str(OUT), help="results JSON (merged per spec and category)")
     parser.add_argument("--store", default=None, help="SQLite file for the runs (default: a fresh one in /tmp)")
     parser.add_argument(
         "--record-calls",
@@ -166,10 +185,19 @@ def main(argv: "list[str] | None" = None) -> int:
     store = connect(f"sqlite:///{path}")
     for category in [c.strip() for c in args.categories.split(",") if c.strip()]:
         print(f"{args.spec} on bfcl/{category} ...", file=sys.stderr, flush=True)
-        figures = run_category(store, args.spec, category, args.limit, args.max_new_tokens)
+        out = Path(args.out)
+        figures = run_category(
+            store,
+            args.spec,
+            category,
+            args.limit,
+            args.max_new_tokens,
+            prefix_cache=not args.no_prefix_cache,
+            export_dir=out.parent,
+        )
         print(json.dumps({category: figures}, indent=1), flush=True)
         # Read again before writing: another sitting (another spec) may have written meanwhile.
-        results = json.loads(OUT.read_text()) if OUT.is_file() else {}
+        results = json.loads(out.read_text()) if out.is_file() else {}
         results.setdefault("runs", {}).setdefault(args.spec, {})[category] = figures
         results["machine"] = {
             "python": platform.python_version(),
@@ -177,7 +205,7 @@ def main(argv: "list[str] | None" = None) -> int:
             "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         }
         results["store"] = str(path)
-        OUT.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")  # each category kept as it ends
+        out.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")  # each category kept as it ends
     return 0
 
 

@@ -85,6 +85,7 @@ RUNTIME_KEYS = frozenset(
         "max_retries",
         "attn_implementation",
         "trust_remote_code",
+        "prefix_cache",
         "extra",
     }
 )

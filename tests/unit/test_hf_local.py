@@ -521,3 +521,66 @@ def test_wrap_pages_in_a_memory_mapped_model_and_records_the_time():
 def test_a_handle_built_directly_reports_no_load_time():
     handle = HFLocalModel(make_tiny_model("qwen2"), tiny_tokenizer(), get_spec(KEY))
     assert handle.load_ms is None
+
+
+# ---------------------------------------------------------------- the prefix cache
+
+
+def _prefilled(handle):
+    """Count the positions each forward of `handle`'s model runs (prefill and decode alike)."""
+    seen: list = []
+    embed = handle.model.get_input_embeddings()
+    hook = embed.register_forward_hook(lambda _m, args, _out: seen.append(int(args[0].shape[-1])))
+    return seen, hook
+
+
+def _conversation(first_answer: str) -> list:
+    system = {"role": "system", "content": "You are a careful assistant. " * 12}
+    return [
+        system,
+        {"role": "user", "content": "What is 3*4?"},
+        {"role": "assistant", "content": first_answer},
+        {"role": "user", "content": "And 5*6?"},
+    ]
+
+
+def test_a_conversations_next_turn_prefills_only_what_it_adds_and_says_the_same(tiny_qwen_dir):
+    cached = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=12)
+    cold = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=12, prefix_cache=False)
+    first = _conversation("")[:2]
+    a1, c1 = cached.chat(first, TOOLS), cold.chat(first, TOOLS)
+    assert a1.text == c1.text
+    second = _conversation(a1.text)
+    n_second = int(cached.tokenize(messages=second, tools=TOOLS, add_generation_prompt=True).shape[1])
+    seen, hook = _prefilled(cached)
+    try:
+        a2 = cached.chat(second, TOOLS)
+    finally:
+        hook.remove()
+    assert a2.text == cold.chat(second, TOOLS).text
+    assert seen[0] < n_second - 32  # the system prompt, tools and first turn were not run again
+    # Another conversation in between shares only the start; the first one's answer does not change.
+    cached.chat([{"role": "user", "content": "Say something else entirely, at length."}])
+    assert cached.chat(second, TOOLS).text == a2.text
+
+
+def test_a_capture_or_prefix_cache_false_prefills_the_whole_prompt(tiny_qwen_dir):
+    handle = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=6)
+    conversation = _conversation("12")
+    n = int(handle.tokenize(messages=conversation, tools=TOOLS, add_generation_prompt=True).shape[1])
+    handle.chat(conversation, TOOLS)
+    seen, hook = _prefilled(handle)
+    try:
+        turn = handle.chat(conversation, TOOLS, capture=["hidden_states"])
+    finally:
+        hook.remove()
+    assert seen[0] == n and turn.capture is not None
+    handle.clear_prefix_cache()
+    cold = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=6, prefix_cache=False)
+    cold.chat(conversation, TOOLS)
+    seen, hook = _prefilled(cold)
+    try:
+        cold.chat(conversation, TOOLS)
+    finally:
+        hook.remove()
+    assert seen[0] == n

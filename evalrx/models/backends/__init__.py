@@ -30,6 +30,10 @@ class RuntimeConfig:
     max_retries: int = 3  # api: tries after the first, while that budget lasts
     attn_implementation: Optional[str] = None
     trust_remote_code: bool = False
+    # hf_local: keep the last conversation's KV cache and prefill only what a new prompt adds to it
+    # (a conversation's next turn, a suite's shared system prompt). Greedy text can differ from a
+    # cold prefill only where two tokens tie within float rounding; False prefills every prompt whole.
+    prefix_cache: bool = True
     extra: dict = field(default_factory=dict)
 
     def resolved_base_url(self) -> Optional[str]:

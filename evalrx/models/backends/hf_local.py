@@ -10,6 +10,7 @@ functions so registering the backend stays light.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -22,8 +23,10 @@ from evalrx.internals import (
     CaptureRecorder,
     ForwardOutput,
     attention_implementation_of,
+    cache_argument,
     capture_kinds,
     discover,
+    output_cache,
     rows_rebuildable,
     set_attention_implementation,
     teacher_forced_forward,
@@ -77,6 +80,24 @@ def _decode_generated(tokenizer: Any, ids: list) -> str:
 
 
 _NO_RECORDER = contextlib.nullcontext()
+# Shorter shared prefixes are not worth keeping a cache for (a chat template's header alone).
+_MIN_PREFIX_TOKENS = 32
+
+
+def _shared_prefix(a: Any, b: Any) -> int:
+    """How many leading ids two 1-D id tensors share."""
+    n = min(int(a.shape[0]), int(b.shape[0]))
+    differ = (a[:n] != b[:n]).nonzero()
+    return int(differ[0, 0]) if differ.numel() else n
+
+
+def _croppable(cache: Any) -> bool:
+    """A plain full-attention DynamicCache: one whose positions can be cut back to a prefix exactly (a
+    sliding-window or linear-attention layer keeps less than every position, so it cannot)."""
+    if type(cache).__name__ != "DynamicCache" or not hasattr(cache, "crop"):
+        return False
+    layers = getattr(cache, "layers", None)
+    return layers is None or all(type(layer).__name__ == "DynamicLayer" for layer in layers)
 
 
 class HFLocalModel:
@@ -119,6 +140,10 @@ class HFLocalModel:
         self._parts: Any = None
         self._head_reproduces_logits: Optional[bool] = None  # see `CaptureRecorder.check_head`
         self._rows_after_ok: Optional[bool] = None  # see `attention_rows_rebuildable`
+        # The last plain chat's ids and KV cache (`RuntimeConfig.prefix_cache`); taken out under the lock, so
+        # two threads never extend one cache.
+        self._prefix: Optional[tuple[Any, Any]] = None
+        self._prefix_lock = threading.Lock()
 
     # ----------------------------------------------------------------- building
 
@@ -403,9 +428,13 @@ class HFLocalModel:
             else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         )
         recorder = CaptureRecorder(self, kinds, head_reproduces_logits=self._head_reproduces_logits) if kinds else None
+        # A capture reads the whole prompt's forward, and an image's tokens are not ids: both prefill in full.
+        reuse = self.runtime.prefix_cache and recorder is None and set(enc) <= {"input_ids", "attention_mask"}
+        cached = self._take_prefix(enc["input_ids"][0]) if reuse else {}
         with torch.no_grad(), recorder or _NO_RECORDER:
             out = self.model.generate(
                 **enc,
+                **cached,
                 max_new_tokens=int(max_new_tokens or self.runtime.max_new_tokens),
                 pad_token_id=pad,
                 eos_token_id=eos or None,
@@ -421,6 +450,8 @@ class HFLocalModel:
             )
             new_ids = out.sequences[0, prompt_len:].tolist()
             finish = "stop" if new_ids and new_ids[-1] in eos else "length"
+            if reuse:
+                self._keep_prefix(out)
             turn_capture = None
             if recorder is not None:
                 turn_capture = recorder.finish(enc, out, new_ids, finish)
@@ -440,6 +471,34 @@ class HFLocalModel:
             logprobs=lp,
             capture=turn_capture,
         )
+
+    def _take_prefix(self, ids: Any) -> dict:
+        """The kept KV cache, cut back to the prefix it shares with `ids` (at least one id left to run), as
+        generate's cache argument; empty when nothing worth reusing is kept."""
+        with self._prefix_lock:
+            kept, self._prefix = self._prefix, None
+        if kept is None:
+            return {}
+        kept_ids, cache = kept
+        shared = min(_shared_prefix(kept_ids, ids), int(ids.shape[0]) - 1)
+        if shared < _MIN_PREFIX_TOKENS:
+            return {}
+        cache.crop(shared - cache.get_seq_length())  # negative: drop that many positions from the end
+        return {cache_argument(self.model): cache}
+
+    def _keep_prefix(self, out: Any) -> None:
+        """Keep this call's cache and the ids it holds (the prompt and all generated ids but the last)."""
+        cache = output_cache(out)
+        if cache is None or not _croppable(cache):
+            return
+        held = cache.get_seq_length()
+        with self._prefix_lock:
+            self._prefix = (out.sequences[0, :held].clone(), cache)
+
+    def clear_prefix_cache(self) -> None:
+        """Forget the kept KV cache (`RuntimeConfig.prefix_cache`), freeing its memory."""
+        with self._prefix_lock:
+            self._prefix = None
 
     # --------------------------------------------------------------- white box
 
