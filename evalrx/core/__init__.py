@@ -5,6 +5,7 @@ from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termina
 from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
 from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
+from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "Diagnosis",
     "FailureKind",
     "canonical_kind",
+    "map_category",
+    "TAXONOMY_KINDS",
     "Capability",
     "CapabilityError",
     "ChatTurn",
