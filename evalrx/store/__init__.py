@@ -29,13 +29,16 @@ from evalrx.store.exports import LABEL_COLUMNS, current_label_rows, export_diagn
 from evalrx.store.imports import ImportedRun, ImportTransaction, importing, runs_from_source
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
 from evalrx.store.labels import (
+    LabelTarget,
     add_tag,
     all_tags,
     current_labels,
     label_history,
     label_kinds,
+    label_targets,
     remove_tag,
     set_label,
+    set_labels,
     tags_of,
 )
 from evalrx.store.mcp_servers import delete_mcp_server, list_mcp_servers, save_mcp_server
@@ -136,6 +139,8 @@ __all__ = [
     "KindInfo",
     "label_counts_by_annotator",
     "label_history",
+    "label_targets",
+    "LabelTarget",
     "LabelInfo",
     "LeaseLost",
     "list_kinds",
@@ -156,6 +161,7 @@ __all__ = [
     "save_kind",
     "SchemaError",
     "set_label",
+    "set_labels",
     "step_latency_sample",
     "step_media",
     "Store",

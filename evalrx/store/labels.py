@@ -8,8 +8,9 @@ copied onto the trajectory row, in the same transaction, for the list filters.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Sequence
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -20,6 +21,7 @@ from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 from evalrx.store.records import LabelInfo
+from evalrx.store.taxonomy import ensure_kind
 
 OUTCOMES = tuple(l.value for l in Label)
 
@@ -198,6 +200,115 @@ def restore_labels(session: Session, trajectory_id: int, labels: Iterable[dict])
             step_idx=d.get("step_idx"),
             created_at=created,
         )
+
+
+@dataclass(frozen=True)
+class LabelTarget:
+    """A trajectory a label from a file may land on: how it is known (run, case id, attempt), its number
+    of steps, and (when asked) which step each source message became: {1-based message index: step idx}."""
+
+    trajectory_id: int
+    run_id: int
+    sample_id: str
+    attempt: int
+    n_steps: int
+    messages: "dict[int, int]" = field(default_factory=dict)
+
+
+_CHUNK = 500  # ids per IN (...) list
+
+
+def label_targets(
+    *,
+    sample_ids: Iterable[str] = (),
+    trajectory_ids: Iterable[int] = (),
+    run_id: Optional[int] = None,
+    messages: bool = False,
+    store: "Store | str | None" = None,
+) -> list[LabelTarget]:
+    """The trajectories of these case ids (every attempt, in every run unless `run_id`) and of these
+    trajectory ids, ordered by run and attempt; `messages` also reads each step's source message index
+    (`span["message"]`, set by the chat-transcript imports). Raises ValueError for an unknown run."""
+    T = t.Trajectory
+    cols = (T.id, T.run_id, T.sample_id, T.attempt, T.n_steps)
+    with resolve(store).read() as s:
+        if run_id is not None and s.get(t.Run, run_id) is None:
+            raise ValueError(f"no run with id {run_id}")
+        found: dict = {}
+        for column, keys in ((T.sample_id, sorted(set(map(str, sample_ids)))), (T.id, sorted(set(trajectory_ids)))):
+            for start in range(0, len(keys), _CHUNK):
+                q = select(*cols).where(column.in_(keys[start : start + _CHUNK]))
+                if run_id is not None:
+                    q = q.where(T.run_id == run_id)
+                for r in s.execute(q):
+                    found[r[0]] = LabelTarget(r[0], r[1], r[2], r[3], r[4])
+        if messages:
+            ids = sorted(found)
+            for start in range(0, len(ids), _CHUNK):
+                q = select(t.Step.trajectory_id, t.Step.idx, t.Step.span).where(
+                    t.Step.trajectory_id.in_(ids[start : start + _CHUNK])
+                )
+                for tid, idx, span in s.execute(q):
+                    msg = (span or {}).get("message")
+                    if isinstance(msg, int) and not isinstance(msg, bool):
+                        found[tid].messages.setdefault(msg, idx)
+    return sorted(found.values(), key=lambda x: (x.run_id, x.sample_id, x.attempt, x.trajectory_id))
+
+
+def set_labels(labels: Sequence[dict], *, store: "Store | str | None" = None) -> "tuple[list[bool], list[str]]":
+    """Store many labels in one transaction (all or none): each a dict of `set_label`'s fields plus
+    `trajectory_id` and an optional `created_at`. A kind the taxonomy lacks is added to it as a custom
+    kind; a label equal to its slot's current one (same outcome, kind, step, note and annotator) is
+    skipped, so importing the same file again adds no history.
+
+    Returns:
+        (for each label, whether it was written; the kinds added to the taxonomy).
+
+    Raises:
+        ValueError: an unknown trajectory, a bad outcome, kind or step (nothing is written then).
+    """
+    written: list = []
+    added: list = []
+    with resolve(store).write() as s:
+        for d in labels:
+            kind = canonical_kind(convert.clean(d.get("failure_kind"))) or None
+            if kind is not None and s.get(t.FailureKindRow, kind) is None:
+                added.append(ensure_kind(s, kind))
+            step_idx = d.get("step_idx")
+            current = s.execute(
+                _slot(select(t.LabelRow).where(t.LabelRow.trajectory_id == d["trajectory_id"]), step_idx).where(
+                    t.LabelRow.is_current
+                )
+            ).scalar_one_or_none()
+            new = (
+                d.get("outcome"),
+                kind,
+                d.get("first_wrong_step"),
+                convert.clean(d.get("note")) or None,
+                convert.clean(d.get("annotator")) or None,
+            )
+            if current is not None and new == (
+                current.outcome,
+                current.failure_kind,
+                current.first_wrong_step,
+                current.note,
+                current.annotator,
+            ):
+                written.append(False)
+                continue
+            _set_in_session(
+                s,
+                d["trajectory_id"],
+                outcome=d.get("outcome"),
+                failure_kind=kind,
+                first_wrong_step=d.get("first_wrong_step"),
+                note=d.get("note"),
+                annotator=d.get("annotator"),
+                step_idx=step_idx,
+                created_at=d.get("created_at"),
+            )
+            written.append(True)
+    return written, added
 
 
 # ---------------------------------------------------------------- tags
