@@ -7,6 +7,7 @@ or `--format`, through the store's public functions.
     from evalrx.interop import import_file, export_run
     result = import_file("logs/run.eval")          # Inspect .eval/.json, ATIF, evalrx or OpenAI chat JSONL
     export_run(result.run_ids[0], "out.atif.jsonl")  # the format from the name, or fmt="otel"
+    import_labels("labels.csv", run_id=result.run_ids[0])  # human labels: our CSV, labels JSONL, AgentRx
 """
 
 import importlib
@@ -28,6 +29,7 @@ from evalrx.interop.errors import (
     UnknownFormatError,
 )
 from evalrx.interop.labels_csv import export_labels_csv
+from evalrx.interop.labels_import import FailureStep, LabelImportResult, import_labels
 from evalrx.interop.limits import ImportLimits
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, export_format, export_formats, formats, register, title_of
@@ -42,11 +44,13 @@ __all__ = [
     "EXPORT_FORMATS",
     "EncodingError",
     "ExportOptions",
+    "FailureStep",
     "Format",
     "ImportFormatError",
     "ImportLimits",
     "ImportPreview",
     "ImportResult",
+    "LabelImportResult",
     "NestingTooDeepError",
     "Reading",
     "Record",
@@ -59,6 +63,7 @@ __all__ = [
     "export_trajectories",
     "formats",
     "import_file",
+    "import_labels",
     "preview_file",
     "read_file",
     "register",

@@ -1,0 +1,429 @@
+"""Human labels from elsewhere, into the store: a labels CSV, labels JSONL, or AgentRx ground truth.
+
+The format is told from the content: a JSON list is AgentRx ground truth, lines of JSON objects are
+labels JSONL, anything else a CSV with `export_labels_csv`'s columns (so an export imports back). A
+label lands on a trajectory by its case id and attempt (the first attempt when none is given), within
+one run when `run_id` says which; labels JSONL may name a store trajectory id instead. A label whose
+trajectory is not in the store is counted and named, not fatal. Categories of other taxonomies become
+our kinds through `evalrx.core.taxonomies`; one we have no kind for is added as a custom kind.
+
+Each source keeps its own annotator (AgentRx: "agentrx"; a JSONL record without one: the file's
+name), so the Agreement report scores the diagnosis against those people as against any other.
+
+    res = import_labels("tau_ground_truth.json", run_id=3)
+    res.n_labels, res.unmatched, res.failure_steps
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Optional
+
+from evalrx import store as S
+from evalrx.core.case import Label
+from evalrx.core.taxonomies import AGENTRX, map_category
+from evalrx.interop.errors import ImportFormatError
+from evalrx.interop.files import existing
+from evalrx.interop.limits import ImportLimits, decode_utf8, parse_json
+
+OUTCOMES = tuple(x.value for x in Label)
+AGENTRX_ANNOTATOR = "agentrx"
+_FORMULA = tuple("=+-@")  # what `export_labels_csv` quotes with a leading "'" so spreadsheets keep it as text
+
+
+@dataclass(frozen=True)
+class FailureStep:
+    """One labelled failure of a ground-truth file, on the step it names (AgentRx lists several per run)."""
+
+    trajectory_id: int
+    sample_id: str
+    step_idx: int
+    message: Optional[int]  # the source message index the file gave, when it gave one
+    kind: str
+    category: str  # as the file spells it
+    root: bool  # the root cause: the failure the run never recovered from
+
+
+@dataclass
+class LabelImportResult:
+    """What an import stored and what it could not place."""
+
+    path: str
+    format: str  # "csv", "jsonl" or "agentrx"
+    n_labels: int = 0  # whole-trajectory labels written
+    n_step_labels: int = 0  # step labels written
+    n_unchanged: int = 0  # equal to the current label already there: not written again
+    unmatched: "list[str]" = field(default_factory=list)  # records with no trajectory in the store, and why
+    kinds_created: "list[str]" = field(default_factory=list)
+    annotators: "list[str]" = field(default_factory=list)
+    failure_steps: "list[FailureStep]" = field(default_factory=list)
+
+
+@dataclass
+class _Row:
+    """One label read from the file, before it is placed on a trajectory."""
+
+    where: Any  # line number or "record N" for errors
+    sample_id: Optional[str] = None
+    attempt: Optional[int] = None
+    trajectory_id: Optional[int] = None  # a store id (labels JSONL only)
+    outcome: Optional[str] = None
+    kind: Optional[str] = None
+    first_wrong_step: Optional[int] = None
+    first_wrong_message: Optional[int] = None
+    step_idx: Optional[int] = None
+    step_message: Optional[int] = None
+    note: Optional[str] = None
+    annotator: Optional[str] = None
+    created_at: Optional[datetime] = None
+    failure: Optional[dict] = None  # AgentRx: the failure this row stands for (kept in failure_steps)
+
+
+def import_labels(
+    path: "str | Path",
+    *,
+    run_id: Optional[int] = None,
+    annotator: Optional[str] = None,
+    store: "S.Store | str | None" = None,
+) -> LabelImportResult:
+    """Import human labels from a file (labels CSV, labels JSONL or AgentRx ground truth) in one transaction.
+
+    Args:
+        path: the file.
+        run_id: look the case ids up in this run only (needed when a case is in several runs).
+        annotator: who the labels are from, replacing the file's own names (default: the file's
+            `annotator` column or key; AgentRx ground truth: "agentrx").
+        store: the store (default store when None).
+
+    Returns:
+        What was stored, what was already there, the kinds added and the records with no trajectory.
+
+    Raises:
+        ImportFormatError: the file (at the line or record it names) cannot be read as labels; nothing is written.
+        ValueError: an unknown run.
+    """
+    path = existing(path)
+    fmt, rows = _read(path)
+    if annotator is not None:
+        annotator = annotator.strip() or None
+    default_who = AGENTRX_ANNOTATOR if fmt == AGENTRX else path.stem if fmt == "jsonl" else None
+    targets = S.label_targets(
+        sample_ids={r.sample_id for r in rows if r.sample_id is not None},
+        trajectory_ids={r.trajectory_id for r in rows if r.trajectory_id is not None},
+        run_id=run_id,
+        messages=fmt != "csv",
+        store=store,
+    )
+    res = LabelImportResult(path=str(path), format=fmt)
+    writes = []
+    for row in rows:
+        target = _place(row, targets, run_id, res, path)
+        if target is None:
+            continue
+        who = annotator or row.annotator or default_who
+        fields = {
+            "trajectory_id": target.trajectory_id,
+            "outcome": row.outcome,
+            "failure_kind": row.kind,
+            "first_wrong_step": _step(row.first_wrong_step, row.first_wrong_message, target, row, path),
+            "step_idx": _step(row.step_idx, row.step_message, target, row, path),
+            "note": row.note,
+            "annotator": who,
+            "created_at": row.created_at,
+        }
+        writes.append(fields)
+        if row.failure is not None:
+            f = row.failure
+            res.failure_steps.append(
+                FailureStep(
+                    target.trajectory_id,
+                    target.sample_id,
+                    fields["step_idx"],
+                    f["message"],
+                    row.kind or "",
+                    f["category"],
+                    f["root"],
+                )
+            )
+    try:
+        written, res.kinds_created = S.set_labels(writes, store=store)
+    except ValueError as exc:  # a check the store makes that ours missed: still one line, nothing written
+        raise ImportFormatError(path, "labels", str(exc)) from None
+    for w, new in zip(writes, written):
+        if not new:
+            res.n_unchanged += 1
+        elif w["step_idx"] is None:
+            res.n_labels += 1
+        else:
+            res.n_step_labels += 1
+    res.unmatched = list(dict.fromkeys(res.unmatched))  # AgentRx: a record's failures share its case
+    res.annotators = sorted({w["annotator"] for w in writes if w["annotator"]})
+    return res
+
+
+# ---------------------------------------------------------------- placing a label
+
+
+def _place(row: _Row, targets: list, run_id: Optional[int], res: LabelImportResult, path: Path) -> Any:
+    """The trajectory a row lands on, or None (noted in `res.unmatched`)."""
+    if row.trajectory_id is not None and row.sample_id is None:
+        hit = [x for x in targets if x.trajectory_id == row.trajectory_id]
+        if not hit:
+            res.unmatched.append(f"trajectory {row.trajectory_id}" + (f" (not in run {run_id})" if run_id else ""))
+        return hit[0] if hit else None
+    same = [x for x in targets if x.sample_id == row.sample_id]
+    if row.attempt is not None:
+        same = [x for x in same if x.attempt == row.attempt]
+    name = f"case {row.sample_id}" + (f" attempt {row.attempt}" if row.attempt is not None else "")
+    if not same:
+        res.unmatched.append(name + (f" (not in run {run_id})" if run_id else ""))
+        return None
+    runs = sorted({x.run_id for x in same})
+    if len(runs) > 1:
+        res.unmatched.append(f"{name} (in runs {', '.join(map(str, runs))}: choose one with --run)")
+        return None
+    return same[0]  # the first attempt when none was named
+
+
+def _step(idx: Optional[int], message: Optional[int], target: Any, row: _Row, path: Path) -> Optional[int]:
+    """A step index, given as one or as the 1-based index of the source message the step came from."""
+    if message is not None:
+        if message not in target.messages:
+            known = (
+                f"its steps come from messages {min(target.messages)}-{max(target.messages)}"
+                if target.messages
+                else "its steps carry no message index (import the transcript again with this evalrx)"
+            )
+            raise ImportFormatError(
+                path,
+                row.where,
+                f"message {message} is not a step of trajectory {target.trajectory_id} "
+                f"(case {target.sample_id}): {known}; is the label file for this transcript?",
+            )
+        return target.messages[message]
+    if idx is not None and not 0 <= idx < max(target.n_steps, 1):
+        raise ImportFormatError(
+            path,
+            row.where,
+            f"step {idx} is outside trajectory {target.trajectory_id}'s steps 0..{target.n_steps - 1}",
+        )
+    return idx
+
+
+# ---------------------------------------------------------------- reading the file
+
+
+def _read(path: Path) -> "tuple[str, list[_Row]]":
+    data = path.read_bytes()
+    if not data.strip():
+        raise ImportFormatError(path, 1, "the file is empty; give a labels CSV, labels JSONL or AgentRx ground truth")
+    text = decode_utf8(data, path, None, first=True).lstrip("\ufeff")
+    head = text.lstrip()[:1]
+    if head == "[":
+        return AGENTRX, _agentrx(parse_json(data, path, None, ImportLimits(), first=True, what="file"), path)
+    if head == "{":
+        return "jsonl", _jsonl(text, path)
+    return "csv", _csv(text, path)
+
+
+def _int(value: Any, path: Path, where: Any, name: str, *, least: int = 0) -> Optional[int]:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ImportFormatError(path, where, f"{name} must be a whole number, got {value!r}")
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise ImportFormatError(path, where, f"{name} must be a whole number, got {value!r}") from None
+    if n < least:
+        raise ImportFormatError(path, where, f"{name} must be at least {least}, got {n}")
+    return n
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    value = str(value).strip()
+    return value or None
+
+
+def _outcome(value: Any, path: Path, where: Any, *, default: Optional[str]) -> Optional[str]:
+    value = _text(value)
+    if value is None:
+        return default
+    value = value.lower()
+    if value not in OUTCOMES:
+        raise ImportFormatError(path, where, f"outcome must be one of {', '.join(OUTCOMES)}, got {value!r}")
+    return value
+
+
+def _kind(value: Any, path: Path, where: Any, source: Optional[str] = None) -> Optional[str]:
+    value = _text(value)
+    if value is None:
+        return None
+    try:
+        return map_category(value, source)
+    except ValueError as exc:
+        raise ImportFormatError(path, where, str(exc)) from None
+
+
+def _csv(text: str, path: Path) -> "list[_Row]":
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    missing = [c for c in ("case_id", "outcome") if c not in header]
+    if missing:
+        raise ImportFormatError(
+            path,
+            1,
+            f"a labels CSV needs the columns {', '.join(S.LABEL_COLUMNS)} (as `export_labels_csv` writes them); "
+            f"missing {', '.join(missing)} (a JSONL file needs one JSON object per line)",
+        )
+    rows = []
+    for rec in reader:
+        where = reader.line_num
+        if None in rec:
+            raise ImportFormatError(path, where, f"more cells than the header's {len(header)} columns")
+        rec = {k: _unquote(v) for k, v in rec.items()}
+        if not _text(rec.get("case_id")):
+            raise ImportFormatError(path, where, "case_id is empty; every label needs the case it is about")
+        created = _text(rec.get("created_at"))
+        try:
+            when = datetime.fromisoformat(created) if created else None
+        except ValueError:
+            raise ImportFormatError(path, where, f"created_at {created!r} is not an ISO date and time") from None
+        rows.append(
+            _Row(
+                where=where,
+                sample_id=_text(rec["case_id"]),
+                attempt=_int(rec.get("attempt"), path, where, "attempt", least=1),
+                outcome=_outcome(rec.get("outcome"), path, where, default=None),
+                kind=_kind(rec.get("failure_kind"), path, where),
+                first_wrong_step=_int(rec.get("first_wrong_step"), path, where, "first_wrong_step"),
+                step_idx=_int(rec.get("step_idx"), path, where, "step_idx"),
+                note=_text(rec.get("note")),
+                annotator=_text(rec.get("annotator")),
+                created_at=when,
+            )
+        )
+    return rows
+
+
+def _unquote(value: Any) -> Any:
+    """Undo the "'" `export_labels_csv` puts before a cell a spreadsheet would read as a formula."""
+    if isinstance(value, str) and value[:1] == "'" and value[1:2] in _FORMULA:
+        return value[1:]
+    return value
+
+
+def _jsonl(text: str, path: Path) -> "list[_Row]":
+    rows = []
+    limits = ImportLimits()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        rec = parse_json(line.encode("utf-8"), path, lineno, limits)
+        if not isinstance(rec, dict):
+            raise ImportFormatError(path, lineno, f"a label must be a JSON object, got {type(rec).__name__}")
+        case = rec.get("sample_id", rec.get("case_id"))
+        tid = _int(rec.get("trajectory_id"), path, lineno, "trajectory_id")
+        if _text(case) is None and tid is None:
+            raise ImportFormatError(
+                path, lineno, "a label needs `case_id` (or `sample_id`, with `attempt`) or a store `trajectory_id`"
+            )
+        step = rec.get("step", rec.get("first_wrong_step"))
+        message = _int(rec.get("message"), path, lineno, "message", least=1)
+        if step is not None and message is not None:
+            raise ImportFormatError(path, lineno, "give the first wrong step as `step` or as `message`, not both")
+        kind = _kind(rec.get("kind", rec.get("failure_kind")), path, lineno)
+        wrong = kind is not None or step is not None or message is not None
+        rows.append(
+            _Row(
+                where=lineno,
+                sample_id=_text(case),
+                attempt=_int(rec.get("attempt"), path, lineno, "attempt", least=1),
+                trajectory_id=tid,
+                outcome=_outcome(rec.get("outcome"), path, lineno, default="fail" if wrong else None),
+                kind=kind,
+                first_wrong_step=_int(step, path, lineno, "step"),
+                first_wrong_message=message,
+                note=_text(rec.get("note")),
+                annotator=_text(rec.get("annotator")),
+            )
+        )
+    return rows
+
+
+def _agentrx(doc: Any, path: Path) -> "list[_Row]":
+    """One whole-trajectory label per record (its root cause) and one step label per labelled failure."""
+    rows: list = []
+    for n, rec in enumerate(doc, 1):
+        where = f"record {n}"
+        if not isinstance(rec, dict) or "trajectory_id" not in rec or not isinstance(rec.get("failures"), list):
+            raise ImportFormatError(
+                path,
+                where,
+                "AgentRx ground truth is a list of {trajectory_id, failures: [...], root_cause: {failure_id}}",
+            )
+        case = _text(rec["trajectory_id"])
+        where = f"record {n} (trajectory_id {case})"
+        failures: dict = {}
+        for f in rec["failures"]:
+            if not isinstance(f, dict) or "failure_id" not in f or "step_number" not in f:
+                raise ImportFormatError(path, where, "each failure needs failure_id, step_number and failure_category")
+            category = _text(f.get("failure_category"))
+            if category is None:
+                raise ImportFormatError(path, where, f"failure {f['failure_id']} has no failure_category")
+            failures[f["failure_id"]] = {
+                "message": _int(f["step_number"], path, where, "step_number", least=1),
+                "category": category,
+                "kind": _kind(category, path, where, AGENTRX),
+                "f": f,
+            }
+        root_cause = rec.get("root_cause") or {}
+        root_id = root_cause.get("failure_id") if isinstance(root_cause, dict) else None
+        if root_id not in failures:
+            raise ImportFormatError(
+                path, where, f"root_cause failure_id {root_id!r} is none of the failures' ids {sorted(failures)}"
+            )
+        for fid, f in failures.items():
+            rows.append(
+                _Row(
+                    where=where,
+                    sample_id=case,
+                    outcome="fail",
+                    kind=f["kind"],
+                    step_message=f["message"],
+                    note=_note(f, None),
+                    failure={"message": f["message"], "category": f["category"], "root": fid == root_id},
+                )
+            )
+        root = failures[root_id]
+        rows.append(
+            _Row(
+                where=where,
+                sample_id=case,
+                outcome="fail",
+                kind=root["kind"],
+                first_wrong_message=root["message"],
+                note=_note(root, root_cause.get("reason_for_root_cause")),
+            )
+        )
+    return rows
+
+
+def _note(failure: dict, root_reason: Any) -> str:
+    f = failure["f"]
+    parts = [
+        f"AgentRx category: {failure['category']}.",
+        _text(f.get("step_reason")),
+        _text(f.get("category_reason")),
+        f"Root cause: {_text(root_reason)}" if _text(root_reason) else None,
+    ]
+    return " ".join(p for p in parts if p)
+
+
+__all__ = ["FailureStep", "LabelImportResult", "import_labels"]
