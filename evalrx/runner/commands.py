@@ -1,4 +1,4 @@
-"""The store and queue commands of `evalrx`: db, worker, runs, import, export, diagnose.
+"""The store and queue commands of `evalrx`: db, worker, runs, import, export, labels, diagnose.
 
 Each `*_main(argv)` parses its own flags and returns an exit status; `evalrx.cli`
 dispatches to them. A store on an old schema is a one-line error naming `evalrx db upgrade`.
@@ -310,6 +310,45 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
     return _guard(go, "evalrx export")
 
 
+def labels_main(argv: Optional[Sequence[str]] = None) -> int:
+    """`evalrx labels import FILE [--run ID] [--annotator NAME]`: human labels from a labels CSV (what the
+    app's label export writes), labels JSONL, or AgentRx ground truth."""
+    p = argparse.ArgumentParser(prog="evalrx labels", description="Bring human labels in from a file.")
+    p.add_argument("action", choices=["import"])
+    p.add_argument("path", help="a labels CSV, labels JSONL, or AgentRx ground-truth JSON")
+    p.add_argument("--run", type=int, metavar="RUN_ID", help="find the cases in this run only")
+    p.add_argument("--annotator", metavar="NAME", help="who the labels are from (default: the file's own names)")
+    _url_arg(p)
+    args = p.parse_args(argv)
+
+    def go() -> int:
+        import evalrx.interop as X
+        import evalrx.store as S
+
+        try:
+            res = X.import_labels(args.path, run_id=args.run, annotator=args.annotator, store=S.connect(args.url))
+        except S.SchemaError:
+            raise
+        except (ValueError, FileNotFoundError) as exc:
+            print(f"evalrx labels: error: {exc}", file=sys.stderr)
+            return 2
+        same = f", {res.n_unchanged} already there" if res.n_unchanged else ""
+        print(
+            f"stored {res.n_labels} labels and {res.n_step_labels} step labels ({res.format}) "
+            f"from {', '.join(res.annotators) or 'no annotator'}{same}"
+        )
+        if res.kinds_created:
+            print(f"  new custom kinds: {', '.join(res.kinds_created)}")
+        if res.unmatched:
+            shown = "; ".join(res.unmatched[:20]) + (
+                f" and {len(res.unmatched) - 20} more" if len(res.unmatched) > 20 else ""
+            )
+            print(f"  {len(res.unmatched)} not matched to a stored trajectory: {shown}")
+        return 0
+
+    return _guard(go, "evalrx labels")
+
+
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     """`evalrx diagnose [RUN_ID] [--trajectory ID]`: diagnose stored trajectories again (all of a run, or some)."""
     p = argparse.ArgumentParser(prog="evalrx diagnose", description="Recompute stored trajectories' diagnoses.")
@@ -345,5 +384,6 @@ COMMANDS: dict = {
     "compare": (compare_main, "compare two runs case by case (fixes, regressions, McNemar, bootstrap CI)"),
     "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .eval/.json, ATIF)"),
     "export": (export_main, "export a run as JSONL, Parquet, ATIF or OpenTelemetry (OTLP JSON)"),
+    "labels": (labels_main, "import human labels (labels CSV or JSONL, AgentRx ground truth)"),
     "diagnose": (diagnose_main, "diagnose stored trajectories again (why each one failed)"),
 }
