@@ -29,6 +29,7 @@ class Termination(str, Enum):
     CALLS = "calls"  # a case graded by its calls ended at the model's first turn that made any (not run)
     ERROR = "error"  # the model server or the harness failed (the trajectory's outcome is Label.ERROR)
     INCOMPLETE = "incomplete"  # an imported transcript that ends without a final answer
+    HANDOFF = "handoff"  # the agent handed the conversation to a person (a transfer call ended it)
 
     @staticmethod
     def limit(kind: object) -> str:

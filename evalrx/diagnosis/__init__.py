@@ -61,7 +61,7 @@ def diagnose(
         ref = from_reference(trajectory, case, by_name or None)
         if ref is not None:
             found.append(ref)
-    found += from_rules(trajectory)
+    found += from_rules(trajectory, system=(case.meta or {}).get("system") if case is not None else None)
     if analyses:
         found += from_analyses(analyses, trajectory)
     return rank(found)

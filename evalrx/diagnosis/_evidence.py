@@ -105,6 +105,8 @@ def arg_values(args: dict) -> "list[str]":
     """Numbers and words of an argument dict's values (every word: a query's words are its values)."""
     out: list = []
     for v in args.values():
+        if is_prose(v):  # a thought or a summary states no value of its own
+            continue
         if isinstance(v, (dict, list)):
             v = json.dumps(v, default=str)
         text = str(v)
@@ -121,6 +123,15 @@ def known_values(texts: "list[str]") -> "tuple[set, set]":
         nums.update(_num_key(x) for x in extract_numbers(text))
         words.update(w.lower() for w in _WORD.findall(str(text)))
     return nums, words
+
+
+# A value of this many words is prose (a thought, a summary for a person), not a value to check.
+PROSE_WORDS = 6
+
+
+def is_prose(value: Any) -> bool:
+    """Free text rather than a value: a string of `PROSE_WORDS` words or more."""
+    return isinstance(value, str) and len(value.split()) >= PROSE_WORDS
 
 
 def is_number(value: str) -> bool:

@@ -21,6 +21,7 @@ from evalrx.diagnosis._evidence import (
     quote,
     values_in,
 )
+from evalrx.diagnosis.writes import applies, effect_lookup, from_writes
 from evalrx.grade import ends_at_calls, extract_numbers, grade_calls, grade_state
 
 CONFIDENCE = 0.95
@@ -139,6 +140,8 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     refs = reference_calls(case)
     if traj.terminated == Termination.ERROR:
         return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
+    if applies(traj, refs, effect_lookup(traj, case)):
+        return from_writes(traj, case, refs)
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
     bad = next((s for s in actors if s.parse_error), None)
     if bad is not None:

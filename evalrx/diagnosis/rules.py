@@ -11,6 +11,7 @@ import re
 from typing import Optional
 
 from evalrx.core.case import Label, StepRole, Termination, Trajectory
+from evalrx.core.effects import is_handoff
 from evalrx.core.failures import Diagnosis
 from evalrx.diagnosis._evidence import (
     answer_step,
@@ -23,6 +24,8 @@ from evalrx.diagnosis._evidence import (
     quote,
     values_in,
 )
+from evalrx.diagnosis.prose import count_misread, parsed_json
+from evalrx.diagnosis.writes import effect_lookup
 
 # How much each sign is worth on its own (a malformed call is certain; an unexplained argument less so).
 CONFIDENCE = {
@@ -35,18 +38,29 @@ CONFIDENCE = {
     "ignored_observation": 0.6,
     "misread_observation": 0.6,
     "bad_arguments": 0.5,
+    "policy_violation": 0.5,
     "no_tool_call": 0.5,
     "wrong_final_answer": 0.2,
 }
+REFUSED_CONFIDENCE = 0.6
 # A question that names the work a tool does, or is plain arithmetic on numbers it states.
 _TOOL_WORDS = re.compile(r"\b(look ?up|search|calculate|compute|evaluate)\b", re.I)
 _ARITHMETIC = re.compile(r"\d\s*(?:[-+*/×÷^%]|\b(?:plus|minus|times|divided by|multiplied by|percent|of)\b)\s*\d", re.I)
 _ERROR_WORDS = re.compile(r"\b(error|failed|fail|could not|couldn't|cannot|can't|unable|sorry)\b", re.I)
+# A policy that asks for the user's confirmation before an action (general English, any domain).
+_ASKS_CONFIRMATION = re.compile(r"\b(confirm\w*|explicit\w* (yes|consent|approval|agreement))\b", re.I)
+# A user turn that agrees to what the agent proposed.
+_AGREES = re.compile(
+    r"\b(yes|yeah|yep|yup|confirm\w*|go ahead|proceed|please do|sure|ok|okay|correct|do it|sounds good|"
+    r"that works|agreed|approve\w*)\b",
+    re.I,
+)
 RULES = (
     "infra_error",
     "malformed_call",
     "unknown_tool",
     "repeated_calls",
+    "policy_violation",
     "ignored_tool_error",
     "bad_arguments",
     "misread_observation",
@@ -67,8 +81,10 @@ def _make(kind: str, step: Optional[int], text: str, **evidence: object) -> Diag
     )
 
 
-def from_rules(traj: Trajectory) -> "list[Diagnosis]":
+def from_rules(traj: Trajectory, system: Optional[str] = None) -> "list[Diagnosis]":
     """Every model-free sign of failure in `traj`, at most one per kind (the earliest), unranked.
+
+    `system` is the system prompt or policy the agent had (a rule reads whether it asks for confirmations).
 
     A trajectory graded fail with no sign at all gets `wrong_final_answer` at its answer step,
     so every failure has a diagnosis and a first wrong step.
@@ -92,19 +108,28 @@ def from_rules(traj: Trajectory) -> "list[Diagnosis]":
                 observation=quote(unknown.observation),
             )
         )
-    seen: dict = {}
-    for c in calls:
-        if c.signature in seen:
-            out.append(
-                _make(
-                    "repeated_calls",
-                    c.step,
-                    f"{c.show()} again (first at step {seen[c.signature]})",
-                    actual={"name": c.name, "args": c.args},
-                )
-            )
-            break
-        seen[c.signature] = c.step
+    repeat = _repeated(traj, calls)
+    if repeat is not None:
+        out.append(repeat)
+    answer = traj.final_answer
+    rejected = next((c for c in calls if c.error and c is not unknown and c.observation), None)
+    went_on = rejected is not None and (rejected is not calls[-1] or _ERROR_WORDS.search(str(answer or "")))
+    if rejected is not None and went_on:
+        # A call the tool refused, that the agent then worked around or reported: the call was wrong. (Refused
+        # last and answered as if it had worked is `ignored_tool_error`, below.)
+        refused = _make(
+            "bad_arguments",
+            rejected.step,
+            f"the tool refused {rejected.show()}: {quote(rejected.observation, 100)}",
+            actual={"name": rejected.name, "args": rejected.args},
+            observation=quote(rejected.observation),
+        )
+        refused.confidence = REFUSED_CONFIDENCE  # the tool's own word outweighs a value found nowhere
+        out.append(refused)
+    unconfirmed = _unconfirmed_action(traj, calls, system)
+    if unconfirmed is not None:
+        out.append(unconfirmed)
+    out += _prose_misreads(traj)
     answer = traj.final_answer
     has_answer = answer is not None and bool(str(answer).strip())
     last_call = calls[-1] if calls else None
@@ -127,7 +152,14 @@ def from_rules(traj: Trajectory) -> "list[Diagnosis]":
             )
         )
     out += _argument_signs(traj, calls)
-    if has_answer and last_call is not None and not last_call.error and last_call.observation:
+    # The value a plain observation reports is its last number or name; a JSON one holds many.
+    if (
+        has_answer
+        and last_call is not None
+        and not last_call.error
+        and last_call.observation
+        and parsed_json(last_call.observation) is None
+    ):
         sign = _answer_vs_observation(str(answer), last_call.observation, final)
         if sign is not None:
             out.append(sign)
@@ -145,7 +177,8 @@ def from_rules(traj: Trajectory) -> "list[Diagnosis]":
                 answer=quote(answer),
             )
         )
-    if not has_answer and traj.terminated != Termination.CALLS:  # a case graded by its calls ends at them
+    # A case graded by its calls ends at them; a conversation handed to a person ended normally.
+    if not has_answer and traj.terminated not in (Termination.CALLS, Termination.HANDOFF):
         out.append(_make("no_final_answer", final, f"the run ended ({traj.terminated or 'unknown'}) without an answer"))
     if not out and traj.outcome is Label.FAIL:
         out.append(
@@ -158,6 +191,72 @@ def from_rules(traj: Trajectory) -> "list[Diagnosis]":
             )
         )
     return out
+
+
+def _repeated(traj: Trajectory, calls: list) -> Optional[Diagnosis]:
+    """The same call again with nothing new between: no user turn (a re-fetch after the user asked about
+    something else is not a repeat) and no call that changed state (a re-read after a change is a check)."""
+    effect = effect_lookup(traj, None)
+    users = [s.idx for s in traj.steps if s.role is StepRole.USER]
+    seen: dict = {}
+    for c in calls:
+        first = seen.get(c.signature)
+        if first is not None:
+            between = [d for d in calls if first < d.step < c.step]
+            news = any(first < u < c.step for u in users) or any(
+                not d.error and not effect(d.name).reads_only for d in between
+            )
+            if not news:
+                return _make(
+                    "repeated_calls",
+                    c.step,
+                    f"{c.show()} again (first at step {first})",
+                    actual={"name": c.name, "args": c.args},
+                )
+        seen[c.signature] = c.step
+    return None
+
+
+def _unconfirmed_action(traj: Trajectory, calls: list, system: Optional[str]) -> Optional[Diagnosis]:
+    """A state-changing call with no agreeing user turn since the last one, where the system prompt or policy
+    asks for the user's confirmation before acting."""
+    if not _ASKS_CONFIRMATION.search(system or ""):
+        return None
+    effect = effect_lookup(traj, None)
+    since = -1
+    for c in calls:
+        if not effect(c.name).changes_state or is_handoff(c.name):
+            continue
+        agreed = [s for s in traj.steps if s.role is StepRole.USER and since < s.idx < c.step]
+        if not agreed or not _AGREES.search(str(agreed[-1].content or "")):
+            said = quote(agreed[-1].content, 80) if agreed else "nothing"
+            return _make(
+                "policy_violation",
+                c.step,
+                f"{c.show()} changes state without the user's confirmation the policy asks for (the user said: {said})",
+                actual={"name": c.name, "args": c.args},
+            )
+        since = c.step
+    return None
+
+
+def _prose_misreads(traj: Trajectory) -> "list[Diagnosis]":
+    """The first agent message that states a count its observations contradict (`prose.count_misread`)."""
+    observations: list = []
+    for s in traj.steps:
+        if s.role is StepRole.USER:
+            observations = []  # a new question: what the agent says next rests on what it reads next
+        elif s.role is StepRole.TOOL:
+            data = parsed_json(obs_text(s.observation))
+            if data is not None:
+                observations.append(data)
+        elif s.role is StepRole.ACTOR and s.content and observations:
+            found = count_misread(str(s.content), observations)
+            if found is not None:
+                return [
+                    _make("misread_observation", s.idx, found["text"], answer=quote(s.content), **found["evidence"])
+                ]
+    return []
 
 
 def _argument_signs(traj: Trajectory, calls: list) -> "list[Diagnosis]":

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from evalrx.core.case import Label, Step, StepRole, Termination
 from evalrx.core.content import content_text
+from evalrx.core.effects import is_handoff
 
 
 def as_dict(value: Any) -> dict:
@@ -86,9 +87,13 @@ def messages_to_steps(
 ) -> tuple[list, Optional[str], Optional[str], str]:
     """Convert a chat transcript to steps.
 
+    Each step's `span["message"]` is its message's 1-based position in the transcript (the system
+    message counted), so labels given by message index find their step.
+
     Returns:
-        (steps, system prompt, final answer, goal): the final answer is the last
-        assistant message when it made no tool call.
+        (steps, system prompt, final answer, goal): the final answer is the agent's last message to
+        the user (an assistant message without calls), even when the user spoke after it (a
+        conversation the user ended); any call after it means there is none.
     """
     if not isinstance(messages, list) or not messages:
         raise ValueError("`messages` must be a non-empty list")
@@ -119,8 +124,7 @@ def messages_to_steps(
         if role == "user":
             if goal is None:
                 goal = text
-            steps.append(Step(idx=len(steps), role=StepRole.USER, content=text))
-            final = None
+            steps.append(Step(idx=len(steps), role=StepRole.USER, content=text, span={"message": i + 1}))
         elif role == "assistant":
             turn += 1
             calls, errors = [], []
@@ -145,14 +149,14 @@ def messages_to_steps(
                     content=text,
                     tool_calls=calls,
                     parse_error="; ".join(errors) or None,
-                    span={"turn": turn},
+                    span={"turn": turn, "message": i + 1},
                 )
             )
             final = text if not calls and not errors else None
         else:  # tool
             call_id = msg.get("tool_call_id")
             name = msg.get("function") or msg.get("name") or names.get(call_id) or ""
-            span: dict = {"turn": turn}
+            span: dict = {"turn": turn, "message": i + 1}
             if call_id and call_id in turn_ids:  # results may come back in any order: pair them by id
                 span["call"] = turn_ids.index(call_id)
             err = msg.get("error")
@@ -167,6 +171,22 @@ def messages_to_steps(
     return steps, system, final, goal
 
 
+def ended_by_handoff(steps: list) -> bool:
+    """Whether a transcript ends with the agent handing the conversation to a person: its last model turn
+    called a hand-off tool (`evalrx.core.effects.is_handoff`) and nothing but that call's results follow."""
+    actor = next((s for s in reversed(steps) if s.role is StepRole.ACTOR), None)
+    if actor is None or any(s.role is StepRole.USER for s in steps[actor.idx + 1 :]):
+        return False
+    return any(is_handoff(c.get("name", "")) for c in actor.tool_calls)
+
+
+def termination_of(steps: list, final: Optional[str]) -> str:
+    """How an imported transcript ended: with the agent's answer, a hand-off to a person, or unfinished."""
+    if ended_by_handoff(steps):
+        return Termination.HANDOFF.value
+    return Termination.FINAL.value if final is not None else Termination.INCOMPLETE.value
+
+
 def trajectory_metrics(steps: list, final: Optional[str], extra: Optional[dict] = None) -> dict:
     actor = [s for s in steps if s.role is StepRole.ACTOR]
     m: dict = {
@@ -174,7 +194,7 @@ def trajectory_metrics(steps: list, final: Optional[str], extra: Optional[dict] 
         "n_turns": len(actor),
         "n_tool_calls": sum(len(s.tool_calls) for s in actor),
         "n_parse_errors": sum(1 for s in actor if s.parse_error),
-        "terminated": Termination.FINAL.value if final is not None else Termination.INCOMPLETE.value,
+        "terminated": termination_of(steps, final),
     }
     m.update(extra or {})
     return m
