@@ -97,23 +97,76 @@ def _wrong_values(diff: "list[dict]") -> "list[str]":
 
 
 def _trace_back(traj: Trajectory, call: Call, values: "list[str]") -> tuple[int, str, Optional[str]]:
-    """(step, role of its source, the value) where the first wrong value was first stated before the call:
-    a user turn, the agent's words to the user, or an observation (then the agent's words that first used it).
-    A look-up's arguments state nothing: reading the wrong order is not yet acting on it."""
+    """(step, role of its source, the value) where a wrong value came from before the call: the user's last
+    words that named it (the user chose it, whatever the agent had listed), else the agent's words to the user
+    that first named it, or an observation (then the agent's words that first used it). A look-up's
+    arguments state nothing: reading the wrong order is not yet acting on it."""
+    before = [s for s in traj.steps if s.idx < call.step]
+    for s in reversed(before):  # the user's last word on it before the call is the one the agent acted on
+        hit = next((v for v in values if v in _step_texts(s)), None) if s.role is StepRole.USER else None
+        if hit is not None:
+            return s.idx, "user", hit
+    chosen = _chosen_by_user(before, values)
+    if chosen is not None:
+        return chosen
     observed: Optional[str] = None
-    for s in traj.steps:
-        if s.idx >= call.step:
-            break
+    for s in before:
         text = _step_texts(s, calls=False)
         hit = next((v for v in values if v in text), None)
-        if hit is None:
+        if hit is None or s.role is StepRole.USER:
             continue
-        if s.role is StepRole.USER:
-            return s.idx, "user", hit
         if s.role is StepRole.ACTOR:
             return s.idx, "observation" if observed == hit else "actor", hit
         observed = observed or hit
     return call.step, "observation" if observed else "call", observed
+
+
+def _record_words(data: Any, value: str) -> "set[str]":
+    """The words of the JSON record (an object) that holds `value` as one of its own fields: what a person
+    would call that record by (a variant's colour and size, an order's items)."""
+    found: set = set()
+    if isinstance(data, dict):
+        if any(isinstance(v, (str, int)) and str(v) == value for v in data.values()):
+            found |= {w.lower() for w in _scalars(data) if not any(ch.isdigit() for ch in w)}
+        for v in data.values():
+            found |= _record_words(v, value)
+    elif isinstance(data, list):
+        for v in data:
+            found |= _record_words(v, value)
+    return found
+
+
+def _chosen_by_user(before: list, values: "list[str]") -> Optional[tuple[int, str, Optional[str]]]:
+    """A user turn that named the wrong record by its words rather than its id: it names more of the words only
+    that record has (in the observations before it) than any other record's."""
+    from evalrx.diagnosis.prose import parsed_json
+
+    observations = [parsed_json(obs_text(s.observation)) for s in before if s.role is StepRole.TOOL]
+    observations = [o for o in observations if o is not None]
+    for value in values:
+        mine = set().union(*(_record_words(o, value) for o in observations)) if observations else set()
+        if not mine:
+            continue
+        others: set = set()
+        for o in observations:
+            for records in _records(o):
+                for r in records:
+                    words = {w.lower() for w in _scalars(r) if not any(ch.isdigit() for ch in w)}
+                    if words != mine:
+                        others |= words
+        own = {w for w in mine - others if len(w) >= 3} or {w for w in mine if len(w) >= 3}
+        for s in reversed(before):
+            if s.role is StepRole.USER:
+                said = str(s.content or "").lower()
+                if len([w for w in own if w in said]) >= max(1, min(2, len(own))):
+                    return s.idx, "user", value
+    return None
+
+
+def _records(data: Any) -> Any:
+    from evalrx.diagnosis.prose import collections
+
+    return collections(data)
 
 
 def _ids(ref: dict) -> "set[str]":

@@ -262,3 +262,29 @@ def test_a_refused_attempt_retried_rightly_is_not_the_divergence():
 def test_a_passing_conversation_has_no_diagnosis(outcome):
     case, traj = _load(_renewal_run(2), RENEWAL, outcome=outcome)
     assert traj.outcome is Label.PASS and diagnose(traj, case=case) == []
+
+
+def test_a_record_the_user_picked_by_its_words_is_the_users_choice():
+    slots = {
+        "slots": {
+            "S-301": {"slot_id": "S-301", "doctor": "Okafor", "time": "morning", "room": "east"},
+            "S-302": {"slot_id": "S-302", "doctor": "Lindqvist", "time": "afternoon", "room": "west"},
+        }
+    }
+    messages = [
+        _user("I need to book a check-up, patient P-77."),  # 1
+        _assistant(_call(1, "list_slots", patient="P-77")),  # 2
+        _tool(1, "list_slots", slots),  # 3
+        _assistant(text="Two slots are open: a morning one and an afternoon one. Which would you like?"),  # 4
+        _user("The afternoon with Dr Lindqvist, please."),  # 5
+        _assistant(_call(2, "book_slot", patient="P-77", slot_id="S-302")),  # 6
+        _tool(2, "book_slot", {"ok": True}),
+        _assistant(text="Booked."),
+    ]
+    refs = [("list_slots", {"patient": "P-77"}), ("book_slot", {"patient": "P-77", "slot_id": "S-301"})]
+    top, message, _ = _top(messages, refs)
+    assert (top.kind, message) == ("user_error", 5)
+    # Had the agent picked it with no word from the user, the agent's choice is where it went wrong.
+    messages[4] = _user("Whichever is fine.")
+    top, message, _ = _top(messages, refs)
+    assert top.kind == "misread_observation" and message == 6
