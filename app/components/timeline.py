@@ -7,6 +7,7 @@ from typing import Any, Optional
 import streamlit as st
 
 from components.safe import MAX_CHARS, md_escape, show_json, show_text
+from components.tool_effects import render_tool_effects
 from components.viewmodel import step_views, token_rows, waterfall_rows
 
 _ROLE_ICON = {"user": ":material/person:", "actor": ":material/smart_toy:", "tool": ":material/build:"}
@@ -85,6 +86,7 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
                 st.caption("State after that turn, where it differs (agent vs ground truth)")
                 show_json(diff)
     render_offered_tools(detail.trajectory.offered_tools)
+    render_tool_effects(detail, store=store)
     refs = (case.get("meta") or {}).get("reference_calls")
     if isinstance(refs, list) and not blind:
         st.markdown("**Reference calls**" + ("" if refs else " (none: the case needs no tool)"))

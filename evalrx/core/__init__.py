@@ -2,6 +2,7 @@
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
+from evalrx.core.effects import EFFECT_FIELD, READ, WRITE, ToolEffect, is_handoff, tool_documents, tool_effect
 from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
 from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
@@ -9,6 +10,13 @@ from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 
 __all__ = [
+    "EFFECT_FIELD",
+    "READ",
+    "WRITE",
+    "ToolEffect",
+    "is_handoff",
+    "tool_documents",
+    "tool_effect",
     "ENTROPY_SCORE",
     "LENS_SETTLE_SCORE",
     "MARGIN_SCORE",

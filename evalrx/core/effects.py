@@ -3,10 +3,10 @@
 The diagnosis reads reference calls as people do: look-ups may come in any order, repeat or be
 extra; what must match is what changed state. Where that comes from, strongest first:
 
-1. the tool's own word: MCP annotations (`readOnlyHint`, `destructiveHint`, kept as
+1. a person's mark (the app's "What the tools do", `evalrx.store.mark_tool`);
+2. the tool's own word: MCP annotations (`readOnlyHint`, `destructiveHint`, kept as
    `read_only_hint` / `destructive_hint`), or a function document's `x-effect` field
    (`"read"` / `"write"`) in a case's or an import's tools;
-2. the user's marking (stored with the tool, in the same `x-effect` field);
 3. the name's verb (`get_`, `list_`, `find_`, `search_` read; `cancel_`, `update_`, `send_` write):
    the weakest default, and `ToolEffect.why` says so; a name with no verb known here is unknown.
 """
@@ -71,9 +71,12 @@ def _hint(annotations: dict, *names: str) -> Optional[bool]:
     return None
 
 
-def tool_effect(name: str, document: Optional[dict] = None) -> ToolEffect:
-    """The effect of calling `name`, from its function document (`{"name", "annotations"?, "x-effect"?}`, as
-    `Tool.describe()` writes it, or an import's tool schema) where that says, else from the name's verb."""
+def tool_effect(name: str, document: Optional[dict] = None, mark: Optional[str] = None) -> ToolEffect:
+    """The effect of calling `name`: a person's `mark` ("read" / "write") first, then its function document
+    (`{"name", "annotations"?, "x-effect"?}`, as `Tool.describe()` writes it, or an import's tool schema)
+    where that says, else the name's verb."""
+    if mark in (READ, WRITE):
+        return ToolEffect(mark, f"a person marked it {mark}")
     doc = document if isinstance(document, dict) else {}
     if isinstance(doc.get("function"), dict):  # OpenAI's {"type": "function", "function": {...}}
         doc = {**doc, **doc["function"]}

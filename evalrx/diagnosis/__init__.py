@@ -43,6 +43,7 @@ def diagnose(
     tools: Optional[Sequence[Any]] = None,
     analyses: Optional[dict] = None,
     use_reference: bool = True,
+    tool_marks: Optional[dict] = None,
 ) -> "list[Diagnosis]":
     """Ranked diagnoses of a trajectory ([] for a passing one).
 
@@ -52,16 +53,18 @@ def diagnose(
         tools: the Tool objects it had (to judge calls by what they return), or a name -> Tool dict.
         analyses: stored white-box results by analyzer name (`{"meta", "arrays"}`).
         use_reference: False hides the reference (what an imported trajectory gets).
+        tool_marks: people's marks of what tools do, name -> "read" / "write" (`evalrx.store.tool_marks`).
     """
     if trajectory.outcome is Label.PASS:
         return []
     found: list = []
     if use_reference and trajectory.outcome is not Label.UNKNOWN:
         by_name = tools if isinstance(tools, dict) else {t.name: t for t in tools or []}
-        ref = from_reference(trajectory, case, by_name or None)
+        ref = from_reference(trajectory, case, by_name or None, tool_marks)
         if ref is not None:
             found.append(ref)
-    found += from_rules(trajectory, system=(case.meta or {}).get("system") if case is not None else None)
+    system = (case.meta or {}).get("system") if case is not None else None
+    found += from_rules(trajectory, system=system, marks=tool_marks)
     if analyses:
         found += from_analyses(analyses, trajectory)
     return rank(found)

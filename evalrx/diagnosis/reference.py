@@ -118,13 +118,16 @@ def _from_state(traj: Trajectory, case: FailureCase) -> Optional[Diagnosis]:
     return _make(check.kind, check.step, check.reason, **evidence)
 
 
-def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None) -> Optional[Diagnosis]:
+def from_reference(
+    traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None, marks: Optional[dict] = None
+) -> Optional[Diagnosis]:
     """Diagnose a failed trajectory against `case`'s reference calls and expected answer.
 
     Args:
         traj: the trajectory (graded fail).
         case: its case; None or a case whose meta has no `reference_calls` list gives None.
         tools: name -> Tool, to judge calls by their observations (None: by name and arguments).
+        marks: people's marks of what tools do (name -> "read" / "write", `evalrx.store.tool_marks`).
 
     Returns:
         The first thing that went wrong, or None when the case carries no reference.
@@ -140,8 +143,8 @@ def from_reference(traj: Trajectory, case: Optional[FailureCase], tools: Optiona
     refs = reference_calls(case)
     if traj.terminated == Termination.ERROR:
         return _make("infra_error", answer_step(traj), quote(traj.metrics.get("error") or "the run raised"))
-    if applies(traj, refs, effect_lookup(traj, case)):
-        return from_writes(traj, case, refs)
+    if applies(traj, refs, effect_lookup(traj, case, marks)):
+        return from_writes(traj, case, refs, marks)
     actors = [s for s in traj.steps if s.role is StepRole.ACTOR]
     bad = next((s for s in actors if s.parse_error), None)
     if bad is not None:

@@ -8,10 +8,10 @@ records each rule's precision on the demo run against the reference source.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 from evalrx.core.case import Label, StepRole, Termination, Trajectory
-from evalrx.core.effects import is_handoff
+from evalrx.core.effects import ToolEffect, is_handoff
 from evalrx.core.failures import Diagnosis
 from evalrx.diagnosis._evidence import (
     answer_step,
@@ -81,10 +81,11 @@ def _make(kind: str, step: Optional[int], text: str, **evidence: object) -> Diag
     )
 
 
-def from_rules(traj: Trajectory, system: Optional[str] = None) -> "list[Diagnosis]":
+def from_rules(traj: Trajectory, system: Optional[str] = None, marks: Optional[dict] = None) -> "list[Diagnosis]":
     """Every model-free sign of failure in `traj`, at most one per kind (the earliest), unranked.
 
-    `system` is the system prompt or policy the agent had (a rule reads whether it asks for confirmations).
+    `system` is the system prompt or policy the agent had (a rule reads whether it asks for confirmations);
+    `marks` people's marks of what tools do (name -> "read" / "write").
 
     A trajectory graded fail with no sign at all gets `wrong_final_answer` at its answer step,
     so every failure has a diagnosis and a first wrong step.
@@ -108,7 +109,8 @@ def from_rules(traj: Trajectory, system: Optional[str] = None) -> "list[Diagnosi
                 observation=quote(unknown.observation),
             )
         )
-    repeat = _repeated(traj, calls)
+    effect = effect_lookup(traj, None, marks)
+    repeat = _repeated(traj, calls, effect)
     if repeat is not None:
         out.append(repeat)
     answer = traj.final_answer
@@ -126,7 +128,7 @@ def from_rules(traj: Trajectory, system: Optional[str] = None) -> "list[Diagnosi
         )
         refused.confidence = REFUSED_CONFIDENCE  # the tool's own word outweighs a value found nowhere
         out.append(refused)
-    unconfirmed = _unconfirmed_action(traj, calls, system)
+    unconfirmed = _unconfirmed_action(traj, calls, system, effect)
     if unconfirmed is not None:
         out.append(unconfirmed)
     out += _prose_misreads(traj)
@@ -193,10 +195,9 @@ def from_rules(traj: Trajectory, system: Optional[str] = None) -> "list[Diagnosi
     return out
 
 
-def _repeated(traj: Trajectory, calls: list) -> Optional[Diagnosis]:
+def _repeated(traj: Trajectory, calls: list, effect: Callable[[str], ToolEffect]) -> Optional[Diagnosis]:
     """The same call again with nothing new between: no user turn (a re-fetch after the user asked about
     something else is not a repeat) and no call that changed state (a re-read after a change is a check)."""
-    effect = effect_lookup(traj, None)
     users = [s.idx for s in traj.steps if s.role is StepRole.USER]
     seen: dict = {}
     for c in calls:
@@ -217,12 +218,13 @@ def _repeated(traj: Trajectory, calls: list) -> Optional[Diagnosis]:
     return None
 
 
-def _unconfirmed_action(traj: Trajectory, calls: list, system: Optional[str]) -> Optional[Diagnosis]:
+def _unconfirmed_action(
+    traj: Trajectory, calls: list, system: Optional[str], effect: Callable[[str], ToolEffect]
+) -> Optional[Diagnosis]:
     """A state-changing call with no agreeing user turn since the last one, where the system prompt or policy
     asks for the user's confirmation before acting."""
     if not _ASKS_CONFIRMATION.search(system or ""):
         return None
-    effect = effect_lookup(traj, None)
     since = -1
     for c in calls:
         if not effect(c.name).changes_state or is_handoff(c.name):

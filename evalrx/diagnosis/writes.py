@@ -21,15 +21,19 @@ from evalrx.diagnosis._evidence import Call, answer_step, calls_of, is_prose, ob
 CONFIDENCE = 0.9
 
 
-def effect_lookup(traj: Trajectory, case: Optional[FailureCase]) -> Callable[[str], ToolEffect]:
-    """name -> its effect, from the documents the run was offered (or its case carries), else the name."""
+def effect_lookup(
+    traj: Trajectory, case: Optional[FailureCase], marks: Optional[dict] = None
+) -> Callable[[str], ToolEffect]:
+    """name -> its effect: a person's mark (`marks`, name -> read/write), the documents the run was offered (or
+    its case carries), else the name."""
     docs = tool_documents((case.meta or {}).get("tools") if case is not None else None)
     docs.update(tool_documents(traj.offered_tools))
+    marked = dict(marks or {})
     cache: dict = {}
 
     def effect(name: str) -> ToolEffect:
         if name not in cache:
-            cache[name] = tool_effect(name, docs.get(name))
+            cache[name] = tool_effect(name, docs.get(name), marked.get(name))
         return cache[name]
 
     return effect
@@ -196,9 +200,11 @@ def _ready_step(traj: Trajectory, ref: dict, after: int) -> Optional[int]:
     return None
 
 
-def from_writes(traj: Trajectory, case: Optional[FailureCase], refs: list) -> Optional[Diagnosis]:
+def from_writes(
+    traj: Trajectory, case: Optional[FailureCase], refs: list, marks: Optional[dict] = None
+) -> Optional[Diagnosis]:
     """The first divergence of the run's state-changing calls from the reference's, or None when they agree."""
-    effect = effect_lookup(traj, case)
+    effect = effect_lookup(traj, case, marks)
     calls = calls_of(traj)
     ref_writes = [r for r in refs if not effect(r["name"]).reads_only]
     open_refs = list(range(len(ref_writes)))

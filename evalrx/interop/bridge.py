@@ -217,8 +217,9 @@ def preview_file(
 class _RunFiller:
     """One imported run: refuses a case attempt seen twice, diagnoses what came undiagnosed, stores the rest."""
 
-    def __init__(self, run: Any, path: Path) -> None:
+    def __init__(self, run: Any, path: Path, marks: Optional[dict] = None) -> None:
         self.run, self.path = run, path
+        self.marks = marks or {}  # people's marks of what tools do (`evalrx.store.tool_marks`)
         self.seen: dict = {}  # (case key, attempt) -> where it was
 
     def add(self, record: Record) -> None:
@@ -236,7 +237,11 @@ class _RunFiller:
                 f"(also at {f'line {before}' if isinstance(before, int) else before})",
             )
         self.seen[key] = record.where
-        found = record.diagnoses if record.diagnoses is not None else diagnose(record.traj, case=record.case)
+        found = (
+            record.diagnoses
+            if record.diagnoses is not None
+            else diagnose(record.traj, case=record.case, tool_marks=self.marks)
+        )
         try:
             self.run.add(record.case, record.traj, labels=record.labels, tags=record.tags, diagnoses=found)
         except ValueError as exc:
@@ -276,6 +281,7 @@ def import_file(
     reading = Reading(path, limits or ImportLimits())
     sha = file_sha256(path)
     fillers: dict = {}
+    marks = S.tool_marks(store=store)
     with S.importing(store) as tx:
         if not again:
             before = tx.runs_from_source(sha)
@@ -293,7 +299,8 @@ def import_file(
             if filler is None:
                 meta = {"format": None, "file": path.name, **(record.run_meta or {})}
                 config = record.run_config or {"source_file": path.name}
-                filler = fillers[key] = _RunFiller(tx.new_run(name=name, config=config, meta=meta, sha256=sha), path)
+                run = tx.new_run(name=name, config=config, meta=meta, sha256=sha)
+                filler = fillers[key] = _RunFiller(run, path, marks)
             try:
                 filler.add(record)
                 if on_progress is not None:

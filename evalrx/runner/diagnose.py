@@ -8,7 +8,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from evalrx.core.case import FailureCase, Inputs, Trajectory
-from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses
+from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses, tool_marks
 from evalrx.store.runs import run_config
 from evalrx.store.runs import trajectory_ids as all_trajectory_ids
 
@@ -36,6 +36,7 @@ def rediagnose(
     if trajectory_ids is None:
         trajectory_ids = all_trajectory_ids(run_id, store=st)
     configs: dict = {}
+    marks = tool_marks(store=st)
     n = 0
     for tid in trajectory_ids:
         detail = get_trajectory(tid, store=st)
@@ -57,20 +58,27 @@ def rediagnose(
         for rec in load_analyses(tid, store=st):  # oldest first: the newest result per analyzer wins
             analyses[rec["analyzer"]] = rec
         tools = (get_tools(names, case) if names else []) + case_tools(case)
-        found = diagnose(detail.trajectory, case=case, tools=tools or None, analyses=analyses)
+        found = diagnose(detail.trajectory, case=case, tools=tools or None, analyses=analyses, tool_marks=marks)
         with st.write() as s:
             save_diagnoses(s, tid, found, version=DIAGNOSIS_VERSION)
         n += 1
     return n
 
 
-def diagnose_case(traj: Trajectory, case: Optional[FailureCase], tools: Sequence[Any], records: Sequence[Any]) -> list:
-    """The ranked diagnoses of a finished case: its reference, the model-free rules, and its white-box results."""
+def diagnose_case(
+    traj: Trajectory,
+    case: Optional[FailureCase],
+    tools: Sequence[Any],
+    records: Sequence[Any],
+    marks: Optional[dict] = None,
+) -> list:
+    """The ranked diagnoses of a finished case: its reference, the model-free rules, and its white-box results
+    (`marks`: people's marks of what tools do, `evalrx.store.tool_marks`)."""
     from evalrx.diagnosis import diagnose
 
     analyses = {r.analyzer: {"meta": r.meta or {}, "arrays": r.arrays or {}} for r in records}
     try:
-        return diagnose(traj, case=case, tools=tools, analyses=analyses)
+        return diagnose(traj, case=case, tools=tools, analyses=analyses, tool_marks=marks)
     except Exception as exc:  # a diagnosis bug must not lose the trajectory
         log.warning("diagnosis of case %s failed: %s", traj.sample_id, exc)
         return []

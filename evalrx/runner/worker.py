@@ -37,7 +37,7 @@ from evalrx.runner.keys import ENV_RUN_KEY, api_key_for
 from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
 from evalrx.runner.toolset import case_toolset, mcp_sessions
 from evalrx.store import analyses as analysis_store
-from evalrx.store import convert, jobs
+from evalrx.store import convert, jobs, tool_marks
 from evalrx.store.engine import SchemaError, Store, connect
 from evalrx.store.runs import run_config, update_run_meta
 
@@ -434,7 +434,7 @@ class Worker:
                 run_config=run,
             )
             records = analysis.run_all(hooks, ctx)
-        diagnoses = diagnose_case(traj, case, tools, records)
+        diagnoses = diagnose_case(traj, case, tools, records, tool_marks(store=self.store))
         try:
             return jobs.record_case(
                 self.store,

@@ -81,10 +81,12 @@ from evalrx.store.runlevel import (
 from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
+from evalrx.store.tool_marks import mark_tool, tool_marks
 
 __all__ = [
     "delete_mcp_server",
     "list_mcp_servers",
+    "mark_tool",
     "save_mcp_server",
     "is_secret_name",
     "default_replay_model",
@@ -166,6 +168,7 @@ __all__ = [
     "step_media",
     "Store",
     "tags_of",
+    "tool_marks",
     "TrajectoryDetail",
     "TrajectoryRow",
     "undiagnosed",

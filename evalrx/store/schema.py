@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0010"
+SCHEMA_VERSION = "0011"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -455,6 +455,18 @@ class FailureKindRow(Base):
     hotkey: Mapped[Optional[str]] = mapped_column(String(1), unique=True)
     builtin: Mapped[bool] = mapped_column(Boolean, default=False)
     position: Mapped[int] = mapped_column(default=0)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolMark(Base):
+    """A person's word on what a tool does (`read` or `write`), by tool name: the diagnosis reads it before the
+    verb of the name (`evalrx.core.effects`)."""
+
+    __tablename__ = "tool_marks"
+
+    name: Mapped[str] = mapped_column(String(300), primary_key=True)
+    effect: Mapped[str] = mapped_column(String(8))
+    annotator: Mapped[str] = mapped_column(String(100), default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

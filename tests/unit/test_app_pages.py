@@ -407,3 +407,24 @@ def test_the_app_is_private_by_default_and_refuses_a_network_address_without_a_l
         assert not at.error and at.title
     finally:
         config.set_option("server.address", "127.0.0.1")
+
+
+def test_a_tool_marked_on_the_trajectory_page_is_what_the_diagnosis_reads(seeded):
+    tid = seeded["ids"][1]
+    detail = S.get_trajectory(tid, store=seeded["url"])
+    name = next(c["name"] for s in detail.trajectory.steps for c in s.tool_calls)
+    at = open_page("trajectory", id=tid)
+    assert any(m.value.startswith(f"**{name}** · ") for m in at.markdown)
+    box = next(b for b in at.selectbox if b.label == f"Mark {name}")
+    assert box.value == "as the tool says"
+    box.set_value("write").run()
+    assert not at.exception
+    assert S.tool_marks(store=seeded["url"]) == {name: "write"}
+    assert any(m.value.startswith(f"**{name}** · changes state · a person marked it write") for m in at.markdown)
+    next(b for b in at.selectbox if b.label == f"Mark {name}").set_value("as the tool says").run()
+    assert S.tool_marks(store=seeded["url"]) == {}
+
+
+def test_a_bad_tool_mark_is_one_line():
+    with pytest.raises(ValueError, match="marked 'read' or 'write'"):
+        S.mark_tool("lookup", "sometimes", store="sqlite:///:memory:")

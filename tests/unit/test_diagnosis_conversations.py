@@ -90,6 +90,7 @@ def test_a_tool_says_what_it_does_before_its_name_does():
     assert tool_effect("get_loan", {"annotations": {"destructive_hint": True}}).effect == WRITE
     assert tool_effect("renew_loan", {"annotations": {"readOnlyHint": True}}).effect == READ
     assert tool_effect("renew_loan", {"function": {"name": "renew_loan", "x-effect": "read"}}).effect == READ
+    assert tool_effect("get_loan", None, mark="write").why == "a person marked it write"
     unknown = tool_effect("loans")
     assert unknown.effect is None and "unknown" in unknown.why
 
@@ -228,6 +229,23 @@ def test_a_state_changing_call_the_run_never_made_is_named_with_its_effect():
     assert top.kind == "no_tool_call" and "renew_loan" in top.evidence["text"]
     assert "guess from the verb" in top.evidence["text"]
     assert message == 5  # the first turn after the loan id was stated (message 4): the call could have come there
+
+
+def test_a_persons_mark_turns_a_look_up_into_a_state_change_the_reference_must_match():
+    # `loans` has no verb the rule knows: unknown, so an extra call of it is not a divergence...
+    messages = _renewal_run(2)[:8] + [
+        _assistant(_call(3, "loans", loan_id="L-4471", action="renew")),  # 9
+        _tool(3, "loans", {"ok": True}),
+        _assistant(text="Renewed."),
+    ]
+    refs = [("renew_loan", {"loan_id": "L-4471", "weeks": 2})]
+    case, traj = _load(messages, refs)
+    top = diagnose(traj, case=case)[0]
+    assert top.kind == "no_tool_call" and "never called renew_loan" in top.evidence["text"]
+    # ...until a person marks it as changing state: then it is the wrong tool, and the evidence says who said so.
+    top = diagnose(traj, case=case, tool_marks={"loans": "write"})[0]
+    assert top.kind == "wrong_tool" and traj.steps[top.first_wrong_step].span["message"] == 9
+    assert top.evidence["effect"] == "a person marked it write"
 
 
 def test_two_changes_to_one_thing_keep_the_reference_order():
