@@ -12,6 +12,7 @@ from typing import Any, Optional
 import streamlit as st
 
 from components.safe import md_escape, show_json, show_text
+from evalrx.core import NOT_AGENT_KINDS
 
 _SOURCE = {
     "reference": "compared with the case's reference calls and answer",
@@ -71,7 +72,7 @@ def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[
                 st.button("Diagnose", key="diagnose-now", on_click=on_rediagnose, icon=":material/troubleshoot:")
             return None
         view = diagnosis_view(diagnoses[0], definitions)
-        color = "orange" if view["kind"] == "infra_error" else "red"
+        color = "orange" if view["kind"] in NOT_AGENT_KINDS else "red"
         step = f" · first wrong step **{view['step']}**" if view["step"] is not None else ""
         st.markdown(
             f":{color}-badge[{md_escape(view['kind'])}]{step} · "
@@ -81,6 +82,8 @@ def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[
             st.caption(md_escape(view["definition"]))
         if view["kind"] == "infra_error":
             st.caption("The server or the harness failed: this is counted apart from the model's failures.")
+        elif view["kind"] in NOT_AGENT_KINDS:
+            st.caption("The user's part, not the agent's: this is counted apart from the model's failures.")
         if view["summary"]:
             show_text(view["summary"])
         for left_title, left, right_title, right in view["pairs"]:

@@ -9,6 +9,7 @@ from components.data import store
 from components.filters import OUTCOMES
 from components.safe import short
 
+from evalrx.core import NOT_AGENT_KINDS
 from evalrx.store import (
     count_trajectories,
     label_counts_by_annotator,
@@ -72,7 +73,7 @@ for rid in chosen:
     for m, n in _stats(rid, S.url).label_kinds.items():
         mode_rows.append({"run": label, "failure kind": m, "n": n})
     for k, n in _stats(rid, S.url).diagnosis_kinds.items():
-        if k != "infra_error":  # an errored case is not a model failure: counted with the outcomes
+        if k not in NOT_AGENT_KINDS:  # an errored case or the user's error is not the model's failure
             kind_rows.append({"run": label, "run_id": rid, "kind": k, "n": n, "definition": definitions.get(k, "")})
 
 total = {}

@@ -3,7 +3,14 @@
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.effects import EFFECT_FIELD, READ, WRITE, ToolEffect, is_handoff, tool_documents, tool_effect
-from evalrx.core.failures import BUILTIN_KINDS, FAILURE_KINDS, Diagnosis, FailureKind, canonical_kind
+from evalrx.core.failures import (
+    BUILTIN_KINDS,
+    FAILURE_KINDS,
+    NOT_AGENT_KINDS,
+    Diagnosis,
+    FailureKind,
+    canonical_kind,
+)
 from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
 from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
@@ -24,6 +31,7 @@ __all__ = [
     "SCORES_OF",
     "BUILTIN_KINDS",
     "FAILURE_KINDS",
+    "NOT_AGENT_KINDS",
     "Diagnosis",
     "FailureKind",
     "canonical_kind",

@@ -10,6 +10,8 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
+from evalrx.core.failures import NOT_AGENT_KINDS
+
 
 def _url_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
@@ -116,8 +118,10 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
                 f"  tool calls {st.tool_calls}  labels {st.labels}"
             )
             errors = st.outcomes.get("error", 0)
-            kinds = {k: v for k, v in st.diagnosis_kinds.items() if k != "infra_error"}
-            print(f"  failures by kind {kinds or '{}'}" + (f"  ({errors} errored, counted apart)" if errors else ""))
+            kinds = {k: v for k, v in st.diagnosis_kinds.items() if k not in NOT_AGENT_KINDS}
+            users = st.diagnosis_kinds.get("user_error", 0)
+            apart = [f"{errors} errored"] * bool(errors) + [f"{users} the user's error"] * bool(users)
+            print(f"  failures by kind {kinds or '{}'}" + (f"  ({', '.join(apart)}, counted apart)" if apart else ""))
             _print_reliability(rel)
             if agree["annotators"][1:]:
                 pairs = ", ".join(

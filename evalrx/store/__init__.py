@@ -41,6 +41,7 @@ from evalrx.store.labels import (
     set_labels,
     tags_of,
 )
+from evalrx.store.marks import mark_tool, tool_marks
 from evalrx.store.mcp_servers import delete_mcp_server, list_mcp_servers, save_mcp_server
 from evalrx.store.queries import (
     SORTS,
@@ -81,7 +82,6 @@ from evalrx.store.runlevel import (
 from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
-from evalrx.store.tool_marks import mark_tool, tool_marks
 
 __all__ = [
     "delete_mcp_server",
