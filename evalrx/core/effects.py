@@ -83,7 +83,8 @@ def tool_effect(name: str, document: Optional[dict] = None, mark: Optional[str] 
     marked = doc.get(EFFECT_FIELD)
     if marked in (READ, WRITE):
         return ToolEffect(marked, f"its tool document marks it {marked}")
-    ann = doc.get("annotations") if isinstance(doc.get("annotations"), dict) else {}
+    raw = doc.get("annotations")
+    ann: dict = raw if isinstance(raw, dict) else {}
     read_only = _hint(ann, "read_only_hint", "readOnlyHint")
     if read_only is True:
         return ToolEffect(READ, "its annotations say read-only")
