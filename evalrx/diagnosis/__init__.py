@@ -4,7 +4,8 @@
     ranked = diagnose(trajectory, case=case, tools=tools)   # [Diagnosis, ...], best first
 
 Sources, strongest first: `reference` (the case's reference calls and expected answer),
-`heuristic` (model-free rules on the steps), `whitebox` (stored tool-decision margins and logit lens).
+`heuristic` (model-free rules on the steps), `whitebox` (stored tool-decision margins and logit lens),
+`judge` (a model reading the steps: `evalrx.diagnosis.judge.judge`, asked on demand, never by `diagnose`).
 A passing trajectory has no diagnosis; an errored one is `infra_error`, not a model failure.
 Imports only `evalrx.core` and `evalrx.grade` (no torch, no store).
 """
@@ -15,6 +16,15 @@ from typing import Any, Iterable, Optional, Sequence
 
 from evalrx.core.case import FailureCase, Label, Trajectory
 from evalrx.core.failures import SOURCES, Diagnosis
+from evalrx.diagnosis.judge import (
+    JUDGE_SCHEMA,
+    PROMPT_VERSION,
+    JudgeResult,
+    build_prompt,
+    check_verdict,
+    parse_verdict,
+    verdict_key,
+)
 from evalrx.diagnosis.reference import from_reference, reference_calls
 from evalrx.diagnosis.rules import RULES, from_rules
 from evalrx.diagnosis.whitebox import from_analyses
@@ -34,6 +44,13 @@ def rank(candidates: Iterable[Diagnosis]) -> "list[Diagnosis]":
         return (d.kind != "infra_error", d.confidence < FALLBACK_BELOW, SOURCES.index(d.source), step, -d.confidence)
 
     return sorted(candidates, key=key)
+
+
+def combine(found: Iterable[Diagnosis], kept: Iterable[Diagnosis]) -> "list[Diagnosis]":
+    """One trajectory's candidates from sources computed at different times (the rules now, a judge's verdict
+    kept), ranked; a "nothing went wrong" verdict (no kind) comes last, so it never hides a kind."""
+    both = [*found, *kept]
+    return rank(d for d in both if d.kind is not None) + [d for d in both if d.kind is None]
 
 
 def diagnose(
@@ -72,6 +89,14 @@ def diagnose(
 
 __all__ = [
     "DIAGNOSIS_VERSION",
+    "JUDGE_SCHEMA",
+    "JudgeResult",
+    "PROMPT_VERSION",
+    "build_prompt",
+    "check_verdict",
+    "combine",
+    "parse_verdict",
+    "verdict_key",
     "RULES",
     "diagnose",
     "from_analyses",

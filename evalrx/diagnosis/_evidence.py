@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from evalrx.core.case import StepRole, Trajectory
+from evalrx.core.effects import name_words
 from evalrx.core.tool import normalize_call
 from evalrx.grade import extract_numbers
 
@@ -104,8 +105,8 @@ def _num_key(x: float) -> str:
 def arg_values(args: dict) -> "list[str]":
     """Numbers and words of an argument dict's values (every word: a query's words are its values)."""
     out: list = []
-    for v in args.values():
-        if is_prose(v):  # a thought or a summary states no value of its own
+    for k, v in args.items():
+        if is_prose(v, k):  # a thought or a summary states no value of its own
             continue
         if isinstance(v, (dict, list)):
             v = json.dumps(v, default=str)
@@ -125,13 +126,24 @@ def known_values(texts: "list[str]") -> "tuple[set, set]":
     return nums, words
 
 
-# A value of this many words is prose (a thought, a summary for a person), not a value to check.
-PROSE_WORDS = 6
+# Parameters that hold free text for a reader (a thought, a summary handed to a person), not values to check.
+FREE_TEXT_NAMES = frozenset(
+    "thought thoughts summary reason reasoning note notes message comment comments description explanation "
+    "text body content instructions details feedback plan".split()
+)
+# A string this long is prose whatever its parameter is called.
+PROSE_WORDS = 25
 
 
-def is_prose(value: Any) -> bool:
-    """Free text rather than a value: a string of `PROSE_WORDS` words or more."""
-    return isinstance(value, str) and len(value.split()) >= PROSE_WORDS
+def is_prose(value: Any, key: Any = None) -> bool:
+    """Free text rather than a value: a string of `PROSE_WORDS` words or more, or of four or more under a
+    parameter whose name says free text (`thought`, `summary`, ...). A search query is a value: its words count."""
+    if not isinstance(value, str):
+        return False
+    words = len(value.split())
+    if words >= PROSE_WORDS:
+        return True
+    return words >= 4 and key is not None and bool(FREE_TEXT_NAMES.intersection(name_words(str(key))))
 
 
 def is_number(value: str) -> bool:

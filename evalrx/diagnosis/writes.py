@@ -46,14 +46,14 @@ def applies(traj: Trajectory, refs: list, effect: Callable[[str], ToolEffect]) -
     return users > 1 or any(effect(r["name"]).changes_state for r in refs)
 
 
-def _norm(value: Any) -> Any:
+def _norm(value: Any, key: Any = None) -> Any:
     """An argument value as people compare it: lists of plain values in any order, prose not compared."""
-    if isinstance(value, str) and is_prose(value):
+    if is_prose(value, key):
         return "<prose>"
     if isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) or v is None for v in value):
         return sorted((json.dumps(v) for v in value))
     if isinstance(value, dict):
-        return {k: _norm(v) for k, v in value.items()}
+        return {k: _norm(v, k) for k, v in value.items()}
     return value
 
 
@@ -64,18 +64,18 @@ def same_args(a: dict, b: dict) -> bool:
 def _differing(expected: dict, actual: dict) -> "list[dict]":
     out = []
     for key in sorted(set(expected) | set(actual), key=str):
-        if _norm(expected.get(key)) != _norm(actual.get(key)):
+        if _norm(expected.get(key), key) != _norm(actual.get(key), key):
             out.append({"arg": key, "expected": expected.get(key), "actual": actual.get(key)})
     return out
 
 
-def _scalars(value: Any) -> "list[str]":
+def _scalars(value: Any, key: Any = None) -> "list[str]":
     """The plain values inside an argument (list items and object fields too), as text; prose left out."""
     if isinstance(value, dict):
-        return [s for v in value.values() for s in _scalars(v)]
+        return [s for k, v in value.items() for s in _scalars(v, k)]
     if isinstance(value, list):
-        return [s for v in value for s in _scalars(v)]
-    if value is None or isinstance(value, bool) or (isinstance(value, str) and (is_prose(value) or not value.strip())):
+        return [s for v in value for s in _scalars(v, key)]
+    if value is None or isinstance(value, bool) or is_prose(value, key) or not str(value).strip():
         return []
     return [str(value)]
 
