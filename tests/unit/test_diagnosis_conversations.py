@@ -306,3 +306,14 @@ def test_a_record_the_user_picked_by_its_words_is_the_users_choice():
     messages[4] = _user("Whichever is fine.")
     top, message, _ = _top(messages, refs)
     assert top.kind == "misread_observation" and message == 6
+
+
+def test_a_long_search_query_is_still_a_value_to_check():
+    messages = [
+        _user("When was the Okonkwo reading room built?"),
+        _assistant(_call(1, "search", query="When was the Okonkow reading room of the library built")),
+        _tool(1, "search", "no results"),
+        _assistant(text="I could not find it."),
+    ]
+    case, traj = _load(messages)
+    assert "Okonkow" in next(d for d in from_rules(traj) if d.kind == "bad_arguments").evidence["text"]
