@@ -118,6 +118,7 @@ class APIModel:
         logprobs: bool = False,
         max_new_tokens: Optional[int] = None,
         temperature: Optional[float] = None,
+        response_format: Optional[dict] = None,
     ) -> ChatTurn:
         """Send one chat-completions request and return the reply.
 
@@ -127,6 +128,8 @@ class APIModel:
             logprobs: ask for the generated tokens' log-probabilities.
             max_new_tokens: overrides `runtime.max_new_tokens`.
             temperature: overrides `runtime.temperature`.
+            response_format: the OpenAI `response_format` (e.g. a JSON schema the answer must follow), sent as
+                is; a server without it answers HTTP 400 (`APIRequestFailed.status_code`).
 
         Returns:
             A ChatTurn: `text` is the message content, `tool_calls` the native calls in wire
@@ -154,6 +157,8 @@ class APIModel:
             request["tools"] = list(tools)
         if logprobs:
             request["logprobs"] = True
+        if response_format:
+            request["response_format"] = response_format
         started = time.monotonic()
         token = DEADLINE.set(started + self._budget_s)
         try:
