@@ -84,12 +84,13 @@ def record_of_row(row: dict) -> Record:
         raise ValueError("`tags` must be a list of non-empty strings")
     run = as_dict(row.get("run"))
     diagnoses = None
-    if row.get("diagnosis") is not None:
-        diagnosis = Diagnosis.from_dict(row["diagnosis"])
-        if diagnosis.first_wrong_step is not None and not 0 <= diagnosis.first_wrong_step < max(len(traj.steps), 1):
-            raise ValueError(
-                f"diagnosis first_wrong_step={diagnosis.first_wrong_step} is not a step of this trajectory"
-            )
+    listed = row.get("diagnoses")
+    if listed is not None:  # every source's candidate, best first (exports since the judge source)
+        if not isinstance(listed, list):
+            raise ValueError("`diagnoses` must be a list of diagnosis objects")
+        diagnoses = [_diagnosis_of(d, traj, f"diagnoses[{i}]") for i, d in enumerate(listed)]
+    elif row.get("diagnosis") is not None:
+        diagnosis = _diagnosis_of(row["diagnosis"], traj, "diagnosis")
         diagnoses = [diagnosis] if diagnosis.kind else []
     return Record(
         case=case,
@@ -101,6 +102,16 @@ def record_of_row(row: dict) -> Record:
         run_config=run.get("config"),
         diagnoses=diagnoses,
     )
+
+
+def _diagnosis_of(value: Any, traj: Trajectory, where: str) -> Diagnosis:
+    try:
+        diagnosis = Diagnosis.from_dict(value)
+    except ValueError as exc:  # its messages already say "diagnosis ..."
+        raise ValueError(f"{where}: {exc}" if where != "diagnosis" else str(exc)) from None
+    if diagnosis.first_wrong_step is not None and not 0 <= diagnosis.first_wrong_step < max(len(traj.steps), 1):
+        raise ValueError(f"{where} first_wrong_step={diagnosis.first_wrong_step} is not a step of this trajectory")
+    return diagnosis
 
 
 def _current_label_keys(label: dict) -> dict:

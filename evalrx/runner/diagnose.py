@@ -9,10 +9,23 @@ from typing import Any, Optional, Sequence
 
 from evalrx.core.case import FailureCase, Inputs, Trajectory
 from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses, tool_marks
+from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store.runs import run_config
 from evalrx.store.runs import trajectory_ids as all_trajectory_ids
 
 log = logging.getLogger("evalrx.worker")  # diagnose_case runs in the worker, and logs to its log
+JUDGE = "judge"  # the source a judge model's verdicts are stored as
+
+
+def stored_case(c: dict) -> FailureCase:
+    """A stored case (`TrajectoryDetail.case`) as the diagnosis reads it: prompt, id, expected, grader, meta."""
+    return FailureCase(
+        inputs=Inputs(prompt=c.get("prompt") or ""),
+        id=c.get("id") or "",
+        expected=c.get("expected"),
+        grader=c.get("grader"),
+        meta=c.get("meta") or {},
+    )
 
 
 def rediagnose(
@@ -21,14 +34,15 @@ def rediagnose(
     run_id: Optional[int] = None,
     store: "Store | str | None" = None,
 ) -> int:
-    """Diagnose stored trajectories again and replace their diagnoses; returns how many were written.
+    """Diagnose stored trajectories again and replace the computed sources' candidates (a judge's are kept);
+    returns how many were written.
 
     Args:
         trajectory_ids: these trajectories; None: every trajectory of `run_id` (or of the store).
         run_id: limit to one run.
         store: the store (default when None).
     """
-    from evalrx.diagnosis import DIAGNOSIS_VERSION, diagnose
+    from evalrx.diagnosis import DIAGNOSIS_VERSION, combine, diagnose
     from evalrx.suites import case_tools
     from evalrx.tools import TOOLS, get_tools
 
@@ -46,21 +60,16 @@ def rediagnose(
         if rid not in configs:
             configs[rid] = run_config(rid, store=st)
         names = [n_ for n_ in configs[rid].get("tools") or [] if n_ in TOOLS]
-        c = detail.case
-        case = FailureCase(
-            inputs=Inputs(prompt=c.get("prompt") or ""),
-            id=c.get("id") or "",
-            expected=c.get("expected"),
-            grader=c.get("grader"),
-            meta=c.get("meta") or {},
-        )
+        case = stored_case(detail.case)
         analyses: dict = {}
         for rec in load_analyses(tid, store=st):  # oldest first: the newest result per analyzer wins
             analyses[rec["analyzer"]] = rec
         tools = (get_tools(names, case) if names else []) + case_tools(case)
         found = diagnose(detail.trajectory, case=case, tools=tools or None, analyses=analyses, tool_marks=marks)
         with st.write() as s:
-            save_diagnoses(s, tid, found, version=DIAGNOSIS_VERSION)
+            # Only the computed sources are replaced: a judge's verdict stays until the judge runs again.
+            kept = [d for d in diagnoses_in(s, tid) if d.source == JUDGE]
+            save_diagnoses(s, tid, combine(found, kept), version=DIAGNOSIS_VERSION)
         n += 1
     return n
 
@@ -84,4 +93,4 @@ def diagnose_case(
         return []
 
 
-__all__ = ["diagnose_case", "rediagnose"]
+__all__ = ["JUDGE", "diagnose_case", "rediagnose", "stored_case"]

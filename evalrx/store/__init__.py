@@ -82,8 +82,12 @@ from evalrx.store.runlevel import (
 from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
+from evalrx.store.verdicts import JudgeVerdict, cached_verdict, save_verdict
 
 __all__ = [
+    "JudgeVerdict",
+    "cached_verdict",
+    "save_verdict",
     "delete_mcp_server",
     "list_mcp_servers",
     "mark_tool",

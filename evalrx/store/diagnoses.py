@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from evalrx.core.failures import Diagnosis
@@ -18,7 +18,8 @@ from evalrx.store.engine import Store, resolve
 
 
 def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Diagnosis], *, version: int = 1) -> None:
-    """Replace a trajectory's diagnoses with `diagnoses` (best first), in the caller's transaction."""
+    """Replace a trajectory's diagnoses with `diagnoses` (best first), in the caller's transaction. To replace one
+    source's candidates only, read the others with `diagnoses_in` in the same transaction and pass them too."""
     session.execute(delete(t.DiagnosisRow).where(t.DiagnosisRow.trajectory_id == trajectory_id))
     rows = [
         {
@@ -37,7 +38,11 @@ def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Dia
     if rows:
         session.execute(insert(t.DiagnosisRow.__table__), rows)
     top = diagnoses[0].kind if diagnoses else None
-    session.execute(update(t.Trajectory).where(t.Trajectory.id == trajectory_id).values(diagnosis_kind=top))
+    # A passing trajectory is never counted under a failure kind: a judge asked about it (`--all`) may still
+    # name one, which is kept as its candidate (a false alarm to count), not as the trajectory's kind.
+    T = t.Trajectory
+    indexed = case((T.outcome == "pass", None), else_=top)
+    session.execute(update(T).where(T.id == trajectory_id).values(diagnosis_kind=indexed))
 
 
 def _from_row(r: t.DiagnosisRow) -> Diagnosis:

@@ -1,5 +1,6 @@
 """Stored trajectories as export rows: plain dicts of a trajectory with its case, grade, labels, tags,
-diagnosis and run, the one shape every export format (`evalrx.interop`) is written from."""
+diagnosis (the top one, and `diagnoses`: every source's candidate) and run, the one shape every export format
+(`evalrx.interop`) is written from."""
 
 from __future__ import annotations
 
@@ -93,8 +94,10 @@ def iter_export_rows(
                     "labels": [lab.to_dict() for lab in history_in(s, tid)],
                     "tags": tags_in(s, tid),
                     "run": run_info,
-                    "diagnosis": export_diagnosis(diagnoses_in(s, tid)),
                 }
+                found = diagnoses_in(s, tid)
+                out["diagnosis"] = export_diagnosis(found)
+                out["diagnoses"] = [d.to_dict() for d in found]  # every source's candidate, best first
                 if with_ids:
                     out["_trajectory_id"], out["_run_id"], out["_created_at"] = tid, row.run_id, row.created_at
                 yield out

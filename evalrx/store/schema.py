@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0011"
+SCHEMA_VERSION = "0012"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -443,6 +443,24 @@ class DiagnosisRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (Index(None, "kind"),)
+
+
+class JudgeVerdictRow(Base):
+    """A judge's answer about one trajectory, by the digest of what it was asked (the trajectory's content, the
+    prompt, the judge and the prompt version): asking the same judge the same again reads it here, at no cost.
+    Either a checked diagnosis or the one-line reason the answer was refused; a failed call is not kept."""
+
+    __tablename__ = "judge_verdicts"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    spec: Mapped[str] = mapped_column(String(200))
+    backend: Mapped[str] = mapped_column(String(32))
+    prompt_version: Mapped[int]
+    diagnosis: Mapped[Optional[dict]]
+    refusal: Mapped[Optional[str]] = mapped_column(Text)
+    answer: Mapped[str] = mapped_column(Text, default="")
+    meta: Mapped[dict] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class FailureKindRow(Base):
