@@ -11,6 +11,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from evalrx.core.failures import NOT_AGENT_KINDS
+from evalrx.runner.argtypes import call_timeout, retries, whole
 
 
 def _url_arg(p: argparse.ArgumentParser) -> None:
@@ -354,24 +355,144 @@ def labels_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`evalrx diagnose [RUN_ID] [--trajectory ID]`: diagnose stored trajectories again (all of a run, or some)."""
-    p = argparse.ArgumentParser(prog="evalrx diagnose", description="Recompute stored trajectories' diagnoses.")
+    """`evalrx diagnose [RUN_ID] [--trajectory ID]`: diagnose stored trajectories again (all of a run, or some);
+    with `--judge SPEC`, ask a judge model about a run's failed trajectories (`_judge`)."""
+    p = argparse.ArgumentParser(
+        prog="evalrx diagnose",
+        description="Recompute stored trajectories' diagnoses; with --judge, ask a judge model why each one failed.",
+    )
     p.add_argument("run_id", nargs="?", type=int, help="only this run (default: every run)")
     p.add_argument("--trajectory", type=int, action="append", help="only this trajectory (repeatable)")
+    judging = p.add_argument_group("a judge model (a diagnosis source of its own, kept when the rules run again)")
+    judging.add_argument("--judge", metavar="SPEC", help="the judge's model spec, e.g. gpt-4o-mini")
+    judging.add_argument(
+        "--backend", choices=["api", "hf_local"], help="default: api for API-only specs, else hf_local"
+    )
+    judging.add_argument("--base-url", help="the judge's OpenAI-compatible server (api backend)")
+    judging.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="api backend: the name of an environment variable holding the judge's key; sent only to --base-url",
+    )
+    judging.add_argument("--timeout", type=call_timeout, metavar="SECONDS", help="api backend: budget of one call")
+    judging.add_argument("--retries", type=retries, metavar="N", help="api backend: tries after the first")
+    judging.add_argument("--limit", type=whole(1), metavar="N", help="judge at most N trajectories")
+    judging.add_argument("--all", action="store_true", help="judge the passing trajectories too (false alarms)")
+    judging.add_argument(
+        "--with-findings", action="store_true", help="show the judge what the other sources found (a prompt variant)"
+    )
+    judging.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _url_arg(p)
     args = p.parse_args(argv)
+    if args.judge is None:
+        given = [
+            f
+            for f, v in (
+                ("--backend", args.backend),
+                ("--base-url", args.base_url),
+                ("--api-key-env", args.api_key_env),
+                ("--timeout", args.timeout),
+                ("--retries", args.retries),
+                ("--limit", args.limit),
+                ("--all", args.all),
+                ("--with-findings", args.with_findings),
+            )
+            if v not in (None, False)
+        ]
+        if given:
+            p.error(f"{', '.join(given)} need --judge SPEC")
 
     def go() -> int:
         import evalrx.store as S
-        from evalrx.runner.diagnose import rediagnose
 
         store = S.connect(args.url)
+        if args.judge is not None:
+            return _judge(p, args, store)
+        from evalrx.runner.diagnose import rediagnose
+
         n = rediagnose(args.trajectory, run_id=args.run_id, store=store)
         counts = S.failure_kind_counts(args.run_id, store=store)
         print(f"diagnosed {n} trajectories; by kind: " + (", ".join(f"{k} {v}" for k, v in counts.items()) or "none"))
         return 0
 
     return _guard(go, "evalrx diagnose")
+
+
+def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
+    """`evalrx diagnose RUN --judge SPEC`: judge in this process, a line per trajectory, then a summary;
+    1 when a call failed (nothing stored for it), else 0."""
+    import os
+
+    import evalrx.store as S
+    from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS
+    from evalrx.models import load, resolve_spec_key
+    from evalrx.models.backends.api_secrets import redact_url
+    from evalrx.runner.judging import judge_targets, judge_trajectories
+    from evalrx.specs import get_spec
+
+    if args.run_id is None and not args.trajectory:
+        p.error("--judge needs a run id or --trajectory ID")
+    if args.run_id is not None and S.get_run(args.run_id, store=store) is None:
+        raise ValueError(f"no run with id {args.run_id}")
+    spec = get_spec(resolve_spec_key(args.judge))
+    backend = args.backend or ("api" if spec.api_only else "hf_local")
+    if spec.api_only and backend != "api":
+        p.error(f"{spec.key} is API-only: use --backend api (with --base-url for your server), not {backend!r}")
+    if backend != "api":
+        for flag, value in (
+            ("--base-url", args.base_url),
+            ("--api-key-env", args.api_key_env),
+            ("--timeout", args.timeout),
+            ("--retries", args.retries),
+        ):
+            if value is not None:
+                p.error(f"{flag} applies to the api backend only, not {backend!r}")
+    runtime: dict = {"max_new_tokens": MAX_ANSWER_TOKENS}
+    if backend == "api":
+        runtime["base_url"] = args.base_url
+        if args.api_key_env:
+            key = os.environ.get(args.api_key_env)  # read here, held by the judge's client only, never stored
+            if not key:
+                raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+            runtime["api_key"] = key
+        runtime.update({k: v for k, v in (("timeout", args.timeout), ("max_retries", args.retries)) if v is not None})
+    ids = judge_targets(
+        args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store
+    )
+    if not ids:
+        which = "trajectories" if args.all else "failed trajectories"
+        print(f"no {which} to judge" + ("" if args.all else " (--all adds the passing ones)"))
+        return 0
+    model = load(spec.key, backend=backend, **runtime)
+    # Where the judge runs is part of who it is; a URL's user:password and query never leave this process.
+    server = redact_url(getattr(model, "base_url", None)).split("?")[0].split("#")[0] or None
+    print(f"judging {len(ids)} trajectories with {spec.key} ({backend}{', ' + server if server else ''})")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(ids), unit="trajectory", disable=args.no_progress, file=sys.stderr)
+
+    def shown(done) -> None:
+        bar.update(1)
+        tqdm.write(done.line(), file=sys.stdout)
+
+    try:
+        results = judge_trajectories(
+            ids, model, server=server, with_findings=args.with_findings, store=store, on_result=shown
+        )
+    finally:
+        bar.close()
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+    verdicts = sum(r.diagnosis is not None for r in results)
+    refused = sum(r.diagnosis is None and not r.failed for r in results)
+    failed = sum(r.failed for r in results)
+    cached = sum(r.cached for r in results)
+    print(
+        f"judged {len(results)} trajectories: {verdicts} verdicts, {refused} refused, {cached} from the cache"
+        + (f", {failed} failed calls (nothing stored for them; run again to retry)" if failed else "")
+    )
+    return 1 if failed else 0
 
 
 def worker_command(argv: Optional[Sequence[str]] = None) -> int:
@@ -389,5 +510,5 @@ COMMANDS: dict = {
     "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .eval/.json, ATIF)"),
     "export": (export_main, "export a run as JSONL, Parquet, ATIF or OpenTelemetry (OTLP JSON)"),
     "labels": (labels_main, "import human labels (labels CSV or JSONL, AgentRx ground truth)"),
-    "diagnose": (diagnose_main, "diagnose stored trajectories again (why each one failed)"),
+    "diagnose": (diagnose_main, "diagnose stored trajectories again, or with a judge model (why each one failed)"),
 }

@@ -1,0 +1,141 @@
+"""A judge model over stored trajectories: `evalrx diagnose RUN --judge SPEC`.
+
+Each trajectory's verdict is looked up by the digest of what the judge would be asked
+(`evalrx.diagnosis.judge.verdict_key`) before the model is called, so judging again costs nothing. A checked
+verdict becomes the trajectory's `judge` candidate beside the other sources' (replacing an earlier judge's);
+a refused answer is cached with its one-line reason and leaves the stored diagnoses as they are; a failed call
+(server down, deadline, rate limit past the budget) is neither stored nor cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from evalrx.core.case import Label
+from evalrx.core.failures import Diagnosis
+from evalrx.core.model import Model
+from evalrx.runner.diagnose import JUDGE, stored_case
+from evalrx.store import Store, get_trajectory, list_kinds, matching_ids, resolve, save_diagnoses
+from evalrx.store.diagnoses import diagnoses_in
+from evalrx.store.verdicts import JudgeVerdict, cached_verdict, save_verdict
+
+
+@dataclass
+class Judged:
+    """One trajectory's outcome: its checked diagnosis or the refusal, and where it came from."""
+
+    trajectory_id: int
+    sample_id: str
+    diagnosis: Optional[Diagnosis] = None
+    refusal: Optional[str] = None
+    cached: bool = False
+    failed: bool = False  # the call failed: nothing stored
+
+    def line(self) -> str:
+        """One inert line: the kind and step, or why there is none."""
+        head = f"trajectory {self.trajectory_id} ({inert(self.sample_id, 60)}): "
+        d = self.diagnosis
+        if d is not None:
+            what = f"{d.kind} at step {d.first_wrong_step}" if d.kind else "nothing went wrong"
+        else:
+            what = ("failed: " if self.failed else "refused: ") + inert(self.refusal or "", 240)
+        return head + what + (" (cached)" if self.cached else "")
+
+
+def judge_targets(
+    run_id: Optional[int] = None,
+    *,
+    trajectory_ids: Optional[Sequence[int]] = None,
+    include_passing: bool = False,
+    limit: Optional[int] = None,
+    store: "Store | str | None" = None,
+) -> "list[int]":
+    """The trajectories a judge reads: the failed ones of a run (or the chosen ones), with the passing ones too
+    when `include_passing` (to count false alarms); never errored ones (the server failed, not the agent)."""
+    outcomes = [Label.FAIL.value, Label.UNKNOWN.value] + [Label.PASS.value] * include_passing
+    ids = matching_ids(run_id=run_id, outcome=outcomes, store=store)
+    if trajectory_ids is not None:
+        chosen = set(trajectory_ids)
+        ids = [i for i in ids if i in chosen]
+    return ids[:limit] if limit is not None else ids
+
+
+def judge_trajectories(
+    trajectory_ids: Sequence[int],
+    model: Model,
+    *,
+    server: Optional[str] = None,
+    with_findings: bool = False,
+    store: "Store | str | None" = None,
+    on_result: Optional[Callable[[Judged], None]] = None,
+) -> "list[Judged]":
+    """Judge each trajectory with `model` (from the cache where it was asked the same before) and store
+    each checked verdict as its `judge` candidate.
+
+    Args:
+        trajectory_ids: the trajectories (`judge_targets`).
+        model: the judge, any `Model` handle.
+        server: the judge's server URL, redacted: recorded with each verdict.
+        with_findings: show the judge what the other sources found (the prompt variant `with_findings`).
+        store: the store (default when None).
+        on_result: called after each trajectory (a progress bar, a line).
+    """
+    from evalrx.diagnosis import DIAGNOSIS_VERSION, combine
+    from evalrx.diagnosis.judge import build_prompt, judge, verdict_key
+
+    st = resolve(store)
+    kinds = [(k.key, k.definition) for k in list_kinds(store=st)]  # built-in and this store's own kinds
+    # The cache's judge is its spec and backend: a server's port changes between runs of one judge.
+    judge_id = {"spec": model.spec.key, "backend": model.backend}
+    json_schema: Optional[bool] = None
+    out: "list[Judged]" = []
+    for tid in trajectory_ids:
+        detail = get_trajectory(tid, store=st)
+        if detail is None:
+            continue
+        traj, case = detail.trajectory, stored_case(detail.case)
+        findings = [d for d in detail.diagnoses if d.source != JUDGE] if with_findings else None
+        key = verdict_key(traj, build_prompt(traj, case, kinds, findings=findings), judge_id)
+        hit = cached_verdict(key, store=st)
+        if hit is not None:
+            done = Judged(tid, traj.sample_id, hit.diagnosis, hit.refusal, cached=True)
+        else:
+            result = judge(
+                traj, case, model, kinds, findings=findings, json_schema=json_schema, meta={"server": server}
+            )
+            if result.meta.get("json_schema") is False:
+                json_schema = False  # the server refused the response format once: do not ask it again
+            done = Judged(tid, traj.sample_id, result.diagnosis, result.refusal, failed=result.failed)
+            if not result.failed:
+                save_verdict(
+                    JudgeVerdict(
+                        digest=key,
+                        spec=judge_id["spec"],
+                        backend=judge_id["backend"],
+                        prompt_version=int(result.meta["prompt_version"]),
+                        diagnosis=result.diagnosis,
+                        refusal=result.refusal,
+                        answer=result.answer,
+                        meta=result.meta,
+                    ),
+                    store=st,
+                )
+        if done.diagnosis is not None:
+            with st.write() as s:
+                kept = [d for d in diagnoses_in(s, tid) if d.source != JUDGE]  # the other sources' stay
+                save_diagnoses(s, tid, combine([done.diagnosis], kept), version=DIAGNOSIS_VERSION)
+        out.append(done)
+        if on_result is not None:
+            on_result(done)
+    return out
+
+
+def inert(text: str, limit: int) -> str:
+    """Untrusted text (a model's words, a case id) as one printable line: no newline, no terminal escape."""
+    flat = " ".join(str(text).split())
+    flat = "".join(ch if ch.isprintable() else "?" for ch in flat)
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+__all__ = ["Judged", "inert", "judge_targets", "judge_trajectories"]
