@@ -89,6 +89,28 @@ def _small_class(n: int, n_failed: int) -> "tuple[int, Optional[str]]":
     return smaller, f"only {smaller} {which} of {n}: too few (under {MIN_CLASS}) for the AUROC to mean much"
 
 
+def _automatic(annotator: str) -> bool:
+    return annotator == S.AUTO or annotator.startswith(S.AUTO + ":")
+
+
+def source_agreement(run_ids: Sequence[int], *, store: "Store | str | None" = None) -> dict:
+    """Each diagnosis source's measured agreement with people over these runs' failures that people labelled:
+    {source: {"n", "kind_agreement", "step_exact"}} (pooled over annotators), for the Why-it-failed card."""
+    pooled: dict = {}
+    for run_id in run_ids:
+        for r in label_agreement(run_id=run_id, store=store)["auto"]:
+            if r["diagnosis"] == "top" or not r["n"]:
+                continue
+            acc = pooled.setdefault(r["diagnosis"], {"n": 0, "kind": 0.0, "step": 0.0})
+            acc["n"] += r["n"]
+            acc["kind"] += (r["kind_agreement"] or 0.0) * r["n"]
+            acc["step"] += (r.get("step_exact") or 0.0) * r["n"]
+    return {
+        src: {"n": a["n"], "kind_agreement": round(a["kind"] / a["n"], 3), "step_exact": round(a["step"] / a["n"], 3)}
+        for src, a in pooled.items()
+    }
+
+
 def label_agreement(
     trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
 ) -> dict:
@@ -98,7 +120,9 @@ def label_agreement(
     from evalrx.runstats import agreement, cohen_kappa, kind_confusion, step_agreement
 
     labels = S.annotator_labels(trajectory_ids, run_id=run_id, store=store)
-    humans = sorted({a for v in labels.values() for a in v} - {S.AUTO, S.ADJUDICATOR})
+    raters = {a for v in labels.values() for a in v}
+    humans = sorted(a for a in raters - {S.ADJUDICATOR} if not _automatic(a))
+    automatic = [S.AUTO] + sorted(a for a in raters if _automatic(a) and a != S.AUTO)
 
     def field(i: int, who: Sequence[str]) -> dict:
         return {tid: {a: v[a][i] for a in who if a in v and v[a][i] is not None} for tid, v in labels.items()}
@@ -119,24 +143,29 @@ def label_agreement(
             )
     out["steps"] = steps
     auto = []
-    for a in humans:
-        both = {tid: v for tid, v in labels.items() if a in v and S.AUTO in v and v[a][0] == "fail"}
-        ka = {k: v[a][1] or "none" for k, v in both.items()}
-        kb = {k: v[S.AUTO][1] or "none" for k, v in both.items()}
-        auto.append(
-            {
-                "annotator": a,
-                "n": len(both),
-                "kind_kappa": cohen_kappa(ka, kb) if both else None,
-                **{
-                    f"step_{k}": v
-                    for k, v in step_agreement(
-                        {k: v[a][2] for k, v in both.items()}, {k: v[S.AUTO][2] for k, v in both.items()}
-                    ).items()
-                    if k != "n"
-                },
-                "confusion": kind_confusion(ka, kb) if both else None,
-            }
-        )
+    for machine in automatic:  # the top diagnosis first, then each source's best candidate
+        for a in humans:
+            both = {tid: v for tid, v in labels.items() if a in v and machine in v and v[a][0] == "fail"}
+            if machine != S.AUTO and not both:
+                continue
+            ka = {k: v[a][1] or "none" for k, v in both.items()}
+            kb = {k: v[machine][1] or "none" for k, v in both.items()}
+            auto.append(
+                {
+                    "annotator": a,
+                    "diagnosis": "top" if machine == S.AUTO else machine.split(":", 1)[1],
+                    "n": len(both),
+                    "kind_kappa": cohen_kappa(ka, kb) if both else None,
+                    "kind_agreement": round(sum(ka[k] == kb[k] for k in ka) / len(ka), 4) if both else None,
+                    **{
+                        f"step_{k}": v
+                        for k, v in step_agreement(
+                            {k: v[a][2] for k, v in both.items()}, {k: v[machine][2] for k, v in both.items()}
+                        ).items()
+                        if k != "n"
+                    },
+                    "confusion": kind_confusion(ka, kb) if both else None,
+                }
+            )
     out["auto"] = auto
     return out

@@ -56,8 +56,43 @@ def _value(v: Any) -> None:
         show_text(None if v is None else str(v), empty="(none)")
 
 
-def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[Any] = None) -> Optional[int]:
-    """Draw the card; returns the first wrong step it names (None when there is no diagnosis)."""
+def best_by_source(diagnoses: list) -> list:
+    """Each source's best candidate (the ranked list's first of that source), strongest source first."""
+    best: dict = {}
+    for d in diagnoses:
+        best.setdefault(d.source, d)
+    return [best[s] for s in _SOURCE if s in best]
+
+
+def agreement_text(figures: Optional[dict]) -> str:
+    """A source's measured agreement with people, in a few words."""
+    if not figures or not figures.get("n"):
+        return "no people's labels for this suite yet"
+    return (
+        f"agrees with people on the kind {figures['kind_agreement']:.0%}, "
+        f"on the step {figures['step_exact']:.0%} (n={figures['n']})"
+    )
+
+
+def render_sources(diagnoses: list, agreement: dict) -> None:
+    """Each source's proposal side by side, with how often that source agreed with people on this suite."""
+    best = best_by_source(diagnoses)
+    if len(best) < 2:
+        return
+    st.markdown("**Each source's proposal**")
+    for col, d in zip(st.columns(len(best)), best):
+        with col:
+            where = f" · step **{d.first_wrong_step}**" if d.first_wrong_step is not None else ""
+            st.markdown(f"{md_escape(d.source)}: **{md_escape(d.kind)}**{where}")
+            show_text(d.summary)
+            st.caption(md_escape(agreement_text(agreement.get(d.source))))
+
+
+def render_diagnosis(
+    detail: Any, definitions: dict, *, on_rediagnose: Optional[Any] = None, agreement: Optional[dict] = None
+) -> Optional[int]:
+    """Draw the card; returns the first wrong step it names (None when there is no diagnosis). `agreement` is
+    each source's measured agreement with people on this run's suite (`evalrx.reports.source_agreement`)."""
     diagnoses = list(detail.diagnoses or [])
     outcome = detail.row.outcome
     with st.container(border=True, key="why-it-failed"):
@@ -110,6 +145,7 @@ def render_diagnosis(detail: Any, definitions: dict, *, on_rediagnose: Optional[
                 width="stretch",
             )
         st.caption(f"Source: {md_escape(view['source_text'])}.")
+        render_sources(diagnoses, agreement or {})
         if len(diagnoses) > 1:
             with st.expander(f"{len(diagnoses) - 1} other candidate(s)"):
                 for d in diagnoses[1:]:

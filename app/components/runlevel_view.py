@@ -203,6 +203,7 @@ def auto_rows(agree: Mapping) -> list[dict]:
     return [
         {
             "annotator": r["annotator"],
+            "diagnosis": r.get("diagnosis", "top"),
             "n": r["n"],
             "kind κ": _r(r["kind_kappa"]),
             "step exact": _r(r.get("step_exact")),

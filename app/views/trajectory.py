@@ -99,7 +99,27 @@ def _rediagnose() -> None:
     rediagnose([row.id], store=S)
 
 
-wrong_step = render_diagnosis(detail, {k.key: k.definition for k in kinds}, on_rediagnose=_rediagnose)
+@st.cache_data(ttl=60, show_spinner=False)
+def _agreement(run_id: int, seen_label: object) -> dict:
+    """Each diagnosis source's agreement with people over the runs of this run's suite: a minute old at most,
+    and fresh after this trajectory's label changes (`seen_label`, part of the cache key)."""
+    from evalrx.reports import source_agreement
+    from evalrx.store import get_run, list_runs
+
+    run = get_run(run_id, store=S)
+    suite = (run.config or {}).get("suite") if run is not None else None
+    runs = [r.id for r in list_runs(store=S) if suite and (r.config or {}).get("suite") == suite] or [run_id]
+    return source_agreement(runs, store=S)
+
+
+wrong_step = render_diagnosis(
+    detail,
+    {k.key: k.definition for k in kinds},
+    on_rediagnose=_rediagnose,
+    agreement=_agreement(row.run_id, cur and (cur.id, cur.created_at))
+    if len({d.source for d in detail.diagnoses or []}) > 1
+    else None,
+)
 main, side = st.columns([3, 2], gap="large")
 with side:
     with st.container(border=True):

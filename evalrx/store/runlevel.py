@@ -125,7 +125,8 @@ def annotator_labels(
 ) -> dict:
     """{trajectory id: {annotator: (outcome, kind, first wrong step)}}: each annotator's latest word on a
     whole trajectory (superseded labels count: the history keeps who said what), plus the automatic
-    diagnosis as annotator `auto` (kind and step) where a trajectory has one."""
+    diagnosis as annotator `auto` (kind and step) where a trajectory has one, and each source's best
+    candidate as `auto:<source>` (`auto:reference`, `auto:heuristic`, `auto:judge`, ...)."""
     L, T, D = t.LabelRow, t.Trajectory, t.DiagnosisRow
     with resolve(store).read() as s:
         q = (
@@ -133,7 +134,7 @@ def annotator_labels(
             .where(L.step_idx.is_(None))
             .order_by(L.created_at, L.id)
         )
-        dq = select(D.trajectory_id, D.kind, D.first_wrong_step).where(D.rank == 0)
+        dq = select(D.trajectory_id, D.kind, D.first_wrong_step, D.source, D.rank).order_by(D.rank)
         if run_id is not None:
             q = q.join(T, T.id == L.trajectory_id).where(T.run_id == run_id)
             dq = dq.join(T, T.id == D.trajectory_id).where(T.run_id == run_id)
@@ -144,10 +145,18 @@ def annotator_labels(
         for tid, who, outcome, kind, step in s.execute(q):
             out[tid][who or "anonymous"] = (outcome, kind, step)  # later rows overwrite: the latest word
         labelled = set(out)
-        for tid, kind, step in s.execute(dq):
-            if tid in labelled:
+        for tid, kind, step, source, rank in s.execute(dq):
+            if tid not in labelled:
+                continue
+            if rank == 0:
                 out[tid][AUTO] = (None, kind, step)
+            out[tid].setdefault(f"{AUTO}:{source}", (None, kind, step))  # each source's best, by rank
     return dict(out)
+
+
+def is_automatic(annotator: str) -> bool:
+    """The automatic diagnosis (`auto`) or one of its sources (`auto:reference`, `auto:judge`, ...): not a person."""
+    return annotator == AUTO or annotator.startswith(AUTO + ":")
 
 
 def disagreements(run_id: int, *, store: "Store | str | None" = None) -> list[dict]:
@@ -157,7 +166,7 @@ def disagreements(run_id: int, *, store: "Store | str | None" = None) -> list[di
     for tid, words in sorted(annotator_labels(run_id=run_id, store=store).items()):
         if ADJUDICATOR in words:
             continue  # already resolved
-        human = {a: v for a, v in words.items() if a != AUTO}
+        human = {a: v for a, v in words.items() if not is_automatic(a)}
         if len(human) >= 2 and len({(v[0], v[1]) for v in human.values()}) > 1:
             out.append(
                 {
@@ -179,7 +188,9 @@ def second_opinion_queue(
 
     words = annotator_labels(run_id=run_id, store=store)
     failed = sorted(
-        tid for tid, v in words.items() if any(w[0] == "fail" for a, w in v.items() if a not in (AUTO, ADJUDICATOR))
+        tid
+        for tid, v in words.items()
+        if any(w[0] == "fail" for a, w in v.items() if a != ADJUDICATOR and not is_automatic(a))
     )
     rng = random.Random(f"{seed}:{run_id}")  # the same sample for everyone, whoever asks first
     sample = sorted(rng.sample(failed, max(1, round(len(failed) * fraction)))) if failed else []

@@ -222,3 +222,48 @@ def test_compare_two_imported_runs(sqlite_url, tmp_path, capsys):
     assert c["mcnemar_p"] == pytest.approx(2 * 7 / 64)  # 1 of 6 discordant: 2 * P(X <= 1), X ~ Bin(6, 0.5)
     assert compare_main([str(a), str(b), "--json", "--url", sqlite_url]) == 0
     assert json.loads(capsys.readouterr().out)["mcnemar_p"] == pytest.approx(0.21875)
+
+
+def test_each_diagnosis_source_is_a_rater_and_its_agreement_with_people_is_measured(sqlite_url, tmp_path):
+    """The top diagnosis and each source's best candidate are scored against people on the Agreement tab;
+    `source_agreement` pools them per source for the Why-it-failed card."""
+    import json as _json
+
+    from evalrx.interop import import_file
+    from evalrx.reports import label_agreement, source_agreement
+
+    def call(i, name, **args):
+        return {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": _json.dumps(args)}}
+
+    rows = []
+    for n in range(3):
+        rows.append(
+            {
+                "id": f"case-{n}",
+                "outcome": 0,
+                "metadata": {"reference_calls": [{"name": "renew_loan", "arguments": {"loan_id": "L-1", "weeks": 2}}]},
+                "messages": [
+                    {"role": "user", "content": "Renew loan L-1 for two weeks."},
+                    {"role": "assistant", "content": None, "tool_calls": [call(1, "renew_loan", loan_id="L-1", weeks=3)]},
+                    {"role": "tool", "tool_call_id": "c1", "name": "renew_loan", "content": "Error: at most 2"},
+                    {"role": "assistant", "content": "Sorry, I could not renew it."},
+                    {"role": "user", "content": "Renew it for 2 weeks then."},
+                    {"role": "assistant", "content": None, "tool_calls": [call(2, "renew_loan", loan_id="L-1", weeks=5)]},
+                    {"role": "tool", "tool_call_id": "c2", "name": "renew_loan", "content": "{\"ok\": true}"},
+                    {"role": "assistant", "content": "Done."},
+                ],
+            }
+        )
+    path = tmp_path / "loans.jsonl"
+    path.write_text("\n".join(_json.dumps(r) for r in rows) + "\n")
+    run_id = import_file(path, store=sqlite_url).run_ids[0]
+    ids = [r.id for r in S.list_trajectories(run_id=run_id, store=sqlite_url).rows]
+    sources = {d.source for d in S.get_diagnoses(ids[0], store=sqlite_url)}
+    assert {"reference", "heuristic"} <= sources
+    for tid in ids:  # the person agrees with the reference: the second call, at step 5
+        S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=5, annotator="ana", store=sqlite_url)
+    rows = {r["diagnosis"]: r for r in label_agreement(run_id=run_id, store=sqlite_url)["auto"]}
+    assert {"top", "reference", "heuristic"} <= set(rows) and all(r["annotator"] == "ana" for r in rows.values())
+    per_source = source_agreement([run_id], store=sqlite_url)
+    assert per_source["reference"] == {"n": 3, "kind_agreement": 1.0, "step_exact": 1.0}
+    assert per_source["heuristic"]["n"] == 3 and per_source["heuristic"]["step_exact"] == 0.0  # it blames step 1

@@ -428,3 +428,39 @@ def test_a_tool_marked_on_the_trajectory_page_is_what_the_diagnosis_reads(seeded
 def test_a_bad_tool_mark_is_one_line():
     with pytest.raises(ValueError, match="marked 'read' or 'write'"):
         S.mark_tool("lookup", "sometimes", store="sqlite:///:memory:")
+
+
+def test_the_card_shows_each_sources_proposal_with_its_agreement_with_people(store_url, tmp_path):
+    from evalrx.interop import import_file
+
+    def call(i, name, **args):
+        return {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+
+    row = {
+        "id": "loan-1",
+        "outcome": 0,
+        "metadata": {"reference_calls": [{"name": "renew_loan", "arguments": {"loan_id": "L-1", "weeks": 2}}]},
+        "messages": [
+            {"role": "user", "content": "Renew loan L-1 for two weeks."},
+            {"role": "assistant", "content": None, "tool_calls": [call(1, "renew_loan", loan_id="L-1", weeks=3)]},
+            {"role": "tool", "tool_call_id": "c1", "name": "renew_loan", "content": "Error: at most 2"},
+            {"role": "assistant", "content": "Sorry, I could not renew it."},
+            {"role": "user", "content": "Renew it for 2 weeks then."},
+            {"role": "assistant", "content": None, "tool_calls": [call(2, "renew_loan", loan_id="L-1", weeks=5)]},
+            {"role": "tool", "tool_call_id": "c2", "name": "renew_loan", "content": '{"ok": true}'},
+            {"role": "assistant", "content": "Done."},
+        ],
+    }
+    path = tmp_path / "loans.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    run_id = import_file(path, store=store_url).run_ids[0]
+    (tid,) = [r.id for r in S.list_trajectories(run_id=run_id, store=store_url).rows]
+    at = open_page("trajectory", id=tid)
+    shown = texts(at)
+    assert "**Each source's proposal**" in shown
+    assert "reference: **bad\\_arguments** · step **5**" in shown
+    assert "heuristic: **bad\\_arguments** · step **1**" in shown
+    assert "no people's labels for this suite yet" in shown.replace("\\", "")
+    S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=5, annotator="ana", store=store_url)
+    at = open_page("trajectory", id=tid)
+    assert "agrees with people on the kind 100%, on the step 100% (n=1)" in texts(at).replace("\\", "")
