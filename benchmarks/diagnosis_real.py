@@ -1,9 +1,9 @@
 """How well the diagnosis finds why real agents failed: tau-bench retail runs labelled by people (AgentRx).
 
 Reads `../shared/data/agentrx_tau_retail/` (29 failed runs with human labels, and 100 runs of the same
-tasks of which 73 passed), converts each run to OpenAI chat JSONL (the task's gold actions as
-`metadata.reference_calls`), imports it through the public path (`evalrx.interop.import_file`) into
-a fresh SQLite store, reads the trajectories back, and diagnoses them:
+tasks of which 73 passed), imports both files through the public path (`evalrx.interop.import_file`, which
+reads tau-bench results: the task's gold actions become the case's reference calls) into a fresh SQLite
+store, reads the trajectories back, and diagnoses them:
 
 - `model_free`: the rules alone (the reference hidden, as for an import without gold actions);
 - `reference`: everything the diagnosis has (the gold actions as reference calls, then the rules);
@@ -26,7 +26,6 @@ Results go to `benchmarks/results/diagnosis_real.json`.
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import datetime as _dt
 import json
@@ -37,55 +36,11 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from evalrx.interop.tau_bench import to_openai_row
+
 RESULTS = Path(__file__).with_name("results")
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "agentrx_tau_retail"
 VARIANTS = ("model_free", "reference", "first_assistant", "last_assistant")
-
-
-# ------------------------------------------------------------------ conversion (the data set's own serialisation)
-
-
-def _none(value: Any) -> Any:
-    """The data set writes Python's None and empty lists as strings ('None', '[]')."""
-    return None if value in (None, "None", "") else value
-
-
-def _tool_calls(value: Any) -> Optional[list]:
-    value = _none(value)
-    if isinstance(value, str):
-        value = ast.literal_eval(value)  # a Python repr of the OpenAI message's list
-    return value or None
-
-
-def to_openai_row(run: dict) -> dict:
-    """One AgentRx/tau-bench run as an OpenAI chat JSONL record (message order and count unchanged, so the
-    1-based position of each message is its `index`)."""
-    messages = []
-    for i, m in enumerate(run["traj"]):
-        if str(m.get("index", i + 1)) != str(i + 1):
-            raise ValueError(f"task {run['task_id']}: message {i} has index {m.get('index')!r}, not {i + 1}")
-        out: dict = {"role": m["role"], "content": _none(m.get("content"))}
-        calls = _tool_calls(m.get("tool_calls"))
-        if calls:
-            out["tool_calls"] = calls
-        if m["role"] == "tool":
-            out["tool_call_id"] = m.get("tool_call_id")
-            out["name"] = m.get("name")
-        messages.append(out)
-    task = run.get("info", {}).get("task", {})
-    refs = [{"name": a["name"], "arguments": a.get("kwargs") or {}} for a in task.get("actions") or []]
-    return {
-        "id": str(run["task_id"]),
-        "messages": messages,
-        "outcome": 1 if float(run.get("reward") or 0.0) >= 1.0 else 0,
-        "metadata": {"reference_calls": refs},
-    }
-
-
-def write_jsonl(runs: list, path: Path) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for run in runs:
-            f.write(json.dumps(to_openai_row(run)) + "\n")
 
 
 # ------------------------------------------------------------------ scoring
@@ -168,7 +123,7 @@ def score_failed(stored: dict, runs: list, labels: list) -> dict:
         for lab in labels:
             sid = str(lab["trajectory_id"])
             traj, case = stored[sid]
-            messages = to_openai_row(by_id[sid])["messages"]
+            messages = to_openai_row(by_id[sid])["messages"]  # the roles by message index, as imported
             failures = {f["failure_id"]: f for f in lab["failures"]}
             root = failures[lab["root_cause"]["failure_id"]]
             root_step = int(root["step_number"])
@@ -225,11 +180,10 @@ def main(argv: "list[str] | None" = None) -> int:
     args = parser.parse_args(argv)
     data = Path(args.data)
     failed = json.loads((data / "tau_dataset_failed.json").read_text())
-    full = json.loads((data / "tau_dataset_full.json").read_text())
     labels = json.loads((data / "tau_ground_truth.json").read_text())
-    passing = [r for r in full if float(r.get("reward") or 0.0) >= 1.0]
 
     import evalrx.store as S
+    from evalrx.core import Label
     from evalrx.interop import import_file
 
     t0 = time.perf_counter()
@@ -237,11 +191,10 @@ def main(argv: "list[str] | None" = None) -> int:
         url = f"sqlite:///{Path(tmp) / 'real.sqlite'}"
         S.upgrade(url)
         stored = {}
-        for name, runs in (("failed", failed), ("passing", passing)):
-            path = Path(tmp) / f"tau_{name}.jsonl"
-            write_jsonl(runs, path)
-            result = import_file(path, store=url)
+        for name, path in (("failed", "tau_dataset_failed.json"), ("full", "tau_dataset_full.json")):
+            result = import_file(data / path, store=url)
             stored[name] = load_stored(url, result.run_ids[0])
+        stored["passing"] = {sid: v for sid, v in stored["full"].items() if v[0].outcome is Label.PASS}
         failed_scores = score_failed(stored["failed"], failed, labels)
         passing_scores = score_passing(stored["passing"])
         S.forget(url)

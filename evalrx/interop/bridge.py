@@ -159,7 +159,7 @@ def _read_document(reading: Reading) -> Iterator[Record]:
         raise UnknownFormatError(
             path,
             1,
-            "not a format evalrx reads: expected evalrx or OpenAI chat JSONL, ATIF (JSON or JSONL), or an "
+            "not a format evalrx reads: expected evalrx or OpenAI chat JSONL, ATIF (JSON or JSONL), tau-bench results, or an "
             "Inspect AI log (.json or .eval)",
         )
 

@@ -16,7 +16,10 @@ from evalrx.cli import main
 from evalrx.core.failures import FAILURE_KINDS
 from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 
-AGENTRX_GROUND_TRUTH = Path("/work/shared/data/agentrx_tau_retail/tau_ground_truth.json")
+# The shared folder beside the checkout (CI lays a copy of it beside its fresh clone).
+AGENTRX_GROUND_TRUTH = (
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "agentrx_tau_retail" / "tau_ground_truth.json"
+)
 SYSTEM = {"role": "system", "content": "You are a shop assistant. Confirm before changing an order."}
 
 
