@@ -3,7 +3,8 @@
 
 Parameters: run, outcome, label, mode (the label's failure kind), term, tool, q (free text),
 kind (the diagnosed failure kind),
-margin (keep trajectories whose smallest tool-decision margin is below this), sort, asc ("true" for
+margin (keep trajectories whose smallest tool-decision margin is below this), disagree ("true": the
+diagnosis sources' best candidates differ in kind or first wrong step), sort, asc ("true" for
 ascending; newest/largest first otherwise). The values are the words the widgets show
 (Streamlit writes a bound widget's displayed option into the URL), so links built here
 and the filter widgets read the same URL.
@@ -15,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from evalrx.core import Label, Termination
 
-FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "kind", "margin", "sort", "asc")
+FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "kind", "margin", "disagree", "sort", "asc")
 # The grader's outcomes in the order the pages show them.
 OUTCOMES = tuple(o.value for o in (Label.PASS, Label.FAIL, Label.ERROR, Label.UNKNOWN))
 # How a trajectory ended, as the "Ended by" filter offers it.
@@ -47,7 +48,7 @@ def _get(params: Mapping, key: str) -> str:
     return str(v).strip() if v is not None else ""
 
 
-_DEFAULTS = {"sort": "newest"}
+_DEFAULTS = {"sort": "newest", "disagree": "false"}
 
 
 def carry(params: Mapping) -> dict:
@@ -97,6 +98,8 @@ def store_filters(params: Mapping) -> dict:
         margin = None
     if margin is not None and margin == margin:  # NaN is no threshold
         out["max_margin"] = margin
+    if _get(params, "disagree").lower() in _TRUE:
+        out["sources_disagree"] = True
     return out
 
 
@@ -147,6 +150,8 @@ def describe(params: Mapping) -> str:
             parts.append(f"{name} “{f[key]}”")
     if "max_margin" in f:
         parts.append(f"tool margin < {f['max_margin']:g}")
+    if f.get("sources_disagree"):
+        parts.append("sources disagree")
     sort, desc = sort_args(params)
     if sort != "id" or not desc:
         parts.append(f"sorted by {_get(params, 'sort') or 'newest'} {'↓' if desc else '↑'}")

@@ -74,7 +74,7 @@ with st.container(border=True):
     h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
-    k, m, _ = st.columns([1, 1, 4], vertical_alignment="bottom")
+    k, m, n, _ = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
     k.selectbox(
         "Labelled as",
         modes,
@@ -93,6 +93,12 @@ with st.container(border=True):
         key="margin",
         placeholder="any",
         help="smallest tool-decision margin (nats) of the chosen tool, from the tool_decision analysis",
+        **BOUND,
+    )
+    n.toggle(
+        "Sources disagree",
+        key="disagree",
+        help="the diagnosis sources' best candidates (reference, rules, white-box, judge) differ in kind or step",
         **BOUND,
     )
 

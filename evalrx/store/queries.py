@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 from sqlalchemy import Select, exists, func, or_, select, tuple_
 from sqlalchemy import text as sql_text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from evalrx.core.failures import canonical_kind
 from evalrx.core.scores import MARGIN_SCORE
@@ -127,6 +127,7 @@ def filter_trajectories(
     sample_id: Optional[str] = None,
     diagnosis_kind: "str | Sequence[str] | None" = None,
     max_margin: Optional[float] = None,
+    sources_disagree: Optional[bool] = None,
 ) -> Select:
     """Apply the Trajectories page's filters to a select over `trajectories`.
 
@@ -135,7 +136,9 @@ def filter_trajectories(
     `session` lets the SQLite text search use its index.
     `label_kind` keeps trajectories whose current human label names that failure kind;
     `diagnosis_kind` keeps trajectories whose top diagnosis is of that kind (e.g. "bad_arguments");
-    `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it.
+    `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it;
+    `sources_disagree` keeps those whose sources' best candidates differ in kind or first wrong step
+    (False: those where they agree, or only one source spoke).
     """
     T = t.Trajectory
     runs = _as_list(run_id)
@@ -180,7 +183,29 @@ def filter_trajectories(
     if max_margin is not None:
         S = t.TrajectoryScore
         q = q.where(exists().where(S.trajectory_id == T.id, S.name == MARGIN_SCORE, S.value < float(max_margin)))
+    if sources_disagree is not None:
+        cond = _sources_disagree()
+        q = q.where(cond if sources_disagree else ~cond)
     return q
+
+
+def _sources_disagree() -> Any:
+    """Two sources of the trajectory whose best candidates (each source's first-ranked row in `diagnoses`)
+    name another kind or another first wrong step; a null (nothing wrong, no step) differs from a value."""
+    T, D = t.Trajectory, t.DiagnosisRow
+    a, b, lower = aliased(D), aliased(D), aliased(D)
+
+    def best(d: Any) -> Any:
+        return ~exists().where(lower.trajectory_id == d.trajectory_id, lower.source == d.source, lower.rank < d.rank)
+
+    return exists().where(
+        a.trajectory_id == T.id,
+        b.trajectory_id == T.id,
+        a.source < b.source,
+        or_(a.kind.is_distinct_from(b.kind), a.first_wrong_step.is_distinct_from(b.first_wrong_step)),
+        best(a),
+        best(b),
+    )
 
 
 def encode_cursor(value: Any, ident: int) -> str:
@@ -223,7 +248,8 @@ def list_trajectories(
         with_total: also count every matching row (one more query).
         store: the store (default when None).
         **filters: see `filter_trajectories` (run_id, outcome, label, label_kind,
-            terminated, tool, tag, text, has_parse_error, sample_id, diagnosis_kind, max_margin).
+            terminated, tool, tag, text, has_parse_error, sample_id, diagnosis_kind, max_margin,
+            sources_disagree).
 
     Returns:
         A `Page` of `TrajectoryRow`s with `next_cursor` set when more rows follow.
