@@ -69,6 +69,9 @@ def judge_trajectories(
     with_findings: bool = False,
     store: "Store | str | None" = None,
     on_result: Optional[Callable[[Judged], None]] = None,
+    max_new_tokens: Optional[int] = None,
+    max_steps: Optional[int] = None,
+    max_step_chars: Optional[int] = None,
 ) -> "list[Judged]":
     """Judge each trajectory with `model` (from the cache where it was asked the same before) and store
     each checked verdict as its `judge` candidate.
@@ -80,9 +83,13 @@ def judge_trajectories(
         with_findings: show the judge what the other sources found (the prompt variant `with_findings`).
         store: the store (default when None).
         on_result: called after each trajectory (a progress bar, a line).
+        max_new_tokens, max_steps, max_step_chars: the answer's token limit and how much of each trajectory
+            the prompt shows (`evalrx.diagnosis.judge` defaults when None): smaller for a small local judge.
     """
     from evalrx.diagnosis import DIAGNOSIS_VERSION, combine
-    from evalrx.diagnosis.judge import build_prompt, judge, verdict_key
+    from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, MAX_STEP_CHARS, MAX_STEPS, build_prompt, judge, verdict_key
+
+    shown = {"max_steps": max_steps or MAX_STEPS, "max_step_chars": max_step_chars or MAX_STEP_CHARS}
 
     st = resolve(store)
     kinds = [(k.key, k.definition) for k in list_kinds(store=st)]  # built-in and this store's own kinds
@@ -96,13 +103,21 @@ def judge_trajectories(
             continue
         traj, case = detail.trajectory, stored_case(detail.case)
         findings = [d for d in detail.diagnoses if d.source != JUDGE] if with_findings else None
-        key = verdict_key(traj, build_prompt(traj, case, kinds, findings=findings), judge_id)
+        key = verdict_key(traj, build_prompt(traj, case, kinds, findings=findings, **shown), judge_id)
         hit = cached_verdict(key, store=st)
         if hit is not None:
             done = Judged(tid, traj.sample_id, hit.diagnosis, hit.refusal, cached=True)
         else:
             result = judge(
-                traj, case, model, kinds, findings=findings, json_schema=json_schema, meta={"server": server}
+                traj,
+                case,
+                model,
+                kinds,
+                findings=findings,
+                json_schema=json_schema,
+                meta={"server": server},
+                max_new_tokens=max_new_tokens or MAX_ANSWER_TOKENS,
+                **shown,
             )
             if result.meta.get("json_schema") is False:
                 json_schema = False  # the server refused the response format once: do not ask it again
