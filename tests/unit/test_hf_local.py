@@ -564,23 +564,24 @@ def test_a_conversations_next_turn_prefills_only_what_it_adds_and_says_the_same(
     assert cached.chat(second, TOOLS).text == a2.text
 
 
-def test_a_capture_or_prefix_cache_false_prefills_the_whole_prompt(tiny_qwen_dir):
+def test_a_capture_on_a_reused_prefix_equals_a_cold_one_and_prefix_cache_false_prefills_all(tiny_qwen_dir):
     handle = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=6)
+    cold = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=6, prefix_cache=False)
     conversation = _conversation("12")
     n = int(handle.tokenize(messages=conversation, tools=TOOLS, add_generation_prompt=True).shape[1])
-    handle.chat(conversation, TOOLS)
+    handle.chat(conversation[:2], TOOLS)
     seen, hook = _prefilled(handle)
     try:
-        turn = handle.chat(conversation, TOOLS, capture=["hidden_states"])
+        warm = handle.chat(conversation, TOOLS, capture=["hidden_states", "attention"])
     finally:
         hook.remove()
-    assert seen[0] == n and turn.capture is not None
-    handle.clear_prefix_cache()
-    cold = evalrx.load(KEY, checkpoint=str(tiny_qwen_dir), max_new_tokens=6, prefix_cache=False)
-    cold.chat(conversation, TOOLS)
+    assert seen[0] < n - 32  # the shared start was not run again, capture or not
     seen, hook = _prefilled(cold)
     try:
-        cold.chat(conversation, TOOLS)
+        ref = cold.chat(conversation, TOOLS, capture=["hidden_states", "attention"])
     finally:
         hook.remove()
-    assert seen[0] == n
+    assert seen[0] == n  # prefix_cache=False: every prompt prefilled whole
+    assert warm.text == ref.text and warm.capture.generated_ids == ref.capture.generated_ids
+    assert torch.allclose(warm.capture.hidden, ref.capture.hidden, atol=1e-4)
+    assert torch.allclose(warm.capture.attention, ref.capture.attention, atol=1e-4)

@@ -115,7 +115,8 @@ class Steered:
 def run_family(style: str, texts: list, **agent_kwargs):
     """Run the agent on the family's tiny model steered through `texts`; returns (handle, trajectory, steered)."""
     model, tok = family_model(style)
-    handle = evalrx.wrap(model, tok, max_new_tokens=96)
+    # Steered reads each turn's prompt from its prefill: every prompt prefilled whole, no prefix reused.
+    handle = evalrx.wrap(model, tok, max_new_tokens=96, prefix_cache=False)
     with Steered(model, tok, texts) as steered:
         trajectory = Agent(handle, [CALC], **agent_kwargs).run("What is 3*4?")
     stored = Trajectory.from_dict(json.loads(trajectory.to_json()))

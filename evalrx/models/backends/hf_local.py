@@ -428,8 +428,9 @@ class HFLocalModel:
             else dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         )
         recorder = CaptureRecorder(self, kinds, head_reproduces_logits=self._head_reproduces_logits) if kinds else None
-        # A capture reads the whole prompt's forward, and an image's tokens are not ids: both prefill in full.
-        reuse = self.runtime.prefix_cache and recorder is None and set(enc) <= {"input_ids", "attention_mask"}
+        # A capture keeps only the prompt's last position and the generated ones, which a reused prefix still
+        # computes; an image's tokens are not ids, so a VLM's prompt is prefilled in full.
+        reuse = self.runtime.prefix_cache and set(enc) <= {"input_ids", "attention_mask"}
         cached = self._take_prefix(enc["input_ids"][0]) if reuse else {}
         with torch.no_grad(), recorder or _NO_RECORDER:
             out = self.model.generate(
