@@ -15,7 +15,7 @@ from evalrx.core.capability import CapabilityError
 from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
 from evalrx.models.backends.api_http import MAX_RETRIES
-from evalrx.runner.argtypes import call_timeout, retries, temperature, whole
+from evalrx.runner.argtypes import analyzer_names, call_timeout, retries, temperature, whole
 from evalrx.runner.toolset import DEFAULT_TOOLS, mcp_server_entries, run_tools
 from evalrx.store.engine import SchemaError
 
@@ -127,6 +127,7 @@ def _enqueue(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         repeats=args.repeats,
         seed=args.seed,
+        analyzers=list(args.analyzers or []),
     )
     cases = None
     if args.limit:
@@ -246,6 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="local models: base of every attempt's sampling seed, so a run reproduces",
     )
     run.add_argument("--system", help="system prompt")
+    run.add_argument(
+        "--analyzers",
+        type=analyzer_names,
+        help="comma-separated white-box analyzers to run on each case (local models), e.g. "
+        "logit_lens,tool_decision,attention,token_uncertainty; with --out each record carries its analyses",
+    )
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 

@@ -74,4 +74,17 @@ def temperature(text: str) -> float:
     return value
 
 
-__all__ = ["call_timeout", "interval_seconds", "positive_int", "retries", "temperature", "whole"]
+def analyzer_names(text: str) -> "list[str]":
+    """`--analyzers`: comma-separated names of the analyzer registry (`evalrx.analyzers.ANALYZERS`)."""
+    from evalrx.analyzers import ANALYZERS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ANALYZERS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or repr(text)}: not an analyzer; known: {', '.join(sorted(ANALYZERS))}"
+        )
+    return names
+
+
+__all__ = ["analyzer_names", "call_timeout", "interval_seconds", "positive_int", "retries", "temperature", "whole"]

@@ -9,6 +9,42 @@ from pathlib import Path
 from typing import Any
 
 
+def analyses_of(hooks: list, handle: Any, run: Any, case: Any, traj: Any, system: Any) -> list:
+    """The case's analyses as JSON (`{"analyzer", "step_idx", "meta", "scores", "arrays"}`, each array as
+    `{"dtype", "shape", "data"}`), run as the worker runs them."""
+    from evalrx.models.agent import case_system
+    from evalrx.runner import analysis
+    from evalrx.runner.toolset import static_tools
+
+    tools = static_tools(run, case)
+    ctx = analysis.CaseContext(
+        handle=handle,
+        case=case,
+        trajectory=traj,
+        tools=tools,
+        tool_schemas=[t.to_openai() for t in tools],
+        system=case_system(system, case.meta),
+        run_config=run,
+    )
+    out = []
+    for rec in analysis.run_all(hooks, ctx):
+        arrays = {
+            name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tolist()}
+            for name, a in (rec.arrays or {}).items()
+            if hasattr(a, "tolist")
+        }
+        out.append(
+            {
+                "analyzer": rec.analyzer,
+                "step_idx": rec.step_idx,
+                "meta": rec.meta,
+                "scores": rec.scores,
+                "arrays": arrays,
+            }
+        )
+    return out
+
+
 def run_to_jsonl(args: Any) -> int:
     """Load the model, run every case with the agent loop, grade it and append it to `args.out`."""
     from tqdm import tqdm
@@ -23,14 +59,17 @@ def run_to_jsonl(args: Any) -> int:
     if args.limit:
         cases = cases[: args.limit]
     from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner import analysis
     from evalrx.runner.toolset import case_toolset, mcp_server_entries, mcp_sessions, run_tools, static_tools
 
     run = RunConfig(
         model=ModelConfig(args.spec),
         tools=run_tools(args.tools, args.cases or args.suite),
         mcp_servers=mcp_server_entries(args.mcp_config),
+        analyzers=list(getattr(args, "analyzers", None) or []),
     )
     get_tools(run.tools)  # fail on an unknown tool before loading weights
+    hooks = analysis.resolve(run.analyzers)  # an unknown analyzer too
     sessions = mcp_sessions(run)
     runtime = {"base_url": args.base_url} if args.base_url else {}
     runtime.update(
@@ -55,15 +94,18 @@ def run_to_jsonl(args: Any) -> int:
         def on_result(case: Any, traj: Any) -> None:
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
             row = {"case_id": case.id, "meta": case.meta, **traj.to_dict()}
+            if hooks:  # as the worker runs them: after the case, reading its generation's captures
+                row["analyses"] = analyses_of(hooks, handle, run, case, traj, args.system)
             fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
             fh.flush()  # each case is on disk as soon as it finishes
             bar.update(1)
             bar.set_postfix(passed=counts["pass"], failed=counts["fail"])
 
-        agent_kwargs = {
-            "block_repeat_calls": args.block_repeat_calls,
-            "force_final_answer": args.force_final_answer,
-        }
+        agent_kwargs = analysis.with_capture(
+            {"block_repeat_calls": args.block_repeat_calls, "force_final_answer": args.force_final_answer},
+            handle,
+            run.analyzers,
+        )
         if sessions is None:
             run_batch(
                 handle,
