@@ -28,6 +28,7 @@ from evalrx.store.engine import (
 from evalrx.store.exports import LABEL_COLUMNS, current_label_rows, export_diagnosis, iter_export_rows
 from evalrx.store.imports import ImportedRun, ImportTransaction, importing, runs_from_source
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
+from evalrx.store.judge_jobs import JudgeJobInfo, cancel_judge_job, get_judge_job, list_judge_jobs
 from evalrx.store.labels import (
     LabelTarget,
     add_tag,
@@ -85,6 +86,10 @@ from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 from evalrx.store.verdicts import JudgeVerdict, cached_verdict, save_verdict
 
 __all__ = [
+    "JudgeJobInfo",
+    "cancel_judge_job",
+    "get_judge_job",
+    "list_judge_jobs",
     "JudgeVerdict",
     "cached_verdict",
     "save_verdict",

@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0012"
+SCHEMA_VERSION = "0013"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -461,6 +461,42 @@ class JudgeVerdictRow(Base):
     answer: Mapped[str] = mapped_column(Text, default="")
     meta: Mapped[dict] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class JudgeJob(Base):
+    """Queued judging (`evalrx diagnose RUN --judge SPEC --queue`, the app's "Diagnose with a judge"): which
+    trajectories, which judge, and its progress. The judge's key is never here: only the NAME of the environment
+    variable a worker reads it from (`api_key_env`)."""
+
+    __tablename__ = "judge_jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[Optional[int]] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    scope: Mapped[str] = mapped_column(String(300), default="")  # what was asked for, in words
+    trajectory_ids: Mapped[list] = mapped_column(default=list)
+    spec: Mapped[str] = mapped_column(String(200))
+    backend: Mapped[str] = mapped_column(String(32))
+    base_url: Mapped[Optional[str]] = mapped_column(Text)
+    api_key_env: Mapped[Optional[str]] = mapped_column(String(200))
+    with_findings: Mapped[bool] = mapped_column(Boolean, default=False)
+    concurrency: Mapped[int] = mapped_column(default=1)
+    options: Mapped[dict] = mapped_column(default=dict)  # timeout, max_retries
+    status: Mapped[str] = mapped_column(String(16), default="queued")  # JOB_STATUSES
+    worker_id: Mapped[Optional[str]] = mapped_column(String(120))
+    progress_done: Mapped[int] = mapped_column(default=0)
+    progress_total: Mapped[int] = mapped_column(default=0)
+    n_verdicts: Mapped[int] = mapped_column(default=0)
+    n_refused: Mapped[int] = mapped_column(default=0)
+    n_failed: Mapped[int] = mapped_column(default=0)
+    n_cached: Mapped[int] = mapped_column(default=0)
+    notes: Mapped[list] = mapped_column(default=list)  # one line per refusal or failed call
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[Optional[datetime]]
+    finished_at: Mapped[Optional[datetime]]
+
+    __table_args__ = (Index(None, "status", "id"), Index(None, "run_id"))
 
 
 class FailureKindRow(Base):
