@@ -24,6 +24,12 @@ _EXPORTS = {
     "ensure_worker": "evalrx.runner.spawn",
     "start_keyed_worker": "evalrx.runner.keyed_worker",
     "rediagnose": "evalrx.runner.diagnose",
+    "JudgeConfig": "evalrx.runner.judge_jobs",
+    "JudgeEstimate": "evalrx.runner.judge_jobs",
+    "estimate_judge": "evalrx.runner.judge_jobs",
+    "judge_list_targets": "evalrx.runner.judge_jobs",
+    "queue_judge": "evalrx.runner.judge_jobs",
+    "run_concurrency": "evalrx.runner.judge_jobs",
     "Worker": "evalrx.runner.worker",
     "worker_main": "evalrx.runner.worker",
 }

@@ -381,6 +381,18 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     judging.add_argument(
         "--with-findings", action="store_true", help="show the judge what the other sources found (a prompt variant)"
     )
+    judging.add_argument(
+        "--queue",
+        action="store_true",
+        help="hand the work to the workers instead of judging here (`evalrx worker`; the key is read from "
+        "--api-key-env in the worker's environment)",
+    )
+    judging.add_argument(
+        "--concurrency",
+        type=whole(1, 64),
+        metavar="N",
+        help="with --queue, api backend: calls in flight at once (default: the run's concurrency)",
+    )
     judging.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     _url_arg(p)
     args = p.parse_args(argv)
@@ -396,6 +408,8 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
                 ("--limit", args.limit),
                 ("--all", args.all),
                 ("--with-findings", args.with_findings),
+                ("--queue", args.queue),
+                ("--concurrency", args.concurrency),
             )
             if v not in (None, False)
         ]
@@ -447,6 +461,10 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
         ):
             if value is not None:
                 p.error(f"{flag} applies to the api backend only, not {backend!r}")
+    if args.concurrency is not None and not args.queue:
+        p.error("--concurrency applies with --queue only")
+    if args.queue:
+        return _queue_judge(args, spec.key, backend, store)
     runtime: dict = {"max_new_tokens": MAX_ANSWER_TOKENS}
     if backend == "api":
         runtime["base_url"] = args.base_url
@@ -493,6 +511,39 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
         + (f", {failed} failed calls (nothing stored for them; run again to retry)" if failed else "")
     )
     return 1 if failed else 0
+
+
+def _queue_judge(args: argparse.Namespace, spec: str, backend: str, store) -> int:
+    """`evalrx diagnose RUN --judge SPEC --queue`: the same work as a judge job for the workers; prints its id.
+    The key's value is never read here: the job names the variable, the worker reads it from its own environment."""
+    from evalrx.runner.judge_jobs import JudgeConfig, queue_judge, run_concurrency
+    from evalrx.runner.judging import judge_targets
+
+    config = JudgeConfig(
+        spec,
+        backend=backend,
+        base_url=args.base_url,
+        api_key_env=args.api_key_env,
+        timeout=args.timeout,
+        retries=args.retries,
+        with_findings=args.with_findings,
+        concurrency=args.concurrency or run_concurrency(args.run_id, store=store),
+    ).checked()
+    ids = judge_targets(
+        args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store
+    )
+    if not ids:
+        which = "trajectories" if args.all else "failed trajectories"
+        print(f"no {which} to judge" + ("" if args.all else " (--all adds the passing ones)"))
+        return 0
+    scope = (f"run {args.run_id}: " if args.run_id is not None else "") + (
+        "failed and passing trajectories" if args.all else "failed trajectories"
+    )
+    job = queue_judge(config, ids, run_id=args.run_id, scope=scope, store=store)
+    where = f"{backend}, {config.base_url}" if config.base_url else backend
+    key = f"; its key from ${config.api_key_env} in the worker's environment" if config.api_key_env else ""
+    print(f"queued judge job {job}: {len(ids)} trajectories with {spec} ({where}){key}; `evalrx worker` runs it")
+    return 0
 
 
 def worker_command(argv: Optional[Sequence[str]] = None) -> int:

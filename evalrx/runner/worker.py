@@ -5,7 +5,8 @@ run counters, job progress) after checking that this worker still owns the job, 
 case is stored at most once even if a worker thought dead comes back; the unique
 (run, case) constraint backs that up. A killed worker's job is requeued by the next
 worker to start (or by any idle worker's periodic check) and resumes with the cases
-that have no trajectory yet.
+that have no trajectory yet. With no run waiting, a worker serves judge jobs (`evalrx.runner.judge_jobs`),
+then analysis requests of stored trajectories.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
 from evalrx.runner.toolset import case_toolset, mcp_sessions
 from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs, tool_marks
+from evalrx.store import judge_jobs as judge_store
 from evalrx.store.engine import SchemaError, Store, connect
 from evalrx.store.runs import run_config, update_run_meta
 
@@ -203,6 +205,7 @@ class Worker:
         with self.store.read() as s:
             live = [w["id"] for w in jobs.alive_in(s, self.stale_after_s)]
         analysis_store.requeue_stale_requests(self.store, live + [self.worker_id])
+        judge_store.requeue_stale_judge_jobs(self.store, live + [self.worker_id])
         self._hb_thread = threading.Thread(target=self._heartbeats, name="evalrx-heartbeat", daemon=True)
         self._hb_thread.start()
         done = 0
@@ -210,13 +213,16 @@ class Worker:
         try:
             while not self.stop_event.is_set():
                 job = jobs.claim_next(self.store, self.worker_id, backends=self.backends, run_id=self.run_id)
-                if job is None and self._serve_analysis_request():
+                if job is None and (self._serve_judge_job() or self._serve_analysis_request()):
                     continue
                 if job is None:
                     if self.exit_when_idle:
                         break
                     if time.monotonic() - last_sweep > max(self.stale_after_s / 2, self.poll_s):
                         jobs.requeue_stale(self.store, stale_after_s=self.stale_after_s, max_attempts=self.max_attempts)
+                        with self.store.read() as s:
+                            live = [w["id"] for w in jobs.alive_in(s, self.stale_after_s)]
+                        judge_store.requeue_stale_judge_jobs(self.store, live + [self.worker_id])
                         last_sweep = time.monotonic()
                     self.stop_event.wait(self.poll_s)
                     continue
@@ -450,6 +456,20 @@ class Worker:
         except IntegrityError:  # already stored (cannot happen while we own the job): never twice
             log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)
             return jobs.cancel_requested(self.store, job.id)
+
+    # ------------------------------------------------------------ judge jobs
+
+    def _serve_judge_job(self) -> bool:
+        """Run one queued judge job, if any (`evalrx.runner.judge_jobs`); a worker pinned to a run serves only it."""
+        if self.run_id is not None:
+            return False
+        job = judge_store.claim_judge_job(self.store, self.worker_id, backends=self.backends)
+        if job is None:
+            return False
+        from evalrx.runner.judge_jobs import run_judge_job
+
+        run_judge_job(self.store, job, self.worker_id, self.stop_event)
+        return True
 
     # ------------------------------------------------------------ analysis requests
 

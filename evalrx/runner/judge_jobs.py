@@ -1,0 +1,421 @@
+"""A judge's work handed to the workers: `evalrx diagnose RUN --judge SPEC --queue` and the app's "Diagnose with
+a judge".
+
+    config = JudgeConfig("gpt-4o-mini", base_url="http://127.0.0.1:8000/v1", api_key_env="JUDGE_KEY").checked()
+    ids = judge_list_targets(run_id=3)                       # the run's failed trajectories
+    print(estimate_judge(config, ids).line())                # what it may cost, before anything is asked
+    job_id = queue_judge(config, ids, run_id=3)              # a worker runs it (`run_judge_job`)
+
+The job holds the judge's spec, backend, base URL and the NAME of the environment variable with its key; the
+worker reads the key from its own environment and sends it only to hosts its `EVALRX_KEY_HOSTS` allows, as it
+does for queued API runs (`evalrx.runner.keys`). It judges with `judge_trajectories` (the cache, the checks and
+the storing are the same as in the CLI's own process), `concurrency` calls at a time on the api backend,
+recording each trajectory's outcome on the job as it goes and stopping between trajectories when cancelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from typing import Any, Optional, Sequence
+
+from evalrx.store import Store, resolve
+from evalrx.store import judge_jobs as store_jobs
+from evalrx.store.jobs import LeaseLost
+
+log = logging.getLogger("evalrx.worker")  # the worker runs these: its log
+
+BACKENDS = ("api", "hf_local")
+MAX_CONCURRENCY = 64  # RunConfig's range
+ESTIMATE_SAMPLE = 200  # prompts built for an estimate; a longer list is extrapolated from an even sample
+CHARS_PER_TOKEN = 4  # rough, for any tokenizer: an estimate, said so
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
+
+
+@dataclasses.dataclass
+class JudgeConfig:
+    """Which judge a queued job asks, from the form or the command line to the worker.
+
+    Attributes:
+        spec: the judge's model spec (or alias).
+        backend: "api" or "hf_local"; None: api for API-only specs, else hf_local.
+        base_url: the api backend's OpenAI-compatible server (None: the worker's `OPENAI_BASE_URL`, else OpenAI).
+        api_key_env: the NAME of the environment variable holding the key, read by the worker (None: the
+            worker's own `OPENAI_API_KEY`, where its `EVALRX_KEY_HOSTS` allows the host).
+        timeout: api backend: seconds one call may take.
+        retries: api backend: tries after the first.
+        with_findings: show the judge what the other sources found (the prompt variant `with_findings`).
+        concurrency: calls in flight at once on the api backend (a local judge asks one at a time).
+    """
+
+    spec: str
+    backend: Optional[str] = None
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    timeout: Optional[float] = None
+    retries: Optional[int] = None
+    with_findings: bool = False
+    concurrency: int = 1
+
+    def checked(self) -> "JudgeConfig":
+        """The same config with the spec's canonical key and the backend filled in.
+
+        Raises:
+            ValueError: one line: an unknown spec, a backend it cannot run on, an api-only setting on a local
+                judge, a URL carrying credentials, a key variable that is not a variable's name, a bad budget.
+        """
+        from evalrx.models import resolve_spec_key
+        from evalrx.models.backends.api_http import check_call_budget
+        from evalrx.specs import get_spec
+        from evalrx.store.runs import clean_url
+
+        if not str(self.spec or "").strip():
+            raise ValueError("name the judge's model spec, e.g. gpt-4o-mini")
+        spec = get_spec(resolve_spec_key(str(self.spec)))
+        backend = self.backend or ("api" if spec.api_only else "hf_local")
+        if backend not in BACKENDS:
+            raise ValueError(f"a judge runs on {' or '.join(BACKENDS)}, not {backend!r}")
+        if spec.api_only and backend != "api":
+            raise ValueError(f"{spec.key} is API-only: judge with it on the api backend (with your server's URL)")
+        base_url = (self.base_url or "").strip() or None
+        key_env = (self.api_key_env or "").strip() or None
+        if backend != "api":
+            given = [
+                name
+                for name, value in (
+                    ("a base URL", base_url),
+                    ("a key variable", key_env),
+                    ("a timeout", self.timeout),
+                    ("retries", self.retries),
+                )
+                if value is not None
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)}: for the api backend only, not {backend}")
+        if base_url is not None:
+            if not re.match(r"https?://[^/\s]+", base_url):
+                raise ValueError(f"the base URL must start with http:// or https://, not {base_url[:80]!r}")
+            if clean_url(base_url) != base_url:
+                raise ValueError(
+                    "the base URL carries credentials (user:password@ or a key in its query): "
+                    "put the key in an environment variable and name it instead"
+                )
+        if key_env is not None and not _ENV_NAME.fullmatch(key_env):
+            raise ValueError(
+                "the key's variable must be the NAME of an environment variable (letters, digits and _), "
+                "never the key itself"
+            )
+        if self.timeout is not None:
+            check_call_budget(self.timeout, 0)
+        if self.retries is not None:
+            check_call_budget(1.0, self.retries)
+        concurrency = self.concurrency
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+            raise ValueError(f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, not {concurrency!r}")
+        if not 1 <= concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be from 1 to {MAX_CONCURRENCY}, not {concurrency}")
+        return dataclasses.replace(
+            self,
+            spec=spec.key,
+            backend=backend,
+            base_url=base_url,
+            api_key_env=key_env,
+            with_findings=bool(self.with_findings),
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "JudgeConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(data).items() if k in names})
+
+
+@dataclasses.dataclass
+class JudgeEstimate:
+    """What judging a list may cost: prompts from `build_prompt` (characters / 4) and the answer limit, for the
+    trajectories the cache cannot answer (extrapolated from `sampled` prompts on a long list)."""
+
+    trajectories: int
+    cached: int
+    prompt_tokens: int
+    answer_tokens: int
+    max_answer_tokens: int
+    sampled: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.answer_tokens
+
+    def line(self) -> str:
+        """The estimate in one line of plain text."""
+        ask = self.trajectories - self.cached
+        bits = [f"about {self.tokens:,} tokens for {self.trajectories:,} trajectories"]
+        if self.cached:
+            bits.append(f"{self.cached:,} already judged by this judge (free, from the cache)")
+        bits.append(
+            f"{ask:,} to ask: prompts about {self.prompt_tokens:,} (characters / {CHARS_PER_TOKEN}), "
+            f"answers up to {self.answer_tokens:,} ({self.max_answer_tokens:,} each)"
+        )
+        bits.append("an answer that fails its checks is asked again once, up to twice the cost")
+        if self.sampled < self.trajectories:
+            bits.append(f"estimated from {self.sampled:,} of them")
+        return "; ".join(bits)
+
+
+def run_concurrency(run_id: Optional[int], *, store: "Store | str | None" = None) -> int:
+    """The run's own concurrency (its API calls in flight), what its judge uses by default; 1 without a run."""
+    from evalrx.config import RunConfig
+    from evalrx.store.runs import run_config
+
+    if run_id is None:
+        return 1
+    try:
+        return max(1, min(MAX_CONCURRENCY, int(RunConfig.from_dict(run_config(run_id, store=store)).concurrency)))
+    except Exception:  # an imported run's config: no concurrency of its own
+        return 1
+
+
+def judge_list_targets(
+    *,
+    run_id: Optional[int] = None,
+    filters: Optional[dict] = None,
+    include_passing: bool = False,
+    store: "Store | str | None" = None,
+) -> "list[int]":
+    """The trajectories a judge reads: a run's failed ones (`judge_targets`), or those of a filtered list
+    (`list_trajectories` filters) that failed; with `include_passing`, the passing ones too. Never errored ones."""
+    from evalrx.runner.judging import judge_targets
+    from evalrx.store import matching_ids
+
+    st = resolve(store)
+    if filters is None:
+        return judge_targets(run_id, include_passing=include_passing, store=st)
+    chosen = matching_ids(store=st, **filters)
+    run = filters.get("run_id") if isinstance(filters.get("run_id"), int) else None
+    return judge_targets(run, trajectory_ids=chosen, include_passing=include_passing, store=st)
+
+
+def estimate_judge(
+    config: JudgeConfig, trajectory_ids: Sequence[int], *, store: "Store | str | None" = None
+) -> JudgeEstimate:
+    """How many tokens judging `trajectory_ids` with `config` may take (see `JudgeEstimate`); asks no model."""
+    from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, build_prompt, verdict_key
+    from evalrx.runner.diagnose import JUDGE, stored_case
+    from evalrx.store import cached_verdict, get_trajectory, list_kinds
+
+    st = resolve(store)
+    ids = list(trajectory_ids)
+    step = max(1, -(-len(ids) // ESTIMATE_SAMPLE))
+    sample = ids[::step]
+    kinds = [(k.key, k.definition) for k in list_kinds(store=st)]
+    judge_id = {"spec": config.spec, "backend": config.backend}
+    chars = cached = built = 0
+    for tid in sample:
+        detail = get_trajectory(tid, store=st)
+        if detail is None:
+            continue
+        built += 1
+        traj = detail.trajectory
+        findings = [d for d in detail.diagnoses if d.source != JUDGE] if config.with_findings else None
+        messages = build_prompt(traj, stored_case(detail.case), kinds, findings=findings)
+        if cached_verdict(verdict_key(traj, messages, judge_id), store=st) is not None:
+            cached += 1
+        else:
+            chars += sum(len(str(m.get("content") or "")) for m in messages)
+    scale = len(ids) / built if built else 0.0
+    n_cached = min(len(ids), round(cached * scale))
+    return JudgeEstimate(
+        trajectories=len(ids),
+        cached=n_cached,
+        prompt_tokens=round(chars * scale / CHARS_PER_TOKEN),
+        answer_tokens=(len(ids) - n_cached) * MAX_ANSWER_TOKENS,
+        max_answer_tokens=MAX_ANSWER_TOKENS,
+        sampled=built,
+    )
+
+
+def queue_judge(
+    config: JudgeConfig,
+    trajectory_ids: Sequence[int],
+    *,
+    run_id: Optional[int] = None,
+    scope: str = "",
+    store: "Store | str | None" = None,
+) -> int:
+    """Queue a judge job over `trajectory_ids` for the workers; returns its id.
+
+    Raises:
+        ValueError: a bad config (`JudgeConfig.checked`), or no trajectory to judge.
+    """
+    checked = config.checked()
+    ids = list(dict.fromkeys(int(i) for i in trajectory_ids))
+    if not ids:
+        raise ValueError("no trajectory to judge")
+    options = {k: v for k, v in (("timeout", checked.timeout), ("max_retries", checked.retries)) if v is not None}
+    return store_jobs.enqueue_judge_job(
+        trajectory_ids=ids,
+        spec=checked.spec,
+        backend=str(checked.backend),
+        run_id=run_id,
+        scope=scope or (f"run {run_id}" if run_id is not None else f"{len(ids)} trajectories"),
+        base_url=checked.base_url,
+        api_key_env=checked.api_key_env,
+        with_findings=checked.with_findings,
+        concurrency=checked.concurrency,
+        options=options,
+        store=store,
+    )
+
+
+# ---------------------------------------------------------------- in the worker
+
+
+def load_judge(job: store_jobs.JudgeJobInfo) -> "tuple[Any, Optional[str]]":
+    """The job's judge model, and the key it holds (to scrub from any line kept on the job).
+
+    Raises:
+        ValueError: one line: the named variable is unset here, or its host is not one this worker sends keys to.
+    """
+    from urllib.parse import urlsplit
+
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS
+    from evalrx.models import load
+    from evalrx.runner.keys import ENV_KEY_HOSTS, api_key_for, key_hosts
+
+    runtime: dict = {"max_new_tokens": MAX_ANSWER_TOKENS}
+    key: Optional[str] = None
+    if job.backend == "api":
+        run = RunConfig(model=ModelConfig(job.spec, backend="api"), base_url=job.base_url)
+        key, url = api_key_for(run, None)  # without a named variable: the worker's own key, where allowed
+        if job.api_key_env:
+            key = os.environ.get(job.api_key_env) or None
+            if key is None:
+                raise ValueError(
+                    f"this worker has no ${job.api_key_env} in its environment: start the worker with it set"
+                )
+            host = (urlsplit(str(url)).hostname or "").lower()
+            if host not in key_hosts():
+                raise ValueError(
+                    f"this worker does not send keys to {host}: add the host to {ENV_KEY_HOSTS} in its environment"
+                )
+        runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
+        if key is not None:
+            runtime["api_key"] = key
+        runtime.update({k: v for k, v in job.options.items() if k in ("timeout", "max_retries")})
+    return load(job.spec, backend=job.backend, **runtime), key
+
+
+def run_judge_job(store: Store, job: store_jobs.JudgeJobInfo, worker_id: str, stop: threading.Event) -> str:
+    """Run a claimed judge job to its end; returns its final status ("done", "failed", "cancelled"), or
+    "released" (this worker is stopping: back to the queue) or "lost" (another worker owns it now)."""
+    from evalrx.models.backends.api_secrets import scrub
+
+    log.info("worker %s: judge job %s, %s trajectories with %s", worker_id, job.id, job.progress_total, job.spec)
+    key: Optional[str] = None
+    model = None
+    try:
+        model, key = load_judge(job)
+        status = _judge_all(store, job, worker_id, model, key, stop)
+    except LeaseLost as exc:
+        log.warning("%s; leaving it to its new owner", exc)
+        status = "lost"
+    except Exception as exc:  # the judge could not start (no key, no such server): a line on the job
+        reason = scrub(store_jobs.one_line(f"{exc}" or type(exc).__name__, 1000), key)
+        log.warning("judge job %s failed: %s", job.id, reason)
+        store_jobs.finish_judge_job(store, job.id, worker_id, "failed", error=reason)
+        status = "failed"
+    finally:
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
+    log.info("worker %s: judge job %s %s", worker_id, job.id, status)
+    return status
+
+
+def _judge_all(
+    store: Store, job: store_jobs.JudgeJobInfo, worker_id: str, model: Any, key: Optional[str], stop: threading.Event
+) -> str:
+    from evalrx.models.backends.api_secrets import redact_url, scrub
+    from evalrx.runner.judging import judge_trajectories
+
+    server = redact_url(getattr(model, "base_url", None)).split("?")[0].split("#")[0] or None
+    width = job.concurrency if getattr(model, "backend", None) == "api" else 1
+
+    def one(tid: int) -> list:
+        return judge_trajectories([tid], model, server=server, with_findings=job.with_findings, store=store)
+
+    pending = iter(job.trajectory_ids)
+    cancel = False
+    with ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="evalrx-judge") as pool:
+        running: dict = {}
+
+        def submit() -> bool:
+            tid = next(pending, None)
+            if tid is None:
+                return False
+            running[pool.submit(one, tid)] = tid
+            return True
+
+        for _ in range(max(1, width)):
+            if not submit():
+                break
+        while running:
+            finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+            for fut in finished:
+                tid = running.pop(fut)
+                note: Optional[str] = None
+                try:
+                    results = fut.result()
+                except Exception as exc:  # a store or model error on one trajectory: counted, the job goes on
+                    results, note = [], f"trajectory {tid}: failed: {type(exc).__name__}: {exc}"
+                else:
+                    if not results:
+                        note = f"trajectory {tid}: failed: it no longer exists"
+                done = results[0] if results else None
+                verdict = done is not None and done.diagnosis is not None
+                failed = done is None or done.failed
+                refused = not verdict and not failed
+                if done is not None and not verdict:
+                    note = done.line()  # the refusal or the failed call, in one inert line
+                cancel = (
+                    store_jobs.record_judged(
+                        store,
+                        job.id,
+                        worker_id,
+                        verdict=verdict,
+                        refused=refused,
+                        failed=failed,
+                        cached=bool(done is not None and done.cached),
+                        note=scrub(note, key) if note else None,
+                    )
+                    or cancel
+                )
+                if not (cancel or stop.is_set()):
+                    submit()
+    if cancel:
+        store_jobs.finish_judge_job(store, job.id, worker_id, "cancelled")
+        return "cancelled"
+    if next(pending, None) is not None:  # stopping with trajectories left: another worker resumes from the cache
+        store_jobs.release_judge_job(store, job.id, worker_id)
+        return "released"
+    store_jobs.finish_judge_job(store, job.id, worker_id, "done")
+    return "done"
+
+
+__all__ = [
+    "JudgeConfig",
+    "JudgeEstimate",
+    "estimate_judge",
+    "judge_list_targets",
+    "load_judge",
+    "queue_judge",
+    "run_concurrency",
+    "run_judge_job",
+]
