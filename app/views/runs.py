@@ -4,12 +4,13 @@ repeated attempts, what predicts failure, and annotator agreement (tabs, `?view=
 import streamlit as st
 from components.data import store
 from components.export_panel import export_controls
+from components.judge_form import judge_job_live, run_judge_panel
 from components.labelling import flash
 from components.runlevel_panels import render_agreement, render_predictors, render_reliability
 from components.runs_view import is_active, progress_text, run_row
 from components.safe import md_escape
 
-from evalrx.store import list_runs, request_cancel, run_stats
+from evalrx.store import list_judge_jobs, list_runs, request_cancel, run_stats
 
 S = store()
 POLL_S = 1.5
@@ -35,17 +36,27 @@ if not first:
     st.info("No runs yet. Start one on the New run page; it runs in the background worker.")
     st.page_link("views/new_run.py", label="New run", icon=":material/add_circle:")
     st.stop()
-active_at_load = {r.id for r in first if is_active(r)}
+
+
+def watched(runs: list, judging: list) -> set:
+    """What the live section polls for: the runs and judge jobs in progress."""
+    return {("run", r.id) for r in runs if is_active(r)} | {("judge", j.id) for j in judging}
+
+
+active_at_load = watched(first, list_judge_jobs(active=True, store=S))
 
 
 @st.fragment(run_every=POLL_S if active_at_load else None)
 def live() -> None:
     runs = list_runs(limit=TABLE_RUNS, store=S)
     active = [r for r in runs if is_active(r)]
-    if {r.id for r in active} != active_at_load:
-        st.rerun()  # a run started or finished: rerun the page so polling turns on or off
-    if active:
+    judging = list_judge_jobs(active=True, store=S)
+    if watched(active, judging) != active_at_load:
+        st.rerun()  # a run or judge job started or finished: rerun the page so polling turns on or off
+    if active or judging:
         st.subheader("In progress")
+    for j in judging:
+        judge_job_live(j, S)
     for r in active:
         with st.container(border=True, key=f"live-{r.id}"):
             head, btn = st.columns([5, 1], vertical_alignment="center")
@@ -128,6 +139,8 @@ def details(r, runs: list) -> None:
         )
     with st.expander("Export this run", icon=":material/download:"):
         export_controls(f"export-run-{r.id}", f"run{r.id}", run_id=r.id, store=S)
+    with st.expander("Diagnose with a judge", icon=":material/gavel:"):
+        run_judge_panel(r.id, S)
     tabs = st.tabs(["Overview", "Reliability", "Predictors", "Agreement"], key="view", bind="query-params")
     with tabs[0]:
         if tabs[0].open is not False:

@@ -16,6 +16,7 @@ from components.filters import (
     sort_args,
     store_filters,
 )
+from components.judge_form import judge_action
 from components.safe import md_escape, short
 
 from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids
@@ -152,6 +153,9 @@ event = st.dataframe(
 st.caption("Click a row to open it; the id link opens it in a new tab (a shareable URL).")
 with st.expander("Export this list", icon=":material/download:"):
     export_controls("export-list", "trajectories", trajectory_ids=lambda: matching_ids(store=S, **filters), store=S)
+with st.expander("Diagnose with a judge", icon=":material/gavel:"):
+    st.caption("A model reads the failed trajectories of this list; a worker runs it, its progress is on Runs.")
+    judge_action("judge-list", store=S, filters=filters, run_id=filters.get("run_id"), scope=describe(params))
 picked = event.selection.rows if event and event.selection else []
 if picked:
     st.switch_page("views/trajectory.py", query_params={"id": str(result.rows[picked[0]].id), **keep})

@@ -1,4 +1,6 @@
-"""The app's judge pages with AppTest on a real SQLite store: the "sources disagree" filter from the URL."""
+"""The app's judge pages with AppTest on a real SQLite store: the "sources disagree" filter from the URL, and
+"Diagnose with a judge" (an estimate, then a confirm, then a queued judge job; its progress and cancel on the Runs
+page; off beyond loopback unless the operator allows commands)."""
 
 from __future__ import annotations
 
@@ -43,3 +45,102 @@ def test_the_sources_disagree_url_parameter_filters_the_list(run):
     assert all("in_disagree=true" in link for link in df["open"])  # previous/next keep the filter
     at.toggle(key="disagree").set_value(False).run()
     assert len(at.dataframe[0].value) == len(OUTCOMES)
+
+
+def _fill(at, key: str, **fields) -> None:
+    for name, value in fields.items():
+        at.text_input(key=f"{key}-{name}").set_value(value)
+
+
+def _plain(text: str) -> str:
+    return text.replace("\\", "")  # md_escape's backslashes
+
+
+def test_the_judge_form_estimates_then_queues_only_after_the_confirm(run, monkeypatch):
+    from evalrx.runner import JudgeConfig, estimate_judge
+
+    monkeypatch.setenv("JUDGE_KEY", "sk-never-in-the-store-123")
+    url, rid = run["url"], run["run"]
+    key = f"judge-run-{rid}"
+    at = open_page("runs", run=rid)
+    _fill(at, key, spec="gpt-4o-mini", **{"base-url": "http://127.0.0.1:9/v1", "key-env": "JUDGE_KEY"})
+    at.button(key=f"{key}-estimate").click().run()
+    assert not at.exception and not at.error
+    failed = [tid for tid, o in zip(run["ids"], OUTCOMES) if o == "fail"]
+    config = JudgeConfig("gpt-4o-mini", base_url="http://127.0.0.1:9/v1", api_key_env="JUDGE_KEY").checked()
+    want = estimate_judge(config, failed, store=url)
+    shown = _plain(at.info[0].value)
+    assert f"bout {want.tokens:,} tokens for 4 trajectories" in shown and "characters / 4" in shown
+    assert S.list_judge_jobs(store=url) == []  # an estimate queues nothing
+    at.button(key=f"{key}-confirm").click().run()
+    (job,) = S.list_judge_jobs(store=url)
+    assert (job.run_id, job.status, job.trajectory_ids, job.spec, job.backend) == (
+        rid,
+        "queued",
+        failed,
+        "gpt-4o-mini",
+        "api",
+    )
+    assert (job.base_url, job.api_key_env, job.with_findings) == ("http://127.0.0.1:9/v1", "JUDGE_KEY", False)
+    # Its progress and its cancel button are where the run's progress is shown.
+    assert "In progress" in [s.value for s in at.subheader]
+    assert f"Judge job {job.id}" in _plain(texts(at))
+    at.button(key=f"cancel-judge-{job.id}").click().run()
+    assert S.get_judge_job(job.id, store=url).status == "cancelled"
+
+
+def test_nothing_is_queued_without_the_confirm_and_a_changed_field_asks_for_a_new_estimate(run):
+    url, rid = run["url"], run["run"]
+    key = f"judge-run-{rid}"
+    at = open_page("runs", run=rid)
+    _fill(at, key, spec="gpt-4o-mini", **{"base-url": "http://127.0.0.1:9/v1"})
+    at.button(key=f"{key}-estimate").click().run()
+    assert [b for b in at.button if b.key == f"{key}-confirm"]
+    at.toggle(key=f"{key}-passing").set_value(True).run()  # the estimate shown no longer fits
+    assert not [b for b in at.button if b.key == f"{key}-confirm"]
+    at.run()
+    assert S.list_judge_jobs(store=url) == []
+
+
+def test_bad_judge_input_is_one_line_and_queues_nothing(run):
+    url, rid = run["url"], run["run"]
+    key = f"judge-run-{rid}"
+    at = open_page("runs", run=rid)
+    _fill(at, key, spec="gpt-4o-mini", **{"key-env": "sk-this-is-a-key-not-a-name"})
+    at.button(key=f"{key}-estimate").click().run()
+    assert "NAME of an environment variable" in _plain(at.error[0].value)
+    assert "sk-this-is-a-key-not-a-name" not in _plain(texts(at))
+    assert not [b for b in at.button if b.key == f"{key}-confirm"] and S.list_judge_jobs(store=url) == []
+
+
+def test_the_filtered_trajectories_list_queues_its_failed_trajectories(run):
+    url, rid, ids = run["url"], run["run"], run["ids"]
+    with S.connect(url).write() as s:  # two failed trajectories whose sources disagree
+        S.save_diagnoses(s, ids[0], [_d("bad_arguments", 1, "reference"), _d("wrong_tool", 1, "heuristic")])
+        S.save_diagnoses(s, ids[5], [_d("bad_arguments", 1, "reference"), _d("wrong_tool", 1, "heuristic")])
+    at = open_page("trajectories", run=rid, disagree="true")
+    _fill(at, "judge-list", spec="gpt-4o-mini", **{"base-url": "http://127.0.0.1:9/v1"})
+    at.button(key="judge-list-estimate").click().run()
+    assert "tokens for 2 trajectories" in _plain(at.info[0].value)
+    at.button(key="judge-list-confirm").click().run()
+    (job,) = S.list_judge_jobs(store=url)
+    assert job.trajectory_ids == [ids[0], ids[5]] and job.run_id == rid
+    assert job.scope == f"run {rid}, sources disagree"
+
+
+def test_the_judge_form_is_off_beyond_loopback_unless_the_operator_allows_commands(run, monkeypatch):
+    from streamlit import config
+
+    monkeypatch.setenv("EVALRX_ALLOW_UNAUTHENTICATED", "1")
+    monkeypatch.delenv("EVALRX_APP_COMMANDS", raising=False)
+    key = f"judge-run-{run['run']}"
+    config.set_option("server.address", "0.0.0.0")
+    try:
+        at = open_page("runs", run=run["run"])
+        assert at.button(key=f"{key}-estimate").disabled and at.text_input(key=f"{key}-key-env").disabled
+        assert "the operator can set EVALRX_APP_COMMANDS=1" in _plain(texts(at))
+        monkeypatch.setenv("EVALRX_APP_COMMANDS", "1")
+        at.run()
+        assert not at.button(key=f"{key}-estimate").disabled
+    finally:
+        config.set_option("server.address", "127.0.0.1")

@@ -1,0 +1,189 @@
+"""'Diagnose with a judge' (on a run and on the filtered Trajectories list), and a judge job's live progress.
+
+The form names a judge (spec, backend, base URL, the NAME of the key's environment variable), shows what judging
+the list may cost (`evalrx.runner.estimate_judge`) and queues a judge job only after a confirm; a worker runs it.
+Naming a server and a variable for the worker to send is naming what the worker runs: served beyond this
+machine, the form is off unless the operator allows commands (`components.access.commands_allowed`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import streamlit as st
+
+from components.access import ENV_COMMANDS, commands_allowed
+from components.labelling import flash
+from components.safe import md_escape
+from evalrx.runner import JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
+from evalrx.store import cancel_judge_job, list_judge_jobs
+
+BACKENDS = ("api", "hf_local")
+
+
+def _pending(key: str) -> str:
+    return f"{key}-pending"
+
+
+def _forget(key: str) -> None:
+    """A changed field makes the shown estimate stale: it must be asked for again before queueing."""
+    st.session_state.pop(_pending(key), None)
+
+
+def _queue(key: str, store: Any, run_id: Optional[int], scope: str) -> None:
+    pending = st.session_state.pop(_pending(key), None)
+    if not pending:
+        return
+    config = JudgeConfig.from_dict(pending["config"])
+    try:
+        job = queue_judge(config, pending["ids"], run_id=run_id, scope=scope, store=store)
+    except ValueError as exc:
+        st.session_state[f"{key}-error"] = str(exc)
+        return
+    flash(f"Queued judge job {job}: {len(pending['ids'])} trajectories with {config.spec}; its progress is on Runs.")
+
+
+def judge_action(key: str, *, store: Any, scope: str, run_id: Optional[int] = None, filters: Optional[dict] = None):
+    """The form: a run's trajectories (`run_id`) or a filtered list's (`filters`, `list_trajectories` filters)."""
+    allowed = commands_allowed()
+    if not allowed:
+        st.caption(f"Off: the app is served beyond this machine; the operator can set {ENV_COMMANDS}=1.")
+    off: "dict[str, Any]" = {"disabled": not allowed, "on_change": _forget, "args": (key,)}
+    a, b = st.columns(2)
+    spec = a.text_input("Judge model spec", key=f"{key}-spec", placeholder="gpt-4o-mini", **off)
+    backend = b.selectbox("Backend", BACKENDS, index=None, key=f"{key}-backend", placeholder="from the spec", **off)
+    c, d = st.columns(2)
+    base_url = c.text_input("Base URL (api)", key=f"{key}-base-url", placeholder="http://127.0.0.1:8000/v1", **off)
+    key_env = d.text_input(
+        "Key's environment variable (api)",
+        key=f"{key}-key-env",
+        placeholder="OPENAI_API_KEY",
+        help="The NAME of a variable in the worker's environment, never the key: the worker reads it there and "
+        "sends it only to hosts its EVALRX_KEY_HOSTS allows.",
+        **off,
+    )
+    e, f, g = st.columns(3, vertical_alignment="bottom")
+    passing = e.toggle("Include passing trajectories", key=f"{key}-passing", help="to count false alarms", **off)
+    findings = f.toggle("Show the other sources' findings", key=f"{key}-findings", **off)
+    concurrency = g.number_input(
+        "Calls at once (api)",
+        min_value=1,
+        max_value=64,
+        value=run_concurrency(run_id, store=store),
+        key=f"{key}-concurrency",
+        **off,
+    )
+    if st.button("Estimate the cost", key=f"{key}-estimate", icon=":material/calculate:", disabled=not allowed):
+        try:
+            config = JudgeConfig(
+                spec,
+                backend=backend,
+                base_url=base_url or None,
+                api_key_env=key_env or None,
+                with_findings=findings,
+                concurrency=int(concurrency),
+            ).checked()
+            ids = judge_list_targets(run_id=run_id, filters=filters, include_passing=passing, store=store)
+            if not ids:
+                raise ValueError(
+                    "nothing to judge here" + ("" if passing else ": no failed trajectory (include passing ones?)")
+                )
+            estimate = estimate_judge(config, ids, store=store)
+        except ValueError as exc:
+            _forget(key)
+            st.error(md_escape(exc))
+        else:
+            st.session_state[_pending(key)] = {"config": config.to_dict(), "ids": ids, "line": estimate.line()}
+    error = st.session_state.pop(f"{key}-error", None)
+    if error:
+        st.error(md_escape(error))
+    pending = st.session_state.get(_pending(key))
+    if pending:
+        line = pending["line"]
+        st.info(md_escape(line[:1].upper() + line[1:]), icon=":material/token:")
+        st.button(
+            f"Queue the judge for {len(pending['ids']):,} trajectories",
+            key=f"{key}-confirm",
+            type="primary",
+            icon=":material/gavel:",
+            on_click=_queue,
+            args=(key, store, run_id, scope),
+        )
+
+
+def _cancel(job_id: int, store: Any) -> None:
+    status = cancel_judge_job(job_id, store=store)
+    flash(
+        f"Judge job {job_id}: "
+        + ("cancelled" if status == "cancelled" else "cancel requested, stops after the current trajectory")
+    )
+
+
+def judge_progress_text(job: Any) -> str:
+    """Plain text under a judge job's progress bar."""
+    bits = [
+        f"{job.progress_done}/{job.progress_total} trajectories",
+        f"{job.n_verdicts} verdicts",
+        f"{job.n_refused} refused",
+    ]
+    if job.n_failed:
+        bits.append(f"{job.n_failed} failed calls")
+    if job.n_cached:
+        bits.append(f"{job.n_cached} from the cache")
+    if job.status == "queued":
+        bits.append("waiting for a worker")
+    if job.cancel_requested and job.status in ("queued", "running"):
+        bits.append("cancel requested: stops after the current trajectory")
+    return " · ".join(bits)
+
+
+def judge_job_live(job: Any, store: Any) -> None:
+    """A running or queued judge job: what it is, its progress and its cancel button."""
+    with st.container(border=True, key=f"judge-live-{job.id}"):
+        head, btn = st.columns([5, 1], vertical_alignment="center")
+        head.markdown(
+            f"**Judge job {job.id}** · {md_escape(job.spec)} on {md_escape(job.backend)} · "
+            f"{md_escape(job.scope)} · `{job.status}`"
+        )
+        btn.button(
+            "Cancel",
+            key=f"cancel-judge-{job.id}",
+            icon=":material/stop_circle:",
+            disabled=job.cancel_requested,
+            on_click=_cancel,
+            args=(job.id, store),
+            width="stretch",
+        )
+        st.progress(job.progress, text=judge_progress_text(job))
+
+
+def judge_job_rows(jobs: list) -> "list[dict]":
+    """A run's judge jobs as table rows (plain values; the table shows them as text)."""
+    return [
+        {
+            "job": j.id,
+            "judge": f"{j.spec} on {j.backend}",
+            "status": j.status,
+            "done": f"{j.progress_done}/{j.progress_total}",
+            "verdicts": j.n_verdicts,
+            "refused": j.n_refused,
+            "failed calls": j.n_failed,
+            "cached": j.n_cached,
+            "error": j.error,
+        }
+        for j in jobs
+    ]
+
+
+def run_judge_panel(run_id: int, store: Any) -> None:
+    """A run's "Diagnose with a judge": the form, then its judge jobs with their refusals and failed calls."""
+    st.caption("A model reads each failed trajectory and names the kind and the first wrong step; a worker runs it.")
+    judge_action(f"judge-run-{run_id}", store=store, run_id=run_id, scope=f"run {run_id}")
+    judged = list_judge_jobs(run_id=run_id, store=store)
+    if not judged:
+        return
+    st.dataframe(judge_job_rows(judged), hide_index=True, width="stretch", placeholder="-")
+    notes = [n for j in judged for n in j.notes]
+    if notes:
+        st.markdown("**Refused answers and failed calls** (newest job first)")
+        st.code("\n".join(notes), language=None, wrap_lines=True)
