@@ -15,7 +15,7 @@ from evalrx.core.capability import CapabilityError
 from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
 from evalrx.models.backends.api_http import MAX_RETRIES
-from evalrx.runner.argtypes import analyzer_names, call_timeout, retries, temperature, whole
+from evalrx.runner.argtypes import analyzer_names, call_timeout, env_var_name, retries, temperature, whole
 from evalrx.runner.toolset import DEFAULT_TOOLS, mcp_server_entries, run_tools
 from evalrx.store.engine import SchemaError
 
@@ -212,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
     run.add_argument(
         "--api-key-env",
+        type=env_var_name,
         metavar="VAR",
         help="api backend: the name of an environment variable holding this run's own key; "
         "a worker started for the run holds it and sends it only to --base-url",

@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Callable, Optional
 
 from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
@@ -74,6 +75,20 @@ def temperature(text: str) -> float:
     return value
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+def env_var_name(text: str) -> str:
+    """`--api-key-env`: the NAME of an environment variable. The value is never echoed: a key pasted here by
+    mistake must not reach a terminal, a log or a shell history again."""
+    if not _ENV_NAME.match(text or ""):
+        raise argparse.ArgumentTypeError(
+            "takes the NAME of an environment variable (letters, digits and _), not a key: "
+            "export the key in a variable and pass its name"
+        )
+    return text
+
+
 def analyzer_names(text: str) -> "list[str]":
     """`--analyzers`: comma-separated names of the analyzer registry (`evalrx.analyzers.ANALYZERS`)."""
     from evalrx.analyzers import ANALYZERS
@@ -87,4 +102,13 @@ def analyzer_names(text: str) -> "list[str]":
     return names
 
 
-__all__ = ["analyzer_names", "call_timeout", "interval_seconds", "positive_int", "retries", "temperature", "whole"]
+__all__ = [
+    "analyzer_names",
+    "call_timeout",
+    "env_var_name",
+    "interval_seconds",
+    "positive_int",
+    "retries",
+    "temperature",
+    "whole",
+]

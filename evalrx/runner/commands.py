@@ -11,7 +11,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from evalrx.core.failures import NOT_AGENT_KINDS
-from evalrx.runner.argtypes import call_timeout, retries, whole
+from evalrx.runner.argtypes import call_timeout, env_var_name, retries, whole
 
 
 def _url_arg(p: argparse.ArgumentParser) -> None:
@@ -371,6 +371,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     judging.add_argument("--base-url", help="the judge's OpenAI-compatible server (api backend)")
     judging.add_argument(
         "--api-key-env",
+        type=env_var_name,
         metavar="VAR",
         help="api backend: the name of an environment variable holding the judge's key; sent only to --base-url",
     )

@@ -284,3 +284,27 @@ def test_bad_store_url_and_malformed_imports_get_one_line(tmp_path):
         '{"idx": 0, "role": "actor", "content": "h"}]}\n'
     )
     _one_line(run_cli("import", str(dup), "--url", store, tmp_path=tmp_path), "step 1 has idx 0")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "--spec", "gpt-4o", "--suite", "demo", "--backend", "api", "--api-key-env"),
+        (
+            "diagnose",
+            "1",
+            "--judge",
+            "gpt-4o",
+            "--backend",
+            "api",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--api-key-env",
+        ),
+    ],
+)
+def test_a_key_pasted_where_its_variable_name_goes_is_refused_without_echoing_it(tmp_path, args):
+    proc = run_cli(*args, "sk-proj-PASTED-9f8e7d", tmp_path=tmp_path)
+    assert proc.returncode == 2
+    assert "takes the NAME of an environment variable" in proc.stderr
+    assert "PASTED" not in proc.stderr + proc.stdout and "Traceback" not in proc.stderr

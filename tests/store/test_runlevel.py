@@ -244,12 +244,20 @@ def test_each_diagnosis_source_is_a_rater_and_its_agreement_with_people_is_measu
                 "metadata": {"reference_calls": [{"name": "renew_loan", "arguments": {"loan_id": "L-1", "weeks": 2}}]},
                 "messages": [
                     {"role": "user", "content": "Renew loan L-1 for two weeks."},
-                    {"role": "assistant", "content": None, "tool_calls": [call(1, "renew_loan", loan_id="L-1", weeks=3)]},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [call(1, "renew_loan", loan_id="L-1", weeks=3)],
+                    },
                     {"role": "tool", "tool_call_id": "c1", "name": "renew_loan", "content": "Error: at most 2"},
                     {"role": "assistant", "content": "Sorry, I could not renew it."},
                     {"role": "user", "content": "Renew it for 2 weeks then."},
-                    {"role": "assistant", "content": None, "tool_calls": [call(2, "renew_loan", loan_id="L-1", weeks=5)]},
-                    {"role": "tool", "tool_call_id": "c2", "name": "renew_loan", "content": "{\"ok\": true}"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [call(2, "renew_loan", loan_id="L-1", weeks=5)],
+                    },
+                    {"role": "tool", "tool_call_id": "c2", "name": "renew_loan", "content": '{"ok": true}'},
                     {"role": "assistant", "content": "Done."},
                 ],
             }
