@@ -213,7 +213,7 @@ def test_a_key_goes_only_to_hosts_the_worker_allows(sqlite_url, monkeypatch):
     [
         (
             ["--api-key-env", KEY],
-            "the key's variable must be the NAME of an environment variable (letters, digits and _), never the key",
+            "takes the NAME of an environment variable (letters, digits and _), not a key",
         ),
         (["--concurrency", "3"], "--concurrency applies with --queue only"),
     ],
