@@ -110,13 +110,16 @@ def load_stored(url: str, run_id: int) -> dict:
     return out
 
 
-def score_failed(stored: dict, runs: list, labels: list) -> dict:
+def score_failed(stored: dict, runs: list, labels: list, predictors: Optional[dict] = None) -> dict:
+    """The figures of each variant against the people's labels. `predictors`: name -> f(traj, case) giving
+    (kind, message index); the default is this script's four variants (another script adds its own)."""
     from evalrx.core.taxonomies import map_category
 
     by_id = {str(r["task_id"]): r for r in runs}
     out: dict = {}
     per_run: dict = {}
-    for variant in VARIANTS:
+    predictors = predictors or {v: (lambda t, c, v=v: predicted(t, c, v)) for v in VARIANTS}
+    for variant, predict in predictors.items():
         exact = within = anywhere = kind_ok = user_named = false_nfa = 0
         n_assistant = n_user = n_reply_last = 0
         kinds: collections.Counter = collections.Counter()
@@ -128,7 +131,7 @@ def score_failed(stored: dict, runs: list, labels: list) -> dict:
             root = failures[lab["root_cause"]["failure_id"]]
             root_step = int(root["step_number"])
             root_role = messages[root_step - 1]["role"]
-            kind, step = predicted(traj, case, variant)
+            kind, step = predict(traj, case)
             kinds[kind or "-"] += 1
             per_run.setdefault(sid, {"root_step": root_step, "root_role": root_role})[variant] = [kind, step]
             if root_role == "assistant":
@@ -140,7 +143,7 @@ def score_failed(stored: dict, runs: list, labels: list) -> dict:
             else:
                 n_user += 1
                 user_named += kind == "user_error"
-            if variant in ("model_free", "reference"):
+            if variant not in ("first_assistant", "last_assistant"):
                 kind_ok += kind == map_category(root["failure_category"], "agentrx")
             if last_reply_is_to_user(messages):
                 n_reply_last += 1
@@ -153,7 +156,7 @@ def score_failed(stored: dict, runs: list, labels: list) -> dict:
             "no_final_answer_after_a_reply": _count(false_nfa, n_reply_last),
             "kinds": dict(kinds.most_common()),
         }
-        if variant in ("model_free", "reference"):
+        if variant not in ("first_assistant", "last_assistant"):
             out[variant]["kind_agrees_with_root_category"] = _count(kind_ok, len(labels))
     return {"variants": out, "per_run": per_run}
 
