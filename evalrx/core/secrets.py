@@ -26,8 +26,15 @@ SECRET_WORDS = frozenset(
         "bearer",
     }
 )
+# The name of an environment variable (where a key is held): a flag or form that takes one takes nothing else.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 # `${VAR}`, and Cursor's `${env:VAR}`: the name of an environment variable, not its value.
 ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def is_env_name(text: Any) -> bool:
+    """True for the name of an environment variable (letters, digits and _), never a key's value."""
+    return isinstance(text, str) and bool(ENV_NAME.fullmatch(text))
 
 
 def is_secret_name(name: Any) -> bool:

@@ -7,7 +7,6 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import re
 from typing import Callable, Optional
 
 from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
@@ -75,13 +74,12 @@ def temperature(text: str) -> float:
     return value
 
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-
-
 def env_var_name(text: str) -> str:
     """`--api-key-env`: the NAME of an environment variable. The value is never echoed: a key pasted here by
     mistake must not reach a terminal, a log or a shell history again."""
-    if not _ENV_NAME.match(text or ""):
+    from evalrx.core.secrets import is_env_name
+
+    if not is_env_name(text):
         raise argparse.ArgumentTypeError(
             "takes the NAME of an environment variable (letters, digits and _), not a key: "
             "export the key in a variable and pass its name"

@@ -23,6 +23,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Optional, Sequence
 
+from evalrx.core.secrets import is_env_name
 from evalrx.store import Store, resolve
 from evalrx.store import judge_jobs as store_jobs
 from evalrx.store.jobs import LeaseLost
@@ -33,7 +34,6 @@ BACKENDS = ("api", "hf_local")
 MAX_CONCURRENCY = 64  # RunConfig's range
 ESTIMATE_SAMPLE = 200  # prompts built for an estimate; a longer list is extrapolated from an even sample
 CHARS_PER_TOKEN = 4  # rough, for any tokenizer: an estimate, said so
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 
 
 @dataclasses.dataclass
@@ -104,7 +104,7 @@ class JudgeConfig:
                     "the base URL carries credentials (user:password@ or a key in its query): "
                     "put the key in an environment variable and name it instead"
                 )
-        if key_env is not None and not _ENV_NAME.fullmatch(key_env):
+        if key_env is not None and not is_env_name(key_env):
             raise ValueError(
                 "the key's variable must be the NAME of an environment variable (letters, digits and _), "
                 "never the key itself"
