@@ -134,7 +134,13 @@ def annotator_labels(
             .where(L.step_idx.is_(None))
             .order_by(L.created_at, L.id)
         )
-        dq = select(D.trajectory_id, D.kind, D.first_wrong_step, D.source, D.rank).order_by(D.rank)
+        # Only labelled trajectories' diagnoses are compared: the rest of a large run is never read.
+        labelled_ids = select(L.trajectory_id).where(L.step_idx.is_(None))
+        dq = (
+            select(D.trajectory_id, D.kind, D.first_wrong_step, D.source, D.rank)
+            .where(D.trajectory_id.in_(labelled_ids))
+            .order_by(D.rank)
+        )
         if run_id is not None:
             q = q.join(T, T.id == L.trajectory_id).where(T.run_id == run_id)
             dq = dq.join(T, T.id == D.trajectory_id).where(T.run_id == run_id)
