@@ -378,6 +378,18 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     judging.add_argument("--timeout", type=call_timeout, metavar="SECONDS", help="api backend: budget of one call")
     judging.add_argument("--retries", type=retries, metavar="N", help="api backend: tries after the first")
     judging.add_argument("--limit", type=whole(1), metavar="N", help="judge at most N trajectories")
+    judging.add_argument(
+        "--max-new-tokens", type=whole(8, 8192), metavar="N", help="the judge's answer limit (default 512)"
+    )
+    judging.add_argument(
+        "--max-steps", type=whole(2, 10_000), metavar="N", help="steps of a trajectory the prompt shows (default 60)"
+    )
+    judging.add_argument(
+        "--max-step-chars",
+        type=whole(40, 100_000),
+        metavar="N",
+        help="characters of each step's text the prompt shows (default 1500): smaller for a small local judge",
+    )
     judging.add_argument("--all", action="store_true", help="judge the passing trajectories too (false alarms)")
     judging.add_argument(
         "--with-findings", action="store_true", help="show the judge what the other sources found (a prompt variant)"
@@ -466,7 +478,7 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
         p.error("--concurrency applies with --queue only")
     if args.queue:
         return _queue_judge(args, spec.key, backend, store)
-    runtime: dict = {"max_new_tokens": MAX_ANSWER_TOKENS}
+    runtime: dict = {"max_new_tokens": args.max_new_tokens or MAX_ANSWER_TOKENS}
     if backend == "api":
         runtime["base_url"] = args.base_url
         if args.api_key_env:
@@ -496,7 +508,15 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
 
     try:
         results = judge_trajectories(
-            ids, model, server=server, with_findings=args.with_findings, store=store, on_result=shown
+            ids,
+            model,
+            server=server,
+            with_findings=args.with_findings,
+            store=store,
+            on_result=shown,
+            max_new_tokens=args.max_new_tokens,
+            max_steps=args.max_steps,
+            max_step_chars=args.max_step_chars,
         )
     finally:
         bar.close()
@@ -529,6 +549,9 @@ def _queue_judge(args: argparse.Namespace, spec: str, backend: str, store) -> in
         retries=args.retries,
         with_findings=args.with_findings,
         concurrency=args.concurrency or run_concurrency(args.run_id, store=store),
+        max_new_tokens=args.max_new_tokens,
+        max_steps=args.max_steps,
+        max_step_chars=args.max_step_chars,
     ).checked()
     ids = judge_targets(
         args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store

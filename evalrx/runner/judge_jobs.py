@@ -50,6 +50,7 @@ class JudgeConfig:
         retries: api backend: tries after the first.
         with_findings: show the judge what the other sources found (the prompt variant `with_findings`).
         concurrency: calls in flight at once on the api backend (a local judge asks one at a time).
+        max_new_tokens, max_steps, max_step_chars: see `limits`.
     """
 
     spec: str
@@ -60,6 +61,22 @@ class JudgeConfig:
     retries: Optional[int] = None
     with_findings: bool = False
     concurrency: int = 1
+    max_new_tokens: Optional[int] = None
+    max_steps: Optional[int] = None
+    max_step_chars: Optional[int] = None
+
+    def limits(self) -> dict:
+        """The answer's token limit and how much of each trajectory the prompt shows, where set
+        (`judge_trajectories`' keywords; the judge's defaults elsewhere): smaller for a small local judge."""
+        return {
+            k: v
+            for k, v in (
+                ("max_new_tokens", self.max_new_tokens),
+                ("max_steps", self.max_steps),
+                ("max_step_chars", self.max_step_chars),
+            )
+            if v is not None
+        }
 
     def checked(self) -> "JudgeConfig":
         """The same config with the spec's canonical key and the backend filled in.
@@ -113,6 +130,12 @@ class JudgeConfig:
             check_call_budget(self.timeout, 0)
         if self.retries is not None:
             check_call_budget(1.0, self.retries)
+        for name, low, high in (("max_new_tokens", 8, 8192), ("max_steps", 2, 10_000), ("max_step_chars", 40, 100_000)):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
+            ):
+                raise ValueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
         concurrency = self.concurrency
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ValueError(f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, not {concurrency!r}")
@@ -223,7 +246,8 @@ def estimate_judge(
         built += 1
         traj = detail.trajectory
         findings = [d for d in detail.diagnoses if d.source != JUDGE] if config.with_findings else None
-        messages = build_prompt(traj, stored_case(detail.case), kinds, findings=findings)
+        shown = {k: v for k, v in config.limits().items() if k != "max_new_tokens"}
+        messages = build_prompt(traj, stored_case(detail.case), kinds, findings=findings, **shown)
         if cached_verdict(verdict_key(traj, messages, judge_id), store=st) is not None:
             cached += 1
         else:
@@ -234,8 +258,8 @@ def estimate_judge(
         trajectories=len(ids),
         cached=n_cached,
         prompt_tokens=round(chars * scale / CHARS_PER_TOKEN),
-        answer_tokens=(len(ids) - n_cached) * MAX_ANSWER_TOKENS,
-        max_answer_tokens=MAX_ANSWER_TOKENS,
+        answer_tokens=(len(ids) - n_cached) * (config.max_new_tokens or MAX_ANSWER_TOKENS),
+        max_answer_tokens=config.max_new_tokens or MAX_ANSWER_TOKENS,
         sampled=built,
     )
 
@@ -258,6 +282,7 @@ def queue_judge(
     if not ids:
         raise ValueError("no trajectory to judge")
     options = {k: v for k, v in (("timeout", checked.timeout), ("max_retries", checked.retries)) if v is not None}
+    options.update(checked.limits())
     return store_jobs.enqueue_judge_job(
         trajectory_ids=ids,
         spec=checked.spec,
@@ -348,8 +373,10 @@ def _judge_all(
     server = redact_url(getattr(model, "base_url", None)).split("?")[0].split("#")[0] or None
     width = job.concurrency if getattr(model, "backend", None) == "api" else 1
 
+    limits = {k: v for k, v in job.options.items() if k in ("max_new_tokens", "max_steps", "max_step_chars")}
+
     def one(tid: int) -> list:
-        return judge_trajectories([tid], model, server=server, with_findings=job.with_findings, store=store)
+        return judge_trajectories([tid], model, server=server, with_findings=job.with_findings, store=store, **limits)
 
     pending = iter(job.trajectory_ids)
     cancel = False

@@ -328,3 +328,21 @@ def test_export_then_import_keeps_every_sources_candidates(sqlite_url, tmp_path,
     X.export_run(res.run_ids[0], again, store=sqlite_url)
     rows = [json.loads(x) for x in again.read_text().splitlines()]
     assert [r["diagnoses"] for r in rows] == [json.loads(x)["diagnoses"] for x in path.read_text().splitlines()]
+
+
+def test_the_answer_limit_and_the_prompt_size_are_the_users_to_set(sqlite_url, capsys):
+    run_id, tid = one_failed_run(sqlite_url)
+    with ScriptedChatServer([answer(VALID)]) as wide:
+        assert judge_cli(sqlite_url, run_id, wide) == 0
+    with ScriptedChatServer([answer(VALID)]) as narrow:  # a smaller prompt is another question: not cached
+        extra = ("--max-new-tokens", "40", "--max-steps", "2", "--max-step-chars", "40")
+        assert judge_cli(sqlite_url, run_id, narrow, *extra) == 0
+    sent = [s.requests[0]["body"] for s in (wide, narrow)]
+    assert sent[0]["max_tokens"] == 512 and sent[1]["max_tokens"] == 40
+    prompts = [b["messages"][-1]["content"] for b in sent]
+    assert "steps 1-4 left out" in prompts[1] and len(prompts[1]) < len(prompts[0])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        judge_cli(sqlite_url, run_id, narrow, "--max-steps", "1")
+    assert exc.value.code == 2
+    assert "argument --max-steps: must be a whole number from 2 to 10000" in capsys.readouterr().err

@@ -264,3 +264,22 @@ def test_the_estimate_counts_prompt_characters_the_answer_limit_and_the_cache(sq
         after = estimate_judge(config, tids, store=sqlite_url)
     assert after.cached == 1 and after.answer_tokens == MAX_ANSWER_TOKENS
     assert "1 already judged by this judge (free, from the cache)" in after.line()
+
+
+def test_a_queued_job_keeps_the_answer_limit_and_prompt_size_for_the_worker(sqlite_url):
+    run_id, tids = failed_run(sqlite_url, 1)
+    with ScriptedChatServer([answer(VALID)]) as server:
+        config = JudgeConfig("gpt-4o-mini", base_url=server.url, max_new_tokens=40, max_steps=2, max_step_chars=60)
+        estimate = estimate_judge(config.checked(), tids, store=sqlite_url)
+        job_id = queue_judge(config, tids, run_id=run_id, store=sqlite_url)
+        Worker(S.connect(sqlite_url), exit_when_idle=True, heartbeat_s=0.2).run()
+    assert estimate.max_answer_tokens == 40 and estimate.answer_tokens == 40
+    assert S.get_judge_job(job_id, store=sqlite_url).options == {
+        "max_new_tokens": 40,
+        "max_steps": 2,
+        "max_step_chars": 60,
+    }
+    body = server.requests[0]["body"]
+    assert body["max_tokens"] == 40 and "left out" in body["messages"][-1]["content"]
+    with pytest.raises(ValueError, match="max_steps must be a whole number from 2 to 10000, not 1"):
+        JudgeConfig("gpt-4o-mini", base_url=server.url, max_steps=1).checked()
