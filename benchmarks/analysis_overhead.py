@@ -26,6 +26,7 @@ positions' logits, no planning or analysis) are timed, and added to the plain ca
 
 Usage:
     .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 4]
+    .venv/bin/python benchmarks/analysis_overhead.py --spec smollm2-135m-instruct --cases 8 --repeats 3
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ def _keep_handles() -> None:
         return
     load = worker.load_handle
 
-    def kept(cfg: dict, run_key: "str | None" = None):
-        key = _variant(cfg.get("analyzers"), cfg.get("chat_kwargs"))
+    def kept(cfg, run_key: "str | None" = None):
+        key = _variant(cfg.analyzers, cfg.chat_kwargs)  # the worker holds a RunConfig
         if key not in _HANDLES:
             _HANDLES[key] = load(cfg, run_key)
         return _HANDLES[key]
@@ -89,6 +90,9 @@ def _store(key: str):
     return _STORES[key][0]
 
 
+SPEC = {"key": "evalrx-tiny", "prefix_cache": True}  # the model every variant runs (`--spec`), and its prefix cache
+
+
 def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> "tuple[float, list, int]":
     """Seconds the worker spent on the cases (its model already loaded), each case's own seconds, the run's id."""
     from sqlalchemy import select
@@ -101,13 +105,14 @@ def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> 
     _keep_handles()
     store = _store(_variant(analyzers, chat_kwargs))
     cfg = RunConfig(
-        model=ModelConfig("evalrx-tiny"),
+        model=ModelConfig(SPEC["key"]),
         tools=["calculator", "lookup"],
         max_turns=4,
         analyzers=list(analyzers),
         chat_kwargs=dict(chat_kwargs or {}),
     )
-    run_id = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
+    runtime = {"max_new_tokens": 96, "prefix_cache": SPEC["prefix_cache"]}
+    run_id = enqueue_run(cfg, cases, runtime=runtime, store=store)
     t0 = time.perf_counter()
     Worker(store, exit_when_idle=True, poll_s=0.01, heartbeat_s=5).run()
     seconds = time.perf_counter() - t0
@@ -161,12 +166,18 @@ def _drop_stores() -> None:
 
 def main(argv: list | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", default="evalrx-tiny", help="the model every variant runs")
+    parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="every variant prefills each prompt whole (as before the cache)"
+    )
     parser.add_argument("--cases", type=int, default=80)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--block", type=int, default=4, help="cases per block; every variant runs each block")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--out", default=None, help="default: results/analysis_overhead[_<spec>].json")
     args = parser.parse_args(argv)
+    SPEC["key"] = args.spec
+    SPEC["prefix_cache"] = not args.no_prefix_cache
 
     import torch
 
@@ -231,6 +242,8 @@ def main(argv: list | None = None) -> dict:
         "ratio_max": max(floors),
     }
     result = {
+        "spec": args.spec,
+        "prefix_cache": SPEC["prefix_cache"],
         "cases": args.cases,
         "timed_cases": len(timed),
         "block": args.block,
@@ -253,7 +266,8 @@ def main(argv: list | None = None) -> dict:
         },
     }
     _drop_stores()
-    out = Path(args.out)
+    default = RESULTS if args.spec == "evalrx-tiny" else RESULTS.with_name(f"analysis_overhead_{args.spec}.json")
+    out = Path(args.out or default)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(
