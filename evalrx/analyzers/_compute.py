@@ -334,7 +334,7 @@ def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
     del prob
     valid = targets >= 0
     chosen = x.gather(-1, targets.clamp(min=0).view(1, -1, 1).expand(n, -1, 1)).squeeze(-1)
-    rank = (x > chosen.unsqueeze(-1)).sum(-1, dtype=torch.int32)
+    rank = _ranks(x, vals, idx, targets.clamp(min=0), chosen)
     lp_chosen = torch.where(valid.unsqueeze(0), chosen - lse, torch.full_like(chosen, float("nan")))
     rank = torch.where(valid.unsqueeze(0), rank, torch.full_like(rank, -1))
     out = [
@@ -349,6 +349,25 @@ def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
         got = torch.where((gather >= 0).unsqueeze(0), got, torch.full_like(got, float("nan")))
         out.append(got.cpu().numpy())
     return tuple(out)
+
+
+def _ranks(x: Any, vals: Any, idx: Any, targets: Any, chosen: Any) -> Any:
+    """`[n, P]` int32: how many logits of each row beat its target's (0 = top-1).
+
+    Where the target is among the row's top-k, everything that beats it is too, so the top-k
+    values say it; only the other rows are compared over the whole vocabulary."""
+    import torch
+
+    n, p, v = x.shape
+    rank = (vals > chosen.unsqueeze(-1)).sum(-1, dtype=torch.int32)
+    outside = ~(idx == targets.view(1, -1, 1)).any(-1)
+    if bool(outside.any()):
+        rows = outside.reshape(-1).nonzero().squeeze(-1)
+        beat = (x.reshape(n * p, v).index_select(0, rows) > chosen.reshape(-1, 1).index_select(0, rows)).sum(
+            -1, dtype=torch.int32
+        )
+        rank.view(-1).index_copy_(0, rows, beat)
+    return rank
 
 
 def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":

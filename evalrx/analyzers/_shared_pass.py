@@ -217,12 +217,15 @@ def run_pass_analyzers(
     Returns:
         `{name: result}` of the analyzers that did not fail.
     """
+    from evalrx.models import batch_threads
+
     results: dict = {}
     by_mode: dict = {}
     for name, analyzer in analyzers:
         by_mode.setdefault(analyzer.mode, []).append((name, analyzer))
-    for mode, group in by_mode.items():
-        _run_group(local, trajectory, group, tools, system, mode, results, fail, captures or {})
+    with batch_threads(local.handle):  # passes and the lens are large products: the free cores share them
+        for mode, group in by_mode.items():
+            _run_group(local, trajectory, group, tools, system, mode, results, fail, captures or {})
     return results
 
 

@@ -389,7 +389,10 @@ class LogitLensAnalyzer(PassAnalyzer):
             if bad:
                 raise IndexError(f"positions {bad} out of range for {n} tokens")
         info = {"model": model_id(model), "top_k": self.top_k, "n_tokens": n, "source": "text"}
-        result, _ = lens_on_ids(local, ids, pos, self.top_k, info=info)
+        from evalrx.models import batch_threads
+
+        with batch_threads(model):
+            result, _ = lens_on_ids(local, ids, pos, self.top_k, info=info)
         return result
 
     def requests(self, plan: TrajectoryPlan) -> list:

@@ -21,12 +21,14 @@ from evalrx.models.backends import BACKENDS, RuntimeConfig, backends_for
 # The API call budget a run config may set (the New run page checks it before queueing).
 from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
 from evalrx.models.compose import compose, negotiate
+from evalrx.models.runtime_tuning import batch_threads
 from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec, ToolCallCodec, codec_for
 
 __all__ = [
     "MAX_RETRIES",
     "MAX_TIMEOUT_S",
     "backends_for",
+    "batch_threads",
     "case_system",
     "check_call_budget",
     "Agent",

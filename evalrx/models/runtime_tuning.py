@@ -6,11 +6,12 @@ that no step's latency pays for it. torch is imported inside functions.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import mmap
 import os
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from evalrx.internals import cache_argument, output_cache, takes_argument
 from evalrx.models.backends import RuntimeConfig
@@ -102,6 +103,17 @@ def _decode_probe(model: Any, prompt: int = 8, steps: int = 3) -> float:
     return time.perf_counter() - t0
 
 
+_TORCH_DEFAULT: dict = {}  # torch's thread count before this module first changed it
+
+
+def _default_threads() -> int:
+    """torch's own thread count, as it was before any model of this process settled it (a second model
+    loaded in one process must not take the first one's choice for the machine's default)."""
+    import torch
+
+    return int(_TORCH_DEFAULT.setdefault("threads", torch.get_num_threads()))
+
+
 def _usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -119,8 +131,8 @@ def settle_cpu_threads(model: Any, runtime: RuntimeConfig) -> Optional[dict]:
     busy cores) and a forward costs a second or more whatever its length. So, unless told,
     for a model of `AUTO_THREADS_MIN_PARAMS` or more:
 
-    * at most the cores the load average leaves free (runnable tasks beyond this one,
-      rounded) are used: one on a 2-core machine that something else keeps busy;
+    * at most the cores other processes leave free (`free_cpus`: their CPU time lately, rounded)
+      are used: one on a 2-core machine that something else keeps busy;
     * with more than one free, a short decode is timed on that count, half of it and one
       thread (interleaved, best of two), and more threads are kept only when at least 25%
       faster: a wrong "more" costs several times over once the machine gets busy, a wrong
@@ -136,7 +148,7 @@ def settle_cpu_threads(model: Any, runtime: RuntimeConfig) -> Optional[dict]:
     asked = runtime.extra.get("threads") if isinstance(runtime.extra, dict) else None
     if asked is None:
         asked = os.environ.get(THREADS_ENV) or None
-    before = torch.get_num_threads()
+    before = _default_threads()
     if asked is not None and str(asked).strip().lower() != "auto":
         n = int(asked)
         if n < 1:
@@ -147,14 +159,15 @@ def settle_cpu_threads(model: Any, runtime: RuntimeConfig) -> Optional[dict]:
         return {"threads": before, "how": "OMP_NUM_THREADS", "default": before}
     params = sum(p.numel() for p in model.parameters())
     if before <= 1 or (asked is None and params < AUTO_THREADS_MIN_PARAMS):
+        torch.set_num_threads(before)  # an earlier model of this process may have settled fewer
         return {"threads": before, "how": "default", "default": before}
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    free = max(1, min(before, _usable_cpus() - max(0, round(load1 - 1))))
+    free = free_cpus(before)
     info: dict = {"default": before, "loadavg": round(load1, 2), "free_cpus": free}
     candidates = sorted({free, max(1, free // 2), 1})
     if len(candidates) == 1:
         torch.set_num_threads(1)
-        return dict(info, threads=1, how="load average: no other core free")
+        return dict(info, threads=1, how="no other core free")
     timings: dict = {n: [] for n in candidates}
     try:
         _decode_probe(model, steps=1)  # warm-up: first-call allocations, lazy inits
@@ -174,4 +187,89 @@ def settle_cpu_threads(model: Any, runtime: RuntimeConfig) -> Optional[dict]:
     return dict(info, threads=chosen, how="timed", probe_ms={n: round(v * 1000, 1) for n, v in best.items()})
 
 
-__all__ = ["AUTO_THREADS_MIN_PARAMS", "THREADS_ENV", "page_in", "resolve_device", "resolve_dtype", "settle_cpu_threads"]
+_LAST_SAMPLE: dict = {}  # the previous `_cpu_sample`, so a worker's next case reads the interval since
+
+
+def _cpu_sample() -> "Optional[tuple[float, int, int]]":
+    """(monotonic time, busy jiffies of all CPUs, this process's jiffies) from /proc; None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            cpu = [int(x) for x in f.readline().split()[1:9]]
+        with open("/proc/self/stat") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+        busy = sum(cpu) - cpu[3] - cpu[4]  # all but idle and iowait
+        return time.monotonic(), busy, int(own[11]) + int(own[12])  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def other_busy_cores() -> Optional[float]:
+    """How many cores other processes kept busy lately (this process's own threads not counted).
+
+    Read from /proc over the interval since the previous call when it is 0.5-60 s old, else over a
+    fresh 0.1 s. None where /proc cannot be read. The load average cannot say this: it counts this
+    process's own threads, so a process that used two threads would see no core free.
+    """
+    now = _cpu_sample()
+    if now is None:
+        return None
+    last = _LAST_SAMPLE.get("sample")
+    if last is None or not 0.5 <= now[0] - last[0] <= 60:
+        time.sleep(0.1)
+        last, now = now, _cpu_sample()
+        if now is None:
+            return None
+    _LAST_SAMPLE["sample"] = now
+    ticks = (now[0] - last[0]) * os.sysconf("SC_CLK_TCK")
+    return max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / ticks) if ticks > 0 else 0.0
+
+
+def free_cpus(limit: int) -> int:
+    """The cores other processes leave free for this one, 1 to `limit` (the load average where /proc is missing)."""
+    others = other_busy_cores()
+    if others is None:
+        load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        others = max(0.0, load1 - 1)  # the load counts this process once
+    return max(1, min(limit, _usable_cpus() - round(others)))
+
+
+@contextlib.contextmanager
+def batch_threads(handle: Any) -> Iterator[int]:
+    """torch's CPU threads, for the duration, for batched arithmetic on `handle`'s model: the cores free now.
+
+    `settle_cpu_threads` often leaves a small model's decoding on one thread, since one token's
+    forward is too short to share; a teacher-forced pass over a whole conversation or the logit
+    lens' unembedding of every layer is a large matrix product that two cores do in about 60% of
+    one core's time (SmolLM2-135M's lens: 96 -> 168 GFLOP/s on this 2-core machine). So the analyzers
+    run on the cores other processes leave free (`free_cpus`), up to torch's default, and the decoding count
+    comes back afterwards. A count the user set (`threads`, `$EVALRX_NUM_THREADS`, `OMP_NUM_THREADS`)
+    and a model that is not on the CPU are left alone. Yields the count in force.
+    """
+    import torch
+
+    info = getattr(handle, "cpu_threads", None)
+    before = torch.get_num_threads()
+    if not isinstance(info, dict) or info.get("how") in ("asked", "OMP_NUM_THREADS"):
+        yield before
+        return
+    wanted = free_cpus(int(info.get("default") or before))
+    if wanted == before:
+        yield before
+        return
+    torch.set_num_threads(wanted)
+    try:
+        yield wanted
+    finally:
+        torch.set_num_threads(before)
+
+
+__all__ = [
+    "AUTO_THREADS_MIN_PARAMS",
+    "THREADS_ENV",
+    "batch_threads",
+    "free_cpus",
+    "page_in",
+    "resolve_device",
+    "resolve_dtype",
+    "settle_cpu_threads",
+]
