@@ -20,6 +20,14 @@ the plain ones; the median and spread over repeats, the ratio of the sums of eac
 fastest time over the repeats (`ratio_of_fastest`), the whole-run ratios and the load average
 go to `benchmarks/results/analysis_overhead.json`.
 
+`capture_bf16` is the capture variant with the named cheaper setting `precision="bfloat16"` on the two
+analyzers that unembed every layer (`logit_lens`, `tool_decision`): reported beside the exact variants,
+never in their place.
+
+Peak memory: each variant also runs in a child process of its own (`--memory-probe`), which loads the
+model, runs one case to warm up, resets the peak RSS, then runs `--memory-cases` more, and reports the
+RSS after the warm-up and the peak during the cases: what a case adds, with and without the analyzers.
+
 `floor_shared_pass` is what the shared pass cannot go under: right after each block's plain run,
 the teacher-forced forwards alone over its stored trajectories (hidden states, the generated
 positions' logits, no planning or analysis) are timed, and added to the plain cases' time.
@@ -44,6 +52,19 @@ from pathlib import Path
 
 RESULTS = Path(__file__).with_name("results") / "analysis_overhead.json"
 ANALYZERS = ["logit_lens", "tool_decision", "attention", "token_uncertainty"]
+# The cheaper setting: the analyzers that unembed every layer do it in bfloat16.
+ANALYZERS_BF16 = [
+    {"name": "logit_lens", "precision": "bfloat16"},
+    {"name": "tool_decision", "precision": "bfloat16"},
+    "attention",
+    "token_uncertainty",
+]
+VARIANTS = {
+    "plain": ([], None),
+    "capture": (ANALYZERS, None),
+    "shared_pass": (ANALYZERS, {"capture": False}),
+    "capture_bf16": (ANALYZERS_BF16, None),
+}
 
 
 _HANDLES: dict = {}
@@ -51,7 +72,7 @@ _HANDLES: dict = {}
 
 def _variant(analyzers: "list | None", chat_kwargs: "dict | None") -> str:
     """The key of a variant's model and store (what a run config's analyzers and chat kwargs make of it)."""
-    return repr((bool(analyzers), dict(chat_kwargs or {})))
+    return repr((repr(analyzers), dict(chat_kwargs or {})))
 
 
 def _keep_handles() -> None:
@@ -164,6 +185,51 @@ def _drop_stores() -> None:
     _STORES.clear()
 
 
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise KeyError(field)
+
+
+def memory_probe(args: argparse.Namespace) -> dict:
+    """In a child process: one variant's model loaded, one case to warm up, the peak reset (Linux's
+    `clear_refs` 5), then `--memory-cases` cases; prints the RSS after the warm-up and the peak since (MB)."""
+    import random as _random
+
+    from evalrx.suites import load_cases
+
+    cases = _random.Random(1).sample(load_cases("demo"), args.memory_cases + 1)
+    one_run(cases[:1], *VARIANTS[args.memory_probe])
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM, the peak RSS: loading the model is not a case's peak
+    after_warm = _status_mb("VmRSS")
+    one_run(cases[1:], *VARIANTS[args.memory_probe])
+    peak = _status_mb("VmHWM")
+    out = {
+        "rss_after_warm_case_mb": round(after_warm, 1),
+        "peak_rss_during_cases_mb": round(peak, 1),
+        "peak_added_by_cases_mb": round(peak - after_warm, 1),
+    }
+    _drop_stores()
+    print(json.dumps(out))
+    return out
+
+
+def memory_of(variant: str, args: argparse.Namespace) -> dict:
+    """Run `memory_probe` for `variant` in a child process (its peak is its own) and read its line."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, __file__, "--spec", args.spec, "--memory-probe", variant]
+    cmd += ["--memory-cases", str(args.memory_cases), "--threads", str(args.threads)]
+    if args.no_prefix_cache:
+        cmd.append("--no-prefix-cache")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", default="evalrx-tiny", help="the model every variant runs")
@@ -174,10 +240,19 @@ def main(argv: list | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--block", type=int, default=4, help="cases per block; every variant runs each block")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS), help="plain is always run"
+    )
+    parser.add_argument("--memory-cases", type=int, default=3, help="cases of each variant's peak-memory child")
+    parser.add_argument("--memory-probe", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help="default: results/analysis_overhead[_<spec>].json")
     args = parser.parse_args(argv)
     SPEC["key"] = args.spec
     SPEC["prefix_cache"] = not args.no_prefix_cache
+    if "plain" not in args.variants:
+        args.variants = ["plain", *args.variants]
+    if args.memory_probe:
+        return memory_probe(args)
 
     import torch
 
@@ -187,7 +262,7 @@ def main(argv: list | None = None) -> dict:
     rng = random.Random(0)
     pool = load_cases("demo")
     cases = rng.sample(pool, args.cases)
-    variants = {"plain": ([], None), "capture": (ANALYZERS, None), "shared_pass": (ANALYZERS, {"capture": False})}
+    variants = {name: VARIANTS[name] for name in args.variants}
     for analyzers, chat_kwargs in variants.values():  # warm caches (tokenizer, template, imports) before timing
         one_run(cases[:2], analyzers, chat_kwargs)
     blocks = [list(range(i, min(i + args.block, len(cases)))) for i in range(0, len(cases), args.block)]
@@ -256,6 +331,8 @@ def main(argv: list | None = None) -> dict:
         },
         "fastest_ms_per_case": {name: round(1000 * sum(v.values()) / len(timed), 2) for name, v in fastest.items()},
         "rows": rows,
+        "peak_memory_mb": {name: memory_of(name, args) for name in variants},
+        "cpu_threads": {name: _HANDLES[_variant(*VARIANTS[name])].cpu_threads for name in variants},
         "when": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
             "python": platform.python_version(),
@@ -273,8 +350,15 @@ def main(argv: list | None = None) -> dict:
     print(
         json.dumps(
             {
-                k: result[k]
-                for k in ("capture", "shared_pass", "floor_shared_pass", "ms_per_case_median", "fastest_ms_per_case")
+                k: result.get(k)
+                for k in (
+                    "capture",
+                    "shared_pass",
+                    "capture_bf16",
+                    "floor_shared_pass",
+                    "ms_per_case_median",
+                    "peak_memory_mb",
+                )
             }
         )
     )

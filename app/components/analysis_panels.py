@@ -505,11 +505,27 @@ def render_analysis(detail: Any, *, store: Any) -> None:
     scored = next((records[k]["meta"].get("scored_on") for k in results if records[k]["meta"].get("scored_on")), None)
     if scored:
         st.caption(f"Scored on {scored} (teacher-forced).")
+    cheaper = cheaper_settings(results)
+    if cheaper:
+        st.warning("Cheaper setting, not exact: " + "; ".join(cheaper), icon=":material/speed:")
     turns = [s.idx for s in detail.trajectory.steps if s.role is StepRole.ACTOR]
     focus = diagnosed_token(getattr(detail, "diagnoses", None))
     for idx in turns:
         with st.expander(f"Model turn at step {idx}", expanded=True):
             _turn(results, idx, focus)
+
+
+def cheaper_settings(results: dict) -> list:
+    """One line per analyzer whose result was computed with a named cheaper setting (`info["precision"]`)."""
+    lines = []
+    for name, result in results.items():
+        precision = (getattr(result, "info", None) or {}).get("precision")
+        if precision and precision != "exact":
+            lines.append(
+                f"{name} unembedded its layers in {md_escape(str(precision))} (approximate log-probs and ranks; "
+                "the last layer is the model's own)"
+            )
+    return lines
 
 
 # The panels: the analyzer name a result is stored under, and the result class the panel reads.

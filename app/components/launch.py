@@ -36,6 +36,10 @@ def cases_from_upload(name: str, data: bytes) -> list:
     return cases
 
 
+# The analyzers that unembed every layer, and so take the lens precision (`LogitLensAnalyzer`'s `precision`).
+LENS_ANALYZERS = ("logit_lens", "tool_decision")
+
+
 def build_config(
     *,
     spec: str,
@@ -54,8 +58,14 @@ def build_config(
     checkpoint: Optional[str] = None,
     repeats: int = 1,
     seed: int = 0,
+    lens_precision: str = "exact",
 ) -> RunConfig:
-    """The RunConfig the page's choices describe (never holds an API key)."""
+    """The RunConfig the page's choices describe (never holds an API key).
+
+    `lens_precision` other than "exact" is a named cheaper setting of the analyzers that unembed every
+    layer (`logit_lens`, `tool_decision`): their entries carry it, so the run config says so."""
+    if lens_precision != "exact":
+        analyzers = [{"name": a, "precision": lens_precision} if a in LENS_ANALYZERS else a for a in analyzers]
     return RunConfig(
         model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None),
         tools=list(tools),

@@ -40,6 +40,9 @@ from evalrx.internals import (
 # Bound on floats in one [layers, positions, vocab] block of the lens (~128 MB of fp32).
 MAX_BLOCK_ELEMS = 1 << 25
 
+# The torch dtype of the lens' unembedding product per precision (`logit_lens.PRECISIONS`; None: the model's own).
+_LENS_DTYPES = {"exact": None, "bfloat16": "bfloat16"}
+
 
 @dataclass
 class LocalModel:
@@ -239,6 +242,7 @@ def lens_stats(
     targets: Sequence[int],
     top_k: int,
     gather_ids: Optional[Sequence[Sequence[int]]] = None,
+    precision: str = "exact",
 ) -> LensStats:
     """Apply the logit lens at `positions` over every layer, in stacked matrix products.
 
@@ -256,6 +260,8 @@ def lens_stats(
         top_k: how many top tokens to keep.
         gather_ids: optional extra token ids per position whose log-probs are wanted
             (ragged; padded internally).
+        precision: "exact", or a cheaper name of `logit_lens.PRECISIONS` for layers 0..L-1
+            (layer L, the model's own logits, stays exact).
 
     Returns:
         `LensStats` with arrays shaped `[L + 1, P, ...]`.
@@ -263,6 +269,9 @@ def lens_stats(
     import torch
 
     parts = local.parts
+    from evalrx.analyzers.logit_lens import checked_precision
+
+    cast = _LENS_DTYPES[checked_precision(precision)]
     n_layers = parts.num_layers
     if len(hidden_states) != n_layers + 1:
         raise RuntimeError(
@@ -301,7 +310,7 @@ def lens_stats(
             # A 2-D contiguous input keeps the unembedding one matrix product (a strided 3-D slice
             # makes torch batch it and copy the weight per layer).
             flat = stacked[:n_layers, c0:c1].reshape(n_layers * (c1 - c0), stacked.shape[-1])
-            lens = parts.lens_logits(flat).view(n_layers, c1 - c0, -1).float()
+            lens = parts.lens_logits(flat, getattr(torch, cast) if cast else None).view(n_layers, c1 - c0, -1).float()
             # The lens layers and the model's own last layer are reduced in one block (few, larger operations).
             block = torch.cat([lens, final_logits[c0:c1].float().to(lens.device).unsqueeze(0)])
             gat = gat_all[c0:c1].to(block.device) if n_gather else None

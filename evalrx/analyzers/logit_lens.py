@@ -25,7 +25,22 @@ from evalrx.analyzers.positions import KINDS
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model
 
-__all__ = ["LensResult", "LogitLensAnalyzer", "settle_layer"]
+__all__ = ["LensResult", "LogitLensAnalyzer", "checked_precision", "settle_layer"]
+
+# The lens' unembedding: "exact" (the model's own dtype) or a named cheaper setting (its product's dtype).
+PRECISIONS = ("exact", "bfloat16")
+
+
+def checked_precision(value: Any) -> str:
+    """A lens precision's name ("exact" when None), checked against `PRECISIONS`.
+
+    Raises:
+        ValueError: another name (the message lists the known ones).
+    """
+    name = str(value or "exact").strip().lower()
+    if name not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return name
 
 
 def settle_layer(top1: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -280,13 +295,14 @@ def lens_on_ids(
     *,
     labels: Optional[dict] = None,
     info: Optional[dict] = None,
+    precision: str = "exact",
 ) -> "tuple[LensResult, Any]":
     """One pass over `ids` and the lens at `positions`; returns the result and the raw stats."""
     from evalrx.analyzers._compute import forward
 
     positions = [int(p) for p in positions]
     logits, hidden = forward(local, ids, positions)
-    return lens_at(local, ids, logits, hidden, positions, top_k, labels=labels, info=info)
+    return lens_at(local, ids, logits, hidden, positions, top_k, labels=labels, info=info, precision=precision)
 
 
 def lens_at(
@@ -299,6 +315,7 @@ def lens_at(
     *,
     labels: Optional[dict] = None,
     info: Optional[dict] = None,
+    precision: str = "exact",
 ) -> "tuple[LensResult, Any]":
     """The lens at `positions` of a pass over `ids` that gave `logits` there and `hidden` states."""
     from evalrx.analyzers._compute import lens_stats
@@ -307,7 +324,7 @@ def lens_at(
     actual = np.array([p + 1 < n for p in positions], dtype=bool)
     top1 = logits.float().argmax(-1).tolist() if positions else []
     targets = [int(ids[p + 1]) if p + 1 < n else int(top1[i]) for i, p in enumerate(positions)]
-    stats = lens_stats(local, hidden, logits, positions, targets, top_k)
+    stats = lens_stats(local, hidden, logits, positions, targets, top_k, precision=precision)
     token_ids = [int(ids[p]) for p in positions]
     result = _build_result(local, stats, positions, token_ids, targets, actual, labels, info)
     return result, stats
@@ -335,6 +352,11 @@ class LogitLensAnalyzer(PassAnalyzer):
         kinds: which decision kinds to analyse on trajectories (default: all of `KINDS`).
         max_value_tokens: tokens kept per argument value.
         max_answer_tokens: tokens kept of a final answer.
+        precision: "exact" (default: the unembedding in the model's own dtype, statistics fp32), or
+            "bfloat16", a named cheaper setting: layers 0..L-1 unembedded in bfloat16 (the product
+            ~4x faster on CPUs with bf16 instructions; on SmolLM2-135M log-probs differ by a median
+            0.02 nats, up to ~0.4, and the top-1 token agrees at ~98% of layer-positions), layer L
+            still the model's own logits. `info["precision"]` says so and the pages show it.
     """
 
     name = "logit_lens"
@@ -349,6 +371,7 @@ class LogitLensAnalyzer(PassAnalyzer):
         kinds: Sequence[str] = KINDS,
         max_value_tokens: int = 16,
         max_answer_tokens: int = 64,
+        precision: str = "exact",
     ) -> None:
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -358,6 +381,11 @@ class LogitLensAnalyzer(PassAnalyzer):
         self.kinds = tuple(kinds)
         self.max_value_tokens = max_value_tokens
         self.max_answer_tokens = max_answer_tokens
+        self.precision = checked_precision(precision)
+
+    def _cheaper(self) -> dict:
+        """What `info` says of a cheaper setting (nothing when exact, so exact results stay as they were)."""
+        return {} if self.precision == "exact" else {"precision": self.precision}
 
     def run(self, model: Model, text: str, *, positions: "Sequence[int] | str | None" = None) -> LensResult:
         """Lens over one prompt.
@@ -388,11 +416,11 @@ class LogitLensAnalyzer(PassAnalyzer):
             bad = [p for p in pos if not 0 <= p < n]
             if bad:
                 raise IndexError(f"positions {bad} out of range for {n} tokens")
-        info = {"model": model_id(model), "top_k": self.top_k, "n_tokens": n, "source": "text"}
+        info = {"model": model_id(model), "top_k": self.top_k, "n_tokens": n, "source": "text", **self._cheaper()}
         from evalrx.models import batch_threads
 
         with batch_threads(model):
-            result, _ = lens_on_ids(local, ids, pos, self.top_k, info=info)
+            result, _ = lens_on_ids(local, ids, pos, self.top_k, info=info, precision=self.precision)
         return result
 
     def requests(self, plan: TrajectoryPlan) -> list:
@@ -415,12 +443,13 @@ class LogitLensAnalyzer(PassAnalyzer):
             positions,
             self.top_k,
             labels=_labels_for(points, result.index),
+            precision=self.precision,
         )
         return lens
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> LensResult:
         """All passes' positions in one result; `info["plan"]` tells whether one pass sufficed."""
-        info = plan.info(top_k=self.top_k)  # `mark_source` adds where the passes came from
+        info = plan.info(top_k=self.top_k, **self._cheaper())  # `mark_source` adds where the passes came from
         results = [part for part in parts if part is not None]
         if not results:
             return _empty_result(plan.local, self.top_k, info)

@@ -275,12 +275,14 @@ def _score(
     logits: Any,
     hidden: Any,
     top_k: int,
+    precision: str = "exact",
 ) -> list:
     """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` and `hidden` states."""
     from evalrx.analyzers._compute import lens_stats
 
     positions = [i - 1 for i in order]
-    stats = lens_stats(local, hidden, logits, positions, [int(ids[i]) for i in order], max(2, top_k), gather)
+    targets = [int(ids[i]) for i in order]
+    stats = lens_stats(local, hidden, logits, positions, targets, max(2, top_k), gather, precision=precision)
     row = {idx: r for r, idx in enumerate(order)}
 
     def lp(idx: int, tok: int) -> np.ndarray:
@@ -323,14 +325,18 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         top_k: top tokens read at each decision position (at least 2, for the runner-up).
         mode: "auto" or "per_step" (see `LogitLensAnalyzer`).
         arguments: also analyse the first token of each argument value.
+        precision: "exact" (default) or a cheaper lens precision ("bfloat16"; see `LogitLensAnalyzer`).
     """
 
     name = "tool_decision"
     requires = frozenset({Capability.HIDDEN_STATES, Capability.LOGITS})
     generation_capture = frozenset({"hidden_states"})
 
-    def __init__(self, top_k: int = 5, *, mode: str = "auto", arguments: bool = True) -> None:
+    def __init__(self, top_k: int = 5, *, mode: str = "auto", arguments: bool = True, precision: str = "exact") -> None:
+        from evalrx.analyzers.logit_lens import checked_precision
+
         self.top_k = max(2, int(top_k))
+        self.precision = checked_precision(precision)
         self.mode = mode
         self.arguments = arguments
 
@@ -405,8 +411,13 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         if decisions:
             order, gather = _wanted(ids, decisions)
             logits, hidden = forward(local, ids, [i - 1 for i in order])
-            scored = _score(local, ids, decisions, order, gather, logits, hidden, self.top_k)
-        return self._result(local, scored, {"model": model_id(model), "source": "text", "tools": names})
+            scored = _score(local, ids, decisions, order, gather, logits, hidden, self.top_k, self.precision)
+        info = {"model": model_id(model), "source": "text", "tools": names, **self._cheaper()}
+        return self._result(local, scored, info)
+
+    def _cheaper(self) -> dict:
+        """What `info` says of a cheaper setting (nothing when exact)."""
+        return {} if self.precision == "exact" else {"precision": self.precision}
 
     def _names(self, plan: TrajectoryPlan) -> list:
         """The candidate tool names: the tools offered, or without them the names the trajectory called."""
@@ -431,12 +442,13 @@ class ToolDecisionAnalyzer(PassAnalyzer):
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> list:
         decisions, order, gather = request.state
         logits = result.logits_at(request.logits)
-        return _score(plan.local, result.ids, decisions, order, gather, logits, result.hidden_states, self.top_k)
+        hidden = result.hidden_states
+        return _score(plan.local, result.ids, decisions, order, gather, logits, hidden, self.top_k, self.precision)
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> ToolDecisionResult:
         """Every tool call of the trajectory; without `tools`, the candidates are the names it called."""
         scored = [row for part in parts if part for row in part]
-        info = plan.info(tools=self._names(plan))
+        info = plan.info(tools=self._names(plan), **self._cheaper())
         return self._result(plan.local, scored, info)
 
 

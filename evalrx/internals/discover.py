@@ -9,7 +9,7 @@ importing this module stays light.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 # Attribute names a decoder block uses for its attention module (GPT-2 uses `attn`).
@@ -44,13 +44,29 @@ class ModelParts:
     unembed: Any
     num_layers: int
     logit_softcap: Optional[float] = None
+    _casts: dict = field(default_factory=dict, repr=False, compare=False)  # the unembedding's weight per dtype
 
-    def lens_logits(self, hidden: Any) -> Any:
+    def lens_logits(self, hidden: Any, dtype: Any = None) -> Any:
         """Logits for an intermediate residual stream: final norm, unembedding, softcap.
 
         Do not pass ``hidden_states[-1]`` of a transformers 5 forward: it is already normed.
+        ``dtype`` (a torch dtype other than the weights'): the unembedding's product in that
+        precision, from a copy of its weight made once (a cheaper, approximate lens).
         """
-        logits = self.unembed(self.final_norm(hidden))
+        normed = self.final_norm(hidden)
+        weight = getattr(self.unembed, "weight", None)
+        if dtype is None or weight is None or weight.dtype == dtype:
+            logits = self.unembed(normed)
+        else:
+            import torch
+
+            key = str(dtype)
+            if key not in self._casts:
+                self._casts[key] = weight.detach().to(dtype)
+            bias = getattr(self.unembed, "bias", None)
+            logits = torch.nn.functional.linear(
+                normed.to(dtype), self._casts[key], None if bias is None else bias.to(dtype)
+            )
         if self.logit_softcap:
             import torch
 

@@ -206,22 +206,26 @@ def _cpu_sample() -> "Optional[tuple[float, int, int]]":
 def other_busy_cores() -> Optional[float]:
     """How many cores other processes kept busy lately (this process's own threads not counted).
 
-    Read from /proc over the interval since the previous call when it is 0.5-60 s old, else over a
-    fresh 0.1 s. None where /proc cannot be read. The load average cannot say this: it counts this
+    Read from /proc over the interval since the previous reading when that is 0.5-60 s old; within
+    0.5 s the previous answer stands (a short case must not pay for a reading); else over a fresh
+    0.1 s. None where /proc cannot be read. The load average cannot say this: it counts this
     process's own threads, so a process that used two threads would see no core free.
     """
     now = _cpu_sample()
     if now is None:
         return None
     last = _LAST_SAMPLE.get("sample")
-    if last is None or not 0.5 <= now[0] - last[0] <= 60:
+    if last is not None and now[0] - last[0] < 0.5 and "busy" in _LAST_SAMPLE:
+        return _LAST_SAMPLE["busy"]
+    if last is None or now[0] - last[0] > 60:
         time.sleep(0.1)
         last, now = now, _cpu_sample()
         if now is None:
             return None
-    _LAST_SAMPLE["sample"] = now
     ticks = (now[0] - last[0]) * os.sysconf("SC_CLK_TCK")
-    return max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / ticks) if ticks > 0 else 0.0
+    busy = max(0.0, ((now[1] - last[1]) - (now[2] - last[2])) / ticks) if ticks > 0 else 0.0
+    _LAST_SAMPLE.update(sample=now, busy=busy)
+    return busy
 
 
 def free_cpus(limit: int) -> int:
@@ -249,10 +253,11 @@ def batch_threads(handle: Any) -> Iterator[int]:
 
     info = getattr(handle, "cpu_threads", None)
     before = torch.get_num_threads()
-    if not isinstance(info, dict) or info.get("how") in ("asked", "OMP_NUM_THREADS"):
+    default = int(info.get("default") or before) if isinstance(info, dict) else before
+    if default <= before or info.get("how") in ("asked", "OMP_NUM_THREADS"):  # nothing to widen: no reading
         yield before
         return
-    wanted = free_cpus(int(info.get("default") or before))
+    wanted = free_cpus(default)
     if wanted == before:
         yield before
         return

@@ -87,17 +87,34 @@ def env_var_name(text: str) -> str:
     return text
 
 
-def analyzer_names(text: str) -> "list[str]":
-    """`--analyzers`: comma-separated names of the analyzer registry (`evalrx.analyzers.ANALYZERS`)."""
+def analyzer_names(text: str) -> list:
+    """`--analyzers`: comma-separated names of the analyzer registry (`evalrx.analyzers.ANALYZERS`), each
+    optionally with settings as `name:key=value[:key=value]` (e.g. `logit_lens:precision=bfloat16`),
+    which become `{"name": ..., key: value}` entries; a value that reads as a whole number is one."""
     from evalrx.analyzers import ANALYZERS
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ANALYZERS]
-    if not names or unknown:
+    entries: list = []
+    unknown = []
+    for item in (n.strip() for n in text.split(",")):
+        if not item:
+            continue
+        name, *settings = [part.strip() for part in item.split(":")]
+        if name not in ANALYZERS:
+            unknown.append(name)
+            continue
+        kwargs = {}
+        for setting in settings:
+            key, eq, value = setting.partition("=")
+            if not eq or not key.strip() or not value.strip():
+                raise argparse.ArgumentTypeError(f"{item}: a setting is key=value, got {setting!r}")
+            value = value.strip()
+            kwargs[key.strip()] = int(value) if value.lstrip("-").isdigit() else value
+        entries.append({"name": name, **kwargs} if kwargs else name)
+    if not entries or unknown:
         raise argparse.ArgumentTypeError(
             f"{', '.join(unknown) or repr(text)}: not an analyzer; known: {', '.join(sorted(ANALYZERS))}"
         )
-    return names
+    return entries
 
 
 __all__ = [

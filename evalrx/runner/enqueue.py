@@ -36,7 +36,13 @@ def _check(run: RunConfig) -> None:
     from evalrx.analyzers import analyzer_class
 
     for entry in run.analyzers:
-        analyzer_class(parse_analyzer_entry(entry)[0])  # unknown: lists the known
+        name, kwargs = parse_analyzer_entry(entry)
+        cls = analyzer_class(name)  # unknown: lists the known
+        if kwargs:  # settings are checked now, not on every case by the worker
+            try:
+                cls(**kwargs)
+            except TypeError as exc:
+                raise ValueError(f"analyzer {name}: {str(exc).split(') ', 1)[-1]}") from None
 
 
 def enqueue_run(
