@@ -81,14 +81,15 @@ def test_a_second_model_starts_from_torchs_default(monkeypatch, one_thread):
     assert info["how"] == "default" and info["default"] == 2 and torch.get_num_threads() == 2
 
 
-def test_the_analyzers_run_their_arithmetic_on_the_free_cores(monkeypatch, one_thread):
+def test_the_analyzers_run_their_arithmetic_on_the_free_cores(monkeypatch):
     """The lens of a real agent run on the demo model reads its passes under the widened count, and the
     numbers equal those computed on one thread (within 1e-5)."""
     import evalrx.analyzers._compute as compute
 
     monkeypatch.setattr(rt, "_usable_cpus", lambda: 2)
     monkeypatch.setattr(rt, "other_busy_cores", lambda: 0.0)
-    handle = evalrx.load("evalrx-tiny")
+    before = torch.get_num_threads()
+    handle = evalrx.load("evalrx-tiny")  # a small model: its load leaves torch's default count
     case = load_cases("demo/lookup_easy")[0]
     tools = get_tools(["calculator", "lookup"], case=case)
     traj = Agent(handle, tools).run(case)
@@ -101,13 +102,17 @@ def test_the_analyzers_run_their_arithmetic_on_the_free_cores(monkeypatch, one_t
         return stats(*args, **kwargs)
 
     monkeypatch.setattr(compute, "lens_stats", counting)
-    handle.cpu_threads = {"threads": 1, "how": "timed", "default": 2}
-    wide = analyze(handle, traj, [LogitLensAnalyzer()], tools=schemas, captures=None)["logit_lens"]
-    assert seen and set(seen) == {2} and torch.get_num_threads() == 1
-    handle.cpu_threads = {"threads": 1, "how": "asked", "default": 2}
-    seen.clear()
-    narrow = analyze(handle, traj, [LogitLensAnalyzer()], tools=schemas, captures=None)["logit_lens"]
-    assert seen and set(seen) == {1}
+    torch.set_num_threads(1)  # as `settle_cpu_threads` leaves a decoder it settled on one thread
+    try:
+        handle.cpu_threads = {"threads": 1, "how": "timed", "default": 2}
+        wide = analyze(handle, traj, [LogitLensAnalyzer()], tools=schemas, captures=None)["logit_lens"]
+        assert seen and set(seen) == {2} and torch.get_num_threads() == 1
+        handle.cpu_threads = {"threads": 1, "how": "asked", "default": 2}
+        seen.clear()
+        narrow = analyze(handle, traj, [LogitLensAnalyzer()], tools=schemas, captures=None)["logit_lens"]
+        assert seen and set(seen) == {1}
+    finally:
+        torch.set_num_threads(before)
     assert (wide.topk_ids == narrow.topk_ids).all()
     assert abs(wide.topk_logprobs - narrow.topk_logprobs).max() < 1e-5
     assert (wide.target_rank == narrow.target_rank).all()
