@@ -1,13 +1,16 @@
-"""Importing a large Inspect `.eval` log: samples/s and peak memory, Zstandard and Deflate.
+"""Importing a large Inspect log: samples/s and peak memory, `.eval` (Zstandard and Deflate) and `.json`.
 
     python benchmarks/import_eval.py                          # 10k samples, both compressions, 3 repeats
     python benchmarks/import_eval.py --samples 500 --out /tmp/import_eval_small.json
     python benchmarks/import_eval.py --sample-kb 200          # ~2 GB of samples: memory must stay flat
+    python benchmarks/import_eval.py --compression json --out benchmarks/results/import_json.json
 
 One real sample is written by inspect_ai (`mockllm/model`, offline: a tool call, its result, the
 answer), then copied `--samples` times (new ids, optionally padded to `--sample-kb`) into a zip in
 Inspect's layout (`_journal/start.json`, `samples/{id}_epoch_1.json`, `header.json`) with each
-compression, Zstandard entries written by Inspect's own multi-frame compressor. Each import runs in
+compression, Zstandard entries written by Inspect's own multi-frame compressor; `json` writes the same
+samples as one `.json` log document (Inspect's `log_format="json"` layout: `version`, `status`, `eval`,
+..., `samples`), which evalrx reads sample by sample. Each import runs in
 a fresh child process into a fresh SQLite store, so its peak RSS (VmHWM) is the import's
 alone (the parent migrates the fresh store first); the child's RSS before the import is recorded too.
 Machine load is read before and after.
@@ -136,6 +139,25 @@ def build_log(path: Path, sample: dict, start: dict, n: int, compression: str, s
     return {"compressed_mb": round(path.stat().st_size / 2**20, 2), "samples_mb": round(raw / 2**20, 2)}
 
 
+def build_json_log(path: Path, sample: dict, start: dict, n: int, sample_kb: int) -> dict:
+    """A `.json` log document of `n` copies of `sample`, written as a stream (Inspect's key order)."""
+    ids = [f"s{i:06d}" for i in range(n)]
+    spec = json.loads(json.dumps(start))
+    spec["eval"]["dataset"] = {"samples": n, "sample_ids": ids, "shuffled": False}
+    raw = 0
+    pad = "x" * max(0, sample_kb * 1024 - len(json.dumps(sample)))
+    with path.open("w") as fh:
+        fh.write('{"version": 2, "status": "success", "eval": ' + json.dumps(spec["eval"]))
+        fh.write(', "plan": ' + json.dumps(spec.get("plan") or {}) + ', "samples": [')
+        for i, sid in enumerate(ids):
+            s = dict(sample, id=sid, store={"pad": pad} if pad else sample.get("store", {}))
+            data = json.dumps(s, indent=2)
+            raw += len(data)
+            fh.write(("," if i else "") + "\n" + data)
+        fh.write("\n]}\n")
+    return {"compressed_mb": round(path.stat().st_size / 2**20, 2), "samples_mb": round(raw / 2**20, 2)}
+
+
 def import_once(log: Path, work: Path, i: int) -> dict:
     import evalrx.store as S
 
@@ -170,7 +192,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--samples", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=3, help="imports per compression (at least 3 for a spread)")
-    p.add_argument("--compression", choices=["zstd", "deflate", "both"], default="both")
+    p.add_argument(
+        "--compression", choices=["zstd", "deflate", "both", "json"], default="both", help="json: a .json log"
+    )
     p.add_argument("--sample-kb", type=int, default=0, help="pad each sample to about this size (0: as written)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "import_eval.json"))
     args = p.parse_args(argv)
@@ -180,11 +204,16 @@ def main(argv=None) -> int:
         sample, start = template_sample(work)
         results = {}
         for compression in ["zstd", "deflate"] if args.compression == "both" else [args.compression]:
-            log = work / f"bench-{compression}.eval"
             t0 = time.perf_counter()
-            sizes = build_log(log, sample, start, args.samples, compression, args.sample_kb)
+            if compression == "json":
+                log = work / "bench.json"
+                sizes = build_json_log(log, sample, start, args.samples, args.sample_kb)
+            else:
+                log = work / f"bench-{compression}.eval"
+                sizes = build_log(log, sample, start, args.samples, compression, args.sample_kb)
             runs = [import_once(log, work, i) for i in range(args.repeats)]
-            assert all(r["n"] == args.samples and r["format"] == "inspect-eval" for r in runs), runs
+            fmt = "inspect" if compression == "json" else "inspect-eval"
+            assert all(r["n"] == args.samples and r["format"] == fmt for r in runs), runs
             results[compression] = {
                 **sizes,
                 "build_s": round(time.perf_counter() - t0 - sum(r["seconds"] for r in runs), 2),

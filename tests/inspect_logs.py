@@ -16,8 +16,8 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(48))
 LONG = "value of a: " + "x" * 150  # over Inspect's 100 characters: events hold it as an attachment
 
 
-def write_eval_log(log_dir: Path) -> Path:
-    """Run the task with inspect_ai and return the `.eval` file it wrote into `log_dir`."""
+def write_eval_log(log_dir: Path, log_format: str = "eval") -> Path:
+    """Run the task with inspect_ai and return the log file it wrote into `log_dir` (`.eval`, or `.json`)."""
     from inspect_ai import Task
     from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
@@ -97,10 +97,11 @@ def write_eval_log(log_dir: Path) -> Path:
             model="mockllm/model",
             model_args={"custom_outputs": model},
             log_dir=str(log_dir),
+            log_format=log_format,
             display="none",
         ).result()
     assert logs[0].status == "success", logs[0].error
-    (found,) = log_dir.glob("*.eval")
+    (found,) = log_dir.glob(f"*.{log_format}")
     return found
 
 

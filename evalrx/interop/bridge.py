@@ -24,6 +24,7 @@ from evalrx.interop.errors import (
     UnknownFormatError,
 )
 from evalrx.interop.files import existing, file_sha256
+from evalrx.interop.inspect_json_stream import inspect_header, is_inspect_log, read_inspect_json
 from evalrx.interop.limits import UTF8_BOM, ImportLimits, check_size, parse_json, read_lines
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, export_format, listed_format, readers, record_format, writer
@@ -148,6 +149,11 @@ def _read_jsonl(lines: Iterable, reading: Reading) -> Iterator[Record]:
 def _read_document(reading: Reading) -> Iterator[Record]:
     """A file that is one JSON document: one record (a log, an ATIF document, a pretty-printed row) or a list of them."""
     path = reading.path
+    if is_inspect_log(path):  # an Inspect log of any size streams: the limits apply to each sample
+        header = inspect_header(path)
+        if isinstance(header.get("eval"), dict):
+            yield from read_inspect_json(reading, header)
+            return
     check_size(path.stat().st_size, path, 1, reading.limits, what="file (one JSON document)")
     doc = parse_json(path.read_bytes(), path, None, reading.limits, first=True, what="file")
     if isinstance(doc, dict) and record_format(doc, whole=True) is not None:

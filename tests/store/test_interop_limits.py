@@ -76,10 +76,21 @@ def test_record_over_the_size_limit(sqlite_url, tmp_path, capsys):
     )
     assert S.list_runs(store=sqlite_url) == []
     assert import_main([str(f), "--max-record-mb", "1", "--url", sqlite_url]) == 0
-    # a whole-file document (an Inspect .json log) is one record
+    # an Inspect .json log is read sample by sample: its sample is the record
     log = {"eval": {"task": "t", "model": "m"}, "samples": [{"id": 1, "input": "x" * 150_000, "messages": []}]}
     doc = _write(tmp_path / "log.json", json.dumps(log, indent=1))
-    with pytest.raises(X.RecordTooLargeError, match=r"log.json: line 1: the file \(one JSON document\) is 0.1 MB"):
+    with pytest.raises(X.RecordTooLargeError, match=r"log.json: sample 0: the sample is 0.1 MB"):
+        X.import_file(doc, store=sqlite_url, limits=X.ImportLimits(max_record_bytes=100_000))
+    # any other whole-file document is one record
+    atif = {
+        "schema_version": "ATIF-v1.4",
+        "session_id": "s",
+        "agent": {"name": "a"},
+        "steps": [],
+        "x": ["y" * 99] * 1500,
+    }
+    doc = _write(tmp_path / "atif.json", json.dumps(atif, indent=1))  # short lines: one document over many
+    with pytest.raises(X.RecordTooLargeError, match=r"atif.json: line 1: the file \(one JSON document\) is 0.2 MB"):
         X.import_file(doc, store=sqlite_url, limits=X.ImportLimits(max_record_bytes=100_000))
 
 
@@ -100,7 +111,7 @@ def test_json_nested_too_deep_is_one_line(sqlite_url, tmp_path, capsys, where):
             tmp_path / "deep.json",
             '{\n "eval": {"task": "t"},\n "samples": [{"id": 1, "input": "q", "metadata": ' + _deep_json(300) + "}]\n}",
         )
-        expect = "deep.json: line 1: JSON nested 303 levels deep, over the limit of 200"
+        expect = "deep.json: sample 0: JSON nested 301 levels deep, over the limit of 200"  # a sample is a record
     else:
         doc = {
             "schema_version": "ATIF-v1.4",
