@@ -15,7 +15,7 @@ from typing import Iterator
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.limits import ImportLimits, check_size
 
-CHUNK = 8 << 20  # bytes scanned at once
+CHUNK = 1 << 20  # bytes scanned at once: its numpy temporaries are a few times this
 _OPEN = (0x5B, 0x7B)  # [ {
 _CLOSE = (0x5D, 0x7D)  # ] }
 _BETWEEN_ITEMS = frozenset(b" \t\r\n,")
@@ -69,12 +69,12 @@ class _Scan:
         tail, self.tail = self.tail, (self.tail + chunk)[-256:]
         text = chunk.replace(b"\\\\", b"__").replace(b'\\"', b"__")  # escapes out of the way, lengths kept
         a = np.frombuffer(text, dtype=np.uint8)
-        quotes = np.cumsum(a == 0x22, dtype=np.int64) + self.in_string
+        quotes = np.cumsum(a == 0x22, dtype=np.uint8) + np.uint8(self.in_string)  # parity survives wrap-around
         inside = (quotes & 1).astype(bool)  # an opening quote counts as inside, a closing one as outside
         self.in_string = int(quotes[-1] & 1)
         step = np.isin(a, _OPEN).astype(np.int8) - np.isin(a, _CLOSE).astype(np.int8)
         step[inside] = 0
-        after = np.cumsum(step, dtype=np.int64) + self.depth  # the depth after each byte
+        after = np.cumsum(step, dtype=np.int32) + np.int32(self.depth)  # the depth after each byte
         self.depth = int(after[-1])
         marks = np.flatnonzero(step)  # every structural bracket, in order
         pos = 0  # where the unread part of this chunk starts
