@@ -14,7 +14,7 @@ from evalrx.core.case import FailureCase, Label, Termination, Trajectory
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
-from evalrx.store.runs import create_run, save_trajectory, upsert_case
+from evalrx.store.runs import NewTrajectory, create_run, save_trajectories, upsert_cases
 
 
 def _from_source(session: Any, sha256: str) -> list:
@@ -30,7 +30,14 @@ def runs_from_source(sha256: str, *, store: "Store | str | None" = None) -> list
 
 
 class ImportedRun:
-    """One new run filled trajectory by trajectory inside an import's transaction."""
+    """One new run filled trajectory by trajectory inside an import's transaction.
+
+    Trajectories are written in batches of `BATCH` (a few statements a batch instead of eight a
+    trajectory: the store's per-statement cost was most of an import's time); one with labels or tags
+    is written at once, after the batch before it, so an error in them names its own record.
+    """
+
+    BATCH = 256
 
     def __init__(self, session: Any, *, name: str, config: dict, meta: dict, sha256: str) -> None:
         self.s = session
@@ -39,25 +46,40 @@ class ImportedRun:
         self.positions: dict = {}  # case row id -> position: a case keeps one place whatever its attempts
         self.counts = {"pass": 0, "fail": 0, "error": 0}
         self.n = 0
+        self.pending: list = []  # (case, NewTrajectory) not written yet
 
     def add(self, case: FailureCase, traj: Trajectory, *, labels: list, tags: list, diagnoses: Optional[list]) -> None:
         """Store one trajectory of the run (its attempt from `traj.attempt`); ValueError for a bad label or tag."""
-        attempt = max(1, int(traj.attempt or 1))
-        case_row_id = upsert_case(self.s, case)
-        position = self.positions.setdefault(case_row_id, len(self.positions))
-        self.s.execute(
-            insert(t.RunCase),
-            [{"run_id": self.run_id, "case_row_id": case_row_id, "attempt": attempt, "position": position}],
-        )
-        save_trajectory(self.s, self.run_id, case_row_id, traj, labels=labels, tags=tags, diagnoses=diagnoses)
+        # Converted now: a record that cannot be stored fails here, named, not in a later batch.
+        item = NewTrajectory(self.run_id, 0, traj, labels=list(labels or []), tags=list(tags or []))
+        item.diagnoses = list(diagnoses or [])
+        self.pending.append((case, item.prepare()))
         if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:
             self.counts["error"] += 1
         elif traj.outcome.value in self.counts:
             self.counts[traj.outcome.value] += 1
         self.n += 1
+        if labels or tags or len(self.pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending trajectories: their cases, run-case rows and trajectories, a few statements in all."""
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        case_ids = upsert_cases(self.s, [case for case, _ in batch])
+        rows = []
+        for case_row_id, (_, item) in zip(case_ids, batch):
+            item.case_row_id = case_row_id
+            position = self.positions.setdefault(case_row_id, len(self.positions))
+            attempt = max(1, int(item.traj.attempt or 1))
+            rows.append({"run_id": self.run_id, "case_row_id": case_row_id, "attempt": attempt, "position": position})
+        self.s.execute(insert(t.RunCase), rows)
+        save_trajectories(self.s, [item for _, item in batch])
 
     def finish(self, fmt: str) -> None:
-        """Close the run: its format, counts and times."""
+        """Write what is pending and close the run: its format, counts and times."""
+        self.flush()
         run = self.s.get(t.Run, self.run_id)
         run.meta = convert.jsonable({**(run.meta or {}), "format": fmt})
         run.n_cases = run.n_done = self.n

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence
 
 from sqlalchemy import delete, insert, select, update
@@ -25,15 +26,12 @@ from evalrx.store.engine import Store, resolve
 def insert_ignore(session: Session, model: Any, values: dict, key: Sequence[str]) -> None:
     """INSERT a row unless one with the same `key` columns exists (race-free on PostgreSQL too)."""
     dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    else:  # pragma: no cover - other databases are not supported targets
+    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - other databases are not supported targets
         if session.execute(select(model).filter_by(**{k: values[k] for k in key})).first() is None:
             session.execute(insert(model), [values])
         return
-    session.execute(dialect_insert(model).values(**values).on_conflict_do_nothing(index_elements=list(key)))
+    stmt = _dialect_insert(dialect)(model).values(**values).on_conflict_do_nothing(index_elements=list(key))
+    session.execute(stmt)
 
 
 def put_blob(session: Session, data: bytes, mime: Optional[str] = None) -> str:
@@ -59,14 +57,52 @@ def get_blob(sha256: str, *, store: "Store | str | None" = None) -> Optional[tup
 
 def upsert_case(session: Session, case: FailureCase) -> int:
     """Return the id of the `cases` row with this case's content, inserting it if new."""
-    data = convert.image_bytes(case.inputs.image)
-    image_sha = put_blob(session, data) if data is not None else None
-    fields = convert.case_fields(case, image_sha)
-    found = session.execute(select(t.Case.id).where(t.Case.digest == fields["digest"])).scalar()
-    if found is not None:
-        return found
-    insert_ignore(session, t.Case, fields, ["digest"])
-    return session.execute(select(t.Case.id).where(t.Case.digest == fields["digest"])).scalar_one()
+    return upsert_cases(session, [case])[0]
+
+
+_IN_CHUNK = 500  # values in one SQL `IN (...)`: well under SQLite's and PostgreSQL's parameter limits
+
+
+def upsert_cases(session: Session, cases: Sequence[FailureCase]) -> list:
+    """The ids of the `cases` rows with these cases' contents, in order, inserting the new ones together
+    (a few statements for many cases: an import's batch)."""
+    rows: dict = {}  # digest -> fields, first seen first
+    digests = []
+    for case in cases:
+        data = convert.image_bytes(case.inputs.image)
+        image_sha = put_blob(session, data) if data is not None else None
+        fields = convert.case_fields(case, image_sha)
+        rows.setdefault(fields["digest"], fields)
+        digests.append(fields["digest"])
+    ids = _case_ids(session, list(rows))
+    missing = [rows[d] for d in rows if d not in ids]
+    if missing:
+        dialect = session.get_bind().dialect.name
+        if dialect in ("postgresql", "sqlite"):
+            insert_for = _dialect_insert(dialect)
+            stmt = insert_for(t.Case.__table__).on_conflict_do_nothing(index_elements=["digest"])
+            session.execute(stmt, missing)
+        else:  # pragma: no cover - other databases are not supported targets
+            for fields in missing:
+                insert_ignore(session, t.Case, fields, ["digest"])
+        ids.update(_case_ids(session, [f["digest"] for f in missing]))
+    return [ids[d] for d in digests]
+
+
+def _case_ids(session: Session, digests: Sequence[str]) -> dict:
+    found: dict = {}
+    for i in range(0, len(digests), _IN_CHUNK):
+        q = select(t.Case.digest, t.Case.id).where(t.Case.digest.in_(digests[i : i + _IN_CHUNK]))
+        found.update((digest, case_id) for digest, case_id in session.execute(q).all())
+    return found
+
+
+def _dialect_insert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    return dialect_insert
 
 
 # What a queued run's stored config may hold: an allow-list (RunConfig's and ModelConfig's fields), so a
@@ -224,37 +260,78 @@ def save_trajectory(
     rolls the caller's transaction back. `labels` are label dicts (as exported) to
     restore, oldest first; `diagnoses` are `Diagnosis` objects, best first.
     """
-    fields = convert.trajectory_fields(traj)
-    # Core inserts: one executemany for the steps (the ORM's bulk insert would split rows
-    # whose NULL columns differ into separate statements).
+    item = NewTrajectory(run_id, case_row_id, traj, labels=list(labels), tags=list(tags), diagnoses=list(diagnoses))
+    return save_trajectories(session, [item])[0]
+
+
+@dataclass
+class NewTrajectory:
+    """One trajectory to insert (`save_trajectories`): its run, case row, and what goes with it.
+
+    `prepare` converts it to rows; called early (an import calls it as each record arrives), a record
+    that cannot be stored fails at that record, not at the batch it is written with.
+    """
+
+    run_id: int
+    case_row_id: int
+    traj: Trajectory
+    labels: list = field(default_factory=list)
+    tags: list = field(default_factory=list)
+    diagnoses: list = field(default_factory=list)
+    rows: Optional[dict] = None
+
+    def prepare(self) -> "NewTrajectory":
+        if self.rows is None:
+            steps = self.traj.steps
+            self.rows = {
+                "fields": convert.trajectory_fields(self.traj),
+                "text": convert.search_text(self.traj),
+                "steps": [convert.step_fields(s) for s in steps],
+                "tools": convert.tools_used(steps),
+            }
+        return self
+
+
+def save_trajectories(session: Session, items: Sequence[NewTrajectory]) -> list:
+    """Insert trajectories with their steps, tools used and diagnoses; return their ids, in order.
+
+    Many trajectories take the same few statements as one (an import writes them in batches): the
+    trajectories in one INSERT .. RETURNING (ids in parameter order), their texts, steps and tools in
+    one executemany each. Core inserts, since the ORM's bulk insert splits rows whose NULL columns
+    differ into separate statements.
+    """
+    if not items:
+        return []
     table = t.Trajectory.__table__
-    tid = session.execute(
-        insert(table).returning(table.c.id), [dict(fields, run_id=run_id, case_row_id=case_row_id)]
-    ).scalar_one()
+    prepared = [i.prepare().rows or {} for i in items]
+    rows = [dict(r["fields"], run_id=i.run_id, case_row_id=i.case_row_id) for r, i in zip(prepared, items)]
+    ids = list(session.execute(insert(table).returning(table.c.id, sort_by_parameter_order=True), rows).scalars())
     session.execute(
-        insert(t.TrajectoryText.__table__), [{"trajectory_id": tid, "search_text": convert.search_text(traj)}]
+        insert(t.TrajectoryText.__table__),
+        [{"trajectory_id": tid, "search_text": r["text"]} for tid, r in zip(ids, prepared)],
     )
-    step_rows = [dict(convert.step_fields(s), trajectory_id=tid) for s in traj.steps]
-    if step_rows:
-        session.execute(insert(t.Step.__table__), step_rows)
-    tools = convert.tools_used(traj.steps)
+    steps = [dict(step, trajectory_id=tid) for tid, r in zip(ids, prepared) for step in r["steps"]]
+    if steps:
+        session.execute(insert(t.Step.__table__), steps)
+    tools = [{"trajectory_id": tid, "tool": n} for tid, r in zip(ids, prepared) for n in r["tools"]]
     if tools:
-        session.execute(insert(t.TrajectoryTool.__table__), [{"trajectory_id": tid, "tool": n} for n in tools])
-    if traj.offered_tools:
-        save_offered_tools(session, tid, traj.offered_tools)
-    if diagnoses:
-        from evalrx.store.diagnoses import save_diagnoses
+        session.execute(insert(t.TrajectoryTool.__table__), tools)
+    for tid, i in zip(ids, items):
+        if i.traj.offered_tools:
+            save_offered_tools(session, tid, i.traj.offered_tools)
+        if i.diagnoses:
+            from evalrx.store.diagnoses import save_diagnoses
 
-        save_diagnoses(session, tid, diagnoses)
-    if labels:
-        from evalrx.store.labels import restore_labels
+            save_diagnoses(session, tid, i.diagnoses)
+        if i.labels:
+            from evalrx.store.labels import restore_labels
 
-        restore_labels(session, tid, labels)
-    for tag in tags:
-        from evalrx.store.labels import tag_in_session
+            restore_labels(session, tid, i.labels)
+        for tag in i.tags:
+            from evalrx.store.labels import tag_in_session
 
-        tag_in_session(session, tid, tag)
-    return tid
+            tag_in_session(session, tid, tag)
+    return ids
 
 
 def save_offered_tools(session: Session, trajectory_id: int, tools: Sequence[dict]) -> None:
