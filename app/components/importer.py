@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -29,6 +30,14 @@ class ImportJob:
     result: Any = None
     error: Optional[str] = None
     thread: Optional[threading.Thread] = field(default=None, repr=False)
+    started: float = field(default_factory=time.monotonic)
+    ended: Optional[float] = None
+
+    @property
+    def rate(self) -> float:
+        """Trajectories imported a second so far (or over the whole import once it has finished)."""
+        seconds = (self.ended or time.monotonic()) - self.started
+        return self.done / seconds if seconds > 0 else 0.0
 
 
 def upload_dir() -> Path:
@@ -65,6 +74,7 @@ def start(
         except Exception as exc:  # one line for the page: what failed, not a traceback
             job.error = str(exc) or type(exc).__name__
         finally:
+            job.ended = time.monotonic()
             job.finished = True
 
     job.thread = threading.Thread(target=run, name=f"evalrx-import-{key[:8]}", daemon=True)

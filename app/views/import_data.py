@@ -78,7 +78,10 @@ def progress() -> None:
     job = importer.current(key)
     if job is None:
         return
-    st.progress(min(job.done / job.total, 1.0), text=f"Imported {job.done} of {job.total} trajectories")
+    st.progress(
+        min(job.done / job.total, 1.0),
+        text=f"Imported {job.done:,} of {job.total:,} trajectories ({job.rate:,.0f} a second)",
+    )
     if not job.finished:
         st.caption("You can use the other pages meanwhile.")
         return

@@ -95,8 +95,8 @@ def read_inspect_json(reading: Reading, header: dict) -> Iterator[Record]:
     meta = {"inspect_status": header.get("status")}
     reading.kinds.add("inspect")
     found = False
-    for i, raw in enumerate(array_items(path, "samples", reading.limits, what="sample")):
-        sample = parse_json(raw, path, f"sample {i}", reading.limits, what="sample")
+    for i, (raw, depth) in enumerate(array_items(path, "samples", reading.limits, what="sample")):
+        sample = parse_json(raw, path, f"sample {i}", reading.limits, what="sample", depth=depth)
         at = f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
         try:
             case, traj = from_inspect_sample(sample)

@@ -21,8 +21,9 @@ _CLOSE = (0x5D, 0x7D)  # ] }
 _BETWEEN_ITEMS = frozenset(b" \t\r\n,")
 
 
-def array_items(path: Path, key: str, limits: ImportLimits, what: str = "item") -> Iterator[bytes]:
-    """Each object of the array at the document's top-level `key`, as bytes, in order.
+def array_items(path: Path, key: str, limits: ImportLimits, what: str = "item") -> Iterator[tuple]:
+    """`(bytes, depth)` of each object of the array at the document's top-level `key`, in order: its
+    text and how deep it nests (as `limits.json_depth` counts, found by the same scan).
 
     Raises:
         RecordTooLargeError: an item over the record limit (said before it is all read).
@@ -62,10 +63,11 @@ class _Scan:
         self.index = 0  # the item being read
         self.parts: list = []
         self.size = 0
+        self.peak = 0  # the deepest the scan went inside the item being read
         self.tail = b""  # the previous chunk's last bytes: a key may end there and its array open here
         self.lines = 0  # newlines in the chunks before, for an error's line number
 
-    def feed(self, np, chunk: bytes, key: str, path: Path, limits: ImportLimits, what: str) -> Iterator[bytes]:
+    def feed(self, np, chunk: bytes, key: str, path: Path, limits: ImportLimits, what: str) -> Iterator[tuple]:
         tail, self.tail = self.tail, (self.tail + chunk)[-256:]
         text = chunk.replace(b"\\\\", b"__").replace(b'\\"', b"__")  # escapes out of the way, lengths kept
         a = np.frombuffer(text, dtype=np.uint8)
@@ -76,7 +78,10 @@ class _Scan:
         step[inside] = 0
         after = np.cumsum(step, dtype=np.int32) + np.int32(self.depth)  # the depth after each byte
         self.depth = int(after[-1])
-        marks = np.flatnonzero(step)  # every structural bracket, in order
+        # The brackets that can matter, in order: those that open to depth 3 or less (the document, the
+        # array, an item) and those that close to depth 2 or less (an item, the array); the many inside
+        # an item are skipped here rather than one by one in Python.
+        marks = np.flatnonzero(((step == 1) & (after <= 3)) | ((step == -1) & (after <= 2)))
         pos = 0  # where the unread part of this chunk starts
         for m in marks.tolist():
             d = int(after[m])
@@ -88,7 +93,7 @@ class _Scan:
                     self._between(chunk[pos:m], path, what)
                     if a[m] != 0x7B:
                         raise ImportFormatError(path, f"{what} {self.index}", "not a JSON object")
-                    self.phase, pos, self.parts, self.size = "item", m, [], 0
+                    self.phase, pos, self.parts, self.size, self.peak = "item", m, [], 0, 0
                 elif d == 1:  # the array closes
                     self._between(chunk[pos:m], path, what)
                     self._closes(chunk, m, 0x5D, path)
@@ -99,8 +104,9 @@ class _Scan:
                 piece = chunk[pos : m + 1]
                 self.size += len(piece)
                 check_size(self.size, path, f"{what} {self.index}", limits, what=what)
+                self.peak = max(self.peak, int(after[pos : m + 1].max()))
                 self.parts.append(piece)
-                yield b"".join(self.parts)
+                yield b"".join(self.parts), self.peak - 2  # the item's own `{` is depth 1
                 self.parts, self.size = [], 0
                 self.index += 1
                 self.phase, pos = "array", m + 1
@@ -109,6 +115,8 @@ class _Scan:
             piece = chunk[pos:]
             self.size += len(piece)
             check_size(self.size, path, f"{what} {self.index}", limits, what=f"{what} (at least)")
+            if piece:
+                self.peak = max(self.peak, int(after[pos:].max()))
             self.parts.append(piece)
         elif self.phase == "array":
             self._between(chunk[pos:], path, what)

@@ -145,7 +145,14 @@ def json_depth(data: bytes, limit: int) -> Optional[int]:
 
 
 def parse_json(
-    data: bytes, path: "str | Path", where: Any, limits: ImportLimits, *, first: bool = False, what: str = "record"
+    data: bytes,
+    path: "str | Path",
+    where: Any,
+    limits: ImportLimits,
+    *,
+    first: bool = False,
+    what: str = "record",
+    depth: Optional[int] = None,
 ) -> Any:
     """Parse one JSON record within the limits.
 
@@ -155,10 +162,12 @@ def parse_json(
             (errors then name the line inside it).
         first: the record starts the file (a byte-order mark is looked for).
         what: the record's name in a size error ("line", "sample", "file").
+        depth: the record's nesting depth when a scan already found it (`json_array_items`); None
+            counts it here.
     """
     check_size(len(data), path, where if where is not None else 1, limits, what=what)
     text = decode_utf8(data, path, where, first=first)
-    deep = json_depth(data, limits.max_depth)
+    deep = json_depth(data, limits.max_depth) if depth is None else (depth if depth > limits.max_depth else None)
     if deep is not None:
         raise NestingTooDeepError(
             path,

@@ -37,7 +37,7 @@ def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server
     done = page.get_by_text(re.compile(r"Imported 4 trajectories \(inspect-eval\) into run \d+"))
     done.wait_for(timeout=30_000)
     run_id = re.search(r"into run (\d+)", done.inner_text()).group(1)
-    assert "Imported 4 of 4 trajectories" in main_text(page)
+    assert "Imported 4 of 4 trajectories (" in main_text(page) and " a second)" in main_text(page)
 
     # One of its failures: the sample whose tool raised an error.
     goto(page, f"{app_server.url}/trajectories?run={run_id}&outcome=fail")

@@ -75,6 +75,8 @@ def test_a_broken_json_log_is_one_line(logs, tmp_path, sqlite_url):
     text = logs["json"].read_text()
     cut = tmp_path / "cut.json"
     cut.write_text(text[: len(text) * 3 // 4])  # a log cut off inside its samples
-    with pytest.raises(X.ImportFormatError, match=r"cut\.json: sample \d+: the file ends here: was it cut off while it was written\?"):
+    with pytest.raises(
+        X.ImportFormatError, match=r"cut\.json: sample \d+: the file ends here: was it cut off while it was written\?"
+    ):
         X.import_file(cut, store=sqlite_url)
     assert S.list_runs(store=sqlite_url) == []

@@ -10,6 +10,7 @@ import pytest
 
 import evalrx.interop.json_array_items as J
 from evalrx.interop import ImportFormatError, ImportLimits, RecordTooLargeError
+from evalrx.interop.limits import json_depth
 
 TRICKY = ['a "quoted" [bracket', "back\\slash\\", "\\\\", "}{][", 'end \\"', "ünï", ""]
 
@@ -38,8 +39,10 @@ def test_items_match_json_loads_at_any_chunk_size(tmp_path, monkeypatch, chunk):
         doc = _doc(rng, rng.randint(0, 12))
         path = tmp_path / f"d{trial}.json"
         path.write_text(json.dumps(doc, indent=rng.choice([None, 1, 2]), ensure_ascii=rng.random() < 0.5))
-        got = [json.loads(b) for b in J.array_items(path, "samples", ImportLimits())]
-        assert got == doc["samples"]
+        items = list(J.array_items(path, "samples", ImportLimits()))
+        assert [json.loads(b) for b, _ in items] == doc["samples"]
+        # the depth the scan reports is the one `json_depth` counts on the item's own bytes
+        assert [d for _, d in items] == [json_depth(b, 0) for b, _ in items]
 
 
 def test_limits_and_broken_arrays_are_one_line(tmp_path):
