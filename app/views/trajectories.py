@@ -22,7 +22,9 @@ from components.safe import md_escape, short
 from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids
 
 S = store()
-PAGE_SIZE = 50
+# Rows a page (the user's pick, in the URL): the table scrolls within a page, and Streamlit's grid draws
+# only the rows in view, so a page of 1,000 costs the query, not the drawing.
+PAGE_SIZES = ("25", "50", "200", "1000")
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -75,7 +77,7 @@ with st.container(border=True):
     h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
-    k, m, n, _ = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
+    k, m, n, o, _ = st.columns([1, 1, 1, 1, 2], vertical_alignment="bottom")
     k.selectbox(
         "Labelled as",
         modes,
@@ -102,15 +104,16 @@ with st.container(border=True):
         help="the diagnosis sources' best candidates (reference, rules, white-box, judge) differ in kind or step",
         **BOUND,
     )
+    per = int(o.selectbox("Rows a page", PAGE_SIZES, index=1, key="per", **BOUND) or PAGE_SIZES[1])
 
 params = {k: st.session_state.get(k) for k in FILTER_KEYS}
 filters = store_filters(params)
 sort, desc = sort_args(params)
 result = list_trajectories(
-    sort=sort, descending=desc, limit=PAGE_SIZE, offset=(page_no - 1) * PAGE_SIZE, with_total=True, store=S, **filters
+    sort=sort, descending=desc, limit=per, offset=(page_no - 1) * per, with_total=True, store=S, **filters
 )
 total = result.total or 0
-n_pages = max(1, -(-total // PAGE_SIZE))
+n_pages = max(1, -(-total // per))
 st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
 
 keep = as_context(params)  # prev/next on the Trajectory page walk this filter

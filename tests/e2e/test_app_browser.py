@@ -58,6 +58,17 @@ def test_filter_lives_in_the_url_and_survives_reload(app_server, seeded, page):
     page.get_by_text("8 trajectories").wait_for()
 
 
+def test_the_page_size_is_the_users_and_lives_in_the_url(app_server, seeded, page):
+    total = S.list_trajectories(with_total=True, limit=1, store=seeded["url"]).total
+    assert 25 < total <= 50
+    goto(page, f"{app_server.url}/trajectories?per=25")
+    page.get_by_text(f"{total} trajectories · page 1 of 2").wait_for()
+    page.get_by_label("Rows a page").click()
+    page.get_by_role("option", name="200", exact=True).click()
+    page.wait_for_url(re.compile(r"per=200"))
+    page.get_by_text(f"{total} trajectories · page 1 of 1").wait_for()
+
+
 def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server, seeded, page):
     url, ids = seeded["url"], seeded["label_ids"]
     goto(page, f"{app_server.url}/label?run={seeded['label_run']}&annotator=ana")
