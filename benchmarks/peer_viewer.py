@@ -1,0 +1,295 @@
+"""Inspect AI's log viewer and this app side by side, on the same logs, in one run.
+
+    python benchmarks/peer_viewer.py                         # 1,000 and 10,000 samples, 3 repeats after a cold one
+    python benchmarks/peer_viewer.py --sizes 1000 --reps 3 --out /tmp/peer_small.json
+
+For each size a log is written by inspect-ai itself (the version pinned in the dev extra; `mockllm/model`
+with a calculator tool: each sample asks a sum, calls the tool, answers), in a child process so
+Inspect's event loop stays out of this one. The same `.eval` file is served by `inspect view` and
+imported into a fresh SQLite store served by this app (`streamlit run app/main.py`, no worker: the peer
+has none). Both on loopback, measured by Chromium through Playwright with the page helpers of
+`benchmarks/app_latency.py`, a fresh browser context per repeat, the first repeat cold and not counted:
+
+- list ready: the samples list shows its rows (the peer: the first sample row; this app: the table);
+- open a sample from the list (click): until the sample's tool arguments (`expression`) and final
+  answer ("The answer is ...") are on the page;
+- open a sample by URL in a fresh tab: the same wait;
+- server memory: each server process's peak RSS (VmHWM) after its phase.
+
+Also recorded: the import (samples/s). Results go to `benchmarks/results/peer_viewer.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+# A page of either viewer shows an opened sample: its tool call's argument and its final answer.
+SAMPLE_READY_JS = """() => {
+    const text = document.body ? document.body.innerText : "";
+    return text.includes("expression") && text.includes("The answer is");
+}"""
+PEER_ROWS = "a[role=row][href*='/samples/sample/']"
+
+
+def write_log(n: int, log_dir: Path) -> Path:
+    """In a child process: inspect-ai runs `n` samples and writes its `.eval` log into `log_dir`."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--write-log", str(n), str(log_dir)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"inspect-ai could not write the log:\n{done.stderr[-3000:]}")
+    (log,) = log_dir.glob("*.eval")
+    return log
+
+
+def _write_log_here(n: int, log_dir: Path) -> None:
+    os.environ.setdefault("INSPECT_DISPLAY", "none")
+    os.environ["XDG_DATA_HOME"] = str(log_dir.parent / "xdg-data")
+    os.environ["XDG_CACHE_HOME"] = str(log_dir.parent / "xdg-cache")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from inspect_ai import Task
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, ModelUsage
+    from inspect_ai.scorer import includes
+    from inspect_ai.solver import generate, use_tools
+    from inspect_ai.tool import tool
+
+    @tool
+    def calculator():
+        async def execute(expression: str) -> str:
+            """Add two whole numbers.
+
+            Args:
+                expression: Two whole numbers joined by "+".
+
+            Returns:
+                Their sum.
+            """
+            a, b = expression.split("+")
+            return str(int(a) + int(b))
+
+        return execute
+
+    def model(messages, tools, tool_choice, config):
+        question = next(m.text for m in messages if m.role == "user")
+        if not any(m.role == "tool" for m in messages):
+            expr = question.split(":", 1)[1].strip()
+            out = ModelOutput.for_tool_call("mockllm/model", "calculator", {"expression": expr}, content="Computing.")
+        else:
+            out = ModelOutput.from_content("mockllm/model", f"The answer is {messages[-1].text}.")
+        out.usage = ModelUsage(input_tokens=60, output_tokens=10, total_tokens=70)
+        return out
+
+    # Every fifth target is off by one, so the log has failures to look at.
+    samples = [
+        Sample(id=f"q{i:06d}", input=f"What is: {i} + {i % 7}", target=str(i + i % 7 + (i % 5 == 0))) for i in range(n)
+    ]
+    task = Task(dataset=samples, solver=[use_tools(calculator()), generate()], scorer=includes(), name="calc_bench")
+    with ThreadPoolExecutor(1) as pool:
+        logs = pool.submit(
+            inspect_eval,
+            task,
+            model="mockllm/model",
+            model_args={"custom_outputs": model},
+            log_dir=str(log_dir),
+            display="none",
+            max_samples=64,
+        ).result()
+    assert logs[0].status == "success", logs[0].error
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+
+
+class PeerServer:
+    """`inspect view` on one log folder, on loopback."""
+
+    def __init__(self, log_dir: Path, work: Path) -> None:
+        from apphelpers import free_port, wait_http_ok
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, INSPECT_DISPLAY="none", XDG_DATA_HOME=str(work / "xdg-data"))
+        env["XDG_CACHE_HOME"] = str(work / "xdg-cache")
+        self.log = open(work / "inspect-view.log", "w")
+        inspect = Path(sys.executable).with_name("inspect")
+        cmd = [str(inspect), "view", "--log-dir", str(log_dir), "--port", str(self.port), "--host", "127.0.0.1"]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_http_ok(self.url + "/", proc=self.proc)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def summary(xs: list) -> dict:
+    return {
+        "median_s": round(statistics.median(xs), 3),
+        "min_s": round(min(xs), 3),
+        "max_s": round(max(xs), 3),
+        "values_s": [round(x, 3) for x in xs],
+    }
+
+
+def measure_size(n: int, work: Path, browser, reps: int) -> dict:
+    from app_latency import READY_JS
+    from apphelpers import AppServer, settle
+
+    import evalrx.interop as X
+    import evalrx.store as S
+
+    log = write_log(n, work / f"logs-{n}")
+    url = f"sqlite:///{work / f'store-{n}.sqlite'}"
+    S.upgrade(url)
+    t0 = time.perf_counter()
+    imported = X.import_file(log, store=url)
+    import_s = time.perf_counter() - t0
+    (run_id,) = imported.run_ids
+    some = S.list_trajectories(run_id=run_id, limit=200, store=url).rows
+    env = dict(os.environ, EVALRX_DATABASE_URL=url, EVALRX_NO_LOCAL_WORKER="1")
+    ours, peer = AppServer(env, work), PeerServer(log.parent, work)
+    times: dict = {k: [] for k in ("peer_list", "peer_click", "peer_url", "ours_list", "ours_click", "ours_url")}
+    list_ready = "[data-testid='stDataFrame'] canvas"
+    try:
+        for rep in range(reps + 1):
+            keep = rep > 0  # the first repeat warms both servers and is not counted
+            k = 1 + rep  # a different row each repeat
+            # -- the peer: its list, a click on a row, a sample by URL in a fresh context
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            t = time.perf_counter()
+            page.goto(f"{peer.url}/#/tasks/{log.name}")
+            rows = page.locator(PEER_ROWS)
+            rows.nth(k).wait_for(timeout=120_000)
+            times["peer_list"].append(time.perf_counter() - t)
+            href = rows.nth(k).get_attribute("href")
+            t = time.perf_counter()
+            rows.nth(k).click()
+            page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
+            times["peer_click"].append(time.perf_counter() - t)
+            ctx.close()
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            t = time.perf_counter()
+            page.goto(href)
+            page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
+            times["peer_url"].append(time.perf_counter() - t)
+            ctx.close()
+            # -- this app: the run's list, a click on a row, a trajectory by URL in a fresh context
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            t = time.perf_counter()
+            page.goto(f"{ours.url}/trajectories?run={run_id}")
+            page.wait_for_function(READY_JS, arg=["Trajectories", list_ready], polling=20, timeout=120_000)
+            times["ours_list"].append(time.perf_counter() - t)
+            settle(page)
+            grid = page.locator("[data-testid='stDataFrame']").first.bounding_box()
+            t = time.perf_counter()
+            page.mouse.click(grid["x"] + 18, grid["y"] + 35 * (k + 1) + 17)
+            page.wait_for_url("**/trajectory?**", timeout=120_000)
+            page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
+            times["ours_click"].append(time.perf_counter() - t)
+            ctx.close()
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            t = time.perf_counter()
+            page.goto(f"{ours.url}/trajectory?id={some[k].id}")
+            page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
+            times["ours_url"].append(time.perf_counter() - t)
+            ctx.close()
+            if not keep:
+                for v in times.values():
+                    v.pop()
+            print(f"  {n}: repeat {rep} done", file=sys.stderr, flush=True)
+        memory = {"peer_server_peak_mb": round(peak_rss_mb(peer.proc.pid), 1)}
+        memory["ours_server_peak_mb"] = round(peak_rss_mb(ours.proc.pid), 1)
+    finally:
+        ours.stop()
+        peer.stop()
+    out = {name: summary(v) for name, v in times.items()}
+    for what in ("list", "click", "url"):
+        out[f"ratio_{what}"] = round(out[f"ours_{what}"]["median_s"] / out[f"peer_{what}"]["median_s"], 2)
+    return {
+        **out,
+        **memory,
+        "import_samples_per_s": round(n / import_s, 1),
+        "log_mb": round(log.stat().st_size / 2**20, 2),
+    }
+
+
+def main(argv=None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--write-log":
+        _write_log_here(int(sys.argv[2]), Path(sys.argv[3]))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
+    p.add_argument("--reps", type=int, default=3, help="counted repeats (after one cold repeat)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "peer_viewer.json"))
+    args = p.parse_args(argv)
+    from apphelpers import CHROMIUM_ARGS
+    from playwright.sync_api import sync_playwright
+
+    load_start = os.getloadavg()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="evalrx-peer-") as tmp, sync_playwright() as pw:
+        exe = shutil.which("chromium") or "/usr/bin/chromium"
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            for n in args.sizes:
+                results[str(n)] = measure_size(n, Path(tmp), browser, args.reps)
+                print(json.dumps({n: results[str(n)]}), file=sys.stderr, flush=True)
+        finally:
+            browser.close()
+    import inspect_ai
+
+    report = {
+        "benchmark": "peer_viewer",
+        "peer": f"inspect view (inspect-ai {inspect_ai.__version__})",
+        "reps": args.reps,
+        "results": results,
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "load_avg_at_start": load_start,
+            "load_avg_at_end": os.getloadavg(),
+        },
+        "note": "medians over the counted repeats; each server's memory is its process's peak RSS",
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
