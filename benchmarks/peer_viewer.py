@@ -14,7 +14,9 @@ has none). Both on loopback, measured by Chromium through Playwright with the pa
 - open a sample from the list (click): until the sample's tool arguments (`expression`) and final
   answer ("The answer is ...") are on the page;
 - open a sample by URL in a fresh tab: the same wait;
-- server memory: each server process's peak RSS (VmHWM) after its phase.
+- server memory: each server process's peak RSS (VmHWM) after its phase;
+- each page's own script time on the server (Streamlit's AppTest, no browser; `server_script_s`): the
+  rest of a page's time is Streamlit's own and the browser's.
 
 Also recorded: the import (samples/s). Results go to `benchmarks/results/peer_viewer.json`.
 """
@@ -114,6 +116,47 @@ def _write_log_here(n: int, log_dir: Path) -> None:
             max_samples=64,
         ).result()
     assert logs[0].status == "success", logs[0].error
+
+
+def script_seconds(url: str, reps: int = 5) -> dict:
+    """In a child process: each page's own script time (Streamlit's AppTest, no browser) on the store at `url`,
+    the median of `reps` warm runs: what of a page's time is the server's."""
+    env = dict(os.environ, EVALRX_DATABASE_URL=url, EVALRX_NO_LOCAL_WORKER="1")
+    done = subprocess.run(
+        [sys.executable, __file__, "--script-times", str(reps)], capture_output=True, text=True, env=env, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"the script timing failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _script_times_here(reps: int) -> None:
+    sys.path.insert(0, str(ROOT / "app"))
+    from streamlit.testing.v1 import AppTest
+
+    import evalrx.store as S
+
+    url = os.environ["EVALRX_DATABASE_URL"]
+    rows = S.list_trajectories(limit=reps + 1, store=url).rows
+    out = {}
+    for page, params in (
+        ("views/trajectories.py", lambda i: {"run": str(rows[0].run_id)}),
+        ("views/trajectory.py", lambda i: {"id": str(rows[i].id)}),
+    ):
+        times = []
+        for i in range(reps + 1):
+            at = AppTest.from_file(str(ROOT / "app" / "main.py"), default_timeout=120)
+            for key, value in params(i).items():
+                at.query_params[key] = value
+            at.switch_page(page)
+            t = time.perf_counter()
+            at.run()
+            if at.exception:
+                raise SystemExit(f"{page}: {at.exception[0].value}")
+            if i:  # the first run imports the page's modules
+                times.append(time.perf_counter() - t)
+        out[page] = round(statistics.median(times), 3)
+    print(json.dumps(out))
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -241,6 +284,7 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
     return {
         **out,
         **memory,
+        "server_script_s": script_seconds(url),
         "import_samples_per_s": round(n / import_s, 1),
         "log_mb": round(log.stat().st_size / 2**20, 2),
     }
@@ -249,6 +293,9 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--write-log":
         _write_log_here(int(sys.argv[2]), Path(sys.argv[3]))
+        return 0
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--script-times":
+        _script_times_here(int(sys.argv[2]))
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
