@@ -16,7 +16,9 @@ has none). Both on loopback, measured by Chromium through Playwright with the pa
 - open a sample by URL in a fresh tab: the same wait;
 - server memory: each server process's peak RSS (VmHWM) after its phase;
 - each page's own script time on the server (Streamlit's AppTest, no browser; `server_script_s`): the
-  rest of a page's time is Streamlit's own and the browser's.
+  rest of a page's time is Streamlit's own and the browser's;
+- `streamlit_floor`: a two-page Streamlit app with none of this app's code, timed the same way (fresh
+  tab, a click to the other page) and its server's peak RSS: what no Streamlit page here can go under.
 
 Also recorded: the import (samples/s). Results go to `benchmarks/results/peer_viewer.json`.
 """
@@ -157,6 +159,66 @@ def _script_times_here(reps: int) -> None:
                 times.append(time.perf_counter() - t)
         out[page] = round(statistics.median(times), 3)
     print(json.dumps(out))
+
+
+BARE_APP = """import streamlit as st
+
+def a():
+    st.title("Page A")
+    st.page_link(b_page, label="to B")
+
+def b():
+    st.title("Page B")
+    st.write("Nothing else.")
+
+b_page = st.Page(b, title="B", url_path="b")
+st.navigation([st.Page(a, title="A", url_path="a", default=True), b_page]).run()
+"""
+
+
+def streamlit_floor(work: Path, browser, reps: int) -> dict:
+    """What Streamlit itself costs, with none of this app's code: a two-page app served the same way, timed
+    the same way (a fresh tab until its heading shows; a click on a link to the other page), and its
+    server's peak RSS. A goal under these cannot be met by any page of a Streamlit app on this machine."""
+    from apphelpers import free_port, settle, wait_http_ok
+
+    script = work / "bare_app.py"
+    script.write_text(BARE_APP)
+    port = free_port()
+    log = open(work / "bare-streamlit.log", "w")
+    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true"]
+    cmd += ["--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
+    proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    fresh, switch = [], []
+    try:
+        wait_http_ok(f"{base}/_stcore/health", proc=proc)
+        for rep in range(reps + 1):
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = ctx.new_page()
+            t = time.perf_counter()
+            page.goto(f"{base}/")
+            page.get_by_role("heading", name="Page A").wait_for(timeout=60_000)
+            dt_fresh = time.perf_counter() - t
+            settle(page)
+            t = time.perf_counter()
+            page.get_by_role("link", name="to B").click()
+            page.get_by_role("heading", name="Page B").wait_for(timeout=60_000)
+            dt_switch = time.perf_counter() - t
+            ctx.close()
+            if rep:
+                fresh.append(dt_fresh)
+                switch.append(dt_switch)
+        peak = round(peak_rss_mb(proc.pid), 1)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    return {"fresh_tab": summary(fresh), "page_switch": summary(switch), "server_peak_mb": peak}
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -314,6 +376,8 @@ def main(argv=None) -> int:
             for n in args.sizes:
                 results[str(n)] = measure_size(n, Path(tmp), browser, args.reps)
                 print(json.dumps({n: results[str(n)]}), file=sys.stderr, flush=True)
+            floor = streamlit_floor(Path(tmp), browser, args.reps)
+            print(json.dumps({"streamlit_floor": floor}), file=sys.stderr, flush=True)
         finally:
             browser.close()
     import inspect_ai
@@ -323,6 +387,7 @@ def main(argv=None) -> int:
         "peer": f"inspect view (inspect-ai {inspect_ai.__version__})",
         "reps": args.reps,
         "results": results,
+        "streamlit_floor": floor,
         "machine": {
             "platform": platform.platform(),
             "python": platform.python_version(),
