@@ -48,6 +48,7 @@ SAMPLE_READY_JS = """() => {
     return text.includes("expression") && text.includes("The answer is");
 }"""
 PEER_ROWS = "a[role=row][href*='/samples/sample/']"
+VIEWPORT = {"width": 1400, "height": 1000}
 
 
 def write_log(n: int, log_dir: Path) -> Path:
@@ -180,24 +181,20 @@ def streamlit_floor(work: Path, browser, reps: int) -> dict:
     """What Streamlit itself costs, with none of this app's code: a two-page app served the same way, timed
     the same way (a fresh tab until its heading shows; a click on a link to the other page), and its
     server's peak RSS. A goal under these cannot be met by any page of a Streamlit app on this machine."""
-    from apphelpers import free_port, settle, wait_http_ok
+    from apphelpers import AppServer, settle
 
     script = work / "bare_app.py"
     script.write_text(BARE_APP)
-    port = free_port()
-    log = open(work / "bare-streamlit.log", "w")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(script), "--server.headless", "true"]
-    cmd += ["--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
-    proc = subprocess.Popen(cmd, cwd=work, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    bare_dir = work / "bare"
+    bare_dir.mkdir(exist_ok=True)
+    server = AppServer(dict(os.environ), bare_dir, script=script)
     fresh, switch = [], []
     try:
-        wait_http_ok(f"{base}/_stcore/health", proc=proc)
         for rep in range(reps + 1):
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx = browser.new_context(viewport=VIEWPORT)
             page = ctx.new_page()
             t = time.perf_counter()
-            page.goto(f"{base}/")
+            page.goto(f"{server.url}/")
             page.get_by_role("heading", name="Page A").wait_for(timeout=60_000)
             dt_fresh = time.perf_counter() - t
             settle(page)
@@ -209,15 +206,9 @@ def streamlit_floor(work: Path, browser, reps: int) -> dict:
             if rep:
                 fresh.append(dt_fresh)
                 switch.append(dt_switch)
-        peak = round(peak_rss_mb(proc.pid), 1)
+        peak = round(peak_rss_mb(server.proc.pid), 1)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        server.stop()
     return {"fresh_tab": summary(fresh), "page_switch": summary(switch), "server_peak_mb": peak}
 
 
@@ -247,13 +238,9 @@ class PeerServer:
             raise
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+        from apphelpers import stop_server
+
+        stop_server(self.proc, self.log)
 
 
 def summary(xs: list) -> dict:
@@ -263,6 +250,18 @@ def summary(xs: list) -> dict:
         "max_s": round(max(xs), 3),
         "values_s": [round(x, 3) for x in xs],
     }
+
+
+def open_fresh(browser, url: str, ready_js: str, arg=None) -> float:
+    """Seconds from opening `url` in a fresh browser context until `ready_js` holds."""
+    ctx = browser.new_context(viewport=VIEWPORT)
+    page = ctx.new_page()
+    t = time.perf_counter()
+    page.goto(url)
+    page.wait_for_function(ready_js, arg=arg, polling=20, timeout=120_000)
+    seconds = time.perf_counter() - t
+    ctx.close()
+    return seconds
 
 
 def measure_size(n: int, work: Path, browser, reps: int) -> dict:
@@ -289,7 +288,7 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
             keep = rep > 0  # the first repeat warms both servers and is not counted
             k = 1 + rep  # a different row each repeat
             # -- the peer: its list, a click on a row, a sample by URL in a fresh context
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx = browser.new_context(viewport=VIEWPORT)
             page = ctx.new_page()
             t = time.perf_counter()
             page.goto(f"{peer.url}/#/tasks/{log.name}")
@@ -302,15 +301,9 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
             page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
             times["peer_click"].append(time.perf_counter() - t)
             ctx.close()
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-            page = ctx.new_page()
-            t = time.perf_counter()
-            page.goto(href)
-            page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
-            times["peer_url"].append(time.perf_counter() - t)
-            ctx.close()
+            times["peer_url"].append(open_fresh(browser, href, SAMPLE_READY_JS))
             # -- this app: the run's list, a click on a row, a trajectory by URL in a fresh context
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            ctx = browser.new_context(viewport=VIEWPORT)
             page = ctx.new_page()
             t = time.perf_counter()
             page.goto(f"{ours.url}/trajectories?run={run_id}")
@@ -324,13 +317,7 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
             page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
             times["ours_click"].append(time.perf_counter() - t)
             ctx.close()
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-            page = ctx.new_page()
-            t = time.perf_counter()
-            page.goto(f"{ours.url}/trajectory?id={some[k].id}")
-            page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
-            times["ours_url"].append(time.perf_counter() - t)
-            ctx.close()
+            times["ours_url"].append(open_fresh(browser, f"{ours.url}/trajectory?id={some[k].id}", SAMPLE_READY_JS))
             if not keep:
                 for v in times.values():
                     v.pop()

@@ -10,7 +10,7 @@ checked like one JSONL line: the record limit, the encoding and the depth apply 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from evalrx.interop.errors import EncodingError, ImportFormatError
 from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info
@@ -24,14 +24,20 @@ _FIRST_KEYS = frozenset({"version", "status", "eval"})
 _BUF = 64 * 1024  # the header parser's read size
 
 
+def _opened(path: Path) -> BinaryIO:
+    """The file open for reading, past a UTF-8 byte-order mark (Windows tools write one)."""
+    fh = path.open("rb")
+    if fh.read(3) != UTF8_BOM:
+        fh.seek(0)
+    return fh
+
+
 def is_inspect_log(path: Path) -> bool:
     """Whether a JSON document's first top-level key is one an Inspect log starts with (reads a few bytes)."""
     import ijson
 
     try:
-        with path.open("rb") as fh:
-            if fh.read(3) != UTF8_BOM:
-                fh.seek(0)
+        with _opened(path) as fh:
             for prefix, event, value in ijson.parse(fh, buf_size=4096):
                 if prefix == "" and event == "start_map":
                     continue
@@ -51,9 +57,7 @@ def inspect_header(path: Path) -> dict:
 
     header: dict = {}
     try:
-        with path.open("rb") as fh:
-            if fh.read(3) != UTF8_BOM:
-                fh.seek(0)
+        with _opened(path) as fh:
             for key, value in _top_level_until_samples(ijson.parse(fh, buf_size=_BUF)):
                 header[key] = value
     except ijson.JSONError as exc:

@@ -51,9 +51,10 @@ class ImportedRun:
     def add(self, case: FailureCase, traj: Trajectory, *, labels: list, tags: list, diagnoses: Optional[list]) -> None:
         """Store one trajectory of the run (its attempt from `traj.attempt`); ValueError for a bad label or tag."""
         # Converted now: a record that cannot be stored fails here, named, not in a later batch.
-        item = NewTrajectory(self.run_id, 0, traj, labels=list(labels or []), tags=list(tags or []))
-        item.diagnoses = list(diagnoses or [])
-        self.pending.append((case, item.prepare()))
+        item = NewTrajectory(
+            self.run_id, 0, traj, labels=list(labels or []), tags=list(tags or []), diagnoses=list(diagnoses or [])
+        )
+        self.pending.append((case, item.prepare()))  # its case row id is known when the batch is written
         if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:
             self.counts["error"] += 1
         elif traj.outcome.value in self.counts:

@@ -45,8 +45,21 @@ def wait_http_ok(url: str, timeout: float = 60.0, proc: "subprocess.Popen | None
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
+def stop_server(proc: subprocess.Popen, log) -> None:
+    """Stop a server process (killed when it does not exit within 10 s) and close its log."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
 class AppServer:
-    def __init__(self, env: dict, tmp: Path) -> None:
+    """A Streamlit server on loopback: the app (`app/main.py`), or another `script` (a benchmark's bare app)."""
+
+    def __init__(self, env: dict, tmp: Path, script: "Path | None" = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(tmp / "streamlit.log", "w")
@@ -56,7 +69,7 @@ class AppServer:
                 "-m",
                 "streamlit",
                 "run",
-                str(ROOT / "app" / "main.py"),
+                str(script or ROOT / "app" / "main.py"),
                 "--server.headless",
                 "true",
                 "--server.fileWatcherType",
@@ -81,12 +94,7 @@ class AppServer:
             raise
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
+        stop_server(self.proc, self.log)
 
 
 def wait_idle(page, timeout: float = 30_000) -> None:
