@@ -146,10 +146,8 @@ def main(argv=None) -> int:
                 ctx.close()
                 return dt
 
-            traj_ready = (
-                "[class*='st-key-step-'], [data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
-            )
-            list_ready = "[data-testid='stDataFrame'] canvas"
+            traj_ready = "[class*='st-key-step-']"
+            list_ready = "[class*='st-key-row-'] [data-testid='stPageLink-NavLink']"  # a row's id link
             scenarios = {
                 "baseline_models_page": lambda: ("/models", "Models", "[data-testid='stTable']"),
                 "trajectories_all": lambda: ("/trajectories", "Trajectories", list_ready),
@@ -206,9 +204,8 @@ def main(argv=None) -> int:
                 page.wait_for_function(READY_JS, arg=["Trajectories", list_ready], polling=20, timeout=60_000)
                 settle(page)
                 first = S.list_trajectories(run_id=run, outcome="fail", limit=2, store=store).rows
-                grid = page.locator("[data-testid='stDataFrame']").first.bounding_box()
                 t0 = time.perf_counter()
-                page.mouse.click(grid["x"] + 18, grid["y"] + 35 + 17)
+                page.locator(f".st-key-row-{first[0].id} [data-testid='stPageLink-NavLink']").first.click()
                 page.wait_for_function(
                     READY_JS, arg=[f"Trajectory {first[0].id}", traj_ready], polling=20, timeout=60_000
                 )

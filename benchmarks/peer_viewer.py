@@ -15,6 +15,8 @@ has none). Both on loopback, measured by Chromium through Playwright with the pa
   answer ("The answer is ...") are on the page;
 - open a sample by URL in a fresh tab: the same wait;
 - server memory: each server process's peak RSS (VmHWM) after its phase;
+- this app only (the peer has no search): a text search over every trajectory in a fresh tab, and the
+  first page after starting the server (process start to the list drawn: what `make run` waits);
 - each page's own script time on the server (Streamlit's AppTest, no browser; `server_script_s`): the
   rest of a page's time is Streamlit's own and the browser's;
 - `streamlit_floor`: a two-page Streamlit app with none of this app's code, timed the same way (fresh
@@ -36,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote_plus
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,6 +51,7 @@ SAMPLE_READY_JS = """() => {
     return text.includes("expression") && text.includes("The answer is");
 }"""
 PEER_ROWS = "a[role=row][href*='/samples/sample/']"
+LIST_READY = "[class*='st-key-row-'] [data-testid='stPageLink-NavLink']"  # this app's list: a row's id link
 VIEWPORT = {"width": 1400, "height": 1000}
 
 
@@ -280,9 +284,18 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
     (run_id,) = imported.run_ids
     some = S.list_trajectories(run_id=run_id, limit=200, store=url).rows
     env = dict(os.environ, EVALRX_DATABASE_URL=url, EVALRX_NO_LOCAL_WORKER="1")
-    ours, peer = AppServer(env, work), PeerServer(log.parent, work)
-    times: dict = {k: [] for k in ("peer_list", "peer_click", "peer_url", "ours_list", "ours_click", "ours_url")}
-    list_ready = "[data-testid='stDataFrame'] canvas"
+    t0 = time.perf_counter()
+    ours = AppServer(env, work)
+    # From starting the server to its first page drawn: what a user waits after `make run` on this store.
+    started_s = (
+        time.perf_counter()
+        - t0
+        + open_fresh(browser, f"{ours.url}/trajectories?run={run_id}", READY_JS, ["Trajectories", LIST_READY])
+    )
+    peer = PeerServer(log.parent, work)
+    times: dict = {
+        k: [] for k in ("peer_list", "peer_click", "peer_url", "ours_list", "ours_click", "ours_url", "ours_search")
+    }
     try:
         for rep in range(reps + 1):
             keep = rep > 0  # the first repeat warms both servers and is not counted
@@ -307,17 +320,22 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
             page = ctx.new_page()
             t = time.perf_counter()
             page.goto(f"{ours.url}/trajectories?run={run_id}")
-            page.wait_for_function(READY_JS, arg=["Trajectories", list_ready], polling=20, timeout=120_000)
+            page.wait_for_function(READY_JS, arg=["Trajectories", LIST_READY], polling=20, timeout=120_000)
             times["ours_list"].append(time.perf_counter() - t)
             settle(page)
-            grid = page.locator("[data-testid='stDataFrame']").first.bounding_box()
             t = time.perf_counter()
-            page.mouse.click(grid["x"] + 18, grid["y"] + 35 * (k + 1) + 17)
+            page.locator(f".st-key-row-{some[k].id} [data-testid='stPageLink-NavLink']").first.click()
             page.wait_for_url("**/trajectory?**", timeout=120_000)
             page.wait_for_function(SAMPLE_READY_JS, polling=20, timeout=120_000)
             times["ours_click"].append(time.perf_counter() - t)
             ctx.close()
             times["ours_url"].append(open_fresh(browser, f"{ours.url}/trajectory?id={some[k].id}", SAMPLE_READY_JS))
+            # a text search over every trajectory of the store (the peer has none), in a fresh tab
+            i = 37 * k + 3
+            term = quote_plus(f"What is: {i} + {i % 7}")  # one sample's question
+            times["ours_search"].append(
+                open_fresh(browser, f"{ours.url}/trajectories?q={term}", READY_JS, ["Trajectories", LIST_READY])
+            )
             if not keep:
                 for v in times.values():
                     v.pop()
@@ -328,6 +346,7 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
         ours.stop()
         peer.stop()
     out = {name: summary(v) for name, v in times.items()}
+    out["ours_first_page_after_start_s"] = round(started_s, 3)
     for what in ("list", "click", "url"):
         out[f"ratio_{what}"] = round(out[f"ours_{what}"]["median_s"] / out[f"peer_{what}"]["median_s"], 2)
     return {

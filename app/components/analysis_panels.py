@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import html
 from collections import Counter
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import altair as alt
 import numpy as np
 import streamlit as st
 
@@ -35,6 +34,9 @@ from evalrx.analyzers import (
     result_from_arrays,
 )
 from evalrx.store import default_replay_model, load_analyses, request_analysis, requests_for
+
+if TYPE_CHECKING:
+    import altair as alt
 
 ACTIVE = ("queued", "running")
 
@@ -72,7 +74,7 @@ def _visible(piece: str) -> str:
 ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 18, 150, 900
 # Streamlit's default autosize "fit" squeezes axis labels into the given height, which left
 # the plot one pixel tall; fit-x keeps the container width and adds labels below the plot.
-FIT_WIDTH = alt.AutoSizeParams(type="fit-x", contains="padding")
+FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 TICK_CHARS = 8  # a decision token's text on the axis; the full label is in the tooltip
 
 
@@ -128,7 +130,9 @@ def _top_alternative(ids: np.ndarray, logprobs: np.ndarray, chosen_id: int) -> t
     return None, float("nan")
 
 
-def lens_chart(rows: list[dict]) -> alt.Chart:
+def lens_chart(rows: list[dict]) -> "alt.Chart":
+    import altair as alt  # only where an analysis is drawn: the import costs ~28 MB
+
     order = [t for _, t in sorted({(r["order"], r["token"]) for r in rows})]
     n_layers = 1 + max(r["layer"] for r in rows)
     return (
@@ -333,7 +337,9 @@ def decision_summary(rows: list[dict]) -> str:
     return f"{head} vs alternative “{md_escape(row['alternative'])}”, {margin} at the output{odds}"
 
 
-def decision_chart(rows: list[dict]) -> alt.Chart:
+def decision_chart(rows: list[dict]) -> "alt.Chart":
+    import altair as alt  # only where an analysis is drawn: the import costs ~28 MB
+
     return (
         alt.Chart(alt.Data(values=rows))
         .mark_line(point=True)
@@ -403,7 +409,9 @@ def segment_names(labels: list) -> list[str]:
     return out
 
 
-def attention_chart(rows: list[dict]) -> alt.Chart:
+def attention_chart(rows: list[dict]) -> "alt.Chart":
+    import altair as alt  # only where an analysis is drawn: the import costs ~28 MB
+
     order = [s for _, s in sorted({(r["order"], r["segment"]) for r in rows})]
     n_layers = max(r["layer"] for r in rows)
     # Every segment is a column the reader looks for: no label may be dropped for lack of room.

@@ -1,4 +1,4 @@
-"""Altair charts of a trajectory's timing and tokens, and of latency distributions."""
+"""Altair charts of runs and the dashboard (a trajectory's own two charts are `svg_charts`)."""
 
 from __future__ import annotations
 
@@ -6,53 +6,8 @@ import altair as alt
 
 from components.filters import OUTCOMES
 
-ROLE_COLORS = alt.Scale(domain=["model", "tool"], range=["#4c78a8", "#f58518"])
 OUTCOME_COLORS = alt.Scale(domain=list(OUTCOMES), range=["#54a24b", "#e45756", "#f58518", "#bab0ac"])
 COUNT_AXIS = alt.Axis(tickMinStep=1, format="d")  # counts of trajectories are whole numbers
-
-
-def latency_waterfall(rows: list[dict]) -> alt.Chart:
-    """Each timed step as a bar from where the previous one ended (see `waterfall_rows`)."""
-    data = alt.Data(values=rows)
-    order = [r["label"] for r in rows]
-    base = alt.Chart(data)
-    bars = base.mark_bar(cornerRadius=2).encode(
-        x=alt.X("start_ms:Q", title="time since the first model call (ms)"),
-        x2="end_ms:Q",
-        y=alt.Y("label:N", sort=order, title=None),
-        color=alt.Color("kind:N", scale=ROLE_COLORS, title=None),
-        tooltip=[
-            alt.Tooltip("step:Q"),
-            alt.Tooltip("kind:N"),
-            alt.Tooltip("latency_ms:Q", format=".1f"),
-            alt.Tooltip("prompt_tokens:Q"),
-            alt.Tooltip("completion_tokens:Q"),
-        ],
-    )
-    # Tool calls take a fraction of a millisecond: the number beside each bar keeps them visible.
-    text = base.mark_text(align="left", dx=4, fontSize=11).encode(
-        x="end_ms:Q",
-        y=alt.Y("label:N", sort=order),
-        text=alt.Text("latency_ms:Q", format=",.1f"),
-    )
-    return (bars + text).properties(title="Latency waterfall (ms)", height=alt.Step(24))
-
-
-def tokens_chart(rows: list[dict]) -> alt.Chart:
-    """Prompt and completion tokens per model turn (see `token_rows`)."""
-    return (
-        alt.Chart(alt.Data(values=rows), title="Tokens per model turn")
-        .mark_bar()
-        .encode(
-            x=alt.X("step:O", title="step"),
-            y=alt.Y("tokens:Q", title="tokens", stack=True),
-            color=alt.Color(
-                "kind:N", scale=alt.Scale(domain=["prompt", "completion"], range=["#9ecae9", "#4c78a8"]), title=None
-            ),
-            tooltip=["step:O", "kind:N", "tokens:Q"],
-        )
-        .properties(height=220)
-    )
 
 
 def latency_boxplot(rows: list[dict], group: str, title: str) -> alt.Chart:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from components.safe import md_escape, show_json, show_text
+from components.safe import html_table, md_escape, show_json, show_text
 from evalrx.core import NOT_AGENT_KINDS
 
 _SOURCE = {
@@ -132,17 +132,17 @@ def render_diagnosis(
                     _value(right)
         if view["diff"]:
             st.markdown("**Argument differences**")
-            st.dataframe(
-                [
-                    {
-                        "argument": str(d.get("arg")),
-                        "expected": _cell(d.get("expected")),
-                        "actual": _cell(d.get("actual")),
-                    }
-                    for d in view["diff"]
-                ],
-                hide_index=True,
-                width="stretch",
+            st.html(
+                html_table(
+                    [
+                        {
+                            "argument": str(d.get("arg")),
+                            "expected": _cell(d.get("expected")),
+                            "actual": _cell(d.get("actual")),
+                        }
+                        for d in view["diff"]
+                    ]
+                )
             )
         st.caption(f"Source: {md_escape(view['source_text'])}.")
         render_sources(diagnoses, agreement or {})

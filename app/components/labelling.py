@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import streamlit as st
 
-from components.safe import md_escape
+from components.safe import html_table, md_escape
 from components.viewmodel import actor_steps
 
 FLASH = "_evalrx_flash"
@@ -282,20 +282,20 @@ def history_table(trajectory_id: int, *, store: Any) -> None:
     if not rows:
         st.caption("No labels yet.")
         return
-    st.dataframe(
-        [
-            {
-                "when (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                "step": r.step_idx,
-                "outcome": r.outcome,
-                "failure kind": r.failure_kind,
-                "first wrong step": r.first_wrong_step,
-                "note": r.note,
-                "annotator": r.annotator,
-                "current": r.is_current,
-            }
-            for r in rows
-        ],
-        hide_index=True,
-        width="stretch",
+    st.html(
+        html_table(
+            [
+                {
+                    "when (UTC)": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                    "step": r.step_idx,
+                    "outcome": r.outcome,
+                    "failure kind": r.failure_kind,
+                    "first wrong step": r.first_wrong_step,
+                    "note": r.note,
+                    "annotator": r.annotator,
+                    "current": "yes" if r.is_current else "no",
+                }
+                for r in rows
+            ]
+        )
     )

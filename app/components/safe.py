@@ -2,11 +2,13 @@
 
 Model and tool output is data, never markup: it goes through `st.code`/`st.text`
 (rendered as text by the browser), and the few places that take Markdown (labels,
-captions) get `md_escape`d text. Nothing here uses `unsafe_allow_html`.
+captions) get `md_escape`d text, and the small tables `st.html` draws get `html.escape`d cells.
+Nothing here uses `unsafe_allow_html` or lets script run.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import string
@@ -104,3 +106,27 @@ def show_json(value: Any) -> None:
     except (TypeError, ValueError):
         body = repr(value)
     show_text(body, language="json")
+
+
+TABLE_STYLE = (
+    "<style>.evx-table{border-collapse:collapse;width:100%;font-size:0.9rem}"
+    ".evx-table th,.evx-table td{border-bottom:1px solid rgba(128,128,128,.25);padding:4px 8px;text-align:left;"
+    "vertical-align:top}.evx-table th{font-weight:600}</style>"
+)
+
+
+def html_table(rows: list[dict], *, empty: str = "-") -> str:
+    """A small table of untrusted values as inert HTML for `st.html` (every header and cell escaped).
+
+    For the few-row tables of the pages every trajectory opens: `st.dataframe` and `st.table`
+    ship data as Arrow, which loads pandas and pyarrow into the server.
+    """
+    cols = list(rows[0]) if rows else []
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{html.escape(empty if r.get(c) is None else str(r.get(c)))}</td>" for c in cols)
+        + "</tr>"
+        for r in rows
+    )
+    return f'{TABLE_STYLE}<table class="evx-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

@@ -182,7 +182,7 @@ def render_timeline(
 
 def render_charts(detail: Any) -> None:
     """The latency waterfall and the tokens-per-turn chart, side by side."""
-    from components.charts import latency_waterfall, tokens_chart
+    from components.svg_charts import tokens_svg, waterfall_svg
 
     rows = waterfall_rows(detail.trajectory)
     if not rows:
@@ -190,11 +190,11 @@ def render_charts(detail: Any) -> None:
         return
     left, right = st.columns([3, 2])
     with left:
-        st.altair_chart(latency_waterfall(rows), width="stretch", key="waterfall")
+        st.image(waterfall_svg(rows), alt="latency waterfall")
     toks = token_rows(detail.trajectory)
     if toks:
         with right:
-            st.altair_chart(tokens_chart(toks), width="stretch", key="tokens")
+            st.image(tokens_svg(toks), alt="tokens per model turn")
 
 
 _GRADE_COLOR = {"pass": "green", "fail": "red"}

@@ -1,7 +1,5 @@
 """Trajectories: filter, search, sort and page through every trajectory; open one."""
 
-from urllib.parse import urlencode
-
 import streamlit as st
 from components.data import store
 from components.export_panel import export_controls
@@ -17,14 +15,15 @@ from components.filters import (
     store_filters,
 )
 from components.judge_form import judge_action
-from components.safe import md_escape, short
+from components.safe import md_escape
+from components.trajectory_list import render_list
 
 from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids
 
 S = store()
-# Rows a page (the user's pick, in the URL): the table scrolls within a page, and Streamlit's grid draws
-# only the rows in view, so a page of 1,000 costs the query, not the drawing.
-PAGE_SIZES = ("25", "50", "200", "1000")
+# Rows a page (the user's pick, in the URL): each row is a few elements the browser draws, so a page
+# stays at a few hundred.
+PAGE_SIZES = ("25", "50", "100", "200")
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -117,48 +116,13 @@ n_pages = max(1, -(-total // per))
 st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
 
 keep = as_context(params)  # prev/next on the Trajectory page walk this filter
-rows = [
-    {
-        "open": "trajectory?" + urlencode({"id": r.id, **keep}),
-        "run": r.run_id,
-        "case": r.sample_id,
-        "goal": short(r.goal, 90),
-        "answer": short(r.final_answer, 40) if r.final_answer is not None else None,
-        "grade": r.outcome,
-        "diagnosed": r.diagnosis_kind,
-        "label": r.label,
-        "labelled kind": r.label_kind,
-        "ended by": r.terminated,
-        "steps": r.n_steps,
-        "calls": r.n_tool_calls,
-        "parse errors": r.n_parse_errors,
-        "latency ms": round(r.latency_ms, 1),
-        "tokens": r.prompt_tokens + r.completion_tokens,
-    }
-    for r in result.rows
-]
-if not rows:
+if not result.rows:
     st.info("No trajectory matches this filter." if total == 0 else "This page is past the end of the list.")
     st.stop()
-event = st.dataframe(
-    rows,
-    hide_index=True,
-    width="stretch",
-    key="traj-table",
-    on_select="rerun",
-    selection_mode="single-row",
-    height=min(35 * (len(rows) + 1) + 3, 720),
-    column_config={
-        "open": st.column_config.LinkColumn("id", display_text=r"id=(\d+)", help="opens in a new tab", width="small"),
-        "goal": st.column_config.TextColumn("goal", width="large"),
-    },
-)
-st.caption("Click a row to open it; the id link opens it in a new tab (a shareable URL).")
+render_list(result.rows, keep)
+st.caption("Click an id to open its trajectory (J/K there walk this list); a middle click opens a new tab.")
 with st.expander("Export this list", icon=":material/download:"):
     export_controls("export-list", "trajectories", trajectory_ids=lambda: matching_ids(store=S, **filters), store=S)
 with st.expander("Diagnose with a judge", icon=":material/gavel:"):
     st.caption("A model reads the failed trajectories of this list; a worker runs it, its progress is on Runs.")
     judge_action("judge-list", store=S, filters=filters, run_id=filters.get("run_id"), scope=describe(params))
-picked = event.selection.rows if event and event.selection else []
-if picked:
-    st.switch_page("views/trajectory.py", query_params={"id": str(result.rows[picked[0]].id), **keep})

@@ -147,6 +147,14 @@ def click_dataframe_row(page, row: int, frame: int = 0) -> None:
     page.mouse.click(box["x"] + 18, box["y"] + header + height * row + height / 2)
 
 
+def open_listed(page, trajectory_id: "int | None" = None) -> None:
+    """Open a trajectory from the Trajectories list by clicking its id (a page link, no rerun of the list);
+    the first row's when no id is given."""
+    row = page.locator(f".st-key-row-{trajectory_id}" if trajectory_id else "[class*='st-key-row-']").first
+    row.scroll_into_view_if_needed()
+    row.locator("[data-testid='stPageLink-NavLink']").first.click()
+
+
 def main_text(page) -> str:
     return page.locator("[data-testid='stMain']").inner_text()
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from apphelpers import AppServer, click_dataframe_row, main_text, poll, press, settle
+from apphelpers import AppServer, main_text, open_listed, poll, press, settle
 
 import evalrx.store as S
 from evalrx.specs import DEMO_MODEL_DIR
@@ -134,13 +134,12 @@ def test_new_user_launches_watches_opens_a_failure_and_labels_it(fresh_app, chec
     settle(page)
     fails = S.list_trajectories(run_id=run.id, outcome="fail", store=url).rows
     assert fails, "two-step questions in two turns should fail at least once"
-    click_dataframe_row(page, 0)
+    open_listed(page, fails[0].id)
     page.get_by_role("heading", name=f"Trajectory {fails[0].id}").wait_for()
     settle(page)
     detail = S.get_trajectory(fails[0].id, store=url)
     assert page.locator("[class*='st-key-step-']").count() == len(detail.trajectory.steps)
-    page.locator("[data-testid='stVegaLiteChart']").first.wait_for()
-    assert "Latency waterfall" in main_text(page)
+    page.get_by_role("img", name="latency waterfall").wait_for()
 
     top = S.get_diagnoses(fails[0].id, store=url)[0]  # the worker diagnosed it
     assert "Why it failed" in main_text(page) and top.kind in main_text(page)

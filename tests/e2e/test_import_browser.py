@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from apphelpers import click_dataframe_row, goto, main_text, poll, settle
+from apphelpers import goto, main_text, open_listed, poll, settle
 from inspect_logs import inspect_env, write_eval_log
 
 pytestmark = [
@@ -42,7 +42,7 @@ def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server
     # One of its failures: the sample whose tool raised an error.
     goto(page, f"{app_server.url}/trajectories?run={run_id}&outcome=fail")
     assert "2 trajectories" in main_text(page)
-    click_dataframe_row(page, 0)
+    open_listed(page)
     page.wait_for_url(re.compile(r"/trajectory\?id=\d+"))
     # the tool's error, shown on its step (the page may still be drawing the steps when it goes quiet)
     page.get_by_text("no such key: missing").first.wait_for(timeout=30_000)

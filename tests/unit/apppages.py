@@ -43,3 +43,14 @@ def texts(at) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
     parts += [t.value for t in at.title] + [s.value for s in at.subheader]
     return "\n".join(str(p) for p in parts)
+
+
+def listed(at) -> list[tuple[int, dict]]:
+    """The Trajectories list as shown: each row's trajectory id and its link's query parameters."""
+    from urllib.parse import parse_qsl
+
+    return [
+        (int(link.proto.label), dict(parse_qsl(link.proto.query_string)))
+        for link in at.get("page_link")
+        if link.proto.page == "trajectory"
+    ]

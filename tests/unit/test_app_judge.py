@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
 from appdata import fill_run  # noqa: E402
-from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import listed, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
 from evalrx.core.failures import Diagnosis  # noqa: E402
@@ -38,13 +38,13 @@ def test_the_sources_disagree_url_parameter_filters_the_list(run):
         S.save_diagnoses(s, ids[1], [_d("bad_arguments", 1, "reference"), _d("wrong_tool", 1, "judge")])
         S.save_diagnoses(s, ids[3], [_d("wrong_tool", 2, "heuristic"), _d("wrong_tool", 3, "judge")])
     at = open_page("trajectories", run=run["run"], disagree="true")
-    df = at.dataframe[0].value
-    assert sorted(int(link.split("id=")[1].split("&")[0]) for link in df["open"]) == [ids[1], ids[3]]
+    rows = listed(at)
+    assert sorted(tid for tid, _ in rows) == [ids[1], ids[3]]
     assert at.toggle(key="disagree").value is True
     assert "sources disagree" in texts(at)
-    assert all("in_disagree=true" in link for link in df["open"])  # previous/next keep the filter
+    assert all(q["in_disagree"] == "true" for _, q in rows)  # previous/next keep the filter
     at.toggle(key="disagree").set_value(False).run()
-    assert len(at.dataframe[0].value) == len(OUTCOMES)
+    assert len(listed(at)) == len(OUTCOMES)
 
 
 def _fill(at, key: str, **fields) -> None:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
 from appdata import XSS_IMG, XSS_SCRIPT, add_xss_run, fill_run  # noqa: E402
-from apppages import MAIN, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import MAIN, listed, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
 
@@ -35,6 +35,19 @@ def seeded(store_url):
     return {"url": store_url, "run": run_id, "ids": ids, "xss_run": xss_run, "xss": xss_id}
 
 
+def svg_images(at) -> list[str]:
+    """The SVG documents a page shows as images (the trajectory's charts)."""
+    import base64
+
+    head = "data:image/svg+xml;base64,"
+    return [
+        base64.b64decode(img.url[len(head) :]).decode()
+        for el in at.get("image")
+        for img in el.proto.imgs
+        if img.url.startswith(head)
+    ]
+
+
 def current(url: str, tid: int):
     return next((l for l in S.current_labels(tid, store=url) if l.step_idx is None), None)
 
@@ -44,33 +57,49 @@ def current(url: str, tid: int):
 
 def test_trajectories_filter_comes_from_the_url(seeded):
     at = open_page("trajectories", outcome="fail", run=seeded["run"])
-    df = at.dataframe[0].value
-    want = S.count_trajectories(run_id=seeded["run"], outcome="fail", store=seeded["url"])
-    assert len(df) == want == 6
-    assert set(df["grade"]) == {"fail"} and set(df["run"]) == {seeded["run"]}
+    want = S.list_trajectories(run_id=seeded["run"], outcome="fail", store=seeded["url"]).rows
+    rows = listed(at)
+    assert [tid for tid, _ in rows] == [r.id for r in want] and len(want) == 6
+    assert all(r.outcome == "fail" for r in want)
     # Each row links to its trajectory with the filter kept for previous/next.
-    assert all("in_outcome=fail" in link and f"in_run={seeded['run']}" in link for link in df["open"])
+    assert all(
+        q["id"] == str(tid) and q["in_outcome"] == "fail" and q["in_run"] == str(seeded["run"]) for tid, q in rows
+    )
+    assert ":red-badge[fail]" in texts(at) and ":green-badge[pass]" not in texts(at)
     at.selectbox(key="outcome").set_value("pass").run()
-    assert set(at.dataframe[0].value["grade"]) == {"pass"}
+    passed = {r.id for r in S.list_trajectories(outcome="pass", store=seeded["url"]).rows}
+    assert {tid for tid, _ in listed(at)} == passed and ":red-badge[fail]" not in texts(at)
 
 
 def test_trajectories_text_search_and_sort(seeded):
     at = open_page("trajectories", q="question 7:")
-    df = at.dataframe[0].value
-    assert list(df["case"]) == ["q00007"]
+    (only,) = listed(at)
+    assert S.get_trajectory(only[0], store=seeded["url"]).row.sample_id == "q00007"
     at = open_page("trajectories", sort="latency", asc="true", run=seeded["run"])
-    lat = list(at.dataframe[0].value["latency ms"])
+    lat = [S.get_trajectory(tid, store=seeded["url"]).row.latency_ms for tid, _ in listed(at)]
     assert lat == sorted(lat) and len(lat) == 12
 
 
 def test_trajectories_paginate(store_url):
     fill_run(store_url, 120, seed=3, name="big")
     at = open_page("trajectories", page=3)
-    df = at.dataframe[0].value
-    assert len(df) == 20  # 120 rows, 50 per page
+    ids = [tid for tid, _ in listed(at)]
+    assert len(ids) == 20  # 120 rows, 50 per page
     assert "page 3 of 3" in texts(at)
-    ids = [int(link.split("id=")[1].split("&")[0]) for link in df["open"]]
     assert ids == sorted(ids, reverse=True) and max(ids) == 20
+    at = open_page("trajectories", page=2, per=100)
+    assert "page 2 of 2" in texts(at) and [tid for tid, _ in listed(at)] == list(range(20, 0, -1))
+
+
+def test_trajectories_list_is_inert_and_loads_no_table_library(seeded):
+    """The list escapes what it shows, and draws no Arrow table (pandas and pyarrow stay out of the server)."""
+    at = open_page("trajectories", run=seeded["xss_run"])
+    assert listed(at)
+    for m in at.markdown:
+        v = str(m.value)
+        assert not re.search(r"(?<!\\)<", v), v
+        assert "](javascript" not in v and ":red[red]" not in v, v
+    assert not at.dataframe and not at.table
 
 
 # ------------------------------------------------------------------ Trajectory
@@ -87,10 +116,13 @@ def test_trajectory_page_shows_case_steps_calls_and_charts(seeded):
             assert step.content in [c.value for c in at.code]
         for call in step.tool_calls:
             assert f"calls **{call['name']}**" in shown
-    charts = at.get("vega_lite_chart")
-    assert len(charts) == 2
-    titles = [json.loads(c.proto.spec).get("title") for c in charts]
-    assert titles == ["Latency waterfall (ms)", "Tokens per model turn"]
+    charts = svg_images(at)
+    assert len(charts) == 2 and "Latency waterfall (ms)" in charts[0] and "Tokens per model turn" in charts[1]
+    from components.viewmodel import token_rows, waterfall_rows
+
+    # one bar per timed step, one per (turn, prompt or completion)
+    assert charts[0].count("<rect") == len(waterfall_rows(detail.trajectory)) > 0
+    assert charts[1].count("<rect") == len(token_rows(detail.trajectory)) > 0
 
 
 def test_trajectory_prev_next_follow_the_filter(seeded):
@@ -118,6 +150,8 @@ def test_untrusted_output_is_escaped_everywhere(seeded):
         assert not re.search(r"(?<!\\)<", v), v  # every < is backslash-escaped
         assert "](javascript" not in v and ":red[red]" not in v, v
     assert "calls **lookup\\<img" in texts(at)
+    for body in [h.proto.body for h in at.get("html")] + svg_images(at):  # tables and charts: escaped too
+        assert "<img" not in body and "<script>window" not in body
 
 
 def test_missing_trajectory_says_so(seeded):
