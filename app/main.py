@@ -11,10 +11,12 @@ import streamlit as st
 from components.access import guard
 from components.data import store_or_explain
 from components.labelling import show_flash
+from components.safe import TEXT_STYLE
 from components.sidebar import render_sidebar
 
 st.set_page_config(page_title="evalrx", page_icon=":material/troubleshoot:", layout="wide")
 guard()  # loopback only, unless a login guards the app
+st.html(TEXT_STYLE)  # plain text drawn like code, on every page
 
 pages = {
     "Runs": [

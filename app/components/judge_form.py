@@ -14,7 +14,7 @@ import streamlit as st
 
 from components.access import ENV_COMMANDS, commands_allowed
 from components.labelling import flash
-from components.safe import md_escape
+from components.safe import md_escape, show_pre
 from evalrx.runner import JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
 from evalrx.store import cancel_judge_job, list_judge_jobs
 
@@ -186,4 +186,4 @@ def run_judge_panel(run_id: int, store: Any) -> None:
     notes = [n for j in judged for n in j.notes]
     if notes:
         st.markdown("**Refused answers and failed calls** (newest job first)")
-        st.code("\n".join(notes), language=None, wrap_lines=True)
+        show_pre("\n".join(notes))

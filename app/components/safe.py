@@ -1,7 +1,7 @@
 """Rendering untrusted text (model output, tool observations, case content) safely.
 
-Model and tool output is data, never markup: it goes through `st.code`/`st.text`
-(rendered as text by the browser), and the few places that take Markdown (labels,
+Model and tool output is data, never markup: it is `html.escape`d into a `<pre>` block
+(`show_pre`, drawn by `st.html`, styled by `TEXT_STYLE`), and the few places that take Markdown (labels,
 captions) get `md_escape`d text, and the small tables `st.html` draws get `html.escape`d cells.
 Nothing here uses `unsafe_allow_html` or lets script run.
 """
@@ -80,23 +80,32 @@ def collapse(text: str, *, chars: int = INLINE_CHARS, lines: int = INLINE_LINES)
     return cut, cut != text
 
 
-def show_text(text: Optional[str], *, language: Optional[str] = None, empty: str = "(empty)") -> None:
-    """Show untrusted text as a code block; long text shows its head and collapses the rest."""
+def show_pre(text: str) -> None:
+    """Untrusted text exactly as it is (every space and newline), escaped, in a preformatted block."""
+    st.html(f'<pre class="evx-text">{html.escape(text)}</pre>')
+
+
+def show_text(text: Optional[str], *, empty: str = "(empty)") -> None:
+    """Show untrusted text preformatted; long text shows its head and collapses the rest.
+
+    Not `st.code`: a code block makes the page fetch and start Streamlit's syntax highlighter first
+    (about 0.2 s of a trajectory's first open), and `st.text` dedents and strips what it shows.
+    """
     if text is None or text == "":
         st.caption(empty)
         return
     text = str(text)
     head, cut = collapse(text)
     if not cut:
-        st.code(text, language=language, wrap_lines=True)
+        show_pre(text)
         return
-    st.code(head + "\n…", language=language, wrap_lines=True)
+    show_pre(head + "\n…")
     total = len(text)
     with st.expander(f"Show all {total:,} characters"):
         if total > MAX_CHARS:
             st.caption(f"First {MAX_CHARS:,} characters shown; export the run for the full text.")
             text = text[:MAX_CHARS]
-        st.code(text, language=language, wrap_lines=True)
+        show_pre(text)
 
 
 def show_json(value: Any) -> None:
@@ -105,8 +114,15 @@ def show_json(value: Any) -> None:
         body = json.dumps(value, indent=2, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         body = repr(value)
-    show_text(body, language="json")
+    show_text(body)
 
+
+# Preformatted untrusted text (model turns, observations, arguments), styled like a code block.
+TEXT_STYLE = (
+    "<style>pre.evx-text{font-family:'Source Code Pro',monospace;font-size:0.85rem;margin:0;"
+    "background:rgba(128,128,128,.08);padding:.6rem .8rem;border-radius:.5rem;white-space:pre-wrap;"
+    "overflow-wrap:anywhere}</style>"
+)
 
 TABLE_STYLE = (
     "<style>.evx-table{border-collapse:collapse;width:100%;font-size:0.9rem}"

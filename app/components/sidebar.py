@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from components.safe import md_escape
+from components.safe import md_escape, show_pre
 from components.worker import WorkerStatus, ensure_local_worker, log_tail
 
 # Look at the worker at most this often per browser session (each look is a lock + a query).
@@ -44,5 +44,5 @@ def render_sidebar(store) -> None:
                 st.caption(md_escape(f"{w['id']} · {w['status']} · job {w.get('job_id') or '-'}"))
             tail = log_tail(status.log, 15)
             if tail:
-                st.code(tail, language=None)
+                show_pre(tail)
         st.caption("Store: " + md_escape(store.display_url))

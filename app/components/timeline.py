@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from components.safe import MAX_CHARS, md_escape, show_json, show_text
+from components.safe import MAX_CHARS, md_escape, show_json, show_pre, show_text
 from components.tool_effects import render_tool_effects
 from components.viewmodel import step_views, token_rows, waterfall_rows
 
@@ -53,7 +53,7 @@ def render_system_prompt(detail: Any, *, store: Any) -> None:
     with st.expander(f"System prompt ({len(text):,} characters)", icon=":material/policy:"):
         if len(text) > MAX_CHARS:
             st.caption(f"First {MAX_CHARS:,} characters shown; export the run for the full text.")
-        st.code(text[:MAX_CHARS], language=None, wrap_lines=True)
+        show_pre(text[:MAX_CHARS])
 
 
 def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:

@@ -13,7 +13,7 @@ import streamlit as st
 from components.data import store
 from components.runlevel_panels import render_predictors
 from components.runlevel_view import change_rows, default_attempts, kind_shift_rows, only_cases
-from components.safe import md_escape
+from components.safe import md_escape, show_pre
 from components.side_by_side import render_side_by_side
 
 from evalrx.reports import compare_attempts
@@ -183,7 +183,7 @@ else:
         for side, names in (("A", only_a), ("B", only_b)):
             if names:
                 with st.expander(f"Cases only in {side} ({len(names)})"):
-                    st.code(", ".join(names), language=None, wrap_lines=True)
+                    show_pre(", ".join(names))
     rows = change_rows(cmp, a, b)
     st.session_state["change-cases"] = [r["case"] for r in rows]
     left, right = st.columns([3, 2])

@@ -8,7 +8,7 @@ from components.judge_form import judge_job_live, run_judge_panel
 from components.labelling import flash
 from components.runlevel_panels import render_agreement, render_predictors, render_reliability
 from components.runs_view import is_active, progress_text, run_row
-from components.safe import md_escape
+from components.safe import md_escape, show_pre
 
 from evalrx.store import list_judge_jobs, list_runs, request_cancel, run_stats
 
@@ -183,7 +183,7 @@ def overview(r, stats) -> None:
         st.caption(f"{stats.n_parse_errors} parse errors · mean {stats.mean_steps or 0:.1f} steps")
     if r.error:
         st.markdown(":red[**Error**]")
-        st.code(r.error, language=None, wrap_lines=True)
+        show_pre(r.error)
     with st.expander("Configuration"):
         st.json(r.config, expanded=False)
 

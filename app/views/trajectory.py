@@ -6,7 +6,7 @@ from components.data import store
 from components.diagnosis_card import highlight_step, render_diagnosis
 from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
-from components.safe import md_escape, short
+from components.safe import md_escape, short, show_pre
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 
 from evalrx.store import get_trajectory, list_kinds, other_runs_of_case, step_media
@@ -88,7 +88,7 @@ st.markdown(facts_line(row, cur))
 err = detail.trajectory.metrics.get("error")
 if err:
     st.markdown(":red[**The run of this case raised an error**]")
-    st.code(str(err), language=None, wrap_lines=True)
+    show_pre(str(err))
 
 kinds = list_kinds(store=S)
 

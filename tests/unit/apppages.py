@@ -40,7 +40,7 @@ def open_page(view: str, /, **query):
 
 def texts(at) -> str:
     """Everything the page shows as Markdown, captions, code, titles and subheaders, joined."""
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code] + pre_texts(at)
     parts += [t.value for t in at.title] + [s.value for s in at.subheader]
     return "\n".join(str(p) for p in parts)
 
@@ -54,3 +54,16 @@ def listed(at) -> list[tuple[int, dict]]:
         for link in at.get("page_link")
         if link.proto.page == "trajectory"
     ]
+
+
+def pre_texts(node) -> list[str]:
+    """The untrusted texts a page (or a block of it) shows preformatted (`components.safe.show_pre`), unescaped."""
+    import html
+    import re
+
+    out = []
+    for h in node.get("html"):
+        m = re.fullmatch(r'<pre class="evx-text">(.*)</pre>', h.proto.body, re.S)
+        if m:
+            out.append(html.unescape(m.group(1)))
+    return out

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "app"))  # components
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
 from appdata import XSS, call_trajectory, fill_attempts, fill_run, make_case  # noqa: E402
-from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import open_page, pre_texts, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
 from evalrx.core import Diagnosis  # noqa: E402
@@ -113,14 +113,14 @@ def test_the_system_prompt_is_shown_collapsed(store_url, tmp_path):
     (box,) = [e for e in at.expander if e.label.startswith("System prompt")]
     assert box.label == f"System prompt ({len(POLICY):,} characters)"
     assert box.proto.expanded is False
-    assert [c.value for c in box.code] == [POLICY]  # whole, as a code block: text, never Markdown
+    assert pre_texts(box) == [POLICY]  # whole, as a code block: text, never Markdown
 
 
 def test_a_hostile_system_prompt_is_inert(store_url, tmp_path):
     tid = _imported(store_url, tmp_path, f"Policy {XSS}")
     at = open_page("trajectory", id=tid)
     (box,) = [e for e in at.expander if e.label.startswith("System prompt")]
-    assert [c.value for c in box.code] == [f"Policy {XSS}"]
+    assert pre_texts(box) == [f"Policy {XSS}"]
     for m in list(at.markdown) + list(at.caption):
         assert not re.search(r"(?<!\\)<", str(m.value)), m.value
 
@@ -134,7 +134,7 @@ def test_a_run_config_system_prompt_is_shown(store_url):
         run.config = {**run.config, "system": "Answer in French."}
     at = open_page("trajectory", id=ids[0])
     (box,) = [e for e in at.expander if e.label.startswith("System prompt")]
-    assert [c.value for c in box.code] == ["Answer in French."]
+    assert pre_texts(box) == ["Answer in French."]
 
 
 def test_unknown_timings_and_tokens_show_a_dash(store_url, tmp_path):

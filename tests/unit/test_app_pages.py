@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
 from appdata import XSS_IMG, XSS_SCRIPT, add_xss_run, fill_run  # noqa: E402
-from apppages import MAIN, listed, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import MAIN, listed, open_page, pre_texts, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
 
@@ -113,7 +113,7 @@ def test_trajectory_page_shows_case_steps_calls_and_charts(seeded):
     shown = texts(at)
     for step in detail.trajectory.steps:
         if step.role.value == "actor":
-            assert step.content in [c.value for c in at.code]
+            assert step.content in pre_texts(at)
         for call in step.tool_calls:
             assert f"calls **{call['name']}**" in shown
     charts = svg_images(at)
@@ -142,7 +142,7 @@ def test_trajectory_prev_next_follow_the_filter(seeded):
 def test_untrusted_output_is_escaped_everywhere(seeded):
     at = open_page("trajectory", id=seeded["xss"])
     # Code blocks carry the raw text (the browser shows it as text) ...
-    codes = [c.value for c in at.code]
+    codes = pre_texts(at)
     assert any(XSS_SCRIPT in c for c in codes) and any(XSS_IMG in c for c in codes)
     # ... and no Markdown element carries a live tag, link or Streamlit directive.
     for m in list(at.markdown) + list(at.caption):
@@ -387,7 +387,7 @@ def test_long_output_is_collapsed_and_errors_shown(store_url):
         ((_, cid, _),) = pending_cases(s, rid)
         tid = runs.save_trajectory(s, rid, cid, traj)
     at = open_page("trajectory", id=tid)
-    codes = [c.value for c in at.code]
+    codes = pre_texts(at)
     assert long_text not in codes[:3]  # not inline ...
     assert any(c.endswith("\n…") and len(c) < 2000 for c in codes)
     assert long_text in codes  # ... but one click away

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 
-from apppages import open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import open_page, pre_texts, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 from test_bfcl_cases import Scripted, call  # noqa: E402
 
 import evalrx.store as S  # noqa: E402
@@ -42,7 +42,7 @@ def test_trajectory_page_shows_offered_tools_call_schemas_and_why_the_grade_fail
     at = open_page("trajectory", id=tid)
     shown = texts(at)
     assert "Why the grade failed" in shown
-    assert "`unit`: got 'cm', want one of 'units', ''" in [c.value for c in at.code]
+    assert "`unit`: got 'cm', want one of 'units', ''" in pre_texts(at)
     labels = [e.label for e in at.expander]
     assert "Tools offered (1)" in labels
     # Markdown-escaped: a tool's name and where it came from are untrusted text.
@@ -115,7 +115,7 @@ def test_trajectory_page_numbers_user_turns_and_shows_the_state_difference(store
     for k in range(1, 5):
         assert f"User\\, turn {k}" in shown  # Markdown-escaped on the page
     assert "State after that turn, where it differs (agent vs ground truth)" in shown
-    assert any(c.value.startswith('{\n  "GorillaFileSystem"') for c in at.code)  # the diff, as JSON
+    assert any(t.startswith('{\n  "GorillaFileSystem"') for t in pre_texts(at))  # the diff, as JSON
 
 
 def test_served_beyond_this_machine_the_page_names_no_command_or_function_unless_the_operator_allows(
