@@ -15,8 +15,9 @@ has none). Both on loopback, measured by Chromium through Playwright with the pa
   answer ("The answer is ...") are on the page;
 - open a sample by URL in a fresh tab: the same wait;
 - server memory: each server process's peak RSS (VmHWM) after its phase;
-- this app only (the peer has no search): a text search over every trajectory in a fresh tab, and the
-  first page after starting the server (process start to the list drawn: what `make run` waits);
+- this app only (the peer has no search): a text search over every trajectory in a fresh tab; the
+  first page after starting the server (process start to the list drawn), and after `make run` itself
+  (its schema check, the server, and the local worker it starts beside the first page);
 - each page's own script time on the server (Streamlit's AppTest, no browser; `server_script_s`): the
   rest of a page's time is Streamlit's own and the browser's;
 - `streamlit_floor`: a two-page Streamlit app with none of this app's code, timed the same way (fresh
@@ -268,6 +269,48 @@ def open_fresh(browser, url: str, ready_js: str, arg=None) -> float:
     return seconds
 
 
+def make_run_first_page(url: str, run_id: int, work: Path, browser) -> float:
+    """Seconds from `make run` (on this existing store, with its local worker) to the run's list drawn."""
+    import signal
+
+    from app_latency import READY_JS
+    from apphelpers import free_port, wait_http_ok
+
+    import evalrx.store as S
+
+    port = free_port()
+    env = dict(os.environ, EVALRX_DATABASE_URL=url, STREAMLIT_SERVER_HEADLESS="true")
+    env.pop("EVALRX_NO_LOCAL_WORKER", None)
+    log = open(work / "make-run.log", "w")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        ["make", "run", f"PORT={port}"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/_stcore/health", timeout=120, proc=proc)
+        ctx = browser.new_context(viewport=VIEWPORT)
+        page = ctx.new_page()
+        page.goto(f"http://127.0.0.1:{port}/trajectories?run={run_id}")
+        page.wait_for_function(READY_JS, arg=["Trajectories", LIST_READY], polling=20, timeout=120_000)
+        seconds = time.perf_counter() - t0
+        ctx.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # make, and the Streamlit server it started
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+        # the worker the app started leaves with its parent; one still beating is stopped here
+        for w in S.alive_workers(within_s=60, store=url):
+            try:
+                os.kill(int(w["pid"]), signal.SIGTERM)
+            except (ProcessLookupError, KeyError, TypeError, ValueError):
+                pass
+    return seconds
+
+
 def measure_size(n: int, work: Path, browser, reps: int) -> dict:
     from app_latency import READY_JS
     from apphelpers import AppServer, settle
@@ -347,6 +390,7 @@ def measure_size(n: int, work: Path, browser, reps: int) -> dict:
         peer.stop()
     out = {name: summary(v) for name, v in times.items()}
     out["ours_first_page_after_start_s"] = round(started_s, 3)
+    out["ours_first_page_after_make_run_s"] = round(make_run_first_page(url, run_id, work, browser), 3)
     for what in ("list", "click", "url"):
         out[f"ratio_{what}"] = round(out[f"ours_{what}"]["median_s"] / out[f"peer_{what}"]["median_s"], 2)
     return {
