@@ -1,7 +1,8 @@
-"""Solve rate and failure kinds of the bundled demo model on the held-out demo suites.
+"""Solve rate and failure kinds of a bundled demo model on its held-out demo suites.
 
-Runs the real stack (`evalrx.load("evalrx-tiny")` on hf_local, `run_batch` with the Agent and
-the Qwen codec, tools `calculator` and `lookup`), grades every trajectory, classifies each
+Runs the real stack (`evalrx.load("evalrx-tiny")` on hf_local, or `--spec evalrx-tiny-vl` on the
+image suites `--suite demo/vision`; `run_batch` with the Agent and the Qwen codec, each case's
+own tools), grades every trajectory, classifies each
 failure with the library's reference source (`evalrx.diagnosis.from_reference`: the case's
 reference calls and expected answer), and records solve rates per task type, suite and failure
 kind, plus cases per second, to `benchmarks/results/demo_eval.json`.
@@ -9,6 +10,8 @@ kind, plus cases per second, to `benchmarks/results/demo_eval.json`.
 Usage:
     .venv/bin/python benchmarks/demo_eval.py [--suite demo] [--max-turns 4] [--limit N]
         [--checkpoint DIR] [--key committed] [--trajectories runs.jsonl]
+    .venv/bin/python benchmarks/demo_eval.py --spec evalrx-tiny-vl --suite demo/vision \
+        --out benchmarks/results/demo_eval_vision.json
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ def _rate(solved: int, n: int) -> float:
 
 
 def evaluate(handle: Any, cases: list, max_turns: int, progress: bool = True) -> tuple[list, dict]:
-    """Run, grade and classify every case; returns (per-case rows, summary)."""
+    """Run, grade and classify every case with its own tools (`meta["tools"]`); returns (per-case rows, summary)."""
     from evalrx.models.agent import run_batch
 
-    tool_names = ["calculator", "lookup"]
-    reference_tools = {t.name: t for t in get_tools(tool_names)}
+    def tool_names(case: FailureCase) -> list:
+        return list(case.meta.get("tools") or ["calculator", "lookup"])
+
     rows: list[dict] = []
     bar = None
     if progress:
@@ -61,6 +65,7 @@ def evaluate(handle: Any, cases: list, max_turns: int, progress: bool = True) ->
 
     def on_result(case: FailureCase, traj: Trajectory) -> None:
         label = grade_trajectory(traj, case)
+        reference_tools = {t.name: t for t in get_tools(tool_names(case), case)}
         kind = None if label is Label.PASS else classify_failure(traj, case, reference_tools)
         rows.append(
             {
@@ -84,7 +89,7 @@ def evaluate(handle: Any, cases: list, max_turns: int, progress: bool = True) ->
     run_batch(
         handle,
         cases,
-        tools_factory=lambda case: get_tools(tool_names, case),
+        tools_factory=lambda case: get_tools(tool_names(case), case),
         max_turns=max_turns,
         concurrency=1,
         on_result=on_result,
@@ -138,6 +143,7 @@ def summarize(rows: list, seconds: float) -> dict:
 
 def main(argv: list | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", default="evalrx-tiny", help="evalrx-tiny, or evalrx-tiny-vl for demo/vision")
     parser.add_argument("--suite", default="demo")
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -159,12 +165,13 @@ def main(argv: list | None = None) -> dict:
     if args.limit:
         cases = cases[: args.limit]
     t_load = time.perf_counter()
-    handle = evalrx.load("evalrx-tiny", checkpoint=args.checkpoint, max_new_tokens=args.max_new_tokens)
+    handle = evalrx.load(args.spec, checkpoint=args.checkpoint, max_new_tokens=args.max_new_tokens)
     load_s = time.perf_counter() - t_load
     rows, summary = evaluate(handle, cases, args.max_turns, progress=not args.no_progress)
-    model_dir = Path(args.checkpoint or evalrx.get_spec("evalrx-tiny").hf_repo)
+    model_dir = Path(args.checkpoint or evalrx.get_spec(args.spec).hf_repo)
     summary.update(
         {
+            "spec": args.spec,
             "suite": args.suite,
             "max_turns": args.max_turns,
             "max_new_tokens": args.max_new_tokens,

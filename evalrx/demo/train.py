@@ -146,13 +146,16 @@ def collate(batch: list, pad: int) -> tuple:
     return input_ids, attn, labels
 
 
-def prefix_cached_loss(model: Any, prefix: Any, input_ids: Any, attn: Any, labels: Any) -> Any:
-    """Mean next-token loss on `labels`, with the shared `prefix` (1, P) computed once for the batch."""
+def prefix_cached_loss(model: Any, prefix: Any, input_ids: Any, attn: Any, labels: Any, **inputs: Any) -> Any:
+    """Mean next-token loss on `labels`, with the shared `prefix` (1, P) computed once for the batch.
+
+    `inputs` go with the batch's own tokens (a VLM's `pixel_values`: the prefix has no picture).
+    """
     import torch
     from transformers import DynamicCache
 
     batch = input_ids.shape[0]
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache(config=model.config.get_text_config())
     model(input_ids=prefix, past_key_values=cache, use_cache=True)
     for layer in cache.layers:
         layer.keys = layer.keys.expand(batch, -1, -1, -1)
@@ -161,7 +164,12 @@ def prefix_cached_loss(model: Any, prefix: Any, input_ids: Any, attn: Any, label
     full_mask = torch.cat([torch.ones((batch, n_prefix), dtype=attn.dtype), attn], dim=1)
     positions = torch.arange(n_prefix, n_prefix + input_ids.shape[1]).unsqueeze(0).expand(batch, -1)
     out = model(
-        input_ids=input_ids, attention_mask=full_mask, past_key_values=cache, position_ids=positions, use_cache=True
+        input_ids=input_ids,
+        attention_mask=full_mask,
+        past_key_values=cache,
+        position_ids=positions,
+        use_cache=True,
+        **inputs,
     )
     # The label of position t is token t+1; the first suffix token follows the prefix (never a label here).
     logits = out.logits[:, :-1].float()

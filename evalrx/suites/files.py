@@ -27,6 +27,9 @@ from evalrx.core.tool import Tool
 from evalrx.grade import GRADER_KINDS, check_grader
 
 DEMO_SUITES_DIR = Path(__file__).resolve().parent.parent / "demo" / "suites"
+# The demo VLM's image suites ("demo/vision_*", all of them "demo/vision"): apart, so "demo" stays the
+# text model's suites.
+DEMO_VISION_DIR = Path(__file__).resolve().parent.parent / "demo" / "vision_suites"
 _CASE_KEYS = {"id", "prompt", "expected", "grader", "image"}
 
 
@@ -40,9 +43,11 @@ class CaseFileError(ValueError):
 
 
 def demo_suites() -> list[str]:
-    """Names of the bundled demo suites: "demo" and "demo/<name>" for each file."""
+    """Names of the bundled demo suites: "demo" and "demo/<name>" for each text suite, then "demo/vision"
+    and "demo/<name>" for each image suite."""
     names = sorted(p.stem for p in DEMO_SUITES_DIR.glob("*.jsonl"))
-    return ["demo"] + [f"demo/{n}" for n in names]
+    vision = sorted(p.stem for p in DEMO_VISION_DIR.glob("*.jsonl"))
+    return ["demo"] + [f"demo/{n}" for n in names] + (["demo/vision"] + [f"demo/{n}" for n in vision] if vision else [])
 
 
 def _graded_shape_problem(record: dict, grader: Any) -> "Optional[tuple[str, str]]":
@@ -229,11 +234,15 @@ def load_case_file(path: Any) -> list[FailureCase]:
 
 def load_demo(key: str) -> "list[FailureCase] | None":
     """The cases of a demo suite name ("demo", "demo/<name>"); None for a name that is not one."""
-    if key == "demo":
-        return [c for p in sorted(DEMO_SUITES_DIR.glob("*.jsonl")) for c in load_case_file(p)]
+    if key in ("demo", "demo/vision"):
+        where = DEMO_SUITES_DIR if key == "demo" else DEMO_VISION_DIR
+        return [c for p in sorted(where.glob("*.jsonl")) for c in load_case_file(p)]
     if key.startswith("demo/"):
-        path = DEMO_SUITES_DIR / f"{key.split('/', 1)[1]}.jsonl"
-        return load_case_file(path) if path.is_file() else None
+        name = key.split("/", 1)[1]
+        path = next(
+            (d / f"{name}.jsonl" for d in (DEMO_SUITES_DIR, DEMO_VISION_DIR) if (d / f"{name}.jsonl").is_file()), None
+        )
+        return load_case_file(path) if path is not None else None
     return None
 
 

@@ -1,0 +1,289 @@
+"""Train the bundled demo VLM (`evalrx-tiny-vl`): `python -m evalrx.demo.train_vision`.
+
+A LLaVA: a small CLIP vision tower and a two-layer projector in front of the demo's trained
+language model (`evalrx.demo.train`), whose weights it starts from, as LLaVA starts from a
+trained language model. It learns, from the episodes of `evalrx.demo.vision_data` built through
+the agent's own `ConversationBuilder` (so training sees exactly the messages a run sends), to read
+the numbers in the pictures of `evalrx.demo.vision_world`, to call `calculator` on them and to
+zoom into a small label with `image_zoom`. The loss covers assistant tokens only; every weight
+trains. Episodes are drawn as training goes (seeded), so a retrain gives the same weights on the
+same machine and thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from evalrx.demo.data import DEMO_DIR
+from evalrx.demo.train import _lr_at, encode_episode, prefix_cached_loss, shared_prefix, write_records
+from evalrx.demo.vision_data import VISION_TOOLS, VisionEpisode, held_out_keys, training_episodes
+
+TEXT_MODEL_DIR = DEMO_DIR / "model"
+VISION_MODEL_DIR = DEMO_DIR / "vision_model"
+
+DEFAULTS: dict[str, Any] = {
+    "seed": 0,
+    "image_size": 96,  # the processor's size: the 192-pixel pictures are seen at half size
+    "patch_size": 12,  # 8 x 8 = 64 image tokens a picture
+    "vision_hidden": 128,
+    "vision_intermediate": 384,
+    "vision_layers": 3,
+    "vision_heads": 4,
+    "batch_size": 24,
+    "steps": 2000,
+    "lr": 1e-3,
+    "min_lr_ratio": 0.05,
+    "warmup_steps": 100,
+    "weight_decay": 0.05,
+    "grad_clip": 1.0,
+    "threads": 2,
+    "max_minutes": 60.0,
+}
+
+
+def build_processor(tokenizer: Any, cfg: dict) -> Any:
+    """The LLaVA processor: a CLIP image processor (Pillow, no torchvision) and the demo tokenizer."""
+    from transformers import LlavaProcessor
+
+    try:  # the PIL backend by name: the default one wants torchvision
+        from transformers import CLIPImageProcessorPil as CLIPImageProcessor
+    except ImportError:  # older transformers
+        from transformers import CLIPImageProcessor
+
+    size = int(cfg["image_size"])
+    image_processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    return LlavaProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+        patch_size=int(cfg["patch_size"]),
+        vision_feature_select_strategy="default",
+        image_token="<|image_pad|>",
+        num_additional_image_tokens=1,  # CLIP's CLS token, dropped by the "default" strategy
+    )
+
+
+def build_model(cfg: dict, text_dir: Path = TEXT_MODEL_DIR) -> tuple[Any, Any]:
+    """A LLaVA whose language model is the trained text demo's (weights copied) and whose vision
+    tower and projector are new (seeded); returns `(model, tokenizer)`."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, LlavaForConditionalGeneration, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(str(text_dir))
+    text = Qwen2ForCausalLM.from_pretrained(str(text_dir), dtype=torch.float32)
+    ids = dict(eos_token_id=text.config.eos_token_id, pad_token_id=text.config.pad_token_id)
+    config = AutoConfig.for_model(
+        "llava",
+        text_config=text.config.to_dict(),
+        vision_config=dict(
+            model_type="clip_vision_model",
+            hidden_size=int(cfg["vision_hidden"]),
+            intermediate_size=int(cfg["vision_intermediate"]),
+            num_hidden_layers=int(cfg["vision_layers"]),
+            num_attention_heads=int(cfg["vision_heads"]),
+            image_size=int(cfg["image_size"]),
+            patch_size=int(cfg["patch_size"]),
+            projection_dim=int(cfg["vision_hidden"]),
+        ),
+        image_token_id=tokenizer.convert_tokens_to_ids("<|image_pad|>"),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+        tie_word_embeddings=True,
+        **ids,
+    )
+    torch.manual_seed(int(cfg["seed"]))
+    model = LlavaForConditionalGeneration(config)
+    missing = model.model.language_model.load_state_dict(text.model.state_dict())
+    if missing.missing_keys or missing.unexpected_keys:
+        raise RuntimeError(f"the text demo's weights do not fit: {missing}")
+    model.tie_weights()
+    return model, tokenizer
+
+
+def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
+    """The messages a run of `ep` sends (built by the agent's `ConversationBuilder`) and its pictures in order."""
+    from evalrx.core.tool import ChatTurn, ToolCall
+    from evalrx.demo.episodes import call_text
+    from evalrx.models.conversation import ConversationBuilder
+    from evalrx.tools.calculator import calculator
+    from evalrx.tools.image_zoom import zoom
+
+    conv = ConversationBuilder(codec)
+    conv.prompt(ep.prompt, ep.image)
+    images = [ep.image]
+    for i, (name, args) in enumerate(ep.calls):
+        call = ToolCall(name, dict(args), id=f"call_{i}")
+        conv.assistant(ChatTurn(text=call_text(name, args)), [call])
+        if name == "image_zoom":
+            result = zoom(ep.image, **args)
+            conv.tool(call, result.text, result.images)
+            images.extend(result.images)
+        else:
+            conv.tool(call, calculator(**args))
+    conv.assistant(ChatTurn(text=ep.answer), [])
+    return conv.messages, images
+
+
+def encode_vision_episode(processor: Any, ep: VisionEpisode, codec: Any, tools: list[dict], n_image: int) -> tuple:
+    """(input ids with each picture's tokens in place, assistant-token mask, pixel values)."""
+    messages, images = episode_messages(ep, codec)
+    ids, mask = encode_episode(processor.tokenizer, messages, tools)
+    image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    out_ids: list[int] = []
+    out_mask: list[int] = []
+    for t, m in zip(ids, mask):
+        if t == image_id:
+            out_ids.extend([image_id] * n_image)
+            out_mask.extend([0] * n_image)
+        else:
+            out_ids.append(t)
+            out_mask.append(m)
+    if ids.count(image_id) != len(images):
+        raise RuntimeError(f"{ids.count(image_id)} image blocks for {len(images)} pictures")
+    pixels = processor.image_processor(images, return_tensors="pt")["pixel_values"]
+    return out_ids, out_mask, pixels
+
+
+def _collate(batch: list, pad: int) -> tuple:
+    import torch
+
+    width = max(len(ids) for ids, _, _ in batch)
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attn = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, (ids, mask, _) in enumerate(batch):
+        n = len(ids)
+        input_ids[i, :n] = torch.tensor(ids)
+        attn[i, :n] = 1
+        labels[i, :n] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
+    pixels = torch.cat([p for _, _, p in batch])
+    return input_ids, attn, labels, pixels
+
+
+def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict:
+    """Build the VLM from the text demo, train it on streamed vision episodes, save it with its processor."""
+    import torch
+    from transformers import GenerationConfig
+
+    from evalrx.models.toolcodec import CODECS
+    from evalrx.tools import get_tools
+
+    t_start = time.time()
+    torch.set_num_threads(int(cfg["threads"]))
+    random.seed(cfg["seed"])
+    torch.manual_seed(cfg["seed"])
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+    model, tokenizer = build_model(cfg)
+    processor = build_processor(tokenizer, cfg)
+    n_image = (int(cfg["image_size"]) // int(cfg["patch_size"])) ** 2
+    codec = CODECS["hermes"]()
+    tools = [t.to_openai() for t in get_tools(VISION_TOOLS)]
+    exclude = held_out_keys()
+    stream = training_episodes(10**9, seed=int(cfg["seed"]), exclude=exclude)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: {n_params / 1e6:.2f}M parameters; {n_image} tokens a picture; {len(exclude)} suite tasks held out")
+
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg["lr"],
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
+    pad = tokenizer.pad_token_id
+    max_len = model.config.text_config.max_position_embeddings
+    # Every episode starts with the same system turn: computed once a step (`prefix_cached_loss`).
+    prefix_ids = shared_prefix(tokenizer, tools)
+    n_prefix = len(prefix_ids)
+    prefix_tensor = torch.tensor([prefix_ids])
+    curve: list[dict] = []
+    model.train()
+    ema = None
+    deadline = t_start + 60 * float(cfg["max_minutes"])
+    steps_done, seen, longest = 0, 0, 0
+    for step in range(int(cfg["steps"])):
+        batch = [
+            encode_vision_episode(processor, next(stream), codec, tools, n_image) for _ in range(cfg["batch_size"])
+        ]
+        seen += len(batch)
+        longest = max(longest, *(len(ids) for ids, _, _ in batch))
+        if longest > max_len:
+            raise RuntimeError(f"an episode has {longest} tokens > {max_len} positions")
+        if any(ids[:n_prefix] != prefix_ids for ids, _, _ in batch):
+            raise RuntimeError("an episode does not start with the shared system prefix")
+        input_ids, attn, labels, pixels = _collate([(i[n_prefix:], m[n_prefix:], p) for i, m, p in batch], pad)
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, cfg)
+        loss = prefix_cached_loss(model, prefix_tensor, input_ids, attn, labels, pixel_values=pixels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        steps_done = step + 1
+        value = float(loss.detach())
+        ema = value if ema is None else 0.95 * ema + 0.05 * value
+        if step % 10 == 0 or step == cfg["steps"] - 1:
+            curve.append(
+                {
+                    "step": step,
+                    "loss": round(value, 5),
+                    "ema_loss": round(ema, 5),
+                    "lr": round(_lr_at(step, cfg), 7),
+                    "elapsed_s": round(time.time() - t_start, 1),
+                }
+            )
+        if step % 25 == 0 or step < 3:
+            log(
+                f"step {step:5d} loss {value:.4f} ema {ema:.4f} lr {_lr_at(step, cfg):.2e} {time.time() - t_start:.0f}s"
+            )
+        if time.time() > deadline:
+            log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")
+            break
+
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        eos_token_id=model.config.text_config.eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
+    )
+    model.save_pretrained(out_dir, safe_serialization=True)
+    processor.save_pretrained(out_dir)
+    summary = {
+        "config": cfg,
+        "parameters": n_params,
+        "steps_done": steps_done,
+        "episodes_seen": seen,
+        "longest_episode_tokens": longest,
+        "final_ema_loss": round(ema or float("nan"), 5),
+        "train_seconds": round(time.time() - t_start, 1),
+        "torch": torch.__version__,
+    }
+    return {"summary": summary, "curve": curve}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: every DEFAULTS key is a flag (`--steps 500`); `--out` picks the model folder."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    for key, value in DEFAULTS.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=value)
+    parser.add_argument("--out", default=str(VISION_MODEL_DIR))
+    parser.add_argument("--record-suffix", default="_vision", help="write train_config<suffix>.json etc.")
+    args = vars(parser.parse_args(argv))
+    out = Path(args.pop("out"))
+    suffix = args.pop("record_suffix")
+    cfg = {k: args[k] for k in DEFAULTS}
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    result = train(cfg, out, log=lambda m: print(m, flush=True))
+    write_records(result, suffix=suffix)
+    print(json.dumps(result["summary"], indent=1), flush=True)
+
+
+if __name__ == "__main__":
+    main()

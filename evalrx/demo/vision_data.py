@@ -1,0 +1,211 @@
+"""The demo VLM's episodes and its held-out image suites: `python -m evalrx.demo.vision_data`.
+
+Three task kinds over the pictures of `evalrx.demo.vision_world`:
+
+- `read`: read the number on a card, then compute with it (`calculator`);
+- `compare`: combine the numbers of the left and the right panel (`calculator`);
+- `zoom`: the code on a small label is too small to read; zoom into its corner (`image_zoom`),
+  read the code from the zoomed picture, and answer it (or compute with it first).
+
+The suites (`demo/vision_read`, `demo/vision_compare`, `demo/vision_zoom`; `demo/vision` is all
+three) are drawn from one seed and written with their pictures as case files, so the command
+rewrites them byte for byte; the training stream draws from other seeds and skips every
+(kind, numbers) a suite asks about.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from evalrx.demo import vision_world as W
+from evalrx.tools.calculator import calculator
+
+VISION_DIR = Path(__file__).resolve().parent / "vision_suites"
+SUITE_SEED = 8765
+VISION_TOOLS = ["calculator", "image_zoom"]
+OPS = {"+": "plus", "-": "minus", "*": "times"}
+
+READ_TEMPLATES = [
+    "What is the number on the card {word} {k}?",
+    "Read the number on the card. What is it {word} {k}?",
+    "Take the number shown on the card; what is that {word} {k}?",
+]
+COMPARE_TEMPLATES = [
+    "What is the left number {word} the right number?",
+    "Look at both panels. What is the number on the left {word} the number on the right?",
+]
+ZOOM_TEMPLATES = [
+    "What is the code on the small label?",
+    "Read the code written on the small label in the picture.",
+]
+ZOOM_COMPUTE_TEMPLATES = [
+    "What is the code on the small label {word} {k}?",
+]
+
+# Suite name -> (count, kind).
+SUITES: dict[str, tuple[int, str]] = {
+    "vision_read": (60, "read"),
+    "vision_compare": (50, "compare"),
+    "vision_zoom": (50, "zoom"),
+}
+
+
+@dataclass
+class VisionEpisode:
+    """One scripted VLM agent run: a picture, a prompt, the calls a good agent makes and its answer."""
+
+    prompt: str
+    image: Any  # a PIL image
+    calls: list = field(default_factory=list)  # [(tool name, arguments dict)]
+    answer: str = ""
+    kind: str = ""
+    expected: Any = None
+    key: tuple = ()  # (kind, numbers...): what the task asks about, for keeping suites out of training
+
+
+def _num(value: str) -> Any:
+    return float(value) if "." in value else int(value)
+
+
+class VisionGenerator:
+    """Draws vision episodes from one seed."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def _op(self) -> tuple[str, str]:
+        op = self.rng.choice(list(OPS))
+        return op, OPS[op]
+
+    def read(self) -> VisionEpisode:
+        n = self.rng.randint(10, 999)
+        op, word = self._op()
+        k = self.rng.randint(2, 99)
+        prompt = self.rng.choice(READ_TEMPLATES).format(word=word, k=k)
+        expr = f"{n} {op} {k}"
+        result = calculator(expr)
+        return VisionEpisode(
+            prompt,
+            W.card(n, self.rng),
+            [("calculator", {"expression": expr})],
+            f"The answer is {result}.",
+            "read",
+            _num(result),
+            ("read", n, op, k),
+        )
+
+    def compare(self) -> VisionEpisode:
+        a, b = self.rng.randint(10, 999), self.rng.randint(10, 999)
+        op, word = self._op()
+        prompt = self.rng.choice(COMPARE_TEMPLATES).format(word=word)
+        expr = f"{a} {op} {b}"
+        result = calculator(expr)
+        return VisionEpisode(
+            prompt,
+            W.two_panels(a, b, self.rng),
+            [("calculator", {"expression": expr})],
+            f"The answer is {result}.",
+            "compare",
+            _num(result),
+            ("compare", a, op, b),
+        )
+
+    def zoom(self) -> VisionEpisode:
+        code = self.rng.randint(1000, 9999)
+        corner = self.rng.choice(list(W.CORNERS))
+        x0, y0, x1, y1 = W.CORNERS[corner]
+        image = W.small_label(code, corner, self.rng)
+        calls: list = [("image_zoom", {"x0": x0, "y0": y0, "x1": x1, "y1": y1, "scale": 2})]
+        if self.rng.random() < 0.3:
+            op, word = self._op()
+            k = self.rng.randint(2, 99)
+            prompt = self.rng.choice(ZOOM_COMPUTE_TEMPLATES).format(word=word, k=k)
+            expr = f"{code} {op} {k}"
+            result = calculator(expr)
+            calls.append(("calculator", {"expression": expr}))
+            return VisionEpisode(
+                prompt, image, calls, f"The answer is {result}.", "zoom", _num(result), ("zoom", code, op, k)
+            )
+        prompt = self.rng.choice(ZOOM_TEMPLATES)
+        return VisionEpisode(prompt, image, calls, f"The code is {code}.", "zoom", code, ("zoom", code))
+
+
+def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
+    """Draw every held-out vision suite: `{suite name: [episodes]}` (no two ask the same thing)."""
+    gen = VisionGenerator(seed)
+    seen: set = set()
+    suites: dict[str, list[VisionEpisode]] = {}
+    for name, (count, kind) in SUITES.items():
+        episodes: list[VisionEpisode] = []
+        while len(episodes) < count:
+            ep = getattr(gen, kind)()
+            if ep.key in seen:
+                continue
+            seen.add(ep.key)
+            episodes.append(ep)
+        suites[name] = episodes
+    return suites
+
+
+def case_record(ep: VisionEpisode, case_id: str, image_path: str) -> dict:
+    """The JSONL line of one suite case (the picture is a file beside the suite)."""
+    return {
+        "id": case_id,
+        "prompt": ep.prompt,
+        "image": image_path,
+        "expected": ep.expected,
+        "grader": {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6},
+        "task_type": f"vision_{ep.kind}",
+        "difficulty": ep.kind,
+        "tools": list(VISION_TOOLS),
+        "reference_calls": [{"name": n, "arguments": a} for n, a in ep.calls],
+    }
+
+
+def write_all(out_dir: Path = VISION_DIR) -> dict[str, int]:
+    """Write `<suite>.jsonl` and `images/<case id>.png` for every vision suite; returns counts."""
+    images = out_dir / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for name, episodes in make_suites().items():
+        lines = []
+        for i, ep in enumerate(episodes, start=1):
+            case_id = f"{name}-{i:03d}"
+            (images / f"{case_id}.png").write_bytes(W.png_bytes(ep.image))
+            lines.append(json.dumps(case_record(ep, case_id, f"images/{case_id}.png"), ensure_ascii=False) + "\n")
+        (out_dir / f"{name}.jsonl").write_text("".join(lines), encoding="utf-8")
+        counts[name] = len(episodes)
+    return counts
+
+
+def held_out_keys(seed: int = SUITE_SEED) -> set:
+    """What every suite case asks about: training skips these."""
+    return {ep.key for episodes in make_suites(seed).values() for ep in episodes}
+
+
+# Training mix: (weight, kind).
+TRAIN_MIX = [(0.35, "read"), (0.3, "compare"), (0.35, "zoom")]
+
+
+def training_episodes(n: int, seed: int = 0, exclude: Optional[set] = None) -> Iterator[VisionEpisode]:
+    """Yield `n` training episodes from the training seed, skipping what the suites ask (`exclude`)."""
+    gen = VisionGenerator(60_000 + seed)
+    exclude = held_out_keys() if exclude is None else exclude
+    weights = [w for w, _ in TRAIN_MIX]
+    made = 0
+    while made < n:
+        (_, kind) = gen.rng.choices(TRAIN_MIX, weights=weights)[0]
+        ep = getattr(gen, kind)()
+        if ep.key in exclude:
+            continue
+        made += 1
+        yield ep
+
+
+if __name__ == "__main__":
+    counts = write_all()
+    print(json.dumps(counts, indent=1), "total", sum(counts.values()))

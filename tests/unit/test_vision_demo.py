@@ -1,0 +1,108 @@
+"""The demo VLM's world, suites and training episodes: pictures drawn the same everywhere, suites that
+load like any other with their pictures, tasks kept out of training, and training messages that are the
+messages a run sends."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evalrx.demo import vision_world as W
+from evalrx.demo.vision_data import (
+    SUITES,
+    VISION_DIR,
+    VisionGenerator,
+    held_out_keys,
+    make_suites,
+    training_episodes,
+    write_all,
+)
+from evalrx.suites import list_suites, load_cases
+
+PIL = pytest.importorskip("PIL")
+
+
+def test_pictures_are_drawn_from_the_seed_alone():
+    a, b = random.Random(7), random.Random(7)
+    for draw in (
+        lambda r: W.card(437, r),
+        lambda r: W.two_panels(58, 913, r),
+        lambda r: W.small_label(4821, "top left", r),
+    ):
+        x, y = draw(a), draw(b)
+        assert W.pixels_digest(x) == W.pixels_digest(y) and W.png_bytes(x) == W.png_bytes(y)
+    assert W.pixels_digest(W.card(437, random.Random(1))) != W.pixels_digest(W.card(437, random.Random(2)))
+
+
+def test_suites_and_their_pictures_regenerate_byte_for_byte(tmp_path):
+    """A training-side change must not move a held-out case or a pixel of its picture."""
+    counts = write_all(tmp_path)
+    assert counts == {name: n for name, (n, _) in SUITES.items()} and sum(counts.values()) >= 150
+    committed = sorted(p.relative_to(VISION_DIR) for p in VISION_DIR.rglob("*") if p.is_file())
+    fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    assert committed == fresh
+    for rel in committed:
+        assert (tmp_path / rel).read_bytes() == (VISION_DIR / rel).read_bytes(), rel
+
+
+def test_vision_suites_load_with_their_pictures_and_stay_out_of_demo():
+    from PIL import Image
+
+    names = list_suites()
+    assert {"demo/vision", "demo/vision_read", "demo/vision_compare", "demo/vision_zoom"} <= set(names)
+    cases = load_cases("demo/vision")
+    assert len(cases) == sum(n for n, _ in SUITES.values()) >= 150
+    assert {c.meta["task_type"] for c in cases} == {"vision_read", "vision_compare", "vision_zoom"}
+    for c in cases:
+        with Image.open(c.inputs.image) as img:
+            assert img.size == (W.CANVAS, W.CANVAS)
+        assert c.meta["tools"] == ["calculator", "image_zoom"] and c.grader["kind"] == "numeric"
+    assert not any(c.inputs.image for c in load_cases("demo"))  # the text model's suites stay text
+
+
+def test_the_zoom_a_case_needs_shows_its_label_larger():
+    """The reference zoom box holds the label's frame (the darkest pixels of the picture)."""
+    from evalrx.tools.image_zoom import zoom
+
+    gen = VisionGenerator(3)
+    for _ in range(12):
+        ep = gen.zoom()
+        (name, args), *_ = ep.calls
+        out = zoom(ep.image, **args)
+        assert name == "image_zoom" and out.images and out.images[0].size == (W.CANVAS, W.CANVAS)
+        gray = ep.image.convert("L")
+        x0, y0, x1, y1 = (round(v * W.CANVAS) for v in (args["x0"], args["y0"], args["x1"], args["y1"]))
+        inside = gray.crop((x0, y0, x1, y1))
+        assert inside.getextrema()[0] <= 40  # the frame and the code's type are inside the box
+
+
+def test_training_never_draws_a_suite_task():
+    held = held_out_keys()
+    assert len(held) == sum(len(v) for v in make_suites().values())
+    assert not any(ep.key in held for ep in training_episodes(2000, seed=0, exclude=held))
+
+
+def test_training_messages_are_the_messages_a_run_sends():
+    """An episode's conversation, rendered, is the agent's prompt for that case plus the reference turns."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from evalrx.demo.train import render
+    from evalrx.demo.train_vision import TEXT_MODEL_DIR, episode_messages
+    from evalrx.models.conversation import ConversationBuilder
+    from evalrx.models.toolcodec import CODECS
+    from evalrx.tools import get_tools
+
+    tok = AutoTokenizer.from_pretrained(str(TEXT_MODEL_DIR))
+    codec = CODECS["hermes"]()
+    tools = [t.to_openai() for t in get_tools(["calculator", "image_zoom"])]
+    ep = VisionGenerator(5).zoom()
+    messages, images = episode_messages(ep, codec)
+    assert len(images) == 2 and messages[0]["content"][0]["image"] is ep.image
+    first = ConversationBuilder(codec)
+    first.prompt(ep.prompt, ep.image)
+    prompt = render(tok, first.messages, tools, add_generation_prompt=True)
+    assert render(tok, messages, tools).startswith(prompt)
+    assert render(tok, messages, tools).count("<|image_pad|>") == 2
+    assert "returned by the 'image_zoom' tool call" in render(tok, messages, tools)
