@@ -44,6 +44,7 @@ DEFAULTS: dict[str, Any] = {
     "grad_clip": 1.0,
     "threads": 2,
     "max_minutes": 60.0,
+    "cell_weight": 1.0,  # the vision tower's own reading loss (see `cell_targets`)
 }
 
 
@@ -130,8 +131,28 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
     return conv.messages, images
 
 
+def cell_targets(ep: VisionEpisode, n_pictures: int, side: int) -> list:
+    """For each picture of `ep`, what each of its `side` x `side` patches shows: a digit 0-9, 10 for
+    nothing, -100 where training does not say (a small label's cells).
+
+    The pictures put one digit a patch column (`vision_world.CELL`), and the renderer records where
+    (`info["cells"]`; a zoomed label's in `info["zoom_cells"]`). Naming the digit under each patch
+    trains the tower to read in minutes; the language model alone learns it far more slowly, having
+    to find the digits among 64 tokens first. The head that names them is dropped after training.
+    """
+    info = ep.image.info
+    first = {**{c: -100 for c in info.get("unreadable", ())}, **{c: int(d) for c, d in info.get("cells", {}).items()}}
+    grids = [first]
+    if n_pictures > 1:
+        grids.append({c: int(d) for c, d in info.get("zoom_cells", {}).items()})
+    out = []
+    for grid in grids[:n_pictures]:
+        out.append([grid.get((col, row), 10) for row in range(side) for col in range(side)])
+    return out
+
+
 def encode_vision_episode(processor: Any, ep: VisionEpisode, codec: Any, tools: list[dict], n_image: int) -> tuple:
-    """(input ids with each picture's tokens in place, assistant-token mask, pixel values)."""
+    """(input ids with each picture's tokens in place, assistant-token mask, pixel values, patch targets)."""
     messages, images = episode_messages(ep, codec)
     ids, mask = encode_episode(processor.tokenizer, messages, tools)
     image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -147,23 +168,25 @@ def encode_vision_episode(processor: Any, ep: VisionEpisode, codec: Any, tools: 
     if ids.count(image_id) != len(images):
         raise RuntimeError(f"{ids.count(image_id)} image blocks for {len(images)} pictures")
     pixels = processor.image_processor(images, return_tensors="pt")["pixel_values"]
-    return out_ids, out_mask, pixels
+    side = int(round(n_image**0.5))
+    return out_ids, out_mask, pixels, cell_targets(ep, len(images), side)
 
 
 def _collate(batch: list, pad: int) -> tuple:
     import torch
 
-    width = max(len(ids) for ids, _, _ in batch)
+    width = max(len(ids) for ids, *_ in batch)
     input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
     labels = torch.full((len(batch), width), -100, dtype=torch.long)
     attn = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, (ids, mask, _) in enumerate(batch):
+    for i, (ids, mask, *_) in enumerate(batch):
         n = len(ids)
         input_ids[i, :n] = torch.tensor(ids)
         attn[i, :n] = 1
         labels[i, :n] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
-    pixels = torch.cat([p for _, _, p in batch])
-    return input_ids, attn, labels, pixels
+    pixels = torch.cat([b[2] for b in batch])
+    cells = torch.tensor([grid for b in batch for grid in b[3]], dtype=torch.long)
+    return input_ids, attn, labels, pixels, cells
 
 
 def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict:
@@ -190,8 +213,10 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f}M parameters; {n_image} tokens a picture; {len(exclude)} suite tasks held out")
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    cell_head = torch.nn.Linear(int(cfg["vision_hidden"]), 11)  # digit 0-9 or nothing, per patch; not saved
+    named = list(model.named_parameters()) + [(f"cell_head.{n}", p) for n, p in cell_head.named_parameters()]
+    decay = [p for n, p in named if p.dim() >= 2]
+    no_decay = [p for n, p in named if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
         lr=cfg["lr"],
@@ -214,21 +239,28 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
             encode_vision_episode(processor, next(stream), codec, tools, n_image) for _ in range(cfg["batch_size"])
         ]
         seen += len(batch)
-        longest = max(longest, *(len(ids) for ids, _, _ in batch))
+        longest = max(longest, *(len(b[0]) for b in batch))
         if longest > max_len:
             raise RuntimeError(f"an episode has {longest} tokens > {max_len} positions")
-        if any(ids[:n_prefix] != prefix_ids for ids, _, _ in batch):
+        if any(b[0][:n_prefix] != prefix_ids for b in batch):
             raise RuntimeError("an episode does not start with the shared system prefix")
-        input_ids, attn, labels, pixels = _collate([(i[n_prefix:], m[n_prefix:], p) for i, m, p in batch], pad)
+        input_ids, attn, labels, pixels, cells = _collate(
+            [(i[n_prefix:], m[n_prefix:], p, c) for i, m, p, c in batch], pad
+        )
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
-        loss = prefix_cached_loss(model, prefix_tensor, input_ids, attn, labels, pixel_values=pixels)
+        lm_loss = prefix_cached_loss(model, prefix_tensor, input_ids, attn, labels, pixel_values=pixels)
+        patches = model.model.vision_tower(pixel_values=pixels, output_hidden_states=True).hidden_states[-1][:, 1:]
+        cell_loss = torch.nn.functional.cross_entropy(
+            cell_head(patches).reshape(-1, 11), cells.reshape(-1), ignore_index=-100
+        )
+        loss = lm_loss + float(cfg["cell_weight"]) * cell_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         opt.step()
         steps_done = step + 1
-        value = float(loss.detach())
+        value = float(lm_loss.detach())
         ema = value if ema is None else 0.95 * ema + 0.05 * value
         if step % 10 == 0 or step == cfg["steps"] - 1:
             curve.append(

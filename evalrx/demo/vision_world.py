@@ -7,7 +7,9 @@ Three kinds of picture, each with the number(s) a task asks about:
 - a small label: a code in small type inside a framed label in one corner, too small to read at
   the model's resolution; the frame is visible, so the model can zoom into that corner and read it.
 
-Everything is drawn from a seeded `random.Random` with `fonts/DejaVuSansMono.ttf`, so the same
+Digits sit one a cell of a 24-pixel grid, which is one patch of the model's half-size view: a tiny
+vision tower trained in minutes reads a digit from one column of patches, not from pieces of
+several. Everything is drawn from a seeded `random.Random` with `fonts/DejaVuSansMono.ttf`, so the same
 seed gives the same pixels on every machine with the same Pillow (its wheels bundle FreeType);
 `pixels_digest` names a picture by its pixels, not by its PNG encoding.
 """
@@ -18,11 +20,13 @@ import hashlib
 import random
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 FONT_PATH = Path(__file__).resolve().parent / "fonts" / "DejaVuSansMono.ttf"
-CANVAS = 192  # pixels a side; the model sees a smaller copy (its processor's size)
-CARD_TYPE, PANEL_TYPE, LABEL_TYPE = 44, 34, 11  # type sizes: legible, legible, legible only zoomed in
+CANVAS = 192  # pixels a side; the model sees a half-size copy (its processor's 96 pixels, 12-pixel patches)
+CELL = 24  # one character a cell: a patch of the model's view, so each digit is read from one column of patches
+TYPE = 36  # digits a cell tall and a little narrower than one
+SMALL_CELL, SMALL_TYPE = 12, 18  # the small label: half size, legible only zoomed in (x2 brings it to CELL)
 CORNERS = {  # where a small label sits -> the zoom box (fractions) that shows it
     "top left": (0.0, 0.0, 0.5, 0.5),
     "top right": (0.5, 0.0, 1.0, 0.5),
@@ -63,25 +67,42 @@ def _shapes(draw: Any, rng: random.Random, n: int, avoid: tuple) -> None:
         draw.ellipse(box, fill=colour) if rng.random() < 0.5 else draw.rectangle(box, fill=colour)
 
 
-def _text_box(draw: Any, text: str, size: int) -> tuple[int, int, int, int]:
-    return draw.textbbox((0, 0), text, font=font(size))
+def _digits(
+    draw: Any, text: str, left: int, top: int, cell: int, size: int, ink: tuple, cells: Optional[dict] = None
+) -> None:
+    """`text` one character a cell, each centred in its `cell` x 2`cell` box from (`left`, `top`).
+
+    `cells` gets `(column, row) -> character` on the CELL grid for each cell a character covers.
+    """
+    f = font(size)
+    for i, ch in enumerate(text):
+        if cells is not None and cell == CELL:
+            col, row = (left + i * cell) // CELL, top // CELL
+            cells[(col, row)] = cells[(col, row + 1)] = ch
+        x0, y0, x1, y1 = draw.textbbox((0, 0), ch, font=f)
+        x = left + i * cell + (cell - (x1 - x0)) // 2 - x0
+        y = top + (2 * cell - (y1 - y0)) // 2 - y0
+        draw.text((x, y), ch, font=f, fill=ink)
 
 
 def card(number: int, rng: random.Random) -> Any:
-    """One number in large type on a card placed somewhere in the picture."""
+    """One number on a card placed on the cell grid somewhere in the picture."""
     from PIL import ImageDraw
 
     img = _canvas(rng)
     draw = ImageDraw.Draw(img)
     text = str(number)
-    x0, y0, x1, y1 = _text_box(draw, text, CARD_TYPE)
-    w, h = x1 - x0 + 24, y1 - y0 + 24
-    left, top = rng.randint(6, CANVAS - w - 6), rng.randint(6, CANVAS - h - 6)
+    cols, rows = len(text) + 2, 4  # a cell of margin around the digits, which are two cells tall
+    left = CELL * rng.randint(0, CANVAS // CELL - cols)
+    top = CELL * rng.randint(0, CANVAS // CELL - rows)
+    w, h = cols * CELL, rows * CELL
     _shapes(draw, rng, rng.randint(0, 3), (left - 4, top - 4, left + w + 4, top + h + 4))
     draw.rounded_rectangle(
-        (left, top, left + w, top + h), radius=6, fill=(255, 255, 255), outline=(90, 90, 90), width=2
+        (left + 2, top + 2, left + w - 3, top + h - 3), radius=6, fill=(255, 255, 255), outline=(90, 90, 90), width=2
     )
-    draw.text((left + 12 - x0, top + 12 - y0), text, font=font(CARD_TYPE), fill=rng.choice(_INKS))
+    cells: dict = {}
+    _digits(draw, text, left + CELL, top + CELL, CELL, TYPE, rng.choice(_INKS), cells)
+    img.info["cells"] = cells
     return img
 
 
@@ -93,39 +114,54 @@ def two_panels(left_number: int, right_number: int, rng: random.Random) -> Any:
     draw = ImageDraw.Draw(img)
     half = CANVAS // 2
     tints = rng.sample(_SHAPES, 2)
+    cells: dict = {}
     for i, number in enumerate((left_number, right_number)):
         x_off = i * half
-        draw.rectangle((x_off + 3, 3, x_off + half - 4, CANVAS - 4), fill=tints[i], outline=(90, 90, 90), width=2)
+        draw.rectangle((x_off + 2, 2, x_off + half - 3, CANVAS - 3), fill=tints[i])  # tint apart, no frame to misread
         text = str(number)
-        x0, y0, x1, y1 = _text_box(draw, text, PANEL_TYPE)
-        tw, th = x1 - x0, y1 - y0
-        x = x_off + (half - tw) // 2 + rng.randint(-6, 6) - x0
-        y = rng.randint(20, CANVAS - th - 20) - y0
-        draw.text((x, y), text, font=font(PANEL_TYPE), fill=rng.choice(_INKS))
+        start = x_off + CELL * rng.randint(0, half // CELL - len(text))
+        top = CELL * rng.randint(0, CANVAS // CELL - 2)
+        _digits(draw, text, start, top, CELL, TYPE, rng.choice(_INKS), cells)
+    img.info["cells"] = cells
     return img
 
 
 def small_label(code: int, corner: str, rng: random.Random) -> Any:
-    """A code in small type inside a framed label in `corner`; the rest is a large decoy number."""
+    """A code in small type in a framed label in `corner`, and a large decoy number elsewhere.
+
+    The label's characters sit on a half-size grid, so the x2 zoom into its corner puts them on
+    the picture's cell grid, one a patch column, like a card's.
+    """
     from PIL import ImageDraw
 
     img = _canvas(rng)
     draw = ImageDraw.Draw(img)
     half = CANVAS // 2
     bx0, by0, _, _ = (round(v * CANVAS) for v in CORNERS[corner])
-    text = f"code {code}"
-    x0, y0, x1, y1 = _text_box(draw, text, LABEL_TYPE)
-    w, h = x1 - x0 + 12, y1 - y0 + 12
-    left = bx0 + rng.randint(4, half - w - 4)
-    top = by0 + rng.randint(4, half - h - 4)
-    # the decoy: a large number in the opposite half, which is not the code
+    text = str(code)
+    cols, rows = len(text) + 2, 4
+    w, h = cols * SMALL_CELL, rows * SMALL_CELL
+    left = bx0 + SMALL_CELL * rng.randint(0, half // SMALL_CELL - cols)
+    top = by0 + SMALL_CELL * rng.randint(0, half // SMALL_CELL - rows)
+    # the decoy: a large number in the opposite half (rows), which is not the code
     decoy = str(rng.randint(10, 99))
-    dx = (half if bx0 == 0 else 0) + rng.randint(10, half - 60)
-    dy = (half if by0 == 0 else 0) + rng.randint(8, half - 50)
+    dx = CELL * rng.randint(0, CANVAS // CELL - 2)
+    dy = (half if by0 == 0 else 0) + CELL * rng.randint(0, half // CELL - 2)
     _shapes(draw, rng, rng.randint(0, 2), (left - 4, top - 4, left + w + 4, top + h + 4))
-    draw.text((dx, dy), decoy, font=font(PANEL_TYPE), fill=(150, 150, 150))
-    draw.rectangle((left, top, left + w, top + h), fill=(255, 255, 240), outline=(30, 30, 30), width=3)
-    draw.text((left + 6 - x0, top + 6 - y0), text, font=font(LABEL_TYPE), fill=(10, 10, 10))
+    cells: dict = {}
+    _digits(draw, decoy, dx, dy, CELL, TYPE, (150, 150, 150), cells)
+    draw.rectangle((left + 1, top + 1, left + w - 2, top + h - 2), fill=(255, 255, 240), outline=(30, 30, 30), width=3)
+    _digits(draw, text, left + SMALL_CELL, top + SMALL_CELL, SMALL_CELL, SMALL_TYPE, (10, 10, 10))
+    # What training may say of each cell: the decoy's digits; the label's cells hold type too small to name.
+    img.info["cells"] = cells
+    img.info["unreadable"] = {
+        (c, r)
+        for c in range(left // CELL, (left + w - 1) // CELL + 1)
+        for r in range(top // CELL, (top + h - 1) // CELL + 1)
+    }
+    # The x2 zoom into `corner` puts the code on the CELL grid: its cells there.
+    zc, zr = (left - bx0) // SMALL_CELL + 1, (top - by0) // SMALL_CELL + 1
+    img.info["zoom_cells"] = {(zc + i, zr + dr): ch for i, ch in enumerate(text) for dr in (0, 1)}
     return img
 
 
