@@ -274,7 +274,8 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
             )
         if step % 25 == 0 or step < 3:
             log(
-                f"step {step:5d} loss {value:.4f} ema {ema:.4f} lr {_lr_at(step, cfg):.2e} {time.time() - t_start:.0f}s"
+                f"step {step:5d} loss {value:.4f} ema {ema:.4f} cells {float(cell_loss):.4f} "
+                f"lr {_lr_at(step, cfg):.2e} {time.time() - t_start:.0f}s"
             )
         if time.time() > deadline:
             log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")

@@ -7,8 +7,9 @@ Three task kinds over the pictures of `evalrx.demo.vision_world`:
 - `zoom`: the code on a small label is too small to read; zoom into its corner (`image_zoom`),
   read the code from the zoomed picture, and answer it (or compute with it first).
 
-The suites (`demo/vision_read`, `demo/vision_compare`, `demo/vision_zoom`; `demo/vision` is all
-three) are drawn from one seed and written with their pictures as case files, so the command
+The suites (`demo/vision_read`, `demo/vision_compare`, `demo/vision_zoom`, and harder ones training
+never shows: a digit more, `*_long`, and new wordings, `vision_read_paraphrase`; `demo/vision` is all
+of them) are drawn from one seed and written with their pictures as case files, so the command
 rewrites them byte for byte; the training stream draws from other seeds and skips every
 (kind, numbers) a suite asks about.
 """
@@ -45,12 +46,22 @@ ZOOM_TEMPLATES = [
 ZOOM_COMPUTE_TEMPLATES = [
     "What is the code on the small label {word} {k}?",
 ]
+# Wordings training never shows (the paraphrase suite).
+READ_HELD_OUT = [
+    "Use the figure printed on the card: {word} {k} gives what?",
+    "The card shows a number. Compute that number {word} {k}.",
+]
 
-# Suite name -> (count, kind).
-SUITES: dict[str, tuple[int, str]] = {
-    "vision_read": (60, "read"),
-    "vision_compare": (50, "compare"),
-    "vision_zoom": (50, "zoom"),
+# Suite name -> (count, kind, arguments). The first three are the kinds as trained; the rest are
+# harder than anything in training: a digit more than training ever shows, or a new wording.
+SUITES: dict[str, tuple[int, str, dict]] = {
+    "vision_read": (60, "read", {}),
+    "vision_compare": (50, "compare", {}),
+    "vision_zoom": (50, "zoom", {}),
+    "vision_read_long": (30, "read", {"digits": 4}),
+    "vision_compare_long": (30, "compare", {"digits": 4}),
+    "vision_zoom_long": (30, "zoom", {"digits": 5}),
+    "vision_read_paraphrase": (30, "read", {"templates": READ_HELD_OUT}),
 }
 
 
@@ -81,11 +92,15 @@ class VisionGenerator:
         op = self.rng.choice(list(OPS))
         return op, OPS[op]
 
-    def read(self) -> VisionEpisode:
-        n = self.rng.randint(10, 999)
+    def _n(self, digits: int) -> int:
+        """A number of `digits` digits, or of 2-3 (as training) when 0."""
+        return self.rng.randint(10, 999) if not digits else self.rng.randint(10 ** (digits - 1), 10**digits - 1)
+
+    def read(self, digits: int = 0, templates: Optional[list] = None) -> VisionEpisode:
+        n = self._n(digits)
         op, word = self._op()
         k = self.rng.randint(2, 99)
-        prompt = self.rng.choice(READ_TEMPLATES).format(word=word, k=k)
+        prompt = self.rng.choice(templates or READ_TEMPLATES).format(word=word, k=k)
         expr = f"{n} {op} {k}"
         result = calculator(expr)
         return VisionEpisode(
@@ -98,8 +113,8 @@ class VisionGenerator:
             ("read", n, op, k),
         )
 
-    def compare(self) -> VisionEpisode:
-        a, b = self.rng.randint(10, 999), self.rng.randint(10, 999)
+    def compare(self, digits: int = 0) -> VisionEpisode:
+        a, b = self._n(digits), self._n(digits)
         op, word = self._op()
         prompt = self.rng.choice(COMPARE_TEMPLATES).format(word=word)
         expr = f"{a} {op} {b}"
@@ -114,8 +129,8 @@ class VisionGenerator:
             ("compare", a, op, b),
         )
 
-    def zoom(self) -> VisionEpisode:
-        code = self.rng.randint(1000, 9999)
+    def zoom(self, digits: int = 4) -> VisionEpisode:
+        code = self.rng.randint(10 ** (digits - 1), 10**digits - 1)
         corner = self.rng.choice(list(W.CORNERS))
         x0, y0, x1, y1 = W.CORNERS[corner]
         image = W.small_label(code, corner, self.rng)
@@ -139,10 +154,10 @@ def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
     gen = VisionGenerator(seed)
     seen: set = set()
     suites: dict[str, list[VisionEpisode]] = {}
-    for name, (count, kind) in SUITES.items():
+    for name, (count, kind, kwargs) in SUITES.items():
         episodes: list[VisionEpisode] = []
         while len(episodes) < count:
-            ep = getattr(gen, kind)()
+            ep = getattr(gen, kind)(**kwargs)
             if ep.key in seen:
                 continue
             seen.add(ep.key)
@@ -151,7 +166,7 @@ def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
     return suites
 
 
-def case_record(ep: VisionEpisode, case_id: str, image_path: str) -> dict:
+def case_record(ep: VisionEpisode, case_id: str, image_path: str, difficulty: str = "easy") -> dict:
     """The JSONL line of one suite case (the picture is a file beside the suite)."""
     return {
         "id": case_id,
@@ -160,7 +175,7 @@ def case_record(ep: VisionEpisode, case_id: str, image_path: str) -> dict:
         "expected": ep.expected,
         "grader": {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6},
         "task_type": f"vision_{ep.kind}",
-        "difficulty": ep.kind,
+        "difficulty": difficulty,
         "tools": list(VISION_TOOLS),
         "reference_calls": [{"name": n, "arguments": a} for n, a in ep.calls],
     }
@@ -176,7 +191,10 @@ def write_all(out_dir: Path = VISION_DIR) -> dict[str, int]:
         for i, ep in enumerate(episodes, start=1):
             case_id = f"{name}-{i:03d}"
             (images / f"{case_id}.png").write_bytes(W.png_bytes(ep.image))
-            lines.append(json.dumps(case_record(ep, case_id, f"images/{case_id}.png"), ensure_ascii=False) + "\n")
+            difficulty = name.rsplit("_", 1)[1] if name.count("_") > 1 else "easy"
+            lines.append(
+                json.dumps(case_record(ep, case_id, f"images/{case_id}.png", difficulty), ensure_ascii=False) + "\n"
+            )
         (out_dir / f"{name}.jsonl").write_text("".join(lines), encoding="utf-8")
         counts[name] = len(episodes)
     return counts

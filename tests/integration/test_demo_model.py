@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from offline import run_offline
 
 import evalrx
 from evalrx.specs import get_spec
@@ -23,13 +20,7 @@ def test_the_committed_weights_are_there():
 
 
 _OFFLINE_SCRIPT = r"""
-import json, socket, sys
-
-def _no_network(*args, **kwargs):
-    raise RuntimeError("network access attempted")
-
-socket.socket.connect = _no_network
-socket.create_connection = _no_network
+import json
 
 import torch
 torch.set_num_threads(1)
@@ -63,10 +54,7 @@ def test_spec_points_at_the_packaged_model():
 
 
 def test_loads_and_calls_a_tool_with_the_network_off():
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME="/nonexistent-hf-home")
-    proc = subprocess.run([sys.executable, "-c", _OFFLINE_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_offline(_OFFLINE_SCRIPT)
     assert out["backend"] == "hf_local"
     assert out["errors"] == []
     assert [(c["name"], c["args"]) for c in out["calls"]] == [("calculator", {"expression": "12 + 30"})]

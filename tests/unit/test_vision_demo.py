@@ -38,7 +38,7 @@ def test_pictures_are_drawn_from_the_seed_alone():
 def test_suites_and_their_pictures_regenerate_byte_for_byte(tmp_path):
     """A training-side change must not move a held-out case or a pixel of its picture."""
     counts = write_all(tmp_path)
-    assert counts == {name: n for name, (n, _) in SUITES.items()} and sum(counts.values()) >= 150
+    assert counts == {name: n for name, (n, *_) in SUITES.items()} and sum(counts.values()) >= 150
     committed = sorted(p.relative_to(VISION_DIR) for p in VISION_DIR.rglob("*") if p.is_file())
     fresh = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert committed == fresh
@@ -52,7 +52,7 @@ def test_vision_suites_load_with_their_pictures_and_stay_out_of_demo():
     names = list_suites()
     assert {"demo/vision", "demo/vision_read", "demo/vision_compare", "demo/vision_zoom"} <= set(names)
     cases = load_cases("demo/vision")
-    assert len(cases) == sum(n for n, _ in SUITES.values()) >= 150
+    assert len(cases) == sum(n for n, *_ in SUITES.values()) >= 150
     assert {c.meta["task_type"] for c in cases} == {"vision_read", "vision_compare", "vision_zoom"}
     for c in cases:
         with Image.open(c.inputs.image) as img:
@@ -80,7 +80,14 @@ def test_the_zoom_a_case_needs_shows_its_label_larger():
 def test_training_never_draws_a_suite_task():
     held = held_out_keys()
     assert len(held) == sum(len(v) for v in make_suites().values())
-    assert not any(ep.key in held for ep in training_episodes(2000, seed=0, exclude=held))
+    drawn = list(training_episodes(2000, seed=0, exclude=held))
+    assert not any(ep.key in held for ep in drawn)
+    # the long suites ask for a digit more than training ever shows
+    assert max(ep.key[1] for ep in drawn if ep.kind in ("read", "compare")) < 1000
+    assert max(ep.key[3] for ep in drawn if ep.kind == "compare") < 1000
+    assert max(ep.key[1] for ep in drawn if ep.kind == "zoom") < 10_000
+    for c in load_cases("demo/vision_read_long"):
+        assert len(c.meta["reference_calls"][0]["arguments"]["expression"].split()[0]) == 4
 
 
 def test_training_messages_are_the_messages_a_run_sends():
