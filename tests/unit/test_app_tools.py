@@ -50,11 +50,22 @@ def test_trajectory_page_shows_offered_tools_call_schemas_and_why_the_grade_fail
     assert "calls **calculate\\_triangle\\_area**" in shown or "calls **calculate_triangle_area**" in shown
 
 
+def test_new_run_offers_the_tools_a_suite_was_written_for(store_url):
+    """The demo VLM's image suites name calculator and image_zoom: New run offers those, not lookup."""
+    at = open_page("new_run")
+    at.selectbox(key="spec").set_value("evalrx-tiny-vl").run()
+    at.selectbox(key="suite").set_value("demo/vision_zoom").run()
+    assert not at.exception
+    assert at.multiselect(key="tools-False-calculator-image_zoom").value == ["calculator", "image_zoom"]
+    at.selectbox(key="suite").set_value("demo/lookup_easy").run()
+    assert at.multiselect(key="tools-False-calculator-lookup").value == ["calculator", "lookup"]
+
+
 def test_new_run_on_a_bfcl_suite_offers_no_built_in_tools_by_default(store_url):
     at = open_page("new_run")
     at.selectbox(key="suite").set_value("bfcl/simple_python").run()
     assert not at.exception
-    assert at.multiselect(key="tools-True").value == []
+    assert at.multiselect(key="tools-True-").value == []
     assert "Each case brings its own functions" in texts(at)
     at.number_input(key="limit").set_value(2)
     at.button(key="launch").click().run()

@@ -1,0 +1,45 @@
+"""A run of the demo VLM in a real worker, then its trajectories in Chromium: the case picture, and on a
+zoom case the zoomed picture the tool returned, both drawn from the store."""
+
+from __future__ import annotations
+
+import pytest
+from apphelpers import goto, main_text
+
+import evalrx.store as S
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def vision_run(app_env):
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.runner import Worker, enqueue_run
+    from evalrx.suites import load_cases
+
+    url = app_env["EVALRX_DATABASE_URL"]
+    store = S.connect(url)
+    cases = load_cases("demo/vision_zoom")[:2]
+    cfg = RunConfig(model=ModelConfig("evalrx-tiny-vl"), tools=["calculator", "image_zoom"], max_turns=4)
+    rid = enqueue_run(cfg, cases, runtime={"max_new_tokens": 64}, store=store)
+    Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+    assert S.get_run(rid, store=store).n_done == 2
+    return url, rid
+
+
+def test_a_zoom_case_shows_the_case_picture_and_the_zoomed_one(app_server, vision_run, page):
+    url, rid = vision_run
+    rows = S.list_trajectories(run_id=rid, store=url).rows
+    zoomed = [r for r in rows if S.step_media(r.id, store=url)]
+    assert zoomed, "the model zoomed on neither case"
+    tid = zoomed[0].id
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    case_img = page.get_by_text("case image")
+    case_img.wait_for()
+    shown = page.locator("[data-testid='stImage'] img")
+    assert shown.count() >= 2  # the case picture and the zoomed one (the charts are pictures too)
+    step = next(iter(S.step_media(tid, store=url)))
+    page.get_by_text(f"image 1 returned at step {step}").wait_for()
+    for img in shown.all():
+        assert img.evaluate("i => i.complete && i.naturalWidth > 0")
+    assert "image_zoom" in main_text(page)
