@@ -249,7 +249,9 @@ class _RunFiller:
             else diagnose(record.traj, case=record.case, tool_marks=self.marks)
         )
         try:
-            self.run.add(record.case, record.traj, labels=record.labels, tags=record.tags, diagnoses=found)
+            self.run.add(
+                record.case, record.traj, labels=record.labels, tags=record.tags, diagnoses=found, media=record.media
+            )
         except ValueError as exc:
             raise ImportFormatError(self.path, record.where, str(exc)) from None
 

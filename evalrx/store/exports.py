@@ -1,6 +1,7 @@
 """Stored trajectories as export rows: plain dicts of a trajectory with its case, grade, labels, tags,
 diagnosis (the top one, and `diagnoses`: every source's candidate) and run, the one shape every export format
-(`evalrx.interop`) is written from."""
+(`evalrx.interop`) is written from. Pictures go with them by hash, with their bytes: the case's as
+`case.image`, the ones a tool returned as `images` on their step."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from evalrx.store.engine import Store, resolve
 from evalrx.store.labels import history_in, tags_in
 
 EXPORT_BATCH = 500
+
+
+def _picture(sha: str, mime: str, data: bytes) -> dict:
+    """A stored picture as an export carries it: its hash, its type and its bytes."""
+    return {"sha256": sha, "mime": mime, "base64": base64.b64encode(bytes(data)).decode()}
 
 
 def iter_export_rows(
@@ -56,6 +62,15 @@ def iter_export_rows(
                 select(t.Step).where(t.Step.trajectory_id.in_(chunk)).order_by(t.Step.trajectory_id, t.Step.idx)
             ).scalars():
                 steps[st_row.trajectory_id].append(st_row)
+            pictures: dict = {i: {} for i in chunk}  # trajectory -> step idx -> the pictures its tool returned
+            for tid_, idx, sha, mime, data in s.execute(
+                select(t.Step.trajectory_id, t.Step.idx, t.Blob.sha256, t.Blob.mime, t.Blob.data)
+                .join(t.StepMedia, t.StepMedia.step_id == t.Step.id)
+                .join(t.Blob, t.Blob.sha256 == t.StepMedia.blob_sha256)
+                .where(t.Step.trajectory_id.in_(chunk))
+                .order_by(t.Step.trajectory_id, t.Step.idx, t.StepMedia.position)
+            ):
+                pictures[tid_].setdefault(idx, []).append(_picture(sha, mime, data))
             case_rows = {
                 c.id: c
                 for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_row_id for i in chunk}))).scalars()
@@ -81,15 +96,15 @@ def iter_export_rows(
                 sha = case_out.pop("image_sha256")
                 if sha:
                     blob = s.get(t.Blob, sha)
-                    case_out["image"] = {
-                        "sha256": sha,
-                        "mime": blob.mime,
-                        "base64": base64.b64encode(bytes(blob.data)).decode(),
-                    }
+                    case_out["image"] = _picture(sha, blob.mime, blob.data)
+                body = traj.to_dict()
+                for step in body["steps"]:
+                    if step["idx"] in pictures[tid]:
+                        step["images"] = pictures[tid][step["idx"]]
                 out = {
                     "case_id": case.sample_id,
                     "meta": case.meta or {},
-                    **traj.to_dict(),
+                    **body,
                     "case": case_out,
                     "labels": [lab.to_dict() for lab in history_in(s, tid)],
                     "tags": tags_in(s, tid),

@@ -48,11 +48,27 @@ class ImportedRun:
         self.n = 0
         self.pending: list = []  # (case, NewTrajectory) not written yet
 
-    def add(self, case: FailureCase, traj: Trajectory, *, labels: list, tags: list, diagnoses: Optional[list]) -> None:
-        """Store one trajectory of the run (its attempt from `traj.attempt`); ValueError for a bad label or tag."""
+    def add(
+        self,
+        case: FailureCase,
+        traj: Trajectory,
+        *,
+        labels: list,
+        tags: list,
+        diagnoses: Optional[list],
+        media: Optional[dict] = None,
+    ) -> None:
+        """Store one trajectory of the run (its attempt from `traj.attempt`) and the pictures its tools returned
+        (`media`: step idx -> bytes); ValueError for a bad label or tag."""
         # Converted now: a record that cannot be stored fails here, named, not in a later batch.
         item = NewTrajectory(
-            self.run_id, 0, traj, labels=list(labels or []), tags=list(tags or []), diagnoses=list(diagnoses or [])
+            self.run_id,
+            0,
+            traj,
+            labels=list(labels or []),
+            tags=list(tags or []),
+            diagnoses=list(diagnoses or []),
+            media=dict(media or {}),
         )
         self.pending.append((case, item.prepare()))  # its case row id is known when the batch is written
         if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:

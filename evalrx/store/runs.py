@@ -278,6 +278,7 @@ class NewTrajectory:
     labels: list = field(default_factory=list)
     tags: list = field(default_factory=list)
     diagnoses: list = field(default_factory=list)
+    media: dict = field(default_factory=dict)  # step idx -> the picture bytes its tool returned
     rows: Optional[dict] = None
 
     def prepare(self) -> "NewTrajectory":
@@ -319,6 +320,8 @@ def save_trajectories(session: Session, items: Sequence[NewTrajectory]) -> list:
     for tid, i in zip(ids, items):
         if i.traj.offered_tools:
             save_offered_tools(session, tid, i.traj.offered_tools)
+        if i.media:
+            save_step_media(session, tid, i.media)
         if i.diagnoses:
             from evalrx.store.diagnoses import save_diagnoses
 
