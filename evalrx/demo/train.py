@@ -342,21 +342,29 @@ def write_records(result: dict, demo_dir: Path = DEMO_DIR, suffix: str = "") -> 
     fig.savefig(demo_dir / f"loss_curve{suffix}.png")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command line: every DEFAULTS key is a flag (`--steps 3000`); `--out` picks the model folder."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    for key, value in DEFAULTS.items():
+def run_command(
+    train_fn: Any, defaults: dict, *, doc: str, out: Path, suffix: str, argv: "list[str] | None" = None
+) -> None:
+    """A trainer's command line: every `defaults` key is a flag (`--steps 3000`); `--out` picks the model folder,
+    `--record-suffix` the records' names (`train_config<suffix>.json`, `loss_curve<suffix>.csv`)."""
+    parser = argparse.ArgumentParser(description=doc)
+    for key, value in defaults.items():
         parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=value)
-    parser.add_argument("--out", default=str(MODEL_DIR))
-    parser.add_argument("--record-suffix", default="", help="write train_config<suffix>.json etc.")
+    parser.add_argument("--out", default=str(out))
+    parser.add_argument("--record-suffix", default=suffix, help="write train_config<suffix>.json etc.")
     args = vars(parser.parse_args(argv))
-    out = Path(args.pop("out"))
-    suffix = args.pop("record_suffix")
-    cfg = {k: args[k] for k in DEFAULTS}
+    out_dir = Path(args.pop("out"))
+    record_suffix = args.pop("record_suffix")
+    cfg = {k: args[k] for k in defaults}
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = train(cfg, out, log=lambda m: print(m, flush=True))
-    write_records(result, suffix=suffix)
+    result = train_fn(cfg, out_dir, log=lambda m: print(m, flush=True))
+    write_records(result, suffix=record_suffix)
     print(json.dumps(result["summary"], indent=1), flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m evalrx.demo.train [--steps 3000 ...]`."""
+    run_command(train, DEFAULTS, doc=__doc__, out=MODEL_DIR, suffix="", argv=argv)
 
 
 if __name__ == "__main__":

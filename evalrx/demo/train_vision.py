@@ -12,16 +12,13 @@ same machine and thread count.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import random
 import time
 from pathlib import Path
 from typing import Any
 
 from evalrx.demo.data import DEMO_DIR
-from evalrx.demo.train import _lr_at, encode_episode, prefix_cached_loss, shared_prefix, write_records
+from evalrx.demo.train import _lr_at, encode_episode, prefix_cached_loss, run_command, shared_prefix
 from evalrx.demo.vision_data import VISION_TOOLS, VisionEpisode, held_out_keys, training_episodes
 
 TEXT_MODEL_DIR = DEMO_DIR / "model"
@@ -302,20 +299,8 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: every DEFAULTS key is a flag (`--steps 500`); `--out` picks the model folder."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    for key, value in DEFAULTS.items():
-        parser.add_argument(f"--{key.replace('_', '-')}", type=type(value), default=value)
-    parser.add_argument("--out", default=str(VISION_MODEL_DIR))
-    parser.add_argument("--record-suffix", default="_vision", help="write train_config<suffix>.json etc.")
-    args = vars(parser.parse_args(argv))
-    out = Path(args.pop("out"))
-    suffix = args.pop("record_suffix")
-    cfg = {k: args[k] for k in DEFAULTS}
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = train(cfg, out, log=lambda m: print(m, flush=True))
-    write_records(result, suffix=suffix)
-    print(json.dumps(result["summary"], indent=1), flush=True)
+    """`python -m evalrx.demo.train_vision [--steps 500 ...]`."""
+    run_command(train, DEFAULTS, doc=__doc__, out=VISION_MODEL_DIR, suffix="_vision", argv=argv)
 
 
 if __name__ == "__main__":
