@@ -25,6 +25,7 @@ import streamlit as st
 
 from components.safe import md_escape
 from evalrx.analyzers import (
+    KINDS,
     RUNNER_UP,
     AnalysisResult,
     AttentionResult,
@@ -429,6 +430,103 @@ def attention_chart(rows: list[dict]) -> "alt.Chart":
     )
 
 
+def picture_choices(attention: AttentionResult, step: int, lens: Optional[LensResult] = None) -> list[tuple]:
+    """`(row, label)` for each analysed position of a turn that some picture before it could be read from,
+    values first (where a read number is written), labelled by kind, argument and (with the lens) the token."""
+    steps = attention.labels.get("label_step")
+    if steps is None or not attention.images:
+        return []
+    if not any(img.get("step") is not None and int(img["step"]) < step for img in attention.images):
+        return []
+    written: dict = {}
+    if lens is not None and lens.labels.get("label_step") is not None:
+        for q in np.nonzero(lens.labels["label_step"] == step)[0]:
+            written[int(lens.labels["label_token_index"][q])] = lens.token_text(int(lens.target_ids[q]))
+    kinds = attention.labels.get("label_kind")
+    args = attention.labels.get("label_arg") or []
+    tokens = attention.labels.get("label_token_index")
+    out = []
+    for p in np.nonzero(steps == step)[0]:
+        kind = KINDS[int(kinds[p])] if kinds is not None else "token"
+        arg = str(args[p]) if p < len(args) and args[p] else ""
+        token = written.get(int(tokens[p])) if tokens is not None else None
+        label = " ".join(x for x in (kind.replace("_", " "), arg, repr(token) if token is not None else "") if x)
+        out.append((int(p), label, kind in ("arg_value", "answer")))
+    out.sort(key=lambda r: (not r[2], r[0]))
+    return [(p, label) for p, label, _ in out]
+
+
+def _pictures(detail: Any, store: Any) -> Any:
+    """`(step, n) -> bytes or None`: the n-th picture step `step` showed (the case image on the prompt's step)."""
+    from evalrx.core import StepRole
+    from evalrx.store import get_blob, step_media
+
+    tid = detail.row.id
+    prompt = next((s.idx for s in detail.trajectory.steps if s.role is StepRole.USER), None)
+    case_sha = (getattr(detail, "case", None) or {}).get("image_sha256")
+    media: dict = {}
+
+    def picture(step: int, n: int) -> Optional[bytes]:
+        if step == prompt and case_sha:
+            sha = case_sha
+        else:
+            if not media:
+                media.update(step_media(tid, store=store) or {-1: []})
+            shas = media.get(step) or []
+            sha = shas[n] if n < len(shas) else None
+        blob = get_blob(sha, store=store) if sha else None
+        return blob[0] if blob and str(blob[1]).startswith("image/") else None
+
+    return picture
+
+
+def render_pictures(results: dict, idx: int, pictures: Any, focus: Optional[dict] = None) -> bool:
+    """The pictures shown before a turn, tinted by the attention a chosen token of the turn gave each patch."""
+    from components.patch_heatmap import heatmap_png
+
+    attention = results.get("attention")
+    if attention is None or pictures is None:
+        return False
+    choices = picture_choices(attention, idx, results.get("logit_lens"))
+    if not choices:
+        return False
+    st.markdown("**Where it looked in the pictures**: the attention a token gave each patch")
+    tokens = attention.labels.get("label_token_index")
+    # The diagnosed token, else the first that writes a digit (a value read from a picture), else the first.
+    default = next((i for i, (_, label) in enumerate(choices) if any(ch.isdigit() for ch in label)), 0)
+    if focus and focus.get("step") == idx and tokens is not None:
+        default = next((i for i, (p, _) in enumerate(choices) if int(tokens[p]) == focus["token_index"]), default)
+    left, right = st.columns(2)
+    pick = left.selectbox(
+        "Token", range(len(choices)), index=default, format_func=lambda i: choices[i][1], key=f"patch-token-{idx}"
+    )
+    n_layers = attention.patches.shape[1]
+    layers = ["mean over layers"] + [f"layer {i + 1}" for i in range(n_layers)]
+    layer_name = right.selectbox("Layer", layers, key=f"patch-layer-{idx}")
+    layer = None if layer_name == layers[0] else layers.index(layer_name) - 1
+    row = choices[pick][0]
+    seen: Counter = Counter()
+    shown = []
+    for k, img in enumerate(attention.images):
+        step = img.get("step")
+        nth = seen[step]
+        seen[step] += 1
+        if step is None or int(step) >= idx:
+            continue
+        shown.append((k, int(step), nth, img))
+    cols = st.columns(max(1, len(shown)))
+    for col, (k, step, nth, img) in zip(cols, shown):
+        data = pictures(step, nth)
+        weights = attention.patch_map(row, k, layer)
+        caption = f"picture of step {step}: {float(weights.sum()):.0%} of the token's attention"
+        if data is None:
+            col.caption(f"{caption} (the picture is not stored)")
+            continue
+        col.image(heatmap_png(data, weights, img.get("region") or (0.0, 0.0, 1.0, 1.0)), caption=caption)
+    st.caption(HOW_TO_READ["pictures"])
+    return True
+
+
 # ---------------------------------------------------------------- uncertainty
 
 
@@ -518,9 +616,11 @@ def render_analysis(detail: Any, *, store: Any) -> None:
         st.warning("Cheaper setting, not exact: " + "; ".join(cheaper), icon=":material/speed:")
     turns = [s.idx for s in detail.trajectory.steps if s.role is StepRole.ACTOR]
     focus = diagnosed_token(getattr(detail, "diagnoses", None))
+    attention = results.get("attention")
+    pictures = _pictures(detail, store) if attention is not None and attention.images else None
     for idx in turns:
         with st.expander(f"Model turn at step {idx}", expanded=True):
-            _turn(results, idx, focus)
+            _turn(results, idx, focus, pictures)
 
 
 def cheaper_settings(results: dict) -> list:
@@ -578,13 +678,16 @@ HOW_TO_READ = {
     "the margin is the chosen one's log-prob minus the strongest alternative's, small = a near miss.",
     "attention": "Each cell: the share of a layer's attention (mean over heads and this turn's decision tokens) "
     "that lands on a segment; a row sums to 1, a bright column is what the model was reading.",
+    "pictures": "Each patch is tinted by its share of the chosen token's attention (the most-attended patch "
+    "darkest); the caption gives the whole picture's share. A value read from a picture the token barely "
+    "attended is a misreading sign.",
     "token_uncertainty": "Each generated token is shaded by 1 − p of the token emitted (hover: p, entropy, rank); "
     "dark runs mark where the model was guessing.",
 }
 
 
-def _turn(results: dict, idx: int, focus: Optional[dict] = None) -> None:
-    shown = False
+def _turn(results: dict, idx: int, focus: Optional[dict] = None, pictures: Any = None) -> None:
+    shown = render_pictures(results, idx, pictures, focus)
     if "logit_lens" in results:
         rows = lens_rows(results["logit_lens"], idx)
         if rows:

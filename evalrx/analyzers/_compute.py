@@ -106,6 +106,7 @@ def forward(
     keep: Optional[Sequence[int]] = None,
     *,
     hidden: bool = True,
+    inputs: Optional[dict] = None,
 ) -> "tuple[Any, Any]":
     """One teacher-forced pass over `ids`: `teacher_forced_forward`, the pass `HFLocalModel.forward` runs.
 
@@ -116,6 +117,7 @@ def forward(
             `logits_to_keep` when the model takes it, so the vocabulary projection
             runs only there.
         hidden: also return every layer's hidden states.
+        inputs: further model inputs (a VLM pass's pixel values, `TrajectoryPlan.inputs`).
 
     Returns:
         `(logits, hidden_states)`: logits `[len(keep) or T, V]` in the model's dtype,
@@ -125,7 +127,9 @@ def forward(
 
     input_ids = torch.tensor([list(ids)], dtype=torch.long, device=local.device)
     with torch.inference_mode():  # the analyzers only read the pass: no autograd bookkeeping at all
-        out = teacher_forced_forward(local.hf, input_ids, keep=keep, output_hidden_states=hidden, parts=local.parts)
+        out = teacher_forced_forward(
+            local.hf, input_ids, keep=keep, output_hidden_states=hidden, parts=local.parts, inputs=inputs
+        )
     return out.logits[0], out.hidden_states
 
 
@@ -136,6 +140,7 @@ def teacher_forced(
     *,
     hidden: bool = True,
     attention: Optional[Sequence[int]] = None,
+    inputs: Optional[dict] = None,
 ) -> "tuple[Any, Any, Any]":
     """One teacher-forced pass, with every layer's attention rows at `attention` when asked.
 
@@ -147,17 +152,18 @@ def teacher_forced(
         attention: query positions whose attention rows are wanted: rebuilt from the pass's
             KV cache where the model allows it, else the pass runs with eager attention
             (switched back afterwards).
+        inputs: further model inputs (a VLM pass's pixel values).
 
     Returns:
         `(logits, hidden_states, attention_rows)`: as `forward`, plus `[L, P, T]` fp32
         rows averaged over heads (None without `attention`).
     """
     if not attention:
-        logits, states = forward(local, ids, keep, hidden=hidden)
+        logits, states = forward(local, ids, keep, hidden=hidden, inputs=inputs)
         return logits, states, None
     import torch
 
-    if getattr(local.handle, "attention_rows_rebuildable", False) is True:
+    if not inputs and getattr(local.handle, "attention_rows_rebuildable", False) is True:
         rebuilt = _rebuilt_rows_pass(local, ids, keep, attention)
         if rebuilt is not None:
             logits, states, rows = rebuilt
@@ -178,7 +184,7 @@ def teacher_forced(
     handles = [m.register_forward_hook(hook(i)) for i, m in enumerate(mods)]
     try:
         with using_attention_implementation(local.hf, "eager"):
-            logits, states = forward(local, ids, keep, hidden=hidden)
+            logits, states = forward(local, ids, keep, hidden=hidden, inputs=inputs)
     finally:
         for h in handles:
             h.remove()

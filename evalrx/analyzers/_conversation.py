@@ -177,6 +177,7 @@ def conversation_from_trajectory(
     *,
     style: str = "auto",
     image: Any = None,
+    images: Optional[dict] = None,
 ) -> Conversation:
     """Rebuild the conversation the agent loop produced for `trajectory`.
 
@@ -197,6 +198,8 @@ def conversation_from_trajectory(
             (`replay_style(handle)`), or "auto" to guess the style the turns were
             written in (`_detect_style`).
         image: the case image, when the first user turn had one (a placeholder otherwise).
+        images: `{step: [image, ...]}` the pictures steps showed: the case image on the prompt's
+            step (in place of `image`), the images a tool returned on its step (placeholders otherwise).
 
     Returns:
         The `Conversation`.
@@ -224,7 +227,8 @@ def conversation_from_trajectory(
             if seen_prompt:
                 built.user(s.content, step=s.idx)
             else:
-                built.prompt(s.content, image, with_image=bool(s.span.get("has_image")), step=s.idx)
+                shown = (images or {}).get(s.idx) or [image]
+                built.prompt(s.content, shown[0], with_image=bool(s.span.get("has_image")), step=s.idx)
             seen_prompt = True
         elif s.role is StepRole.ACTOR:
             forced = bool(s.span.get("forced_final"))
@@ -264,7 +268,9 @@ def conversation_from_trajectory(
             i = int(s.span.get("call", 0) or 0)
             call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
-            built.tool(tc, text, [None] * _n_images(s.observation), step=s.idx)  # images as placeholders
+            returned = list((images or {}).get(s.idx) or [])
+            n = _n_images(s.observation)
+            built.tool(tc, text, returned[:n] + [None] * (n - len(returned)), step=s.idx)  # placeholders if unknown
     built.end_turn()
     messages, info = built.messages, built.info
     return Conversation(messages=messages, tools=schemas, turns=turns, style=style, message_info=info)

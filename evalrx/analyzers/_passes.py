@@ -24,6 +24,7 @@ from evalrx.analyzers._conversation import (
     drop_images,
     replay_style,
 )
+from evalrx.analyzers._images import conversation_images, expand_images, pass_inputs
 from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
 from evalrx.core.case import Trajectory
 from evalrx.core.content import has_image
@@ -66,6 +67,7 @@ class TeacherForcedPass:
     turns: list
     tools: Optional[list] = None  # the tool schemas the text was rendered with
     shared: bool = False  # the full conversation's pass (as opposed to one turn's own)
+    images: list = field(default_factory=list)  # a VLM pass's images (`_images.ImageSpan`), in order
 
     @property
     def steps(self) -> list:
@@ -217,15 +219,20 @@ def plan_trajectory(
     mode: str = "auto",
     renderer: Any = None,
     prompt_ids: Optional[dict] = None,
+    images: Optional[dict] = None,
+    vision: bool = False,
 ) -> "tuple[Conversation, list]":
     """Rebuild the conversation of `trajectory` and plan its teacher-forced passes.
 
-    Image blocks are dropped (trajectories do not keep the pixels a vision model would
-    need); the turns are still scored on their text. `prompt_ids` as `plan_passes` takes them.
+    With `vision` and every picture the conversation shows in `images` (`{step: [image, ...]}`: the
+    case image on the prompt's step, the images a tool returned on its step), the image blocks
+    hold them (each renders as its placeholder token; `_images.expand_images` expands them).
+    Otherwise image blocks are dropped and the turns are scored on their text.
+    `prompt_ids` as `plan_passes` takes them.
     """
     style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
-    conv = conversation_from_trajectory(trajectory, system, tools, style=style)
-    if has_image(conv.messages):
+    conv = conversation_from_trajectory(trajectory, system, tools, style=style, images=images)
+    if has_image(conv.messages) and not (vision and all(im is not None for im, _ in conversation_images(conv))):
         conv = drop_images(conv)
     return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids)
 
@@ -263,10 +270,11 @@ class TrajectoryPlan:
     Attributes:
         local: the model (`_compute.LocalModel`).
         trajectory: the stored trajectory.
-        conversation: from `conversation_from_trajectory` (image blocks dropped).
-        passes: from `plan_passes`.
+        conversation: from `conversation_from_trajectory` (image blocks dropped unless a VLM sees them).
+        passes: from `plan_passes` (a VLM's with its images expanded, `_images.expand_images`).
         tools: the tools as the caller gave them (`Tool` objects or schema dicts).
         mode: the planning mode ("auto" or "per_step").
+        images: `(n_tokens, grid, inputs)` per image of the conversation (`_images.process_images`).
     """
 
     local: Any
@@ -275,6 +283,7 @@ class TrajectoryPlan:
     passes: list
     tools: Optional[list] = None
     mode: str = "auto"
+    images: list = field(default_factory=list)
     _points: dict = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -287,11 +296,16 @@ class TrajectoryPlan:
         system: Optional[str] = None,
         mode: str = "auto",
         captures: Optional[dict] = None,
+        images: Optional[dict] = None,
     ) -> "TrajectoryPlan":
         """Rebuild the conversation of `trajectory` and plan its passes on `local`'s tokenizer and template.
 
-        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model.
+        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model;
+        `images` (`{step: [image, ...]}`) are the pictures a vision model saw (see `plan_trajectory`).
         """
+        from evalrx.core.capability import Capability
+
+        vision = Capability.VISION in frozenset(getattr(local.handle, "capabilities", ()) or ())
         known = {
             step: cap.prompt_ids
             for step, cap in (captures or {}).items()
@@ -305,8 +319,18 @@ class TrajectoryPlan:
             mode=mode,
             renderer=local.renderer,
             prompt_ids=known,
+            images=images,
+            vision=vision,
         )
-        return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode)
+        processed: list = []
+        shown = conversation_images(conv)
+        if shown:
+            passes, processed = expand_images(local, passes, shown)
+        return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode, processed)
+
+    def inputs(self, index: int) -> dict:
+        """Model inputs beside the ids for pass `index` (a VLM's pixel values; empty for text)."""
+        return pass_inputs(self.images, self.passes[index].images, self.local.device)
 
     def decisions(self, index: int, *, max_value_tokens: int = 16, max_answer_tokens: int = 64) -> list:
         """Decision points of pass `index` (see `positions.find_decision_points`); do not modify the list."""

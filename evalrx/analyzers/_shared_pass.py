@@ -180,13 +180,16 @@ class PassAnalyzer(Analyzer):
         *,
         tools: Optional[list] = None,
         system: Optional[str] = None,
+        images: Optional[dict] = None,
     ) -> AnalysisResult:
         """Analyse a stored trajectory: plan it, run its passes, read them (see `analyze` for several at once)."""
         from evalrx.analyzers._compute import local_model
 
         self.check(model)
         local = local_model(model, type(self).__name__)
-        return run_pass_analyzers(local, trajectory, [(self.name, self)], tools=tools, system=system)[self.name]
+        return run_pass_analyzers(local, trajectory, [(self.name, self)], tools=tools, system=system, images=images)[
+            self.name
+        ]
 
 
 def _raise(name: str, exc: BaseException) -> None:
@@ -202,6 +205,7 @@ def run_pass_analyzers(
     system: Optional[str] = None,
     fail: Any = _raise,
     captures: Optional[dict] = None,
+    images: Optional[dict] = None,
 ) -> dict:
     """Run pass analyzers (capabilities already checked) on one plan per mode and one forward per pass.
 
@@ -213,6 +217,7 @@ def run_pass_analyzers(
         fail: `fail(name, exc)` on an analyzer's failure; the default raises.
         captures: `{actor step: GenerationCapture}` of the run's own generation: passes
             they cover are built from them instead of run (see the module docstring).
+        images: `{step: [image, ...]}` the pictures a vision model saw (`TrajectoryPlan.build`).
 
     Returns:
         `{name: result}` of the analyzers that did not fail.
@@ -225,7 +230,7 @@ def run_pass_analyzers(
         by_mode.setdefault(analyzer.mode, []).append((name, analyzer))
     with batch_threads(local.handle):  # passes and the lens are large products: the free cores share them
         for mode, group in by_mode.items():
-            _run_group(local, trajectory, group, tools, system, mode, results, fail, captures or {})
+            _run_group(local, trajectory, group, tools, system, mode, results, fail, captures or {}, images)
     return results
 
 
@@ -259,7 +264,7 @@ def _pass_notes(request: PassRequest, result: PassResult) -> "tuple[set, list]":
     return sources, notes
 
 
-def _run_group(local, trajectory, group, tools, system, mode, results, fail, captures) -> None:
+def _run_group(local, trajectory, group, tools, system, mode, results, fail, captures, images=None) -> None:
     failed: set = set()
 
     def failure(name: str, exc: BaseException) -> None:
@@ -267,7 +272,9 @@ def _run_group(local, trajectory, group, tools, system, mode, results, fail, cap
         fail(name, exc)
 
     try:
-        plan = TrajectoryPlan.build(local, trajectory, tools=tools, system=system, mode=mode, captures=captures)
+        plan = TrajectoryPlan.build(
+            local, trajectory, tools=tools, system=system, mode=mode, captures=captures, images=images
+        )
     except Exception as exc:
         for name, _ in group:
             failure(name, exc)
@@ -390,7 +397,9 @@ def run_pass(plan: TrajectoryPlan, index: int, requests: Sequence[PassRequest]) 
     logit_positions = sorted(wanted) or [len(ids) - 1]
     attention = sorted({int(p) for r in requests for p in r.attention})
     hidden = any(r.hidden for r in requests)
-    logits, states, rows = teacher_forced(plan.local, ids, logit_positions, hidden=hidden, attention=attention or None)
+    logits, states, rows = teacher_forced(
+        plan.local, ids, logit_positions, hidden=hidden, attention=attention or None, inputs=plan.inputs(index)
+    )
     return PassResult(plan, index, logit_positions, logits, states, attention, rows)
 
 
@@ -425,6 +434,7 @@ def analyze(
     *,
     errors: Optional[dict] = None,
     captures: Any = "auto",
+    images: Optional[dict] = None,
 ) -> "dict[str, AnalysisResult]":
     """Run several analyzers on one trajectory from ONE teacher-forced forward per planned pass (or none: captures).
 
@@ -449,6 +459,9 @@ def analyze(
             (`evalrx.models.agent.generation_captures`; none for a stored, imported or API
             trajectory), None forces the teacher-forced passes. A pass the captures cover
             is built from them with no forward (each result's `info["source"]` says which).
+        images: `{step: [image, ...]}` the pictures the conversation showed (the case image on the
+            prompt's step, a tool's images on its step): a vision model's passes then see them
+            (pixel values, each image's tokens); without them image blocks are dropped.
 
     Returns:
         `{name: result}` in the order requested.
@@ -492,7 +505,14 @@ def analyze(
         else:
             results.update(
                 run_pass_analyzers(
-                    local, trajectory, shared, tools=tools, system=system, fail=fail, captures=dict(captures or {})
+                    local,
+                    trajectory,
+                    shared,
+                    tools=tools,
+                    system=system,
+                    fail=fail,
+                    captures=dict(captures or {}),
+                    images=images,
                 )
             )
     return {name: results[name] for name, _ in analyzers if name in results}

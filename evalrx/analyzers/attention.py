@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
+from evalrx.analyzers._images import conversation_images
 from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS, tokenize_with_offsets
@@ -44,17 +45,35 @@ class AttentionResult(AnalysisResult):
         segments: `[{"kind", "step", "label"}]` per segment (kinds from `SEGMENT_KINDS`;
             "turn" segments whose step equals the position's step are its current turn).
         labels: per position, as in `LensResult` (`label_step`, `label_kind`, ...).
+        patches: `[P, L, N]` float32 for a vision model: the same rows over each image token, the
+            images of the conversation one after another (0 where an image came after the position);
+            an image's tokens sum to its "image" segment's mass.
+        images: per image `{"step", "offset", "n", "grid": [rows, cols], "region": [x0, y0, x1, y1]}`: the step
+            that showed it, where its tokens start in `patches` and how many, the patch grid they cover
+            (row-major) and the part of the picture that grid spans (fractions; a processor may crop).
     """
 
     result_type = "attention"
 
-    def __init__(self, positions, token_ids, mass, segments, labels=None, info=None) -> None:
+    def __init__(self, positions, token_ids, mass, segments, labels=None, info=None, patches=None, images=None):
         self.positions = np.asarray(positions, dtype=np.int32)
         self.token_ids = np.asarray(token_ids, dtype=np.int32)
         self.mass = np.asarray(mass, dtype=np.float32)
         self.segments = list(segments)
         self.labels = {k: (np.asarray(v) if k != "label_arg" else list(v)) for k, v in (labels or {}).items()}
         self.info = dict(info or {})
+        n_p, n_l = self.mass.shape[:2]
+        self.patches = np.zeros((n_p, n_l, 0), dtype=np.float32) if patches is None else np.asarray(patches, np.float32)
+        self.images = list(images or [])
+
+    def patch_map(self, position: int, image: int, layer: "int | None" = None) -> np.ndarray:
+        """`[rows, cols]` attention of the `position`-th analysed position to each patch of image `image`,
+        at decoder layer `layer` (None: the mean over layers)."""
+        img = self.images[image]
+        block = self.patches[position, :, img["offset"] : img["offset"] + img["n"]]
+        row = block.mean(0) if layer is None else block[layer]
+        rows, cols = img["grid"]
+        return row.reshape(rows, cols)
 
     def by_kind(self) -> "tuple[list, np.ndarray]":
         """Mass summed per segment kind: `(kinds, [P, L, len(kinds)])`; a position's own turn counts as "current"."""
@@ -71,6 +90,8 @@ class AttentionResult(AnalysisResult):
 
     def to_arrays(self) -> dict:
         arrays = {"positions": self.positions, "token_ids": self.token_ids, "mass": self.mass}
+        if self.images:
+            arrays["patches"] = self.patches
         for k, v in self.labels.items():
             if k != "label_arg":
                 arrays[k] = v
@@ -85,6 +106,8 @@ class AttentionResult(AnalysisResult):
             "kinds": list(KINDS),
             "info": self.info,
         }
+        if self.images:
+            meta["images"] = self.images
         if "label_arg" in self.labels:
             meta["label_arg"] = self.labels["label_arg"]
         return meta
@@ -101,6 +124,8 @@ class AttentionResult(AnalysisResult):
             meta.get("segments") or [],
             labels,
             meta.get("info"),
+            arrays.get("patches"),
+            meta.get("images"),
         )
 
 
@@ -192,6 +217,11 @@ def _pass_segments(local: Any, conv: Any, tf_pass: Any) -> "tuple[np.ndarray, li
         s = next((i for i, g in enumerate(segs) if g["kind"] == "turn" and g["step"] == pt.step_idx), None)
         if s is not None:
             seg_of[pt.gen_tokens[0] : pt.gen_tokens[1]] = s
+    if tf_pass.images:  # a VLM pass: one segment per image, on the step that showed it
+        for span in tf_pass.images:
+            segs.append({"kind": "image", "step": span.step, "label": f"image@{span.step}"})
+            seg_of[span.start : span.start + span.n] = len(segs) - 1
+        return seg_of.astype(np.int64), segs
     image_ids = _image_token_ids(local)
     if image_ids:
         is_image = np.isin(np.asarray(tf_pass.ids), list(image_ids))
@@ -224,11 +254,22 @@ def _text_segments(local: Any, text: str, ids: Sequence[int], offsets: Sequence[
     return seg_of.astype(np.int64), segs
 
 
-def _merge(results: Sequence[tuple], info: dict) -> AttentionResult:
-    """Join per-pass results onto one segment list keyed by (kind, step)."""
+def image_layout(plan: TrajectoryPlan) -> list:
+    """Where each image of the conversation sits in `AttentionResult.patches` (see `AttentionResult.images`)."""
+    layout, offset = [], 0
+    for (n, grid, _, region), (_, step) in zip(plan.images, conversation_images(plan.conversation)):
+        layout.append(
+            {"step": step, "offset": offset, "n": int(n), "grid": [int(grid[0]), int(grid[1])], "region": region}
+        )
+        offset += int(n)
+    return layout
+
+
+def _merge(results: Sequence[tuple], info: dict, images: Sequence[dict] = ()) -> AttentionResult:
+    """Join per-pass results onto one segment list keyed by (kind, step), and their patches onto `images`."""
     keys: list = []
     segments: list = []
-    for _, _, _, segs, _ in results:
+    for _, _, _, segs, _, _ in results:
         for seg in segs:
             key = (seg["kind"], seg["step"])
             if key not in keys:
@@ -237,17 +278,21 @@ def _merge(results: Sequence[tuple], info: dict) -> AttentionResult:
     n_p = sum(len(r[0]) for r in results)
     n_l = results[0][2].shape[1]
     mass = np.zeros((n_p, n_l, len(segments)), dtype=np.float32)
+    patches = np.zeros((n_p, n_l, sum(img["n"] for img in images)), dtype=np.float32)
     positions, token_ids, labels = [], [], {}
     row = 0
-    for pos, toks, m, segs, lab in results:
+    for pos, toks, m, segs, lab, pat in results:
         for s, seg in enumerate(segs):
             mass[row : row + len(pos), :, keys.index((seg["kind"], seg["step"]))] += m[:, :, s]
+        for k, block in pat:  # image k's rows
+            at = images[k]["offset"]
+            patches[row : row + len(pos), :, at : at + block.shape[-1]] = block
         row += len(pos)
         positions.extend(pos)
         token_ids.extend(toks)
         for k, v in lab.items():
             labels.setdefault(k, []).extend(list(v))
-    return AttentionResult(positions, token_ids, mass, segments, labels, info)
+    return AttentionResult(positions, token_ids, mass, segments, labels, info, patches, list(images))
 
 
 @register_analyzer
@@ -262,7 +307,7 @@ class AttentionAnalyzer(PassAnalyzer):
     Args:
         mode: "auto" or "per_step" (see `LogitLensAnalyzer`).
         kinds: decision kinds analysed (default: tool names, argument values, turn starts;
-            answers are many tokens and add little).
+            answers are many tokens and add little, except in a pass that shows pictures).
     """
 
     name = "attention"
@@ -305,7 +350,9 @@ class AttentionAnalyzer(PassAnalyzer):
 
         out: list = []
         for i, tf_pass in enumerate(plan.passes):
-            points = [p for p in plan.decisions(i) if p.kind in self.kinds]
+            # A pass that shows pictures also reads its answers: a value read from a picture is often written there.
+            kinds = self.kinds + (("answer",) if tf_pass.images and "answer" not in self.kinds else ())
+            points = [p for p in plan.decisions(i) if p.kind in kinds]
             if not points:
                 out.append(None)
                 continue
@@ -317,8 +364,14 @@ class AttentionAnalyzer(PassAnalyzer):
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> tuple:
         seg_of, segs, labels = request.state
         pos = [int(p) for p in request.attention]
-        mass = _segment_mass(result.attention_at(pos), seg_of, len(segs))
-        return pos, [result.ids[p] for p in pos], mass, segs, labels
+        rows = result.attention_at(pos)
+        mass = _segment_mass(rows, seg_of, len(segs))
+        # Each image's rows over its tokens, [P, L, n]: the patch map (sums to the image segment's mass).
+        patches = [
+            (span.image, rows[:, :, span.start : span.start + span.n].permute(1, 0, 2).float().cpu().numpy())
+            for span in result.tf_pass.images
+        ]
+        return pos, [result.ids[p] for p in pos], mass, segs, labels, patches
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> AttentionResult:
         """The passes' positions on one segment list keyed by (kind, step)."""
@@ -327,4 +380,4 @@ class AttentionAnalyzer(PassAnalyzer):
         if not results:
             n_l = plan.local.parts.num_layers
             return AttentionResult([], [], np.zeros((0, n_l, 0), dtype=np.float32), [], {}, info)
-        return _merge(results, info)
+        return _merge(results, info, image_layout(plan))

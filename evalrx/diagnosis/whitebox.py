@@ -1,13 +1,16 @@
 """The white-box source: a step where the model's own decision was weak or reversed by the last layer.
 
-Two signs, each proposing its step as the first wrong one:
+Three signs, each proposing its step as the first wrong one:
 - tool decision (read through `ToolDecisionResult`: per decision, the chosen candidate's
   log-prob minus the best alternative's, per lens layer): a margin clearly positive at a middle layer
   that collapsed by the last, or one the last layer barely had;
 - logit lens (read through `LensResult`: its top-k per layer, targets, step and kind labels and
   vocabulary): at an argument or answer token, a middle layer confidently predicted (part of) a
   value the question or an earlier observation states, and the last layer wrote a token of no
-  stated value (the right value was there and got lost).
+  stated value (the right value was there and got lost);
+- attention on a picture (read through `AttentionResult`'s patches, a vision model's): a value no
+  earlier text states, so read from a picture, written while the picture's patches got under half
+  the attention an even spread would give them (`misread_observation`: it wrote a value it barely looked at).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def from_analyses(analyses: "dict[str, dict]", trajectory: Any = None) -> "list[
     found = _from_tool_decision(analyses)
     if trajectory is not None:
         found += _from_lens(analyses, trajectory)
+        found += _from_image_attention(analyses, trajectory)
     return found
 
 
@@ -164,6 +168,94 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
                         },
                     )
                 ]
+    return []
+
+
+# A picture's tokens getting under this fraction of an even share of a position's attention (their count over
+# the tokens it sees) is "barely looked at": a fixed ratio to the uniform reader, not fitted to any data.
+LOOKED_AWAY = 0.5
+
+
+def _written(step: Any, call: int, arg: str) -> str:
+    """The text a model turn wrote for an argument (`call` >= 0) or as its answer."""
+    if call < 0:
+        return str(step.content or "")
+    from evalrx.core.tool import normalize_call
+
+    calls = step.tool_calls or []
+    if call >= len(calls):
+        return ""
+    return str((normalize_call(calls[call]).get("args") or {}).get(arg, ""))
+
+
+def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]":
+    import numpy as np
+
+    from evalrx.analyzers import KINDS, AttentionResult
+    from evalrx.core.case import StepRole
+    from evalrx.diagnosis._evidence import obs_text, quote, values_in
+
+    rec = analyses.get("attention")
+    if not rec or (rec.get("meta") or {}).get("error") or not (rec.get("meta") or {}).get("images"):
+        return []
+    try:
+        att = AttentionResult.from_arrays(rec.get("arrays") or {}, rec.get("meta") or {})
+    except KeyError:
+        return []
+    labels = att.labels
+    if "label_step" not in labels or not att.images:
+        return []
+    steps = {s.idx: s for s in trajectory.steps}
+    groups: dict = {}  # (step, call, arg) -> analysed positions writing it
+    for p in range(len(att.positions)):
+        kind = KINDS[int(labels["label_kind"][p])]
+        if kind not in ("arg_value", "answer"):
+            continue
+        args = labels.get("label_arg") or []
+        key = (int(labels["label_step"][p]), int(labels["label_call"][p]), str(args[p] if p < len(args) else ""))
+        groups.setdefault(key, []).append(p)
+    for (step_idx, call, arg), rows in sorted(groups.items()):
+        shown = [k for k, img in enumerate(att.images) if img.get("step") is not None and img["step"] < step_idx]
+        step = steps.get(step_idx)
+        if not shown or step is None:
+            continue
+        written = _written(step, call, arg)
+        before = [trajectory.goal or ""] + [
+            obs_text(s.observation) for s in trajectory.steps if s.role is StepRole.TOOL and s.idx < step_idx
+        ]
+        stated = {v.lower() for part in before for v in values_in(part)}
+        # One-character values are left out: a "2" is as likely "twice" in the question as a digit in a picture.
+        unstated = [v for v in values_in(written) if v.lower() not in stated and len(v) > 1]
+        if not unstated:  # every value it wrote is in the text: not read from the picture
+            continue
+        img = att.images[shown[-1]]  # the latest picture before the step
+        share = att.patches[rows, :, img["offset"] : img["offset"] + img["n"]].sum(-1)  # [positions, layers]
+        even = img["n"] / (att.positions[rows].astype(np.float64) + 1.0)
+        ratio = float((share / even[:, None]).mean())
+        if ratio >= LOOKED_AWAY:
+            continue
+        what = f"argument {arg}" if call >= 0 else "the answer"
+        return [
+            Diagnosis(
+                kind="misread_observation",
+                first_wrong_step=step_idx,
+                confidence=CONFIDENCE,
+                source="whitebox",
+                evidence={
+                    "text": f"{what} wrote {quote(unstated[0])!r}, stated by no earlier text (read from the picture "
+                    f"of step {img['step']}), while that picture got {ratio:.2f}x an even share of attention",
+                    "image_step": int(img["step"]),
+                    "attention_ratio": round(ratio, 4),
+                    "position": int(rows[0]),
+                    **_token(
+                        int(labels["label_token_index"][rows[0]]),
+                        int(labels["label_pass"][rows[0]]),
+                        None if call < 0 else call,
+                        arg,
+                    ),
+                },
+            )
+        ]
     return []
 
 

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 @dataclass
 class CaseContext:
     """What an analysis gets: the live handle, the case, its trajectory and the run's setup
-    (`run_config`: the run's `RunConfig`, as the worker holds it)."""
+    (`run_config`: the run's `RunConfig`, as the worker holds it), and the pictures the conversation
+    showed (`images`: `{step: [image, ...]}`, the case image on the prompt's step, a tool's on its own)."""
 
     handle: Any
     case: Any
@@ -52,6 +53,7 @@ class CaseContext:
     tool_schemas: list
     system: Optional[str]
     run_config: "RunConfig"
+    images: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -103,12 +105,14 @@ def _hook(name: str, kwargs: dict) -> Optional[Hook]:
 
 
 def _analyzer_hook(name: str, kwargs: dict) -> Hook:
-    from evalrx.analyzers import get_analyzer
+    from evalrx.analyzers import PassAnalyzer, get_analyzer
 
     analyzer = get_analyzer(name, **kwargs)  # raises ValueError listing the known analyzers
+    pictures = isinstance(analyzer, PassAnalyzer)  # the analyzers that read passes take the pictures
 
     def hook(ctx: CaseContext) -> list:
-        result = analyzer.run_trajectory(ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system)
+        extra = {"images": ctx.images} if pictures and ctx.images else {}
+        result = analyzer.run_trajectory(ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system, **extra)
         meta = dict(result.meta)
         return [
             AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"), result=result)
@@ -147,6 +151,7 @@ def _shared_pass_hook(specs: list) -> Hook:
                 tools=ctx.tool_schemas,
                 system=ctx.system,
                 errors=errors,
+                images=ctx.images or None,
             )
         except Exception as exc:  # nothing ran: every analyzer records why
             results, errors = {}, {name: exc for name, _ in specs}

@@ -90,6 +90,17 @@ def _images_by_step(traj: Trajectory, captured: list) -> dict:
     return dict(zip(steps, captured))
 
 
+def shown_images(traj: Trajectory, case: Any, by_step: dict) -> dict:
+    """`{step: [image, ...]}` every picture the conversation showed: the case image on the prompt's step
+    (the first user step), the images a tool returned on its step (what a VLM's analyses need)."""
+    shown = {idx: list(ims) for idx, ims in by_step.items()}
+    image = getattr(getattr(case, "inputs", None), "image", None)
+    prompt = next((s.idx for s in traj.steps if s.role is StepRole.USER), None)
+    if image is not None and prompt is not None:
+        shown[prompt] = [image]
+    return shown
+
+
 def _runtime_kwargs(run: RunConfig) -> dict:
     """RuntimeConfig settings of a run (never an API key; the model's device and dtype come with `load_model`)."""
     from evalrx.models.backends import RuntimeConfig
@@ -438,6 +449,7 @@ class Worker:
                 tool_schemas=schemas,
                 system=case_system(run.system, case.meta),
                 run_config=run,
+                images=shown_images(traj, case, result.images),
             )
             records = analysis.run_all(hooks, ctx)
         diagnoses = diagnose_case(traj, case, tools, records, tool_marks(store=self.store))
@@ -505,7 +517,7 @@ class Worker:
         tid = req["trajectory_id"]
         try:
             from evalrx.core.tool import Tool
-            from evalrx.store.queries import get_trajectory
+            from evalrx.store.queries import get_trajectory, shown_pictures
             from evalrx.tools import TOOLS, get_tools
 
             detail = get_trajectory(tid, store=self.store)
@@ -532,6 +544,7 @@ class Worker:
                 tool_schemas=[tool.to_openai() for tool in tools],
                 system=system,
                 run_config=run,
+                images=shown_pictures(tid, store=self.store),
             )
             records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)
             source = f"{run.model.name or None} on {backend}"

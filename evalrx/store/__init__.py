@@ -56,6 +56,7 @@ from evalrx.store.queries import (
     list_trajectories,
     matching_ids,
     run_stats,
+    shown_pictures,
     step_latency_sample,
     step_media,
 )
@@ -174,6 +175,7 @@ __all__ = [
     "set_label",
     "set_labels",
     "step_latency_sample",
+    "shown_pictures",
     "step_media",
     "Store",
     "tags_of",

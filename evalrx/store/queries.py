@@ -526,6 +526,37 @@ def step_media(trajectory_id: int, *, store: "Store | str | None" = None) -> dic
     return out
 
 
+def shown_pictures(trajectory_id: int, *, store: "Store | str | None" = None) -> dict[int, list[bytes]]:
+    """{step index: [image bytes, ...]} every picture a stored trajectory's conversation showed: the case image
+    on its first user step, the images a tool returned on that tool's step (what a VLM's analyses read)."""
+    with resolve(store).read() as s:
+        row = s.get(t.Trajectory, trajectory_id)
+        if row is None:
+            return {}
+        case = s.get(t.Case, row.case_row_id)
+        prompt = s.execute(
+            select(t.Step.idx)
+            .where(t.Step.trajectory_id == trajectory_id, t.Step.role == "user")
+            .order_by(t.Step.idx)
+            .limit(1)
+        ).scalar()
+        media = s.execute(
+            select(t.Step.idx, t.Blob.data)
+            .join(t.StepMedia, t.StepMedia.step_id == t.Step.id)
+            .join(t.Blob, t.Blob.sha256 == t.StepMedia.blob_sha256)
+            .where(t.Step.trajectory_id == trajectory_id)
+            .order_by(t.Step.idx, t.StepMedia.position)
+        ).all()
+        out: dict[int, list[bytes]] = {}
+        for idx, data in media:
+            out.setdefault(int(idx), []).append(bytes(data))
+        if case is not None and case.image_sha256 and prompt is not None:
+            blob = s.get(t.Blob, case.image_sha256)
+            if blob is not None:
+                out[int(prompt)] = [bytes(blob.data)]
+    return out
+
+
 def step_latency_sample(
     *, store: "Store | str | None" = None, run_ids: Optional[Sequence[int]] = None, limit: int = 20_000
 ) -> list[dict]:

@@ -1,5 +1,6 @@
-"""A run of the demo VLM in a real worker, then its trajectories in Chromium: the case picture, and on a
-zoom case the zoomed picture the tool returned, both drawn from the store."""
+"""A run of the demo VLM with its white-box analyses in a real worker, then its trajectories in Chromium: the
+case picture, on a zoom case the zoomed picture the tool returned, both drawn from the store, and on a failed
+case the pictures tinted by the attention the written value gave their patches."""
 
 from __future__ import annotations
 
@@ -19,11 +20,17 @@ def vision_run(app_env):
 
     url = app_env["EVALRX_DATABASE_URL"]
     store = S.connect(url)
-    cases = load_cases("demo/vision_zoom")[:2]
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny-vl"), tools=["calculator", "image_zoom"], max_turns=4)
+    # Two zoom cases as trained, and one whose code is a digit longer than any in training (it fails).
+    cases = load_cases("demo/vision_zoom")[:2] + load_cases("demo/vision_zoom_long")[:1]
+    cfg = RunConfig(
+        model=ModelConfig("evalrx-tiny-vl"),
+        tools=["calculator", "image_zoom"],
+        max_turns=4,
+        analyzers=["logit_lens", "tool_decision", "attention"],
+    )
     rid = enqueue_run(cfg, cases, runtime={"max_new_tokens": 64}, store=store)
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
-    assert S.get_run(rid, store=store).n_done == 2
+    assert S.get_run(rid, store=store).n_done == 3
     return url, rid
 
 
@@ -43,3 +50,23 @@ def test_a_zoom_case_shows_the_case_picture_and_the_zoomed_one(app_server, visio
     for img in shown.all():
         assert img.evaluate("i => i.complete && i.naturalWidth > 0")
     assert "image_zoom" in main_text(page)
+
+
+def test_a_failed_case_shows_where_its_answer_looked_in_both_pictures(app_server, vision_run, page):
+    url, rid = vision_run
+    failed = [r for r in S.list_trajectories(run_id=rid, store=url).rows if r.outcome == "fail"]
+    assert failed, "the longer code was read right: pick a case the model fails"
+    tid = failed[0].id
+    stored = {a["analyzer"]: a for a in S.load_analyses(tid, store=url)}
+    assert not stored["attention"]["meta"].get("error")
+    assert [img["step"] for img in stored["attention"]["meta"]["images"]] == [0, 2]  # the case, then the zoom
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    page.get_by_text("Where it looked in the pictures").first.wait_for()
+    # The answer turn comes after both pictures: each is drawn with its patches tinted, with its share.
+    captions = page.get_by_text("of the token's attention")
+    captions.first.wait_for()
+    assert captions.count() >= 3  # the case picture before the zoom call; both before the answer
+    heat = page.locator("[data-testid='stImage'] img")
+    for img in heat.all():
+        assert img.evaluate("i => i.complete && i.naturalWidth > 0")
+    assert "picture of step 2" in main_text(page)

@@ -81,3 +81,69 @@ def test_solves_held_out_image_cases(vlm, case_id):
     if suite == "vision_zoom":  # the zoomed picture was shown to the model after the tool's reply
         tool_step = next(s for s in traj.steps if s.role.value == "tool")
         assert tool_step.observation["n_images"] == 1
+
+
+@pytest.fixture(scope="module")
+def zoom_run(vlm):
+    """A zoom case run with generation capture on, as the worker runs it, with the pictures it showed."""
+    from evalrx.models.agent import run_case
+    from evalrx.runner.analysis import with_capture
+    from evalrx.runner.worker import _capturing, _images_by_step, shown_images
+    from evalrx.suites import load_cases
+    from evalrx.tools import get_tools
+
+    case = load_cases("demo/vision_zoom")[0]
+    returned: list = []
+    tools = [_capturing(t, returned) for t in get_tools(["calculator", "image_zoom"], case)]
+    kwargs = with_capture({"max_turns": 4}, vlm, ["logit_lens", "attention"])
+    traj = run_case(vlm, case, tools, **kwargs)
+    images = shown_images(traj, case, _images_by_step(traj, returned))
+    return traj, [t.to_openai() for t in tools], images
+
+
+def test_the_passes_see_both_pictures_and_reproduce_what_the_model_generated(vlm, zoom_run):
+    """With the pictures the teacher-forced pass predicts every token the model generated (the code it read
+    from the zoomed picture included); with the pictures dropped it cannot."""
+    from evalrx.analyzers import TrajectoryPlan
+    from evalrx.analyzers._compute import local_model, teacher_forced
+
+    traj, schemas, images = zoom_run
+    assert sorted(images) == [0, 2]  # the case picture on the prompt, the zoomed one on the tool's step
+    local = local_model(vlm, "test")
+    seen = TrajectoryPlan.build(local, traj, tools=schemas, images=images)
+    blind = TrajectoryPlan.build(local, traj, tools=schemas)
+    assert [(s.step, s.n, s.grid) for s in seen.passes[0].images] == [(0, 64, (8, 8)), (2, 64, (8, 8))]
+    assert not blind.passes[0].images and len(seen.passes[0].ids) == len(blind.passes[0].ids) + 2 * 64
+
+    def agreement(plan):
+        tf = plan.passes[0]
+        gen = [i for pt in tf.turns for i in range(pt.gen_tokens[0], pt.gen_tokens[1])]
+        logits, _, _ = teacher_forced(local, tf.ids, [i - 1 for i in gen], hidden=False, inputs=plan.inputs(0))
+        return sum(int(a == tf.ids[i]) for a, i in zip(logits.argmax(-1).tolist(), gen)) / len(gen)
+
+    assert agreement(seen) == 1.0
+    assert agreement(blind) < 1.0  # the digits cannot be predicted without the pictures
+
+
+def test_patch_attention_sums_to_each_pictures_share_and_the_capture_matches_the_pass(vlm, zoom_run):
+    import numpy as np
+
+    from evalrx.analyzers import analyze
+
+    traj, schemas, images = zoom_run
+    names = ["logit_lens", "attention"]
+    captured = analyze(vlm, traj, names, tools=schemas, images=images)
+    forced = analyze(vlm, traj, names, tools=schemas, images=images, captures=None)
+    att = captured["attention"]
+    assert att.info["source"] == "generation" and forced["attention"].info["source"] == "teacher_forced"
+    assert [(img["step"], img["n"], img["grid"]) for img in att.images] == [(0, 64, [8, 8]), (2, 64, [8, 8])]
+    for img in att.images:
+        seg = next(i for i, s in enumerate(att.segments) if s["kind"] == "image" and s["step"] == img["step"])
+        block = att.patches[:, :, img["offset"] : img["offset"] + img["n"]]
+        np.testing.assert_allclose(block.sum(-1), att.mass[:, :, seg], atol=1e-5)
+    answer = [p for p, s in enumerate(att.labels["label_step"]) if s == 3]  # the answer, after the zoom
+    zoomed = next(i for i, s in enumerate(att.segments) if s["kind"] == "image" and s["step"] == 2)
+    assert answer and (att.mass[answer, :, zoomed] > 0).all()
+    assert att.patch_map(answer[0], 1).shape == (8, 8)
+    np.testing.assert_allclose(att.patches, forced["attention"].patches, atol=1e-5)
+    np.testing.assert_allclose(captured["logit_lens"].entropy, forced["logit_lens"].entropy, atol=1e-4)

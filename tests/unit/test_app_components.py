@@ -673,7 +673,7 @@ def test_a_real_analysis_of_a_demo_trajectory_fills_every_panel(analysis_store):
 def test_every_analysis_panel_has_a_how_to_read_line():
     from components.analysis_panels import HOW_TO_READ
 
-    assert set(HOW_TO_READ) == {"logit_lens", "tool_decision", "attention", "token_uncertainty"}
+    assert set(HOW_TO_READ) == {"logit_lens", "tool_decision", "attention", "pictures", "token_uncertainty"}
     assert all("\n" not in line and len(line) > 60 for line in HOW_TO_READ.values())
 
 

@@ -20,7 +20,9 @@ from evalrx.core.failures import (
     canonical_kind,
     definition,
 )
+from evalrx.analyzers import KINDS
 from evalrx.diagnosis import diagnose, from_analyses, from_reference, from_rules, rank
+from evalrx.diagnosis.whitebox import LOOKED_AWAY
 from evalrx.suites import load_cases
 from evalrx.tools import get_tools
 
@@ -735,3 +737,54 @@ def test_from_dict_maps_legacy_kinds_and_clamps_confidence():
 def test_from_dict_rejects_bad_input_with_a_message(bad, match):
     with pytest.raises(ValueError, match=match):
         Diagnosis.from_dict(bad)
+
+
+def _looked(share: float, stated_in_question: bool = False) -> "tuple[dict, Trajectory]":
+    """An attention result over the calculator argument of step 1 (3 tokens at positions 200-202), after a
+    64-token case picture shown on step 0, each layer giving the picture `share` of its attention; and the
+    trajectory whose step 1 computed `347 * 2` (a number only the picture states unless the question does)."""
+    goal = "What is twice the number 347 on the card?" if stated_in_question else "What is twice the number on the card?"
+    traj = build(goal, [call("calculator", "694", expression="347 * 2")], answer="The result is 694.")
+    positions = np.array([200, 201, 202], dtype=np.int32)
+    patches = np.zeros((3, 2, 64), dtype=np.float32)
+    patches[:, :, :] = share / 64
+    mass = np.stack([np.full((3, 2), share), np.full((3, 2), 1 - share)], axis=-1).astype(np.float32)
+    analyses = {
+        "attention": {
+            "meta": {
+                "segments": [{"kind": "image", "step": 0, "label": "image@0"}, {"kind": "turn", "step": 1}],
+                "images": [{"step": 0, "offset": 0, "n": 64, "grid": [8, 8], "region": [0, 0, 1, 1]}],
+                "label_arg": ["expression"] * 3,
+            },
+            "arrays": {
+                "positions": positions,
+                "token_ids": np.array([5, 6, 7], dtype=np.int32),
+                "mass": mass,
+                "patches": patches,
+                "label_step": np.array([1, 1, 1]),
+                "label_kind": np.array([KINDS.index("arg_value")] * 3),
+                "label_call": np.array([0, 0, 0]),
+                "label_pass": np.array([0, 0, 0]),
+                "label_token_index": positions + 1,
+            },
+        }
+    }
+    return analyses, traj
+
+
+def test_whitebox_a_value_read_from_a_picture_it_barely_attended_is_a_misreading():
+    # An even share of 64 of ~201 tokens is ~0.32: 0.05 is well under half of it, 0.3 is not.
+    analyses, traj = _looked(0.05)
+    (d,) = from_analyses(analyses, traj)
+    assert (d.kind, d.first_wrong_step, d.source) == ("misread_observation", 1, "whitebox")
+    assert d.evidence["image_step"] == 0 and d.evidence["attention_ratio"] < LOOKED_AWAY
+    assert (d.evidence["token_index"], d.evidence["arg"], d.evidence["position"]) == (201, "expression", 0)
+    assert "347" in d.evidence["text"]
+    looked, _ = _looked(0.3)
+    assert from_analyses(looked, traj) == []
+    # The question states 347: the value came from the text, whatever the picture got.
+    stated, told = _looked(0.05, stated_in_question=True)
+    assert from_analyses(stated, told) == []
+    # A text-only result (no pictures) proposes nothing.
+    analyses["attention"]["meta"].pop("images")
+    assert from_analyses(analyses, traj) == []
