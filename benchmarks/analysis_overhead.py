@@ -35,6 +35,8 @@ positions' logits, no planning or analysis) are timed, and added to the plain ca
 Usage:
     .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 4]
     .venv/bin/python benchmarks/analysis_overhead.py --spec smollm2-135m-instruct --cases 8 --repeats 3
+    .venv/bin/python benchmarks/analysis_overhead.py --spec evalrx-tiny-vl --cases 40 --repeats 5
+(a vision spec runs `demo/vision` with calculator and image_zoom; its passes see the run's pictures)
 """
 
 from __future__ import annotations
@@ -111,7 +113,10 @@ def _store(key: str):
     return _STORES[key][0]
 
 
-SPEC = {"key": "evalrx-tiny", "prefix_cache": True}  # the model every variant runs (`--spec`), and its prefix cache
+# The model every variant runs (`--spec`), its prefix cache, and the suite and tools its cases run with.
+SPEC = {"key": "evalrx-tiny", "prefix_cache": True, "suite": "demo", "tools": ["calculator", "lookup"]}
+# A vision spec runs the image suites with the tools they name (`--spec evalrx-tiny-vl`).
+VISION = {"suite": "demo/vision", "tools": ["calculator", "image_zoom"]}
 
 
 def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> "tuple[float, list, int]":
@@ -127,7 +132,7 @@ def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> 
     store = _store(_variant(analyzers, chat_kwargs))
     cfg = RunConfig(
         model=ModelConfig(SPEC["key"]),
-        tools=["calculator", "lookup"],
+        tools=list(SPEC["tools"]),
         max_turns=4,
         analyzers=list(analyzers),
         chat_kwargs=dict(chat_kwargs or {}),
@@ -162,16 +167,18 @@ def forward_only(run_id: int) -> list:
 
     store = _store(_variant([], None))
     local = local_model(_HANDLES[_variant([], None)], "forward_only")
-    schemas = [tool.to_openai() for tool in get_tools(["calculator", "lookup"])]
+    schemas = [tool.to_openai() for tool in get_tools(SPEC["tools"])]
     rows = S.list_trajectories(run_id=run_id, sort="id", descending=False, limit=10_000, store=store).rows
     out = []
     for row in rows:
-        plan = TrajectoryPlan.build(local, S.get_trajectory(row.id, store=store).trajectory, tools=schemas)
+        traj = S.get_trajectory(row.id, store=store).trajectory
+        pictures = S.shown_pictures(row.id, store=store)  # a VLM's passes see what the run showed
+        plan = TrajectoryPlan.build(local, traj, tools=schemas, images=pictures)
         with batch_threads(local.handle):  # on the cores the analyzers' own passes get
             t0 = time.perf_counter()
-            for tf_pass in plan.passes:
+            for k, tf_pass in enumerate(plan.passes):
                 keep = [i - 1 for pt in tf_pass.turns for i in range(max(1, pt.gen_tokens[0]), pt.gen_tokens[1])]
-                forward(local, tf_pass.ids, keep or None, hidden=True)
+                forward(local, tf_pass.ids, keep or None, hidden=True, inputs=plan.inputs(k))
             out.append(time.perf_counter() - t0)
     return out
 
@@ -202,7 +209,7 @@ def memory_probe(args: argparse.Namespace) -> dict:
 
     from evalrx.suites import load_cases
 
-    cases = _random.Random(1).sample(load_cases("demo"), args.memory_cases + 1)
+    cases = _random.Random(1).sample(load_cases(SPEC["suite"]), args.memory_cases + 1)
     one_run(cases[:1], *VARIANTS[args.memory_probe])
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM, the peak RSS: loading the model is not a case's peak
@@ -251,6 +258,10 @@ def main(argv: list | None = None) -> dict:
     args = parser.parse_args(argv)
     SPEC["key"] = args.spec
     SPEC["prefix_cache"] = not args.no_prefix_cache
+    from evalrx.specs import get_spec
+
+    if get_spec(args.spec).vision:
+        SPEC.update(VISION)
     if "plain" not in args.variants:
         args.variants = ["plain", *args.variants]
     if args.memory_probe:
@@ -262,7 +273,7 @@ def main(argv: list | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     rng = random.Random(0)
-    pool = load_cases("demo")
+    pool = load_cases(SPEC["suite"])
     cases = rng.sample(pool, args.cases)
     variants = {name: VARIANTS[name] for name in args.variants}
     for analyzers, chat_kwargs in variants.values():  # warm caches (tokenizer, template, imports) before timing
@@ -320,6 +331,7 @@ def main(argv: list | None = None) -> dict:
     }
     result = {
         "spec": args.spec,
+        "suite": SPEC["suite"],
         "prefix_cache": SPEC["prefix_cache"],
         "cases": args.cases,
         "timed_cases": len(timed),

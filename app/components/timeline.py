@@ -175,7 +175,7 @@ def render_timeline(
                 show_text(v.parse_error)
             shas = media.get(v.idx, [])
             for i, sha in enumerate(shas):
-                _image(store, sha, f"image {i + 1} returned at step {v.idx}")
+                _image(store, sha, f"image {i + 1} {'returned' if v.role == 'tool' else 'shown'} at step {v.idx}")
             if v.n_images and not shas:
                 st.caption(f"the tool returned {v.n_images} image(s); none were stored")
 

@@ -224,11 +224,13 @@ def conversation_from_trajectory(
     seen_prompt = False
     for s in steps:
         if s.role is StepRole.USER:
+            pictures = (images or {}).get(s.idx) or []
             if seen_prompt:
-                built.user(s.content, step=s.idx)
+                built.user(s.content, step=s.idx, images=pictures)
             else:
-                shown = (images or {}).get(s.idx) or [image]
-                built.prompt(s.content, shown[0], with_image=bool(s.span.get("has_image")), step=s.idx)
+                shown = pictures or [image]
+                with_image = bool(s.span.get("has_image") or pictures)  # an import's steps keep no flag
+                built.prompt(s.content, shown[0], with_image=with_image, step=s.idx)
             seen_prompt = True
         elif s.role is StepRole.ACTOR:
             forced = bool(s.span.get("forced_final"))
@@ -269,7 +271,7 @@ def conversation_from_trajectory(
             call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
             returned = list((images or {}).get(s.idx) or [])
-            n = _n_images(s.observation)
+            n = max(_n_images(s.observation), len(returned))
             built.tool(tc, text, returned[:n] + [None] * (n - len(returned)), step=s.idx)  # placeholders if unknown
     built.end_turn()
     messages, info = built.messages, built.info

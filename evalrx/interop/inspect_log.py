@@ -12,6 +12,7 @@ from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.messages import (
     as_dict,
     as_list,
+    message_pictures,
     messages_to_steps,
     outcome_of,
     resolve_attachment,
@@ -35,10 +36,7 @@ def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
     if "id" not in sample:
         raise ValueError("the sample has no `id`")
     attachments = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else None
-    messages = sample.get("messages")
-    if not messages:  # a log without transcripts: the input is the only message
-        inp = sample.get("input")
-        messages = inp if isinstance(inp, list) else [{"role": "user", "content": inp or ""}]
+    messages = sample_messages(sample)
     steps, system, final, goal = messages_to_steps(messages, style="inspect", attachments=attachments)
     _add_event_spans(steps, messages, sample.get("events"), attachments)
     inp = sample.get("input")
@@ -83,7 +81,7 @@ def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
     meta["inspect_id"] = sample["id"]  # not the epoch: every epoch of a sample is the same case
     if system is not None:
         meta["system"] = system
-    image = _first_image(messages, attachments)
+    image, _ = message_pictures(messages, steps, attachments)
     case = FailureCase(inputs=Inputs(prompt=goal, image=image), id=sid, expected=target, meta=meta)
     traj = Trajectory(
         sample_id=sid,
@@ -184,24 +182,19 @@ def _logprob(lp: dict) -> dict:
     return out
 
 
-def _first_image(messages: list, attachments: Optional[dict]) -> Optional[bytes]:
-    """The first image of the first user message, as bytes (a VLM case's input image), when it is inline."""
-    import base64
+def sample_messages(sample: dict) -> list:
+    """A sample's transcript: its messages, or for a log without transcripts its input as the one message."""
+    messages = sample.get("messages")
+    if messages:
+        return messages
+    inp = sample.get("input")
+    return inp if isinstance(inp, list) else [{"role": "user", "content": inp or ""}]
 
-    for msg in messages:
-        if not isinstance(msg, dict) or msg.get("role") != "user":
-            continue
-        blocks = as_list(msg.get("content"))
-        for block in blocks:
-            if isinstance(block, dict) and block.get("type") == "image" and isinstance(block.get("image"), str):
-                uri = resolve_attachment(block["image"], attachments)
-                if uri.startswith("data:") and ";base64," in uri:
-                    try:
-                        return base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
-                    except ValueError:
-                        raise ValueError("the input image is not valid base64") from None
-        return None
-    return None
+
+def sample_media(sample: dict, traj: Trajectory) -> dict:
+    """`{step: [picture bytes]}` the pictures a sample's messages hold beyond the case's (`message_pictures`)."""
+    attachments = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else None
+    return message_pictures(sample_messages(sample), traj.steps, attachments)[1]
 
 
 def inspect_run_info(log: dict) -> tuple[str, dict]:
@@ -235,10 +228,11 @@ def read_inspect_log(log: dict, where: Any, reading: Reading) -> Iterator[Record
         at = f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
         try:
             case, traj = from_inspect_sample(sample)
+            media = sample_media(sample, traj)
         except (ValueError, TypeError, KeyError) as exc:
             raise ImportFormatError(path, at, str(exc)) from None
         samples[i] = None  # each sample's memory goes once it is stored
-        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta)
+        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=media)
 
 
 register(

@@ -10,7 +10,7 @@ import json
 from typing import Any, Optional
 
 from evalrx.core.case import Label, Step, StepRole, Termination
-from evalrx.core.content import content_text
+from evalrx.core.content import content_text, is_image_block
 from evalrx.core.effects import is_handoff
 
 
@@ -47,6 +47,55 @@ def resolve_attachment(text: str, attachments: Optional[dict]) -> str:
     if attachments and text.startswith("attachment://"):
         return attachments.get(text[len("attachment://") :], text)
     return text
+
+
+def _inline_picture(block: Any, attachments: Optional[dict]) -> Optional[bytes]:
+    """The bytes of an image block written inline as a base64 `data:` URL (Inspect's `image`, the OpenAI
+    wire's `image_url`, the Responses format's `input_image`); None for a link or any other block."""
+    import base64
+
+    if not is_image_block(block):
+        return None
+    ref = block.get("image") if block.get("type") == "image" else block.get("image_url")
+    if isinstance(ref, dict):
+        ref = ref.get("url")
+    if not isinstance(ref, str):
+        return None
+    uri = resolve_attachment(ref, attachments)
+    if not (uri.startswith("data:") and ";base64," in uri):
+        return None  # a link: nothing here may fetch it
+    try:
+        return base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
+    except ValueError:
+        raise ValueError("an image is not valid base64") from None
+
+
+def message_pictures(
+    messages: Any, steps: list, attachments: Optional[dict] = None
+) -> "tuple[Optional[bytes], dict[int, list[bytes]]]":
+    """The inline pictures of a transcript: the case's (the first picture of the first user message) and,
+    by step, every other one (a tool's result, a user turn showing what a tool returned), in order.
+
+    `steps` are `messages_to_steps`' (each knows its message by `span["message"]`).
+    """
+    case: Optional[bytes] = None
+    by_step: dict = {}
+    first_user = True
+    for step in steps:
+        at = (step.span or {}).get("message")
+        msg = messages[at - 1] if isinstance(at, int) and 0 < at <= len(messages) else None
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if not isinstance(content, list):
+            first_user = first_user and step.role is not StepRole.USER
+            continue
+        pictures = [p for p in (_inline_picture(b, attachments) for b in content) if p is not None]
+        if step.role is StepRole.USER and first_user:
+            first_user = False
+            if pictures:
+                case, pictures = pictures[0], pictures[1:]
+        if pictures:
+            by_step[step.idx] = pictures
+    return case, by_step
 
 
 def _call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:

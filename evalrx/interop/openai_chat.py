@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from evalrx.core.case import FailureCase, Inputs, Trajectory
-from evalrx.interop.messages import messages_to_steps, outcome_of, trajectory_metrics
+from evalrx.interop.messages import message_pictures, messages_to_steps, outcome_of, trajectory_metrics
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
 
@@ -25,7 +25,8 @@ def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
     attempt = next((row[k] for k in ("attempt", "epoch") if row.get(k) is not None), None)
     if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
         raise ValueError(f"`attempt` / `epoch` must be a whole number from 1, not {attempt!r}")
-    case = FailureCase(inputs=Inputs(prompt=goal), id=sample_id, expected=expected, meta=meta)
+    image, _ = message_pictures(row.get("messages"), steps)
+    case = FailureCase(inputs=Inputs(prompt=goal, image=image), id=sample_id, expected=expected, meta=meta)
     from evalrx.suites import case_tools
 
     offered = [t.describe() for t in case_tools(case)]  # the function documents the transcript was made with
@@ -47,12 +48,18 @@ def _is_openai(obj: dict, whole: bool) -> bool:
     return "messages" in obj
 
 
+def row_media(row: dict, traj: Trajectory) -> dict:
+    """`{step: [picture bytes]}` the pictures a row's messages hold beyond the case's (`message_pictures`)."""
+    return message_pictures(row.get("messages"), traj.steps)[1]
+
+
 def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
     case, traj = from_openai_row(obj, where if isinstance(where, int) else 1)
+    media = row_media(obj, traj)
     # A repeated id is the case's next attempt, numbered in the order the file holds them.
     traj.attempt = traj.attempt or reading.attempts.get(case.id, 0) + 1
     reading.attempts[case.id] = max(reading.attempts.get(case.id, 0), traj.attempt)
-    yield Record(case=case, traj=traj, where=where)
+    yield Record(case=case, traj=traj, where=where, media=media)
 
 
 register(Format(name="openai", title="OpenAI chat JSONL", sniff_rank=40, sniff_record=_is_openai, read_record=_read))

@@ -79,10 +79,11 @@ class ConversationBuilder:
         content: Any = [{"type": "image", "image": image}, {"type": "text", "text": text}] if with_image else text
         return self._add({"role": "user", "content": content}, "prompt", step)
 
-    def user(self, text: str, step: Optional[int] = None) -> dict:
-        """A later user turn (an imported conversation's)."""
+    def user(self, text: str, step: Optional[int] = None, images: Sequence[Any] = ()) -> dict:
+        """A later user turn (an imported conversation's), after the `images` it showed."""
         self.end_turn()
-        return self._add({"role": "user", "content": text}, "user", step)
+        content: Any = [*({"type": "image", "image": im} for im in images), {"type": "text", "text": text}]
+        return self._add({"role": "user", "content": content if images else text}, "user", step)
 
     def assistant(
         self, chat: ChatTurn, calls: "list[ToolCall]", *, native: bool = False, step: Optional[int] = None

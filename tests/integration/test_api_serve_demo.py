@@ -71,3 +71,68 @@ def test_agent_runs_match_through_serve_and_hf_local(cases, tmp_path):
         assert [s.observation for s in a.steps] == [s.observation for s in b.steps]
         assert a.metrics["total_prompt_tokens"] == b.metrics["total_prompt_tokens"]
         assert a.metrics["total_completion_tokens"] == b.metrics["total_completion_tokens"]
+
+
+def test_image_cases_match_through_serve_and_hf_local(tmp_path):
+    """The demo VLM served on loopback gets every picture as an `image_url` part (the case picture and the
+    zoomed one the tool returned): its agent runs match the in-process ones, digits read off the pictures
+    included. The server decodes each part and refuses one that is not a picture."""
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+
+    from evalrx.grade import grade_trajectory
+
+    picked = []
+    for suite in ("vision_read", "vision_compare", "vision_zoom"):
+        picked += load_cases(f"demo/{suite}")[:2]
+
+    def tools(case):
+        return get_tools(["calculator", "image_zoom"], case=case)
+
+    local = evalrx.load("evalrx-tiny-vl", device="cpu", max_new_tokens=MAX_NEW)
+    direct = run_batch(local, picked, tools_factory=tools, max_turns=4)
+    with serving("evalrx-tiny-vl", tmp_path / "serve.log", max_new_tokens=MAX_NEW) as url:
+        remote = evalrx.load(
+            "evalrx-tiny-vl",
+            backend="api",
+            base_url=url,
+            api_key="sk-local",
+            max_retries=0,
+            timeout=120,
+            max_new_tokens=MAX_NEW,
+        )
+        served = run_batch(remote, picked, tools_factory=tools, max_turns=4, concurrency=1)
+        bad = {
+            "model": "evalrx-tiny-vl",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"no").decode()},
+                        },
+                        {"type": "text", "text": "Read the number."},
+                    ],
+                }
+            ],
+        }
+        request = urllib.request.Request(
+            url + "/chat/completions",
+            data=json.dumps(bad).encode(),
+            headers={"Content-Type": "application/json", "Authorization": "Bearer sk-local"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 400
+        assert "image" in json.loads(refused.value.read())["error"]["message"].lower()
+
+    assert [grade_trajectory(t, c) for t, c in zip(served, picked)].count(evalrx.Label.PASS) >= 5
+    zoomed = [t for t in served if any(c["name"] == "image_zoom" for s in t.steps for c in s.tool_calls)]
+    assert len(zoomed) == 2  # both zoom cases sent the zoomed picture back as a second image part
+    for a, b in zip(direct, served):
+        assert _shape(a.steps) == _shape(b.steps), a.sample_id
+        assert a.final_answer == b.final_answer, a.sample_id
+        assert a.metrics["total_prompt_tokens"] == b.metrics["total_prompt_tokens"]  # 64 tokens a picture on both

@@ -50,7 +50,7 @@ def test_a_vlm_run_exports_its_pictures_and_imports_them_back(sqlite_url, store_
     tid = S.list_trajectories(run_id=imported, store=store_url).rows[0].id
     shown = S.shown_pictures(tid, store=store_url)
     (zoom_step,) = S.step_media(tid, store=store_url)
-    assert sorted(shown) == [0, zoom_step] and all(p[:8] == b"\x89PNG\r\n\x1a\n" for p, in shown.values())
+    assert sorted(shown) == [0, zoom_step] and all(p[:8] == b"\x89PNG\r\n\x1a\n" for (p,) in shown.values())
     req = A.request_analysis(tid, ["attention"], model="evalrx-tiny-vl", store=store_url)
     Worker(S.connect(store_url), exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     assert A.get_request(req, store=store_url)["status"] == "done"

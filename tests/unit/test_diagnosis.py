@@ -743,7 +743,9 @@ def _looked(share: float, stated_in_question: bool = False) -> "tuple[dict, Traj
     """An attention result over the calculator argument of step 1 (3 tokens at positions 200-202), after a
     64-token case picture shown on step 0, each layer giving the picture `share` of its attention; and the
     trajectory whose step 1 computed `347 * 2` (a number only the picture states unless the question does)."""
-    goal = "What is twice the number 347 on the card?" if stated_in_question else "What is twice the number on the card?"
+    goal = (
+        "What is twice the number 347 on the card?" if stated_in_question else "What is twice the number on the card?"
+    )
     traj = build(goal, [call("calculator", "694", expression="347 * 2")], answer="The result is 694.")
     positions = np.array([200, 201, 202], dtype=np.int32)
     patches = np.zeros((3, 2, 64), dtype=np.float32)
