@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from evalrx.analyzers import KINDS
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.failures import (
     BUILTIN_KINDS,
@@ -20,7 +21,6 @@ from evalrx.core.failures import (
     canonical_kind,
     definition,
 )
-from evalrx.analyzers import KINDS
 from evalrx.diagnosis import diagnose, from_analyses, from_reference, from_rules, rank
 from evalrx.diagnosis.whitebox import LOOKED_AWAY
 from evalrx.suites import load_cases
