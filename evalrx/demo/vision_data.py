@@ -8,8 +8,11 @@ Three task kinds over the pictures of `evalrx.demo.vision_world`:
   read the code from the zoomed picture, and answer it (or compute with it first).
 
 The suites (`demo/vision_read`, `demo/vision_compare`, `demo/vision_zoom`, and harder ones training
-never shows: a digit more, `*_long`, and new wordings, `vision_read_paraphrase`; `demo/vision` is all
-of them) are drawn from one seed and written with their pictures as case files, so the command
+never shows: a digit more, `*_long`, new wordings, `vision_read_paraphrase`, and task shapes of their
+own, designed before the model was run on them: a question the card answers with no tool,
+`vision_read_only`; a read-and-compute question about a picture whose number is a small label that
+needs zooming first, `vision_small_card`; an arithmetic question whose numbers are in the text beside an
+unrelated card, `vision_arith_distractor`; `demo/vision` is all of them) are drawn from one seed and written with their pictures as case files, so the command
 rewrites them byte for byte; the training stream draws from other seeds and skips every
 (kind, numbers) a suite asks about.
 """
@@ -62,7 +65,14 @@ SUITES: dict[str, tuple[int, str, dict]] = {
     "vision_compare_long": (30, "compare", {"digits": 4}),
     "vision_zoom_long": (30, "zoom", {"digits": 5}),
     "vision_read_paraphrase": (30, "read", {"templates": READ_HELD_OUT}),
+    # New shapes (their keys are kinds training never draws, so the training stream is unchanged).
+    "vision_read_only": (20, "read_only", {}),
+    "vision_small_card": (20, "small_card", {}),
+    "vision_arith_distractor": (20, "arith", {}),
 }
+NEW_SHAPES = ("vision_read_only", "vision_small_card", "vision_arith_distractor")
+READ_ONLY_TEMPLATES = ["What number is on the card?", "Which number does the card show?"]
+ARITH_TEMPLATES = ["What is {a} {word} {b}?", "Compute {a} {word} {b}."]
 
 
 @dataclass
@@ -148,6 +158,49 @@ class VisionGenerator:
         prompt = self.rng.choice(ZOOM_TEMPLATES)
         return VisionEpisode(prompt, image, calls, f"The code is {code}.", "zoom", code, ("zoom", code))
 
+    def read_only(self) -> VisionEpisode:
+        """The card's number is the answer: no tool is needed."""
+        n = self._n(0)
+        prompt = self.rng.choice(READ_ONLY_TEMPLATES)
+        return VisionEpisode(prompt, W.card(n, self.rng), [], f"The number is {n}.", "read_only", n, ("read_only", n))
+
+    def small_card(self) -> VisionEpisode:
+        """A read-and-compute question about a picture whose number is a small label: zoom, then compute."""
+        code = self.rng.randint(1000, 9999)
+        corner = self.rng.choice(list(W.CORNERS))
+        x0, y0, x1, y1 = W.CORNERS[corner]
+        op, word = self._op()
+        k = self.rng.randint(2, 99)
+        prompt = self.rng.choice(READ_TEMPLATES).format(word=word, k=k)
+        expr = f"{code} {op} {k}"
+        result = calculator(expr)
+        calls = [
+            ("image_zoom", {"x0": x0, "y0": y0, "x1": x1, "y1": y1, "scale": 2}),
+            ("calculator", {"expression": expr}),
+        ]
+        image = W.small_label(code, corner, self.rng)
+        key = ("small_card", code, op, k)
+        return VisionEpisode(prompt, image, calls, f"The answer is {result}.", "small_card", _num(result), key)
+
+    def arith(self) -> VisionEpisode:
+        """The question states both numbers; the card beside it shows another one."""
+        a, b, shown = self._n(0), self._n(0), self._n(0)
+        op, word = self._op()
+        prompt = self.rng.choice(ARITH_TEMPLATES).format(a=a, word=word, b=b)
+        expr = f"{a} {op} {b}"
+        result = calculator(expr)
+        image = W.card(shown, self.rng)
+        key = ("arith", a, op, b, shown)
+        return VisionEpisode(
+            prompt,
+            image,
+            [("calculator", {"expression": expr})],
+            f"The answer is {result}.",
+            "arith",
+            _num(result),
+            key,
+        )
+
 
 def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
     """Draw every held-out vision suite: `{suite name: [episodes]}` (no two ask the same thing)."""
@@ -191,7 +244,9 @@ def write_all(out_dir: Path = VISION_DIR) -> dict[str, int]:
         for i, ep in enumerate(episodes, start=1):
             case_id = f"{name}-{i:03d}"
             (images / f"{case_id}.png").write_bytes(W.png_bytes(ep.image))
-            difficulty = name.rsplit("_", 1)[1] if name.count("_") > 1 else "easy"
+            difficulty = (
+                "new_shape" if name in NEW_SHAPES else name.rsplit("_", 1)[1] if name.count("_") > 1 else "easy"
+            )
             lines.append(
                 json.dumps(case_record(ep, case_id, f"images/{case_id}.png", difficulty), ensure_ascii=False) + "\n"
             )

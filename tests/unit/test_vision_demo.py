@@ -10,6 +10,7 @@ import pytest
 
 from evalrx.demo import vision_world as W
 from evalrx.demo.vision_data import (
+    NEW_SHAPES,
     SUITES,
     VISION_DIR,
     VisionGenerator,
@@ -53,7 +54,14 @@ def test_vision_suites_load_with_their_pictures_and_stay_out_of_demo():
     assert {"demo/vision", "demo/vision_read", "demo/vision_compare", "demo/vision_zoom"} <= set(names)
     cases = load_cases("demo/vision")
     assert len(cases) == sum(n for n, *_ in SUITES.values()) >= 150
-    assert {c.meta["task_type"] for c in cases} == {"vision_read", "vision_compare", "vision_zoom"}
+    assert {c.meta["task_type"] for c in cases} == {
+        "vision_read",
+        "vision_compare",
+        "vision_zoom",
+        "vision_read_only",
+        "vision_small_card",
+        "vision_arith",
+    }
     for c in cases:
         with Image.open(c.inputs.image) as img:
             assert img.size == (W.CANVAS, W.CANVAS)
@@ -88,6 +96,11 @@ def test_training_never_draws_a_suite_task():
     assert max(ep.key[1] for ep in drawn if ep.kind == "zoom") < 10_000
     for c in load_cases("demo/vision_read_long"):
         assert len(c.meta["reference_calls"][0]["arguments"]["expression"].split()[0]) == 4
+    # The new shapes ask about kinds training never draws: leaving them out changes no training episode.
+    shapes = {ep.key for name in NEW_SHAPES for ep in make_suites()[name]}
+    assert {k[0] for k in shapes} == {"read_only", "small_card", "arith"}
+    assert [ep.key for ep in training_episodes(500, exclude=held - shapes)] == [ep.key for ep in drawn[:500]]
+    assert [c.meta["reference_calls"] for c in load_cases("demo/vision_read_only")][0] == []
 
 
 def test_training_messages_are_the_messages_a_run_sends():
