@@ -5,7 +5,7 @@ folder a retrain already wrote), evaluates it and the committed model on the hel
 with `demo_eval`, and records the solve-rate difference, per-case agreement and whether the
 weights are bit-identical. `--spec evalrx-tiny` (default): `python -m evalrx.demo.train`, the 385
 cases of `demo`, `benchmarks/results/demo_retrain.json`; `--spec evalrx-tiny-vl`:
-`python -m evalrx.demo.train_vision`, the 280 cases of `demo/vision`, `demo_retrain_vision.json`.
+`python -m evalrx.demo.train_vision`, the 340 cases of `demo/vision`, `demo_retrain_vision.json`.
 
 Usage (about 40 minutes on 2 idle CPU cores each, most of it training):
     .venv/bin/python benchmarks/demo_retrain.py [--spec evalrx-tiny-vl] [--retrained DIR] [--train-log FILE]

@@ -457,25 +457,17 @@ def picture_choices(attention: AttentionResult, step: int, lens: Optional[LensRe
 
 
 def _pictures(detail: Any, store: Any) -> Any:
-    """`(step, n) -> bytes or None`: the n-th picture step `step` showed (the case image on the prompt's step)."""
-    from evalrx.core import StepRole
-    from evalrx.store import get_blob, step_media
+    """`(step, n) -> bytes or None`: the n-th picture step `step` showed (`evalrx.store.shown_pictures`), read
+    once, on the first call."""
+    from evalrx.store import shown_pictures
 
-    tid = detail.row.id
-    prompt = next((s.idx for s in detail.trajectory.steps if s.role is StepRole.USER), None)
-    case_sha = (getattr(detail, "case", None) or {}).get("image_sha256")
-    media: dict = {}
+    shown: dict = {}
 
     def picture(step: int, n: int) -> Optional[bytes]:
-        if step == prompt and case_sha:
-            sha = case_sha
-        else:
-            if not media:
-                media.update(step_media(tid, store=store) or {-1: []})
-            shas = media.get(step) or []
-            sha = shas[n] if n < len(shas) else None
-        blob = get_blob(sha, store=store) if sha else None
-        return blob[0] if blob and str(blob[1]).startswith("image/") else None
+        if not shown:
+            shown.update(shown_pictures(detail.row.id, store=store) or {-1: []})
+        pictures = shown.get(step) or []
+        return pictures[n] if n < len(pictures) else None
 
     return picture
 
@@ -522,7 +514,12 @@ def render_pictures(results: dict, idx: int, pictures: Any, focus: Optional[dict
         if data is None:
             col.caption(f"{caption} (the picture is not stored)")
             continue
-        col.image(heatmap_png(data, weights, img.get("region") or (0.0, 0.0, 1.0, 1.0)), caption=caption)
+        try:
+            drawn = heatmap_png(data, weights, img.get("region") or (0.0, 0.0, 1.0, 1.0))
+        except (OSError, ValueError):  # stored bytes Pillow cannot read: say so, never a traceback
+            col.caption(f"{caption} (the stored picture cannot be read)")
+            continue
+        col.image(drawn, caption=caption)
     st.caption(HOW_TO_READ["pictures"])
     return True
 

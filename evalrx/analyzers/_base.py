@@ -135,8 +135,10 @@ class Analyzer:
         *,
         tools: Optional[list] = None,
         system: Optional[str] = None,
+        images: Optional[dict] = None,
     ) -> AnalysisResult:
-        """Analyse a stored trajectory (tools and system prompt as the agent used them)."""
+        """Analyse a stored trajectory (tools and system prompt as the agent used them; `images`:
+        `{step: [image, ...]}` the pictures its conversation showed, for a vision model's passes)."""
         raise NotImplementedError(f"{type(self).__name__} does not analyse trajectories.")
 
     def __repr__(self) -> str:
@@ -157,7 +159,13 @@ class HookAnalyzer(Analyzer):
         return self.hook(ctx)
 
     def run_trajectory(
-        self, model: Model, trajectory: Any, *, tools: Optional[list] = None, system: Optional[str] = None
+        self,
+        model: Model,
+        trajectory: Any,
+        *,
+        tools: Optional[list] = None,
+        system: Optional[str] = None,
+        images: Optional[dict] = None,
     ) -> AnalysisResult:
         raise NotImplementedError(
             f"{self.name!r} is a worker hook: it runs on each finished case of a run that lists it, "

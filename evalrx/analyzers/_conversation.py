@@ -224,13 +224,18 @@ def conversation_from_trajectory(
     seen_prompt = False
     for s in steps:
         if s.role is StepRole.USER:
-            pictures = (images or {}).get(s.idx) or []
+            # What the turn showed: the pictures given, else placeholders as many as it recorded.
+            pictures = list((images or {}).get(s.idx) or [])
+            if not seen_prompt and not pictures and image is not None:
+                pictures = [image]
+            n = max(
+                len(pictures), int(s.span.get("n_images") or 0), int(not seen_prompt and bool(s.span.get("has_image")))
+            )
+            pictures += [None] * (n - len(pictures))
             if seen_prompt:
                 built.user(s.content, step=s.idx, images=pictures)
             else:
-                shown = pictures or [image]
-                with_image = bool(s.span.get("has_image") or pictures)  # an import's steps keep no flag
-                built.prompt(s.content, shown[0], with_image=with_image, step=s.idx)
+                built.prompt(s.content, pictures[0] if n else None, with_image=n > 0, step=s.idx, more=pictures[1:])
             seen_prompt = True
         elif s.role is StepRole.ACTOR:
             forced = bool(s.span.get("forced_final"))
@@ -271,7 +276,7 @@ def conversation_from_trajectory(
             call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
             returned = list((images or {}).get(s.idx) or [])
-            n = max(_n_images(s.observation), len(returned))
+            n = max(_n_images(s.observation), int(s.span.get("n_images") or 0), len(returned))
             built.tool(tc, text, returned[:n] + [None] * (n - len(returned)), step=s.idx)  # placeholders if unknown
     built.end_turn()
     messages, info = built.messages, built.info

@@ -65,8 +65,9 @@ def image_token_id(local: Any) -> int:
     """The id of the token a VLM's template writes for an image (the processor's `image_token`)."""
     proc = _processor(local)
     token = getattr(proc, "image_token", None)
-    tid = local.text_tokenizer.convert_tokens_to_ids(token) if token else None
-    if not isinstance(tid, int) or tid < 0:
+    tok = local.text_tokenizer
+    tid = tok.convert_tokens_to_ids(token) if token else None
+    if not isinstance(tid, int) or tid < 0 or tid == tok.unk_token_id:
         cfg = getattr(local.hf, "config", None)
         tid = getattr(cfg, "image_token_id", None) or getattr(cfg, "image_token_index", None)
     if not isinstance(tid, int):
@@ -84,7 +85,9 @@ def _open(image: Any) -> Any:
         import io
 
         return Image.open(io.BytesIO(bytes(image)))
-    return Image.open(image)
+    with Image.open(image) as img:  # a path: read it now, leave no file open
+        img.load()
+        return img.copy()
 
 
 def _grid(n: int, inputs: dict, proc: Any) -> tuple:
@@ -129,19 +132,31 @@ def process_images(local: Any, images: Sequence[Any]) -> list:
     return out
 
 
-def expand_images(local: Any, passes: list, images: "list[tuple[Any, Optional[int]]]") -> "tuple[list, list]":
+def expand_images(
+    local: Any, passes: list, images: "list[tuple[Any, Optional[int]]]", rendered: str
+) -> "tuple[list, list]":
     """The passes with each image placeholder expanded to its image's tokens.
 
     Args:
         local: the model (`_compute.LocalModel`).
         passes: from `plan_passes` on the conversation holding `images`.
         images: `conversation_images` of that conversation.
+        rendered: the whole conversation as the template writes it (one image token a picture).
+
+    Raises:
+        ValueError: the rendering holds another number of image tokens than there are pictures.
 
     Returns:
         `(passes, processed)`: new passes (ids, offsets, turns' token ranges shifted; `images` the
         `ImageSpan`s each holds) and `process_images` of the images.
     """
     tid = image_token_id(local)
+    found = rendered.count(local.text_tokenizer.convert_ids_to_tokens(tid))
+    if found != len(images):  # text holding the image token itself would shift every later picture
+        raise ValueError(
+            f"the rendered conversation holds {found} image tokens for {len(images)} pictures "
+            "(does a message's text contain the image token?): its pictures cannot be placed"
+        )
     processed = process_images(local, [im for im, _ in images])
     out = []
     for tf_pass in passes:
@@ -170,10 +185,5 @@ def pass_inputs(processed: list, spans: Sequence[ImageSpan], device: Any = None)
         return {}
     import torch
 
-    keys = processed[spans[0].image][2].keys()
-    return {
-        k: torch.cat([processed[s.image][2][k] for s in spans]).to(device)
-        if device is not None
-        else torch.cat([processed[s.image][2][k] for s in spans])
-        for k in keys
-    }
+    inputs = {k: torch.cat([processed[s.image][2][k] for s in spans]) for k in processed[spans[0].image][2]}
+    return {k: v.to(device) for k, v in inputs.items()} if device is not None else inputs

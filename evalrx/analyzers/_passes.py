@@ -274,7 +274,7 @@ class TrajectoryPlan:
         passes: from `plan_passes` (a VLM's with its images expanded, `_images.expand_images`).
         tools: the tools as the caller gave them (`Tool` objects or schema dicts).
         mode: the planning mode ("auto" or "per_step").
-        images: `(n_tokens, grid, inputs)` per image of the conversation (`_images.process_images`).
+        images: `(n_tokens, grid, inputs, region)` per image of the conversation (`_images.process_images`).
     """
 
     local: Any
@@ -325,7 +325,8 @@ class TrajectoryPlan:
         processed: list = []
         shown = conversation_images(conv)
         if shown:
-            passes, processed = expand_images(local, passes, shown)
+            rendered = conv.render(local.renderer, len(conv.messages), conv.tools, False)  # the planner's, cached
+            passes, processed = expand_images(local, passes, shown, rendered)
         return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode, processed)
 
     def inputs(self, index: int) -> dict:
@@ -349,4 +350,6 @@ class TrajectoryPlan:
         info = {"model": model_id(self.local.handle), **extra}
         info["sample_id"] = getattr(self.trajectory, "sample_id", None)
         info["plan"] = describe_passes(self.passes)
+        if self.images:
+            info["pictures"] = len(self.images)  # the pictures the passes saw (none: scored on the text alone)
         return info

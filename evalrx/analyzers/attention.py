@@ -47,7 +47,8 @@ class AttentionResult(AnalysisResult):
         labels: per position, as in `LensResult` (`label_step`, `label_kind`, ...).
         patches: `[P, L, N]` float32 for a vision model: the same rows over each image token, the
             images of the conversation one after another (0 where an image came after the position);
-            an image's tokens sum to its "image" segment's mass.
+            an image's tokens sum to its share of its step's "image" segment (the pictures one step
+            showed share one segment; stored in float16).
         images: per image `{"step", "offset", "n", "grid": [rows, cols], "region": [x0, y0, x1, y1]}`: the step
             that showed it, where its tokens start in `patches` and how many, the patch grid they cover
             (row-major) and the part of the picture that grid spans (fractions; a processor may crop).
@@ -88,10 +89,19 @@ class AttentionResult(AnalysisResult):
                 out[p, :, kinds.index(kind)] += self.mass[p, :, s]
         return kinds, out
 
+    def looked(self, rows: Sequence[int], image: int) -> float:
+        """How much the positions `rows` looked at picture `image`: its share of their attention over the share
+        an even spread over every token they see would give its tokens, averaged over positions and layers
+        (1: as much as an even spread; under 1: less)."""
+        img = self.images[image]
+        share = self.patches[list(rows), :, img["offset"] : img["offset"] + img["n"]].sum(-1)  # [P, L]
+        even = img["n"] / (self.positions[list(rows)].astype(np.float64) + 1.0)
+        return float((share / even[:, None]).mean())
+
     def to_arrays(self) -> dict:
         arrays = {"positions": self.positions, "token_ids": self.token_ids, "mass": self.mass}
-        if self.images:
-            arrays["patches"] = self.patches
+        if self.images:  # half precision: a real VLM's pictures are ~1k tokens each, at every position and layer
+            arrays["patches"] = self.patches.astype(np.float16)
         for k, v in self.labels.items():
             if k != "label_arg":
                 arrays[k] = v

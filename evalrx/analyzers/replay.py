@@ -152,6 +152,7 @@ class ReplayAnalyzer(Analyzer):
         *,
         tools: Optional[list] = None,
         system: Optional[str] = None,
+        images: Optional[dict] = None,
     ) -> ReplayResult:
         """Re-score `trajectory` on `model` (a local handle) and run the part analyzers.
 
@@ -169,7 +170,7 @@ class ReplayAnalyzer(Analyzer):
                 analyzer.mode = self.mode
             analyzers[name] = analyzer
         # One teacher-forced pass per planned pass, read by every part.
-        results = analyze(model, trajectory, list(analyzers.values()), tools=tools, system=system)
+        results = analyze(model, trajectory, list(analyzers.values()), tools=tools, system=system, images=images)
         parts = {name: results[analyzer.name.strip().lower()] for name, analyzer in analyzers.items()}
         unc = parts["token_uncertainty"]
         steps, n, total, mean, low = [], [], [], [], []

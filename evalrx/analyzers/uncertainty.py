@@ -197,6 +197,7 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
         *,
         tools: Optional[list] = None,
         system: Optional[str] = None,
+        images: Optional[dict] = None,
     ) -> TokenUncertaintyResult:
         """Per generated token of every model turn.
 
@@ -209,7 +210,7 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
         """
         if not self.reads_passes(model, trajectory):
             return uncertainty_from_logprobs(trajectory)
-        return super().run_trajectory(model, trajectory, tools=tools, system=system)
+        return super().run_trajectory(model, trajectory, tools=tools, system=system, images=images)
 
     def requests(self, plan: TrajectoryPlan) -> list:
         """Per pass, the logits that predict each generated token."""

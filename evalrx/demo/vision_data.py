@@ -56,7 +56,7 @@ READ_HELD_OUT = [
 ]
 
 # Suite name -> (count, kind, arguments). The first three are the kinds as trained; the rest are
-# harder than anything in training: a digit more than training ever shows, or a new wording.
+# harder than anything in training: a digit more than training ever shows, a new wording, or a new shape.
 SUITES: dict[str, tuple[int, str, dict]] = {
     "vision_read": (60, "read", {}),
     "vision_compare": (50, "compare", {}),

@@ -188,9 +188,20 @@ def _written(step: Any, call: int, arg: str) -> str:
     return str((normalize_call(calls[call]).get("args") or {}).get(arg, ""))
 
 
-def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]":
-    import numpy as np
+def _returns_pictures(trajectory: Any, step_idx: int, call: int) -> bool:
+    """Whether the tool step answering call `call` of model turn `step_idx` returned pictures."""
+    from evalrx.core.case import StepRole
 
+    for s in trajectory.steps:
+        if s.idx > step_idx and s.role is StepRole.TOOL and int((s.span or {}).get("call", 0) or 0) == call:
+            n = s.observation.get("n_images") if isinstance(s.observation, dict) else None
+            return bool(n or (s.span or {}).get("n_images"))
+        if s.idx > step_idx and s.role is StepRole.ACTOR:
+            break
+    return False
+
+
+def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]":
     from evalrx.analyzers import KINDS, AttentionResult
     from evalrx.core.case import StepRole
     from evalrx.diagnosis._evidence import obs_text, quote, values_in
@@ -219,9 +230,13 @@ def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list
         step = steps.get(step_idx)
         if not shown or step is None:
             continue
+        if call >= 0 and _returns_pictures(trajectory, step_idx, call):
+            continue  # a call that fetches a picture takes where to look, not a value read
         written = _written(step, call, arg)
         before = [trajectory.goal or ""] + [
-            obs_text(s.observation) for s in trajectory.steps if s.role is StepRole.TOOL and s.idx < step_idx
+            obs_text(s.observation) if s.role is StepRole.TOOL else str(s.content or "")
+            for s in trajectory.steps
+            if s.role in (StepRole.TOOL, StepRole.USER) and s.idx < step_idx
         ]
         stated = {v.lower() for part in before for v in values_in(part)}
         # One-character values are left out: a "2" is as likely "twice" in the question as a digit in a picture.
@@ -229,9 +244,7 @@ def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list
         if not unstated:  # every value it wrote is in the text: not read from the picture
             continue
         img = att.images[shown[-1]]  # the latest picture before the step
-        share = att.patches[rows, :, img["offset"] : img["offset"] + img["n"]].sum(-1)  # [positions, layers]
-        even = img["n"] / (att.positions[rows].astype(np.float64) + 1.0)
-        ratio = float((share / even[:, None]).mean())
+        ratio = att.looked(rows, shown[-1])
         if ratio >= LOOKED_AWAY:
             continue
         what = f"argument {arg}" if call >= 0 else "the answer"

@@ -170,10 +170,13 @@ def messages_to_steps(
         if role in ("system", "developer"):
             system = text if system is None else f"{system}\n{text}"
             continue
+        content = msg.get("content")
+        shown = sum(1 for b in content if is_image_block(b)) if isinstance(content, list) else 0
         if role == "user":
             if goal is None:
                 goal = text
-            steps.append(Step(idx=len(steps), role=StepRole.USER, content=text, span={"message": i + 1}))
+            user_span: dict = {"message": i + 1, **({"n_images": shown} if shown else {})}
+            steps.append(Step(idx=len(steps), role=StepRole.USER, content=text, span=user_span))
         elif role == "assistant":
             turn += 1
             calls, errors = [], []
@@ -205,7 +208,7 @@ def messages_to_steps(
         else:  # tool
             call_id = msg.get("tool_call_id")
             name = msg.get("function") or msg.get("name") or names.get(call_id) or ""
-            span: dict = {"turn": turn, "message": i + 1}
+            span: dict = {"turn": turn, "message": i + 1, **({"n_images": shown} if shown else {})}
             if call_id and call_id in turn_ids:  # results may come back in any order: pair them by id
                 span["call"] = turn_ids.index(call_id)
             err = msg.get("error")

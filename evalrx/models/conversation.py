@@ -68,15 +68,25 @@ class ConversationBuilder:
         self.info.append({"kind": kind, "step": step})
         return message
 
-    def prompt(self, text: str, image: Any = None, *, with_image: Optional[bool] = None, step: int = 0) -> dict:
+    def prompt(
+        self,
+        text: str,
+        image: Any = None,
+        *,
+        with_image: Optional[bool] = None,
+        step: int = 0,
+        more: Sequence[Any] = (),
+    ) -> dict:
         """The first user turn: `text`, after `image` as a content block when the case has one.
 
         `with_image` says whether it has one (default: `image` is not None), so a replay without
-        the image bytes still writes the block (`image=None`, a placeholder).
+        the image bytes still writes the block (`image=None`, a placeholder). `more`: further
+        pictures the turn showed after the case's (an imported conversation's).
         """
         self.end_turn()
         with_image = image is not None if with_image is None else with_image
-        content: Any = [{"type": "image", "image": image}, {"type": "text", "text": text}] if with_image else text
+        blocks = [{"type": "image", "image": im} for im in ([image, *more] if with_image else [])]
+        content: Any = [*blocks, {"type": "text", "text": text}] if with_image else text
         return self._add({"role": "user", "content": content}, "prompt", step)
 
     def user(self, text: str, step: Optional[int] = None, images: Sequence[Any] = ()) -> dict:

@@ -105,14 +105,15 @@ def _hook(name: str, kwargs: dict) -> Optional[Hook]:
 
 
 def _analyzer_hook(name: str, kwargs: dict) -> Hook:
-    from evalrx.analyzers import PassAnalyzer, get_analyzer
+    from evalrx.analyzers import get_analyzer
 
     analyzer = get_analyzer(name, **kwargs)  # raises ValueError listing the known analyzers
-    pictures = isinstance(analyzer, PassAnalyzer)  # the analyzers that read passes take the pictures
 
     def hook(ctx: CaseContext) -> list:
-        extra = {"images": ctx.images} if pictures and ctx.images else {}
-        result = analyzer.run_trajectory(ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system, **extra)
+        pictures = {"images": ctx.images} if ctx.images else {}  # an analyzer written before pictures takes none
+        result = analyzer.run_trajectory(
+            ctx.handle, ctx.trajectory, tools=ctx.tool_schemas, system=ctx.system, **pictures
+        )
         meta = dict(result.meta)
         return [
             AnalysisRecord(name, arrays=result.to_arrays(), meta=meta, step_idx=meta.get("step_idx"), result=result)

@@ -552,8 +552,8 @@ def shown_pictures(trajectory_id: int, *, store: "Store | str | None" = None) ->
             out.setdefault(int(idx), []).append(bytes(data))
         if case is not None and case.image_sha256 and prompt is not None:
             blob = s.get(t.Blob, case.image_sha256)
-            if blob is not None:
-                out[int(prompt)] = [bytes(blob.data)]
+            if blob is not None:  # the case's picture first, then any other the first user turn showed
+                out[int(prompt)] = [bytes(blob.data), *out.get(int(prompt), [])]
     return out
 
 

@@ -147,3 +147,17 @@ def test_patch_attention_sums_to_each_pictures_share_and_the_capture_matches_the
     assert att.patch_map(answer[0], 1).shape == (8, 8)
     np.testing.assert_allclose(att.patches, forced["attention"].patches, atol=1e-5)
     np.testing.assert_allclose(captured["logit_lens"].entropy, forced["logit_lens"].entropy, atol=1e-4)
+
+
+def test_text_holding_the_image_token_is_refused_rather_than_misplacing_the_pictures(vlm, zoom_run):
+    import copy
+
+    from evalrx.analyzers import analyze
+
+    traj, schemas, images = zoom_run
+    forged = copy.deepcopy(traj)
+    tool_step = next(s for s in forged.steps if s.role.value == "tool")
+    tool_step.observation = dict(tool_step.observation, text="look: <|image_pad|>")
+    errors: dict = {}
+    assert analyze(vlm, forged, ["attention"], tools=schemas, images=images, captures=None, errors=errors) == {}
+    assert "3 image tokens for 2 pictures" in str(errors["attention"])

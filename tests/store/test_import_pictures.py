@@ -101,7 +101,7 @@ def _replayed_pictures(tid: int, store: str) -> list:
     Worker(S.connect(store), exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     assert A.get_request(req, store=store)["status"] == "done", A.get_request(req, store=store)["error"]
     (att,) = S.load_analyses(tid, "attention", store=store)
-    return [img["step"] for img in att["meta"]["images"]]
+    return [img["step"] for img in att["meta"].get("images", [])]
 
 
 def test_an_inspect_log_whose_tool_returns_a_picture_keeps_it_and_the_vlm_replay_sees_it(sqlite_url, tmp_path):
@@ -160,6 +160,16 @@ def test_an_openai_row_with_image_parts_keeps_each_picture_on_its_step(sqlite_ur
     media = S.step_media(stored.id, store=sqlite_url)
     assert list(media) == [3] and S.get_blob(media[3][0], store=sqlite_url)[0] == zoomed  # the second user turn
     assert _replayed_pictures(stored.id, sqlite_url) == [0, 3]
+    # A picture given as a link cannot be read here: the replay scores the text alone rather than a subset.
+    linked = json.loads(json.dumps(row))
+    linked["id"] = "zoom-linked"
+    linked["messages"][3]["content"][0]["image_url"]["url"] = "https://example.invalid/zoomed.png"
+    (tmp_path / "linked.jsonl").write_text(json.dumps(linked) + "\n")
+    (lrid,) = X.import_file(tmp_path / "linked.jsonl", store=sqlite_url).run_ids
+    (lrow,) = S.list_trajectories(run_id=lrid, store=sqlite_url).rows
+    assert S.step_media(lrow.id, store=sqlite_url) == {}
+    assert S.get_trajectory(lrow.id, store=sqlite_url).trajectory.steps[3].span["n_images"] == 1
+    assert _replayed_pictures(lrow.id, sqlite_url) == []
     # A bad picture is one line naming the record, and nothing of the file is stored.
     bad = dict(row, id="bad")
     bad["messages"] = [
