@@ -79,7 +79,8 @@ def main(argv: list | None = None) -> dict:
         t0 = time.perf_counter()
         # Records go to a throwaway suffix so the committed train_config.json stays as it is.
         subprocess.run(
-            [sys.executable, "-m", module, "--out", str(retrained), "--record-suffix", suffix],
+            # No wall-clock cap: a busy machine must not stop the retrain short of the committed steps.
+            [sys.executable, "-m", module, "--out", str(retrained), "--record-suffix", suffix, "--max-minutes", "1000"],
             check=True,
         )
         train_seconds = round(time.perf_counter() - t0, 1)
