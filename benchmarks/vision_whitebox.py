@@ -90,7 +90,8 @@ def main(argv: list | None = None) -> dict:
     looked: dict = {"pass": [], "fail": []}
     failures: list = []
     sources = Counter()
-    for row in S.list_trajectories(run_id=rid, limit=10_000, store=store).rows:
+    trajectories = S.list_trajectories(run_id=rid, limit=10_000, store=store).rows
+    for row in trajectories:
         outcome = "pass" if row.outcome == "pass" else "fail"
         stored = {a["analyzer"]: a for a in S.load_analyses(row.id, store=store)}
         att_rec = stored.get("attention")
@@ -125,9 +126,7 @@ def main(argv: list | None = None) -> dict:
     fired = [f for f in failures if f["picture_sign"]]
     result = {
         "n_cases": len(cases),
-        "solved": sum(
-            1 for r in S.list_trajectories(run_id=rid, limit=10_000, store=store).rows if r.outcome == "pass"
-        ),
+        "solved": sum(1 for r in trajectories if r.outcome == "pass"),
         "focus_on_digit_patches": {
             outcome: {f"layer_{i + 1}": _summary([v[i] for v in focus[outcome]]) for i in range(n_layers)}
             for outcome in ("pass", "fail")

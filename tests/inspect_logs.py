@@ -19,7 +19,6 @@ LONG = "value of a: " + "x" * 150  # over Inspect's 100 characters: events hold 
 def write_eval_log(log_dir: Path, log_format: str = "eval") -> Path:
     """Run the task with inspect_ai and return the log file it wrote into `log_dir` (`.eval`, or `.json`)."""
     from inspect_ai import Task
-    from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
     from inspect_ai.model import (
         ChatMessageUser,
@@ -89,6 +88,13 @@ def write_eval_log(log_dir: Path, log_format: str = "eval") -> Path:
         name="lookup_task",
         epochs=2,
     )
+    return run_mock_task(task, model, log_dir, log_format)
+
+
+def run_mock_task(task, model, log_dir: Path, log_format: str = "eval") -> Path:
+    """Run an Inspect task on `mockllm` answering with `model(messages, tools, tool_choice, config)`; the log file."""
+    from inspect_ai import eval as inspect_eval
+
     # In a thread of its own: Inspect starts an event loop, and another test's browser may hold this thread's.
     with ThreadPoolExecutor(1) as pool:
         logs = pool.submit(

@@ -30,6 +30,7 @@ from typing import Any, Iterator, Optional, Sequence
 from sqlalchemy.exc import IntegrityError
 
 from evalrx.config import RunConfig
+from evalrx.core.capability import Capability
 from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
 from evalrx.runner import analysis
 from evalrx.runner.argtypes import interval_seconds, positive_int
@@ -544,7 +545,10 @@ class Worker:
                 tool_schemas=[tool.to_openai() for tool in tools],
                 system=system,
                 run_config=run,
-                images=shown_pictures(tid, store=self.store),
+                # Only a vision model sees pictures: a text one would drop them, so none are read for it.
+                images=shown_pictures(tid, store=self.store)
+                if Capability.VISION in (getattr(handle, "capabilities", None) or ())
+                else {},
             )
             records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)
             source = f"{run.model.name or None} on {backend}"

@@ -34,6 +34,13 @@ def _calls(traj):
     return [(c["name"], c["args"]) for s in traj.steps for c in s.tool_calls]
 
 
+def _served(spec: str, url: str):
+    """The spec through the api backend at `url` (the loopback server), greedy, no retries."""
+    return evalrx.load(
+        spec, backend="api", base_url=url, api_key="sk-local", max_retries=0, timeout=120, max_new_tokens=MAX_NEW
+    )
+
+
 def _shape(steps):
     """What both paths must agree on (the api path carries calls natively, not as markup text)."""
     return [(s.role, [(c["name"], c["args"]) for c in s.tool_calls], s.observation) for s in steps]
@@ -47,15 +54,7 @@ def test_agent_runs_match_through_serve_and_hf_local(cases, tmp_path):
 
     direct = run_batch(local, cases, tools_factory=tools, max_turns=4)
     with serving("evalrx-tiny", tmp_path / "serve.log", max_new_tokens=MAX_NEW) as url:
-        remote = evalrx.load(
-            "evalrx-tiny",
-            backend="api",
-            base_url=url,
-            api_key="sk-local",
-            max_retries=0,
-            timeout=120,
-            max_new_tokens=MAX_NEW,
-        )
+        remote = _served("evalrx-tiny", url)
         served = run_batch(remote, cases, tools_factory=tools, max_turns=4, concurrency=1)
 
     assert sum(len(_calls(t)) for t in direct) >= 3, "the demo model should call tools on these cases"
@@ -94,15 +93,7 @@ def test_image_cases_match_through_serve_and_hf_local(tmp_path):
     local = evalrx.load("evalrx-tiny-vl", device="cpu", max_new_tokens=MAX_NEW)
     direct = run_batch(local, picked, tools_factory=tools, max_turns=4)
     with serving("evalrx-tiny-vl", tmp_path / "serve.log", max_new_tokens=MAX_NEW) as url:
-        remote = evalrx.load(
-            "evalrx-tiny-vl",
-            backend="api",
-            base_url=url,
-            api_key="sk-local",
-            max_retries=0,
-            timeout=120,
-            max_new_tokens=MAX_NEW,
-        )
+        remote = _served("evalrx-tiny-vl", url)
         served = run_batch(remote, picked, tools_factory=tools, max_turns=4, concurrency=1)
         bad = {
             "model": "evalrx-tiny-vl",

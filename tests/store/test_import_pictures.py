@@ -6,10 +6,9 @@ message held it, and a replay on the demo VLM sees them all (its attention has a
 import base64
 import io
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from inspect_logs import inspect_env
+from inspect_logs import inspect_env, run_mock_task
 
 import evalrx.interop as X
 import evalrx.store as S
@@ -36,7 +35,6 @@ def _url(png: bytes) -> str:
 
 def _inspect_log(log_dir: Path, card: bytes, zoomed: bytes, args: dict) -> Path:
     from inspect_ai import Task
-    from inspect_ai import eval as inspect_eval
     from inspect_ai.dataset import Sample
     from inspect_ai.model import ChatMessageUser, ContentImage, ContentText, ModelOutput, ModelUsage
     from inspect_ai.scorer import includes
@@ -82,18 +80,7 @@ def _inspect_log(log_dir: Path, card: bytes, zoomed: bytes, args: dict) -> Path:
         scorer=includes(),
         name="zoom_task",
     )
-    with ThreadPoolExecutor(1) as pool:  # Inspect starts an event loop of its own
-        (log,) = pool.submit(
-            inspect_eval,
-            task,
-            model="mockllm/model",
-            model_args={"custom_outputs": model},
-            log_dir=str(log_dir),
-            display="none",
-        ).result()
-    assert log.status == "success", log.error
-    (found,) = log_dir.glob("*.eval")
-    return found
+    return run_mock_task(task, model, log_dir)
 
 
 def _replayed_pictures(tid: int, store: str) -> list:
