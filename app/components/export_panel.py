@@ -27,7 +27,7 @@ def write_export(
     store=None,
 ) -> tuple[Path, int]:
     """Write one export into `out_dir`; returns (file, rows written)."""
-    from evalrx.interop import export_labels_csv, export_run, export_trajectories
+    from evalrx.interop import bundle, export_labels_csv, export_run, export_trajectories
 
     fmt, suffix, _ = FORMATS[label]
     path = out_dir / f"{stem}{suffix}"
@@ -37,7 +37,7 @@ def write_export(
         n = export_trajectories(trajectory_ids, path, fmt=fmt, store=store)
     else:
         n = export_run(run_id, path, fmt=fmt, store=store)
-    return path, n
+    return bundle(path), n  # an ATIF file whose pictures lie beside it goes as a zip of both
 
 
 def export_controls(
@@ -68,7 +68,7 @@ def export_controls(
             f"Download {path.name} ({ready[1]:,} rows)",
             data=path.read_bytes(),
             file_name=path.name,
-            mime=FORMATS[label][2],
+            mime="application/zip" if path.suffix == ".zip" else FORMATS[label][2],
             key=f"{key}-download",
             type="primary",
         )

@@ -31,6 +31,7 @@ from evalrx.interop.errors import (
 from evalrx.interop.labels_csv import export_labels_csv
 from evalrx.interop.labels_import import FailureStep, LabelImportResult, import_labels
 from evalrx.interop.limits import ImportLimits
+from evalrx.interop.pictures import bundle
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, export_format, export_formats, formats, register, title_of
 
@@ -56,6 +57,7 @@ __all__ = [
     "Record",
     "RecordTooLargeError",
     "UnknownFormatError",
+    "bundle",
     "export_format",
     "export_formats",
     "export_labels_csv",

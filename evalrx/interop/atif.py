@@ -7,6 +7,11 @@ one agent step); what ATIF has no field for (spans, parse errors, raw call text,
 observations) goes in the step's `extra.evalrx`, and the case, grade, labels, attempt and
 diagnosis in the root's `extra.evalrx`, so export -> import -> export gives the same bytes.
 A document without `extra.evalrx` (written by another tool) imports from its standard fields.
+
+Pictures are ATIF 1.6 image content parts: the case's on the first user message, a tool's in its
+observation result, each a file `images/<sha256>.<ext>` beside the document (`interop.pictures`);
+a document with none stays ATIF 1.4. On import a picture that cannot be read back (a link, a
+missing file) is counted on its step (`n_images`), as a gap.
 """
 
 from __future__ import annotations
@@ -14,18 +19,20 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from evalrx.core.case import Termination
 from evalrx.core.content import content_text
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
+from evalrx.interop.pictures import picture_of, picture_path, read_picture, row_pictures, write_pictures
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, register
 from evalrx.store import observation_text
 
 SCHEMA_VERSION = "ATIF-v1.4"
+PICTURES_VERSION = "ATIF-v1.6"  # the first with image content parts
 _SOURCES = ("system", "user", "agent")
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 # session ids are uuid5s of (run name, case, attempt): the same trajectory exports with the same id
@@ -59,13 +66,19 @@ def to_atif(row: dict) -> dict:
     if isinstance(system, str) and system:
         out_steps.append({"source": "system", "message": system})
     groups = _group(steps)
-    made_steps = [_atif_step(group) for group in groups]
+    case_picture = case.get("image") if isinstance(case.get("image"), dict) and case["image"].get("base64") else None
+    first_user = next((i for i, g in enumerate(groups) if g[0].get("role") == "user"), None)
+    if first_user is None:
+        case_picture = None  # no user message to show it: it stays in the root's extra
+    made_steps = [_atif_step(group, case_picture if i == first_user else None) for i, group in enumerate(groups)]
     out_steps += made_steps
     for i, st in enumerate(out_steps, start=1):
         st["step_id"] = i
     # What the standard fields alone give back; the differences go in the step's extra (a plain system
     # prompt step gives back no evalrx step, so `rebuilt` lines up with `groups` once those are dropped).
-    rebuilt = [r for r in _rebuild(out_steps)[0] if r is not None]
+    shown = ([case_picture] if case_picture else []) + [p for s in steps for p in s.get("images") or []]
+    known = {picture_path(p): p for p in shown}
+    rebuilt = [r for r in _rebuild(out_steps, known.get)[0] if r is not None]
     for st, group, made in zip(made_steps, groups, rebuilt):
         diffs = [
             {k: v for k, v in orig.items() if _canon(again.get(k)) != _canon(v)} for orig, again in zip(group, made)
@@ -96,15 +109,18 @@ def to_atif(row: dict) -> dict:
             }
             for t in offered
         ]
+    extra = {k: v for k, v in row.items() if k != "steps"}
+    if case_picture:  # its bytes are the file the first user message shows
+        extra["case"] = {**case, "image": {k: case_picture[k] for k in ("sha256", "mime")}}
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": PICTURES_VERSION if known else SCHEMA_VERSION,
         "session_id": session_id(
             run.get("name"), row.get("case_id") or case.get("id") or row.get("sample_id"), row.get("attempt") or 1
         ),
         "agent": agent,
         "steps": out_steps,
         "final_metrics": final,
-        "extra": {"evalrx": {k: v for k, v in row.items() if k != "steps"}},
+        "extra": {"evalrx": extra},
     }
 
 
@@ -124,10 +140,12 @@ def _group(steps: list) -> list:
     return groups
 
 
-def _atif_step(group: list) -> dict:
+def _atif_step(group: list, case_picture: Optional[dict] = None) -> dict:
     head = group[0]
     if head.get("role") == "user":
-        user: dict = {"source": "user", "message": head.get("content") or ""}
+        pictures = ([case_picture] if case_picture else []) + list(head.get("images") or [])
+        message = head.get("content") or ""
+        user: dict = {"source": "user", "message": _parts(message, pictures) if pictures else message}
         if isinstance((head.get("span") or {}).get("started_at"), str):
             user["timestamp"] = head["span"]["started_at"]
         return user
@@ -169,8 +187,17 @@ def _result(tool_step: dict, position: Optional[int], ids: list) -> dict:
     out: dict = {}
     if call is not None:
         out["source_call_id"] = ids[call]
-    out["content"] = observation_text(tool_step.get("observation"))
+    text = observation_text(tool_step.get("observation"))
+    out["content"] = _parts(text, tool_step["images"]) if tool_step.get("images") else text
     return out
+
+
+def _parts(text: str, pictures: list) -> list:
+    """ATIF 1.6 content parts: the text (when there is any), then each picture as its file beside the document."""
+    parts: list = [{"type": "text", "text": text}] if text else []
+    for p in pictures:
+        parts.append({"type": "image", "source": {"media_type": p["mime"], "path": picture_path(p)}})
+    return parts
 
 
 def _metrics_of(span: dict) -> dict:
@@ -215,8 +242,9 @@ def _canon(value: Any) -> str:
 # ---------------------------------------------------------------- ATIF -> evalrx
 
 
-def from_atif(doc: dict) -> dict:
-    """An evalrx export row for one ATIF document (checked by the JSONL importer afterwards).
+def from_atif(doc: dict, base: Optional[Path] = None) -> dict:
+    """An evalrx export row for one ATIF document (checked by the JSONL importer afterwards); its
+    pictures are read from `base` (the document's folder) or `data:` URLs.
 
     Raises:
         ValueError: naming the step and field that are wrong.
@@ -231,7 +259,12 @@ def from_atif(doc: dict) -> dict:
             raise ValueError(
                 f"ATIF step {i + 1} has source {st.get('source')!r}; expected one of {', '.join(_SOURCES)}"
             )
-    rebuilt, system = _rebuild(steps_in)
+
+    def load(location: str) -> Optional[dict]:
+        data = read_picture(location, base)
+        return picture_of(data) if data is not None else None
+
+    rebuilt, system, case_picture = _rebuild(steps_in, load)
     steps: list = []
     for st, made in zip(steps_in, rebuilt):
         if made is None:
@@ -244,19 +277,27 @@ def from_atif(doc: dict) -> dict:
             steps.append({**s, **(diffs[j] if diffs and isinstance(diffs[j], dict) else {})})
     evx = (doc.get("extra") or {}).get("evalrx") if isinstance(doc.get("extra"), dict) else None
     if isinstance(evx, dict):
-        return {**evx, "steps": steps}
-    return _foreign_row(doc, steps, system)
+        row = {**evx, "steps": steps}
+        case = row.get("case")
+        if isinstance(case, dict) and isinstance(case.get("image"), dict) and not case["image"].get("base64"):
+            same = case_picture is not None and case_picture["sha256"] == case["image"].get("sha256")
+            row["case"] = {**case, "image": case_picture if same else None}
+        return row
+    return _foreign_row(doc, steps, system, case_picture)
 
 
-def _rebuild(steps_in: list) -> tuple[list, Optional[str]]:
+def _rebuild(steps_in: list, load: Callable[[str], Optional[dict]]) -> tuple[list, Optional[str], Optional[dict]]:
     """evalrx step dicts for each ATIF step from its standard fields (None for a plain system prompt),
-    and the system prompt."""
+    the system prompt, and the case's picture (the first one the first user message shows); `load`
+    gives a picture for a location, or None where it cannot."""
     out: list = []
     system: list = []
+    case_picture: Optional[dict] = None
+    first_user = True
     idx = turn = 0
     for n, st in enumerate(steps_in, start=1):
         source = st.get("source")
-        message = _message(st.get("message"), n)
+        message, shown = _message(st.get("message"), n)
         results = _results(st, n)
         if source == "system":
             if message:
@@ -265,14 +306,18 @@ def _rebuild(steps_in: list) -> tuple[list, Optional[str]]:
                 out.append(None)
                 continue
             made = []
-            for content, _ in results:
-                made.append(_step(idx, "tool", "", observation=content, span={"turn": turn}))
+            for content, _, pictures in results:
+                made.append(_pictured(_step(idx, "tool", "", observation=content, span={"turn": turn}), pictures, load))
                 idx += 1
             out.append(made)
             continue
         if source == "user":
-            at = {"started_at": st["timestamp"]} if isinstance(st.get("timestamp"), str) else {}
-            out.append([_step(idx, "user", message, span=at)])
+            at: dict = {"started_at": st["timestamp"]} if isinstance(st.get("timestamp"), str) else {}
+            if first_user and shown:
+                at["has_image"] = True
+                case_picture, shown = load(shown[0]), shown[1:]
+            first_user = False
+            out.append([_pictured(_step(idx, "user", message, span=at), shown, load)])
             idx += 1
             continue
         turn += 1
@@ -294,14 +339,26 @@ def _rebuild(steps_in: list) -> tuple[list, Optional[str]]:
         ]
         idx += 1
         order = [c["id"] for c in calls]
-        for content, call_id in results:
+        for content, call_id, pictures in results:
             tspan: dict = {"turn": turn}
             if call_id in order:
                 tspan["call"] = order.index(call_id)
-            made.append(_step(idx, "tool", names.get(call_id, ""), observation=content, span=tspan))
+            made.append(
+                _pictured(_step(idx, "tool", names.get(call_id, ""), observation=content, span=tspan), pictures, load)
+            )
             idx += 1
         out.append(made)
-    return out, ("\n".join(system) if system else None)
+    return out, ("\n".join(system) if system else None), case_picture
+
+
+def _pictured(step: dict, locations: list, load: Callable[[str], Optional[dict]]) -> dict:
+    """`step` with the pictures at `locations` it could read; a count on its span when some could not."""
+    pictures = [p for p in (load(loc) for loc in locations) if p is not None]
+    if pictures:
+        step["images"] = pictures
+    if len(pictures) < len(locations):
+        step["span"]["n_images"] = len(locations)
+    return step
 
 
 def _step(
@@ -324,10 +381,17 @@ def _step(
     }
 
 
-def _message(value: Any, n: int) -> str:
-    """A step's message: a string, or (ATIF 1.6) a list of content parts whose text is kept."""
+def _message(value: Any, n: int) -> tuple[str, list]:
+    """A step's message: a string, or (ATIF 1.6) a list of content parts: their text, and the
+    locations of the image parts' pictures."""
     if value is None or isinstance(value, (str, list)):
-        return content_text(value, sep="\n", image="[image]")
+        locations = []
+        for part in value if isinstance(value, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image":
+                source = part.get("source")
+                path = source.get("path") if isinstance(source, dict) else None
+                locations.append(path if isinstance(path, str) else "")
+        return content_text(value, sep="\n"), locations
     raise ValueError(f"ATIF step {n}: `message` must be a string or a list of content parts")
 
 
@@ -366,11 +430,11 @@ def _results(st: dict, n: int) -> list:
     for r in obs.get("results") or []:
         if not isinstance(r, dict):
             raise ValueError(f"ATIF step {n}: an observation result is not an object")
-        content = _message(r.get("content"), n)
-        if not content and r.get("subagent_trajectory_ref"):
+        content, pictures = _message(r.get("content"), n)
+        if not content and not pictures and r.get("subagent_trajectory_ref"):
             refs = r["subagent_trajectory_ref"] if isinstance(r["subagent_trajectory_ref"], list) else []
             content = "subagent " + ", ".join(str((x or {}).get("session_id")) for x in refs if isinstance(x, dict))
-        out.append((content, r.get("source_call_id")))
+        out.append((content, r.get("source_call_id"), pictures))
     return out
 
 
@@ -391,7 +455,7 @@ def _span_of(metrics: Any) -> dict:
     return span
 
 
-def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
+def _foreign_row(doc: dict, steps: list, system: Optional[str], case_picture: Optional[dict]) -> dict:
     """A row for an ATIF document another tool wrote: no grade, a case made from its first user message."""
     sid = str(doc.get("session_id") or doc.get("trajectory_id") or "")
     if not sid:
@@ -434,7 +498,7 @@ def _foreign_row(doc: dict, steps: list, system: Optional[str]) -> dict:
         "outcome": "unknown",
         "metrics": metrics,
         "offered_tools": [dict(t, source="case") for t in offered],
-        "case": {"id": sid, "prompt": goal, "meta": meta},
+        "case": {"id": sid, "prompt": goal, "meta": meta, **({"image": case_picture} if case_picture else {})},
         "run": {
             "name": name,
             "config": {
@@ -453,7 +517,7 @@ def _is_atif(obj: dict, whole: bool) -> bool:
 
 
 def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
-    record = record_of_row(from_atif(obj))
+    record = record_of_row(from_atif(obj, reading.path.parent))
     record.where = where
     yield record
 
@@ -461,7 +525,13 @@ def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
     if path is None:
         raise ValueError("an ATIF export needs an output file")
-    return write_lines(path, (dumps(to_atif(row)) for row in rows))
+
+    def lines() -> Iterator[str]:
+        for row in rows:
+            write_pictures(row_pictures(row), path.parent)
+            yield dumps(to_atif(row))
+
+    return write_lines(path, lines())
 
 
 register(

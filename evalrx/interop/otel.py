@@ -8,6 +8,10 @@ events. Tool arguments and results (and model output) are on the spans only when
 of (run id, trajectory id, step), and times come from the stored spans or the trajectory's
 creation time, so the same run exports the same bytes.
 
+Pictures go by hash: `evalrx.images` (the SHA-256 of each picture a step showed; the case's on the
+root). With `content=True` they are GenAI `uri` parts of the messages naming files written beside
+the export (`images/<sha256>.<ext>`, `interop.pictures`), as the text is.
+
 Messages are built with the official `opentelemetry-proto` classes. The file holds OTLP JSON
 lines (one `ExportTraceServiceRequest` a line, the Collector's file format): protobuf's JSON
 mapping with what OTLP/JSON changes in it, hex trace and span ids and integer enums.
@@ -26,6 +30,7 @@ from evalrx.core.case import Label, Termination
 from evalrx.interop.atif import session_id
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
+from evalrx.interop.pictures import picture_path, row_pictures, write_pictures
 from evalrx.interop.registry import ExportOptions, Format, register
 from evalrx.store import observation_text
 
@@ -119,7 +124,12 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
         begin = start if start is not None else cursor
         end = begin + int(float(span.get("latency_ms") or 0) * 1e6)
         cursor = max(cursor, end)
-        attrs: dict = {"evalrx.step.idx": step.get("idx"), "evalrx.turn": span.get("turn")}
+        pictures = step.get("images") or []
+        attrs: dict = {
+            "evalrx.step.idx": step.get("idx"),
+            "evalrx.turn": span.get("turn"),
+            "evalrx.images": [p["sha256"] for p in pictures] or None,
+        }
         status = None
         if role == "actor":
             calls = step.get("tool_calls") or []
@@ -165,6 +175,10 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
                     json.dumps(args, ensure_ascii=False, sort_keys=True, default=str) if args is not None else None
                 )
                 attrs["gen_ai.tool.call.result"] = observation_text(step.get("observation"))
+                if pictures:  # what the tool returned besides its text, as the next turn's input shows it
+                    attrs["gen_ai.input.messages"] = _json(
+                        [{"role": "tool", "parts": [_uri_part(p) for p in pictures]}]
+                    )
             if span.get("tool_error") or span.get("parse_error"):
                 attrs["error.type"] = str(
                     span.get("tool_error_type") or ("tool_error" if span.get("tool_error") else "parse_error")
@@ -188,6 +202,8 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
         by_step[step.get("idx")] = sp
         out.append(sp)
     root_end = max(cursor, base + int(float(metrics.get("total_latency_ms") or 0) * 1e6))
+    case_picture = (row.get("case") or {}).get("image")
+    case_picture = case_picture if isinstance(case_picture, dict) and case_picture.get("sha256") else None
     attrs = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "evalrx",
@@ -206,11 +222,12 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
         "evalrx.outcome": row.get("outcome"),
         "evalrx.terminated": metrics.get("terminated"),
         "evalrx.failure_kind": (row.get("diagnosis") or {}).get("kind"),
+        "evalrx.images": [case_picture["sha256"]] if case_picture else None,
     }
     if content:
-        attrs["gen_ai.input.messages"] = json.dumps(
-            [{"role": "user", "parts": [{"type": "text", "content": row.get("goal") or ""}]}], ensure_ascii=False
-        )
+        user: list = [{"type": "text", "content": row.get("goal") or ""}]
+        user += [_uri_part(case_picture)] if case_picture else []
+        attrs["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": user}], ensure_ascii=False)
         attrs["evalrx.final_answer"] = row.get("final_answer")
     root = Span(
         trace_id=trace_id,
@@ -329,6 +346,15 @@ def _any_value(common_pb2: Any, value: Any) -> Any:
     return AnyValue(string_value=json.dumps(value, ensure_ascii=False, sort_keys=True, default=str))
 
 
+def _uri_part(picture: dict) -> dict:
+    """A GenAI message part for a picture: the file beside the export that holds it."""
+    return {"type": "uri", "modality": "image", "mime_type": picture.get("mime"), "uri": picture_path(picture)}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
 def _hash_id(n: int, *parts: Any) -> bytes:
     return hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()[:n]
 
@@ -428,8 +454,16 @@ def post(request: Any, endpoint: str, *, timeout: float = 30.0) -> None:
 
 
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
+    if options.otel_content and path is not None:  # the pictures the uri parts name, beside the file
+        rows = _with_pictures_written(rows, path.parent)
     requests = trace_requests(rows, run_id=options.run_id, content=options.otel_content)
     return write_traces(requests, path, endpoint=options.otel_endpoint)
+
+
+def _with_pictures_written(rows: Iterator[dict], out_dir: Path) -> Iterator[dict]:
+    for row in rows:
+        write_pictures(row_pictures(row), out_dir)
+        yield row
 
 
 register(

@@ -1,7 +1,12 @@
-"""Parquet export: one row per trajectory, flat columns for filtering and the nested parts as JSON (pyarrow)."""
+"""Parquet export: one row per trajectory, flat columns for filtering and the nested parts as JSON (pyarrow).
+
+Pictures are bytes in the `images` column (`step_idx` null for the case's); the JSON columns name
+them by hash (`sha256`, `mime`), so no picture is in a file twice or as base64 text.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -21,6 +26,7 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
 
     flat = []
     for r in rows:
+        r, images = _pictures_apart(r)
         current: dict = next(
             (lab for lab in reversed(r["labels"]) if lab["step_idx"] is None and lab["is_current"]), {}
         )
@@ -49,10 +55,49 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
                 "case_json": dumps(r["case"]),
                 "failure_kind": r["diagnosis"]["kind"],  # the top diagnosis's kind
                 "diagnosis_json": dumps(r["diagnosis"]),
+                "images": images,
             }
         )
-    pq.write_table(pa.Table.from_pylist(flat), path)
+    picture = pa.struct(
+        [("step_idx", pa.int32()), ("sha256", pa.string()), ("mime", pa.string()), ("data", pa.binary())]
+    )
+    table = pa.Table.from_pylist(flat)
+    table = table.set_column(
+        table.schema.get_field_index("images"),
+        "images",
+        pa.array([row["images"] for row in flat], type=pa.list_(picture)),
+    )
+    pq.write_table(table, path)
     return len(flat)
+
+
+def _pictures_apart(row: dict) -> tuple[dict, list]:
+    """The row with each picture named by its hash only, and the pictures' bytes (the case's first)."""
+    images: list = []
+
+    def apart(picture: dict, step_idx: Any) -> dict:
+        images.append(
+            {
+                "step_idx": step_idx,
+                "sha256": picture["sha256"],
+                "mime": picture["mime"],
+                "data": base64.b64decode(picture["base64"]),
+            }
+        )
+        return {"sha256": picture["sha256"], "mime": picture["mime"]}
+
+    case = row.get("case") or {}
+    if isinstance(case.get("image"), dict) and case["image"].get("base64"):
+        row = {**row, "case": {**case, "image": apart(case["image"], None)}}
+    if any(s.get("images") for s in row["steps"]):
+        row = {
+            **row,
+            "steps": [
+                {**s, "images": [apart(p, s["idx"]) for p in s["images"]]} if s.get("images") else s
+                for s in row["steps"]
+            ],
+        }
+    return row, images
 
 
 register(

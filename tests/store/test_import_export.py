@@ -329,6 +329,38 @@ def test_parquet_export(sqlite_url, tmp_path):
     assert json.loads(table[5]["steps_json"]) == [s.to_dict() for s in trajs[5].steps]
 
 
+def test_parquet_holds_each_picture_once_as_bytes(sqlite_url, tmp_path):
+    """The case picture and a tool's: bytes in the `images` column, named by hash in the JSON columns."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    card = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
+    zoomed = b"\xff\xd8\xff\xe0" + bytes(range(20))
+    store = S.connect(sqlite_url)
+    cases = [make_case(i, image=card if i == 0 else None) for i in range(2)]
+    with store.write() as s:
+        run_id = runs.create_run(s, name="pictures", config={}, cases=cases)
+        for pos in range(2):
+            traj = make_trajectory(cases[pos], random.Random(pos), n_turns=2)
+            tid = runs.save_trajectory(s, run_id, pos + 1, traj)
+            if pos == 0:
+                tool = next(st.idx for st in traj.steps if st.role.value == "tool")
+                runs.save_step_media(s, tid, {tool: [zoomed, card]})
+    X.export_run(run_id, tmp_path / "out.parquet", store=store)
+    first, second = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    sha = {b: hashlib.sha256(b).hexdigest() for b in (card, zoomed)}
+    assert [(p["step_idx"], p["sha256"], p["mime"], p["data"]) for p in first["images"]] == [
+        (None, sha[card], "image/png", card),
+        (tool, sha[zoomed], "image/jpeg", zoomed),
+        (tool, sha[card], "image/png", card),
+    ]
+    assert json.loads(first["case_json"])["image"] == {"sha256": sha[card], "mime": "image/png"}
+    step = json.loads(first["steps_json"])[tool]
+    assert [p["sha256"] for p in step["images"]] == [sha[zoomed], sha[card]] and "base64" not in first["steps_json"]
+    assert second["images"] == [] and "image" not in json.loads(second["case_json"])
+
+
 def test_export_of_a_missing_run(sqlite_url, tmp_path):
     with pytest.raises(ValueError, match="no run with id 7"):
         X.export_run(7, tmp_path / "x.jsonl", store=sqlite_url)

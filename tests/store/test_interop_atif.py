@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import random
 
@@ -17,6 +19,8 @@ from evalrx.store import runs
 from evalrx.store import schema as t
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(32))
+ZOOMED = b"\x89PNG\r\n\x1a\n" + bytes(range(64, 128))  # what a tool returned
+JPEG = b"\xff\xd8\xff\xe0" + bytes(range(40))
 
 
 def _run_with_everything(store) -> int:
@@ -45,7 +49,10 @@ def _run_with_everything(store) -> int:
                     [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] if traj.steps[1].tool_calls else []
                 )
                 traj.steps[0].span = {"has_image": False}
-            runs.save_trajectory(s, run_id, case_row_id, traj)
+            tid = runs.save_trajectory(s, run_id, case_row_id, traj)
+            if pos in (2, 3):  # a tool returned pictures (on the case with a picture too)
+                tool = next(st.idx for st in traj.steps if st.role.value == "tool")
+                runs.save_step_media(s, tid, {tool: [ZOOMED, JPEG] if pos == 3 else [ZOOMED]})
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
     S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", note="picked lookup", annotator="ana", store=store)
     S.set_label(rows[0].id, "pass", annotator="ben", store=store)
@@ -64,6 +71,10 @@ def test_atif_round_trip_is_byte_identical(store_url, sqlite_url, tmp_path):
     second = tmp_path / "second.atif.jsonl"
     assert X.export_run(res.run_ids[0], second, store=store_url) == 12
     assert second.read_bytes() == first.read_bytes()
+    # the pictures are files beside the document, one a picture, named by its hash
+    names = {f"{hashlib.sha256(b).hexdigest()}{ext}" for b, ext in ((PNG, ".png"), (ZOOMED, ".png"), (JPEG, ".jpg"))}
+    assert {f.name for f in (tmp_path / "images").iterdir()} == names
+    assert (tmp_path / "images" / f"{hashlib.sha256(JPEG).hexdigest()}.jpg").read_bytes() == JPEG
     # everything evalrx keeps came back, not only what the ATIF file shows
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     X.export_run(run_id, a, store=src)
@@ -81,7 +92,8 @@ def test_atif_documents_follow_the_schema(sqlite_url, tmp_path):
     docs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len({d["session_id"] for d in docs}) == 12
     for d in docs:
-        assert d["schema_version"] == "ATIF-v1.4" and d["agent"] == {
+        pictured = d["extra"]["evalrx"]["case_id"] in ("q0002", "q0003")
+        assert d["schema_version"] == ("ATIF-v1.6" if pictured else "ATIF-v1.4") and d["agent"] == {
             "name": "evalrx",
             "version": "0.2.0",
             "model_name": "evalrx-tiny",
@@ -90,7 +102,7 @@ def test_atif_documents_follow_the_schema(sqlite_url, tmp_path):
         assert d["steps"][0] == {"step_id": 1, "source": "system", "message": "Use the tools."}
         assert d["steps"][1]["source"] == "user" and d["final_metrics"]["total_steps"] == len(d["steps"])
         for st in d["steps"]:
-            assert st["source"] in ("system", "user", "agent") and isinstance(st["message"], str)
+            assert st["source"] in ("system", "user", "agent") and isinstance(st["message"], (str, list))
             ids = {c["tool_call_id"] for c in st.get("tool_calls", [])}
             for c in st.get("tool_calls", []):
                 assert isinstance(c["arguments"], dict) and c["function_name"]
@@ -106,6 +118,31 @@ def test_atif_documents_follow_the_schema(sqlite_url, tmp_path):
     assert [(lab["outcome"], lab["annotator"]) for lab in labelled] == [("fail", "ana"), ("pass", "ben")]
     agent = next(st for st in by[("q0003", 1)]["steps"] if st["source"] == "agent" and "metrics" in st)
     assert set(agent["metrics"]) >= {"prompt_tokens", "completion_tokens"}
+    # pictures are ATIF 1.6 image parts naming files beside the document; no bytes inside it
+    sha = {b: hashlib.sha256(b).hexdigest() for b in (PNG, ZOOMED, JPEG)}
+    user = by[("q0002", 1)]["steps"][1]
+    assert user["message"][1] == {
+        "type": "image",
+        "source": {"media_type": "image/png", "path": f"images/{sha[PNG]}.png"},
+    }
+    assert user["message"][0]["type"] == "text" and user["message"][0]["text"]
+    results = [r for st in by[("q0003", 2)]["steps"] for r in (st.get("observation") or {}).get("results", [])]
+    parts = next(r["content"] for r in results if isinstance(r["content"], list))
+    assert [p.get("source", {}).get("path") for p in parts if p["type"] == "image"] == [
+        f"images/{sha[ZOOMED]}.png",
+        f"images/{sha[JPEG]}.jpg",
+    ]
+    for d in docs:
+        for b in (PNG, ZOOMED, JPEG):
+            assert base64.b64encode(b).decode() not in json.dumps(d)
+        assert all((tmp_path / p["source"]["path"]).is_file() for p in _image_parts(d))
+    assert sum(len(_image_parts(d)) for d in docs) == 2 * (2 + 2)
+
+
+def _image_parts(doc: dict) -> list:
+    contents = [st.get("message") for st in doc["steps"]]
+    contents += [r.get("content") for st in doc["steps"] for r in (st.get("observation") or {}).get("results", [])]
+    return [p for c in contents if isinstance(c, list) for p in c if p.get("type") == "image"]
 
 
 # The example trajectory of ATIF's RFC (v1.4), as a tool other than evalrx writes it.
@@ -257,3 +294,71 @@ def test_an_atif_file_written_before_labels_said_failure_kind_still_imports(sqli
     res = X.import_file(old, store=sqlite_url, again=True)
     first = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url, descending=False).rows[0]
     assert [h.failure_kind for h in S.label_history(first.id, store=sqlite_url)] == ["wrong_tool", None]
+
+
+def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sqlite_url, tmp_path):
+    """An ATIF 1.6 document's image parts: files in its folder and data URLs are kept; a link, a path
+    out of the folder and a missing file are counted on their step as pictures the import could not keep."""
+    (tmp_path / "shots").mkdir()
+    (tmp_path / "shots" / "screen.png").write_bytes(PNG)
+    (tmp_path / "secret.png").write_bytes(JPEG)  # outside the document's folder
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "shots").mkdir()
+    (docs / "shots" / "screen.png").write_bytes(PNG)
+    (docs / "shots" / "zoom.png").write_bytes(ZOOMED)
+
+    def image(path: str) -> dict:
+        return {"type": "image", "source": {"media_type": "image/png", "path": path}}
+
+    doc = json.loads(json.dumps(FOREIGN))
+    doc["schema_version"] = "ATIF-v1.6"
+    doc["steps"][0]["message"] = [{"type": "text", "text": "What does the chart say?"}, image("shots/screen.png")]
+    results = doc["steps"][1]["observation"]["results"]
+    results[0]["content"] = [
+        {"type": "text", "text": "zoomed"},
+        image("shots/zoom.png"),
+        image("data:image/jpeg;base64," + base64.b64encode(JPEG).decode()),
+    ]
+    results[1]["content"] = [image("../secret.png"), image("https://example.com/x.png"), image("shots/gone.png")]
+    f = docs / "trajectory.atif.json"
+    f.write_text(json.dumps(doc))
+    res = X.import_file(f, store=sqlite_url)
+    tid = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url).rows[0].id
+    detail = S.get_trajectory(tid, store=sqlite_url)
+    tr = detail.trajectory
+    assert tr.goal == "What does the chart say?" and tr.steps[0].span["has_image"] is True
+    store = S.connect(sqlite_url)
+    pictures = S.shown_pictures(tid, store=store)
+    assert pictures[0] == [PNG] and pictures[2] == [ZOOMED, JPEG] and 3 not in pictures
+    assert tr.steps[2].observation == "zoomed" and tr.steps[3].span["n_images"] == 3
+
+
+def test_a_bundled_atif_export_unpacks_and_imports_with_its_pictures(sqlite_url, store_url, tmp_path):
+    """What the app hands over for an ATIF export with pictures: a zip of the document and its images/,
+    which, unpacked anywhere, imports with every picture."""
+    import zipfile
+
+    store = S.connect(sqlite_url)
+    run_id = _run_with_everything(store)
+    out = tmp_path / "export" / "run.atif.jsonl"
+    X.export_run(run_id, out, store=store)
+    packed = X.bundle(out)
+    assert packed.name == "run.atif.jsonl.zip"
+    with zipfile.ZipFile(packed) as zf:
+        assert sorted(n.split("/")[0] for n in zf.namelist()) == ["images", "images", "images", "run.atif.jsonl"]
+        zf.extractall(tmp_path / "elsewhere")
+    again = S.connect(store_url)
+    res = X.import_file(tmp_path / "elsewhere" / "run.atif.jsonl", store=again)
+    before = {
+        (r.sample_id, r.attempt): S.shown_pictures(r.id, store=store)
+        for r in S.list_trajectories(run_id=run_id, store=store).rows
+    }
+    after = {
+        (r.sample_id, r.attempt): S.shown_pictures(r.id, store=again)
+        for r in S.list_trajectories(run_id=res.run_ids[0], store=again).rows
+    }
+    assert after == before and sum(len(v) for p in after.values() for v in p.values()) == 8
+    lone = tmp_path / "lone" / "run.jsonl"
+    X.export_run(run_id, lone, store=store)
+    assert X.bundle(lone) == lone  # no pictures beside it: the file itself

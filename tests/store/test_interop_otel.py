@@ -290,3 +290,36 @@ def test_otlp_http_endpoint_gets_protobuf(run_id, sqlite_url, tmp_path, capsys):
         refusing.close()
     assert export_main([str(run_id), "--otel-endpoint", refusing.url, "--url", sqlite_url]) == 2  # closed now
     assert "cannot reach the OTLP endpoint" in capsys.readouterr().err
+
+
+def test_pictures_go_by_hash_and_as_files_with_content(sqlite_url, tmp_path):
+    """A case picture and a tool's picture: their hashes on the spans always; with content, `uri` parts
+    naming files written beside the export; without it, no file and no part."""
+    import hashlib
+
+    card = b"\x89PNG\r\n\x1a\n" + bytes(range(48))
+    zoomed = b"\xff\xd8\xff\xe0" + bytes(range(30))
+    store = S.connect(sqlite_url)
+    case = FailureCase(inputs=Inputs(prompt="What is 6 * 7, and who is Ada?", image=card), id="ada", expected="42")
+    with store.write() as s:
+        rid = runs.create_run(s, name="pictures", config={"model": {"name": "vl", "backend": "api"}}, cases=[case])
+        tid = runs.save_trajectory(s, rid, 1, _trajectory())
+        runs.save_step_media(s, tid, {2: [zoomed]})
+    sha_card, sha_zoom = hashlib.sha256(card).hexdigest(), hashlib.sha256(zoomed).hexdigest()
+
+    plain = tmp_path / "plain" / "run.otlp.json"
+    X.export_run(rid, plain, store=sqlite_url)
+    root, _, calc, look, _ = _spans(_read(plain))
+    assert _attrs(root)["evalrx.images"] == [sha_card] and _attrs(calc)["evalrx.images"] == [sha_zoom]
+    assert "evalrx.images" not in _attrs(look) and not (plain.parent / "images").exists()
+    assert "uri" not in plain.read_text()
+
+    full = tmp_path / "full" / "run.otlp.json"
+    X.export_run(rid, full, store=sqlite_url, otel_content=True)
+    root, _, calc, _, _ = _spans(_read(full))
+    user = json.loads(_attrs(root)["gen_ai.input.messages"])[0]["parts"]
+    assert user[1] == {"type": "uri", "modality": "image", "mime_type": "image/png", "uri": f"images/{sha_card}.png"}
+    (returned,) = json.loads(_attrs(calc)["gen_ai.input.messages"])[0]["parts"]
+    assert returned["uri"] == f"images/{sha_zoom}.jpg" and returned["mime_type"] == "image/jpeg"
+    assert (full.parent / user[1]["uri"]).read_bytes() == card
+    assert (full.parent / returned["uri"]).read_bytes() == zoomed
