@@ -3,8 +3,11 @@ it holds, import it with the progress bar, open one of its failures, and export 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import zipfile
+from pathlib import Path
 
 import pytest
 from apphelpers import goto, main_text, open_listed, poll, settle
@@ -54,12 +57,21 @@ def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server
     settle(page)
     assert page.get_by_role("radio", name="ATIF", exact=True).is_checked()
     page.get_by_role("button", name="Prepare").click()
-    button = page.get_by_role("button", name=re.compile(r"Download run\d+\.atif\.jsonl \(4 rows\)"))
+    # the log's first sample shows a picture: the export is the ATIF file and the picture beside it, zipped
+    button = page.get_by_role("button", name=re.compile(r"Download run\d+\.atif\.jsonl\.zip \(4 rows\)"))
     poll(lambda: button.count() == 1, what="the download button")
     with page.expect_download() as dl:
         button.click()
-    out = tmp_path / "run.atif.jsonl"
+    out = tmp_path / "run.atif.jsonl.zip"
     dl.value.save_as(str(out))
-    docs = [json.loads(line) for line in out.read_text().splitlines()]
+    with zipfile.ZipFile(out) as zf:
+        names = sorted(zf.namelist())
+        (doc_name,) = [n for n in names if n.endswith(".atif.jsonl")]
+        docs = [json.loads(line) for line in zf.read(doc_name).decode().splitlines()]
+        pictures = {n: zf.read(n) for n in names if n.startswith("images/")}
     assert len(docs) == 4 and all(d["schema_version"].startswith("ATIF") for d in docs)
     assert sorted(d["extra"]["evalrx"]["attempt"] for d in docs) == [1, 1, 2, 2]
+    # both attempts of that sample name the one picture file, by its hash, and its bytes are in the zip
+    (name,) = pictures
+    assert hashlib.sha256(pictures[name]).hexdigest() == Path(name).stem
+    assert sum(name in json.dumps(d) for d in docs) == 2
