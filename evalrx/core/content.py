@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 
 __all__ = [
     "IMAGE_BLOCK_TYPES",
+    "IMAGE_SUFFIXES",
     "content_text",
     "has_image",
     "is_image_block",
@@ -21,6 +22,9 @@ __all__ = [
 
 # Block types that carry an image: evalrx's own, the OpenAI chat wire's, the OpenAI Responses format's.
 IMAGE_BLOCK_TYPES = ("image", "image_url", "input_image")
+
+# The picture types every part of evalrx shows and writes, with the file suffix each is written under.
+IMAGE_SUFFIXES = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"}
 
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),

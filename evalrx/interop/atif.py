@@ -26,7 +26,7 @@ from evalrx.core.content import content_text
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
-from evalrx.interop.pictures import picture_of, picture_path, read_picture, row_pictures, write_pictures
+from evalrx.interop.pictures import as_file, picture_of, picture_path, read_picture, row_pictures, write_pictures
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, register
 from evalrx.store import observation_text
@@ -66,7 +66,7 @@ def to_atif(row: dict) -> dict:
     if isinstance(system, str) and system:
         out_steps.append({"source": "system", "message": system})
     groups = _group(steps)
-    case_picture = case.get("image") if isinstance(case.get("image"), dict) and case["image"].get("base64") else None
+    case_picture = case["image"] if as_file(case.get("image")) else None
     first_user = next((i for i, g in enumerate(groups) if g[0].get("role") == "user"), None)
     if first_user is None:
         case_picture = None  # no user message to show it: it stays in the root's extra
@@ -143,7 +143,7 @@ def _group(steps: list) -> list:
 def _atif_step(group: list, case_picture: Optional[dict] = None) -> dict:
     head = group[0]
     if head.get("role") == "user":
-        pictures = ([case_picture] if case_picture else []) + list(head.get("images") or [])
+        pictures = ([case_picture] if case_picture else []) + [p for p in head.get("images") or [] if as_file(p)]
         message = head.get("content") or ""
         user: dict = {"source": "user", "message": _parts(message, pictures) if pictures else message}
         if isinstance((head.get("span") or {}).get("started_at"), str):
@@ -188,7 +188,8 @@ def _result(tool_step: dict, position: Optional[int], ids: list) -> dict:
     if call is not None:
         out["source_call_id"] = ids[call]
     text = observation_text(tool_step.get("observation"))
-    out["content"] = _parts(text, tool_step["images"]) if tool_step.get("images") else text
+    pictures = [p for p in tool_step.get("images") or [] if as_file(p)]
+    out["content"] = _parts(text, pictures) if pictures else text
     return out
 
 

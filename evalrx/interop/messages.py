@@ -12,6 +12,7 @@ from typing import Any, Optional
 from evalrx.core.case import Label, Step, StepRole, Termination
 from evalrx.core.content import content_text, is_image_block
 from evalrx.core.effects import is_handoff
+from evalrx.interop.pictures import data_url_bytes
 
 
 def as_dict(value: Any) -> dict:
@@ -52,8 +53,6 @@ def resolve_attachment(text: str, attachments: Optional[dict]) -> str:
 def _inline_picture(block: Any, attachments: Optional[dict]) -> Optional[bytes]:
     """The bytes of an image block written inline as a base64 `data:` URL (Inspect's `image`, the OpenAI
     wire's `image_url`, the Responses format's `input_image`); None for a link or any other block."""
-    import base64
-
     if not is_image_block(block):
         return None
     ref = block.get("image") if block.get("type") == "image" else block.get("image_url")
@@ -61,13 +60,7 @@ def _inline_picture(block: Any, attachments: Optional[dict]) -> Optional[bytes]:
         ref = ref.get("url")
     if not isinstance(ref, str):
         return None
-    uri = resolve_attachment(ref, attachments)
-    if not (uri.startswith("data:") and ";base64," in uri):
-        return None  # a link: nothing here may fetch it
-    try:
-        return base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
-    except ValueError:
-        raise ValueError("an image is not valid base64") from None
+    return data_url_bytes(resolve_attachment(ref, attachments))  # a link gives None: nothing here fetches it
 
 
 def message_pictures(

@@ -30,7 +30,7 @@ from evalrx.core.case import Label, Termination
 from evalrx.interop.atif import session_id
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
-from evalrx.interop.pictures import picture_path, row_pictures, write_pictures
+from evalrx.interop.pictures import as_file, picture_path, row_pictures, write_pictures
 from evalrx.interop.registry import ExportOptions, Format, register
 from evalrx.store import observation_text
 
@@ -51,9 +51,17 @@ def _proto() -> Any:
 
 
 def trace_requests(
-    rows: Iterable[dict], *, run_id: Optional[int], content: bool = False, batch: int = BATCH
+    rows: Iterable[dict],
+    *,
+    run_id: Optional[int],
+    content: bool = False,
+    picture_files: bool = False,
+    batch: int = BATCH,
 ) -> Iterator[tuple[Any, int]]:
-    """(ExportTraceServiceRequest, trajectories in it) for export rows carrying `_trajectory_id`/`_created_at`."""
+    """(ExportTraceServiceRequest, trajectories in it) for export rows carrying `_trajectory_id`/`_created_at`.
+
+    With `content` and `picture_files` (the caller writes `row_pictures` beside the traces), the messages
+    name each picture's file in a `uri` part; without files, pictures go by hash only."""
     from evalrx import __version__
 
     trace_service_pb2, trace_pb2, common_pb2, resource_pb2 = _proto()
@@ -82,7 +90,8 @@ def trace_requests(
 
     for row in rows:
         run_name = (row.get("run") or {}).get("name")
-        spans.extend(_trajectory_spans(row, row.get("_run_id", run_id), content, trace_pb2, common_pb2))
+        files = content and picture_files
+        spans.extend(_trajectory_spans(row, row.get("_run_id", run_id), content, files, trace_pb2, common_pb2))
         n += 1
         if n == batch:
             yield request(), n
@@ -91,7 +100,9 @@ def trace_requests(
         yield request(), n
 
 
-def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2: Any, common_pb2: Any) -> list:
+def _trajectory_spans(
+    row: dict, run_id: Optional[int], content: bool, files: bool, trace_pb2: Any, common_pb2: Any
+) -> list:
 
     Span = trace_pb2.Span
     tid = row["_trajectory_id"]
@@ -175,10 +186,9 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
                     json.dumps(args, ensure_ascii=False, sort_keys=True, default=str) if args is not None else None
                 )
                 attrs["gen_ai.tool.call.result"] = observation_text(step.get("observation"))
-                if pictures:  # what the tool returned besides its text, as the next turn's input shows it
-                    attrs["gen_ai.input.messages"] = _json(
-                        [{"role": "tool", "parts": [_uri_part(p) for p in pictures]}]
-                    )
+                uris = [_uri_part(p) for p in pictures if as_file(p)] if files else []
+                if uris:  # what the tool returned besides its text, as the next turn's input shows it
+                    attrs["gen_ai.input.messages"] = _json([{"role": "tool", "parts": uris}])
             if span.get("tool_error") or span.get("parse_error"):
                 attrs["error.type"] = str(
                     span.get("tool_error_type") or ("tool_error" if span.get("tool_error") else "parse_error")
@@ -226,7 +236,7 @@ def _trajectory_spans(row: dict, run_id: Optional[int], content: bool, trace_pb2
     }
     if content:
         user: list = [{"type": "text", "content": row.get("goal") or ""}]
-        user += [_uri_part(case_picture)] if case_picture else []
+        user += [_uri_part(case_picture)] if files and as_file(case_picture) else []
         attrs["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": user}], ensure_ascii=False)
         attrs["evalrx.final_answer"] = row.get("final_answer")
     root = Span(
@@ -454,9 +464,10 @@ def post(request: Any, endpoint: str, *, timeout: float = 30.0) -> None:
 
 
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
-    if options.otel_content and path is not None:  # the pictures the uri parts name, beside the file
+    files = options.otel_content and path is not None
+    if files:  # the pictures the uri parts name, beside the file
         rows = _with_pictures_written(rows, path.parent)
-    requests = trace_requests(rows, run_id=options.run_id, content=options.otel_content)
+    requests = trace_requests(rows, run_id=options.run_id, content=options.otel_content, picture_files=files)
     return write_traces(requests, path, endpoint=options.otel_endpoint)
 
 

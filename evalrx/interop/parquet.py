@@ -1,7 +1,7 @@
 """Parquet export: one row per trajectory, flat columns for filtering and the nested parts as JSON (pyarrow).
 
 Pictures are bytes in the `images` column (`step_idx` null for the case's); the JSON columns name
-them by hash (`sha256`, `mime`), so no picture is in a file twice or as base64 text.
+them by hash (`sha256`, `mime`) rather than carry them as base64 text.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
     def dumps(v: Any) -> str:
         return json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
 
-    flat = []
+    flat, images_of = [], []
     for r in rows:
         r, images = _pictures_apart(r)
         current: dict = next(
@@ -55,18 +55,13 @@ def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -
                 "case_json": dumps(r["case"]),
                 "failure_kind": r["diagnosis"]["kind"],  # the top diagnosis's kind
                 "diagnosis_json": dumps(r["diagnosis"]),
-                "images": images,
             }
         )
+        images_of.append(images)
     picture = pa.struct(
         [("step_idx", pa.int32()), ("sha256", pa.string()), ("mime", pa.string()), ("data", pa.binary())]
     )
-    table = pa.Table.from_pylist(flat)
-    table = table.set_column(
-        table.schema.get_field_index("images"),
-        "images",
-        pa.array([row["images"] for row in flat], type=pa.list_(picture)),
-    )
+    table = pa.Table.from_pylist(flat).append_column("images", pa.array(images_of, type=pa.list_(picture)))
     pq.write_table(table, path)
     return len(flat)
 

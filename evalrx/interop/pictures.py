@@ -9,28 +9,34 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from evalrx.core.content import sniff_mime
+from evalrx.core.content import IMAGE_SUFFIXES, sniff_mime
 
 PICTURES_DIR = "images"
-_SUFFIX = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"}
 MAX_PICTURE_BYTES = 64 * 1024 * 1024  # a picture file read back on import; larger ones are gaps
 
 
 def picture_path(picture: dict) -> str:
     """Where an export row's picture (`{"sha256", "mime", "base64"}`) lies, relative to the export file."""
-    return f"{PICTURES_DIR}/{picture['sha256']}{_SUFFIX.get(str(picture.get('mime')), '.bin')}"
+    return f"{PICTURES_DIR}/{picture['sha256']}{IMAGE_SUFFIXES.get(str(picture.get('mime')), '.bin')}"
+
+
+def as_file(picture: object) -> bool:
+    """Whether an export row's picture goes out as a file: a PNG, JPEG, GIF or WebP with its bytes (other
+    bytes a tool returned stay inline in the document's own fields)."""
+    return isinstance(picture, dict) and picture.get("mime") in IMAGE_SUFFIXES and bool(picture.get("base64"))
 
 
 def row_pictures(row: dict) -> Iterator[dict]:
-    """Every picture an export row carries: the case's, then each step's in order."""
+    """Every picture of an export row that goes out as a file: the case's, then each step's in order."""
     case = row.get("case") or {}
-    if isinstance(case.get("image"), dict) and case["image"].get("base64"):
+    if as_file(case.get("image")):
         yield case["image"]
     for step in row.get("steps") or []:
-        yield from step.get("images") or []
+        yield from (p for p in step.get("images") or [] if as_file(p))
 
 
 def write_pictures(pictures: Iterable[dict], out_dir: Path) -> int:
@@ -42,7 +48,9 @@ def write_pictures(pictures: Iterable[dict], out_dir: Path) -> int:
         if target.exists():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(base64.b64decode(picture["base64"]))
+        part = target.with_name(target.name + ".part")  # a file under its final name is always whole
+        part.write_bytes(base64.b64decode(picture["base64"]))
+        os.replace(part, target)
         written += 1
     return written
 
@@ -56,24 +64,43 @@ def picture_of(data: bytes) -> dict:
     }
 
 
+def data_url_bytes(uri: str) -> Optional[bytes]:
+    """The bytes of a base64 `data:` URL; None for anything else (a link, a URL-encoded `data:` URL).
+
+    Raises:
+        ValueError: the URL says base64 but its data is not.
+    """
+    if not (uri.startswith("data:") and ";base64," in uri):
+        return None
+    try:
+        return base64.b64decode(uri.split(";base64,", 1)[1], validate=True)
+    except ValueError:
+        raise ValueError("an image is not valid base64") from None
+
+
 def read_picture(location: str, base: Optional[Path]) -> Optional[bytes]:
-    """The bytes a document's picture location names: a base64 `data:` URL, or a relative path inside
-    `base` (the document's folder). None for anything else (a link, a path outside `base`, a missing or
-    oversized file): the step then records the picture as one it showed but the import could not keep."""
+    """The picture a document's location names: a base64 `data:` URL, or a relative path inside `base`
+    (the document's folder). None for anything else (a link, a path outside `base` or through a dot
+    folder, a missing, unreadable or oversized file, bytes that are not a PNG, JPEG, GIF or WebP): the
+    step then records the picture as one it showed but the import could not keep."""
     if location.startswith("data:"):
-        if ";base64," not in location:
-            return None
+        data = data_url_bytes(location)
+    elif base is None or "://" in location or location.startswith(("/", "\\")) or _dotted(location):
+        return None
+    else:
         try:
-            return base64.b64decode(location.split(";base64,", 1)[1], validate=True)
-        except ValueError:
-            raise ValueError("an image is not valid base64") from None
-    if base is None or "://" in location or location.startswith(("/", "\\")):
-        return None
-    root = base.resolve()
-    target = (root / location).resolve()
-    if not target.is_relative_to(root) or not target.is_file() or target.stat().st_size > MAX_PICTURE_BYTES:
-        return None
-    return target.read_bytes()
+            root = base.resolve()
+            target = (root / location).resolve()
+            if not target.is_relative_to(root) or not target.is_file() or target.stat().st_size > MAX_PICTURE_BYTES:
+                return None
+            data = target.read_bytes()
+        except (OSError, RuntimeError, ValueError):  # unreadable, a symlink loop, a NUL in the name
+            return None
+    return data if data is not None and sniff_mime(data) is not None else None
+
+
+def _dotted(location: str) -> bool:
+    return any(part.startswith(".") for part in location.replace("\\", "/").split("/"))
 
 
 def bundle(path: Path) -> Path:

@@ -329,7 +329,7 @@ def test_parquet_export(sqlite_url, tmp_path):
     assert json.loads(table[5]["steps_json"]) == [s.to_dict() for s in trajs[5].steps]
 
 
-def test_parquet_holds_each_picture_once_as_bytes(sqlite_url, tmp_path):
+def test_parquet_holds_pictures_as_bytes_named_by_hash(sqlite_url, tmp_path):
     """The case picture and a tool's: bytes in the `images` column, named by hash in the JSON columns."""
     import hashlib
 
@@ -359,6 +359,16 @@ def test_parquet_holds_each_picture_once_as_bytes(sqlite_url, tmp_path):
     step = json.loads(first["steps_json"])[tool]
     assert [p["sha256"] for p in step["images"]] == [sha[zoomed], sha[card]] and "base64" not in first["steps_json"]
     assert second["images"] == [] and "image" not in json.loads(second["case_json"])
+
+
+def test_a_parquet_export_of_no_trajectories_is_an_empty_table(sqlite_url, tmp_path):
+    import pyarrow.parquet as pq
+
+    store = S.connect(sqlite_url)
+    with store.write() as s:
+        run_id = runs.create_run(s, name="empty", config={}, cases=[make_case(0)])
+    assert X.export_run(run_id, tmp_path / "none.parquet", store=store) == 0
+    assert pq.read_table(tmp_path / "none.parquet").num_rows == 0
 
 
 def test_export_of_a_missing_run(sqlite_url, tmp_path):

@@ -298,7 +298,8 @@ def test_an_atif_file_written_before_labels_said_failure_kind_still_imports(sqli
 
 def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sqlite_url, tmp_path):
     """An ATIF 1.6 document's image parts: files in its folder and data URLs are kept; a link, a path
-    out of the folder and a missing file are counted on their step as pictures the import could not keep."""
+    out of the folder (by `..`, by a link, through a dot folder), a missing file and bytes that are no
+    picture are counted on their step as pictures the import could not keep."""
     (tmp_path / "shots").mkdir()
     (tmp_path / "shots" / "screen.png").write_bytes(PNG)
     (tmp_path / "secret.png").write_bytes(JPEG)  # outside the document's folder
@@ -307,6 +308,10 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
     (docs / "shots").mkdir()
     (docs / "shots" / "screen.png").write_bytes(PNG)
     (docs / "shots" / "zoom.png").write_bytes(ZOOMED)
+    (docs / "shots" / "notes.png").write_bytes(b"not a picture at all")
+    (docs / "shots" / "link.png").symlink_to(tmp_path / "secret.png")
+    (docs / ".cache").mkdir()
+    (docs / ".cache" / "x.png").write_bytes(PNG)
 
     def image(path: str) -> dict:
         return {"type": "image", "source": {"media_type": "image/png", "path": path}}
@@ -320,7 +325,19 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
         image("shots/zoom.png"),
         image("data:image/jpeg;base64," + base64.b64encode(JPEG).decode()),
     ]
-    results[1]["content"] = [image("../secret.png"), image("https://example.com/x.png"), image("shots/gone.png")]
+    results[1]["content"] = [
+        image(where)
+        for where in (
+            "../secret.png",
+            "https://example.com/x.png",
+            "shots/gone.png",
+            "shots/link.png",
+            "shots/../../secret.png",
+            ".cache/x.png",
+            "shots/notes.png",
+            "data:image/png;base64," + base64.b64encode(b"text, not a picture").decode(),
+        )
+    ]
     f = docs / "trajectory.atif.json"
     f.write_text(json.dumps(doc))
     res = X.import_file(f, store=sqlite_url)
@@ -331,7 +348,7 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
     store = S.connect(sqlite_url)
     pictures = S.shown_pictures(tid, store=store)
     assert pictures[0] == [PNG] and pictures[2] == [ZOOMED, JPEG] and 3 not in pictures
-    assert tr.steps[2].observation == "zoomed" and tr.steps[3].span["n_images"] == 3
+    assert tr.steps[2].observation == "zoomed" and tr.steps[3].span["n_images"] == 8
 
 
 def test_a_bundled_atif_export_unpacks_and_imports_with_its_pictures(sqlite_url, store_url, tmp_path):

@@ -294,7 +294,7 @@ def test_otlp_http_endpoint_gets_protobuf(run_id, sqlite_url, tmp_path, capsys):
 
 def test_pictures_go_by_hash_and_as_files_with_content(sqlite_url, tmp_path):
     """A case picture and a tool's picture: their hashes on the spans always; with content, `uri` parts
-    naming files written beside the export; without it, no file and no part."""
+    naming files written beside the export; without it, or sent to a collector alone, no file and no part."""
     import hashlib
 
     card = b"\x89PNG\r\n\x1a\n" + bytes(range(48))
@@ -323,3 +323,14 @@ def test_pictures_go_by_hash_and_as_files_with_content(sqlite_url, tmp_path):
     assert returned["uri"] == f"images/{sha_zoom}.jpg" and returned["mime_type"] == "image/jpeg"
     assert (full.parent / user[1]["uri"]).read_bytes() == card
     assert (full.parent / returned["uri"]).read_bytes() == zoomed
+
+    # to a collector alone no file is written, so the messages name no file: the pictures go by hash
+    collector = _Collector()
+    try:
+        X.export_run(rid, None, fmt="otel", store=sqlite_url, otel_content=True, otel_endpoint=collector.url)
+        ((_, _, body),) = collector.got
+    finally:
+        collector.close()
+    root, _, calc, _, _ = _spans([ExportTraceServiceRequest.FromString(body)])
+    assert json.loads(_attrs(root)["gen_ai.input.messages"])[0]["parts"] == [user[0]]
+    assert "gen_ai.input.messages" not in _attrs(calc) and _attrs(calc)["evalrx.images"] == [sha_zoom]

@@ -14,16 +14,10 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from evalrx.core.content import content_text, sniff_mime
+from evalrx.core.content import IMAGE_SUFFIXES, content_text, sniff_mime
 from evalrx.core.tool import ChatTurn
 
-_SUFFIX_MIME = {
-    ".png": "image/png",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".gif": "image/gif",
-    ".webp": "image/webp",
-}
+_SUFFIX_MIME = {suffix: mime for mime, suffix in IMAGE_SUFFIXES.items()} | {".jpeg": "image/jpeg"}
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
 
 
