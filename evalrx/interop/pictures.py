@@ -104,16 +104,21 @@ def _dotted(location: str) -> bool:
 
 
 def bundle(path: Path) -> Path:
-    """The export at `path` as one file to hand over: itself, or, where pictures were written beside it,
-    a zip of it and its `images/` folder (`<name>.zip`, the paths inside as the document names them)."""
+    """The export at `path` as one file to hand over: itself, or, where it names pictures written beside
+    it, a zip of it and those files of its `images/` folder (`<name>.zip`, the paths as the document
+    names them; other files a folder shared with earlier exports holds stay out)."""
     import zipfile
 
     folder = path.parent / PICTURES_DIR
     if not folder.is_dir():
         return path
+    text = path.read_bytes()
+    named = [p for p in sorted(folder.iterdir()) if f"{PICTURES_DIR}/{p.name}".encode() in text]
+    if not named:
+        return path
     out = path.with_name(path.name + ".zip")
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED) as zf:  # pictures are compressed already
         zf.write(path, path.name)
-        for picture in sorted(folder.iterdir()):
+        for picture in named:
             zf.write(picture, f"{PICTURES_DIR}/{picture.name}")
     return out

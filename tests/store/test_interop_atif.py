@@ -379,3 +379,13 @@ def test_a_bundled_atif_export_unpacks_and_imports_with_its_pictures(sqlite_url,
     lone = tmp_path / "lone" / "run.jsonl"
     X.export_run(run_id, lone, store=store)
     assert X.bundle(lone) == lone  # no pictures beside it: the file itself
+    # a second export into the same folder bundles only the pictures it names
+    (out.parent / "images" / ("0" * 64 + ".png")).write_bytes(PNG)
+    rows = S.list_trajectories(run_id=run_id, store=store).rows
+    pictured = next(r.id for r in rows if S.shown_pictures(r.id, store=store))
+    one = out.with_name("one.atif.jsonl")
+    assert X.export_trajectories([pictured], one, store=store) == 1
+    with zipfile.ZipFile(X.bundle(one)) as zf:
+        inside = [n for n in zf.namelist() if n.startswith("images/")]
+    assert inside and all(n in one.read_text() for n in inside)
+    assert f"images/{'0' * 64}.png" not in inside
