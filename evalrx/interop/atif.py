@@ -25,6 +25,7 @@ from evalrx.core.case import Termination
 from evalrx.core.content import content_text
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
+from evalrx.interop.limits import DEFAULT_MAX_RECORD_BYTES
 from evalrx.interop.messages import as_dict
 from evalrx.interop.pictures import as_file, picture_of, picture_path, read_picture, row_pictures, write_pictures
 from evalrx.interop.records import Reading, Record
@@ -243,9 +244,10 @@ def _canon(value: Any) -> str:
 # ---------------------------------------------------------------- ATIF -> evalrx
 
 
-def from_atif(doc: dict, base: Optional[Path] = None) -> dict:
+def from_atif(doc: dict, base: Optional[Path] = None, max_picture_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> dict:
     """An evalrx export row for one ATIF document (checked by the JSONL importer afterwards); its
-    pictures are read from `base` (the document's folder) or `data:` URLs.
+    pictures are read from `base` (the document's folder) or `data:` URLs, each file once, at most
+    `max_picture_bytes` of files in all (the ones past it are gaps, as an unreadable one is).
 
     Raises:
         ValueError: naming the step and field that are wrong.
@@ -261,9 +263,16 @@ def from_atif(doc: dict, base: Optional[Path] = None) -> dict:
                 f"ATIF step {i + 1} has source {st.get('source')!r}; expected one of {', '.join(_SOURCES)}"
             )
 
+    read: dict = {}
+    budget = [max_picture_bytes]
+
     def load(location: str) -> Optional[dict]:
-        data = read_picture(location, base)
-        return picture_of(data) if data is not None else None
+        if location not in read:
+            data = read_picture(location, base if budget[0] > 0 else None)
+            if data is not None and not location.startswith("data:"):
+                budget[0] -= len(data)
+            read[location] = picture_of(data) if data is not None and budget[0] >= 0 else None
+        return read[location]
 
     rebuilt, system, case_picture = _rebuild(steps_in, load)
     steps: list = []
@@ -518,7 +527,7 @@ def _is_atif(obj: dict, whole: bool) -> bool:
 
 
 def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
-    record = record_of_row(from_atif(obj, reading.path.parent))
+    record = record_of_row(from_atif(obj, reading.path.parent, reading.limits.max_record_bytes))
     record.where = where
     yield record
 

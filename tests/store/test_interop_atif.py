@@ -351,6 +351,29 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
     assert tr.steps[2].observation == "zoomed" and tr.steps[3].span["n_images"] == 8
 
 
+def test_a_document_reads_each_picture_file_once_and_no_more_bytes_than_its_budget(tmp_path):
+    """A file named on many steps is read once; files past the document's byte budget are gaps."""
+    from evalrx.interop.atif import from_atif
+
+    (tmp_path / "a.png").write_bytes(PNG)
+    (tmp_path / "b.png").write_bytes(ZOOMED)
+
+    def image(path: str) -> dict:
+        return {"type": "image", "source": {"media_type": "image/png", "path": path}}
+
+    doc = json.loads(json.dumps(FOREIGN))
+    doc["schema_version"] = "ATIF-v1.6"
+    results = doc["steps"][1]["observation"]["results"]
+    results[0]["content"] = [image("a.png"), image("a.png"), image("b.png")]
+    results[1]["content"] = [image("a.png")]
+    row = from_atif(doc, tmp_path, max_picture_bytes=len(PNG) + len(ZOOMED) - 1)
+    first, second = [s for s in row["steps"] if s["role"] == "tool"]
+    assert [p["base64"] for p in first["images"]] == [base64.b64encode(PNG).decode()] * 2
+    assert first["span"]["n_images"] == 3 and second["images"][0]["sha256"] == hashlib.sha256(PNG).hexdigest()
+    whole = from_atif(doc, tmp_path)
+    assert len([s for s in whole["steps"] if s["role"] == "tool"][0]["images"]) == 3
+
+
 def test_a_bundled_atif_export_unpacks_and_imports_with_its_pictures(sqlite_url, store_url, tmp_path):
     """What the app hands over for an ATIF export with pictures: a zip of the document and its images/,
     which, unpacked anywhere, imports with every picture."""

@@ -10,6 +10,7 @@ import json
 import evalrx.interop as X
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
+from evalrx.demo.vision_data import VISION_TOOLS
 from evalrx.runner import Worker, enqueue_run
 from evalrx.suites import load_cases
 
@@ -17,7 +18,7 @@ from evalrx.suites import load_cases
 def test_a_vlm_run_exports_its_pictures_and_imports_them_back(sqlite_url, store_url, tmp_path):
     store = S.connect(sqlite_url)
     cases = load_cases("demo/vision_zoom")[:2]
-    cfg = RunConfig(model=ModelConfig("evalrx-tiny-vl"), tools=["calculator", "image_zoom"], max_turns=4)
+    cfg = RunConfig(model=ModelConfig("evalrx-tiny-vl"), tools=list(VISION_TOOLS), max_turns=4)
     rid = enqueue_run(cfg, cases, runtime={"max_new_tokens": 64}, store=store)
     Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     rows = S.list_trajectories(run_id=rid, store=store).rows
