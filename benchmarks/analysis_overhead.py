@@ -36,7 +36,7 @@ Usage:
     .venv/bin/python benchmarks/analysis_overhead.py [--cases 80] [--repeats 7] [--block 4]
     .venv/bin/python benchmarks/analysis_overhead.py --spec smollm2-135m-instruct --cases 8 --repeats 3
     .venv/bin/python benchmarks/analysis_overhead.py --spec evalrx-tiny-vl --cases 40 --repeats 5
-(a vision spec runs `demo/vision` with calculator and image_zoom; its passes see the run's pictures)
+(a vision spec runs `demo/vision` with the tools its cases offer, `VISION_TOOLS`; its passes see the run's pictures)
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _store(key: str):
 # The model every variant runs (`--spec`), its prefix cache, and the suite and tools its cases run with.
 SPEC = {"key": "evalrx-tiny", "prefix_cache": True, "suite": "demo", "tools": ["calculator", "lookup"]}
 # A vision spec runs the image suites with the tools they name (`--spec evalrx-tiny-vl`).
-VISION = {"suite": "demo/vision", "tools": ["calculator", "image_zoom"]}
+VISION = {"suite": "demo/vision"}
 
 
 def one_run(cases: list, analyzers: list, chat_kwargs: "dict | None" = None) -> "tuple[float, list, int]":
@@ -261,7 +261,9 @@ def main(argv: list | None = None) -> dict:
     from evalrx.specs import get_spec
 
     if get_spec(args.spec).vision:
-        SPEC.update(VISION)
+        from evalrx.demo.vision_data import VISION_TOOLS
+
+        SPEC.update(VISION, tools=list(VISION_TOOLS))
     if "plain" not in args.variants:
         args.variants = ["plain", *args.variants]
     if args.memory_probe:

@@ -70,6 +70,7 @@ def main(argv: list | None = None) -> dict:
     import evalrx.store as S
     from evalrx.analyzers import KINDS, AttentionResult
     from evalrx.config import ModelConfig, RunConfig
+    from evalrx.demo.vision_data import VISION_TOOLS
     from evalrx.runner import Worker, enqueue_run
     from evalrx.suites import load_cases
 
@@ -80,9 +81,7 @@ def main(argv: list | None = None) -> dict:
     url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='evalrx-vwb-')) / 's.sqlite'}"
     S.upgrade(url)
     store = S.connect(url)
-    cfg = RunConfig(
-        model=ModelConfig("evalrx-tiny-vl"), tools=["calculator", "image_zoom"], max_turns=4, analyzers=ANALYZERS
-    )
+    cfg = RunConfig(model=ModelConfig("evalrx-tiny-vl"), tools=list(VISION_TOOLS), max_turns=4, analyzers=ANALYZERS)
     rid = enqueue_run(cfg, cases, runtime={"max_new_tokens": 96}, store=store)
     Worker(store, exit_when_idle=True, poll_s=0.01, heartbeat_s=5).run()
     digits = _digit_cells()

@@ -248,9 +248,9 @@ _BUILTIN = [
         DEMO_VISION_MODEL_DIR,
         tool_call_style="hermes",
         vision=True,
-        context_length=768,
+        context_length=1024,  # the trainer's max_positions: three tools' schemas and two pictures need ~800
         notes="bundled demo VLM: a LLaVA (tiny CLIP tower on the demo's language model) trained by "
-        "`python -m evalrx.demo.train_vision` to read numbers in pictures, zoom and calculate",
+        "`python -m evalrx.demo.train_vision` to read numbers and names in pictures, zoom, calculate and look up",
         tags=("demo", "local"),
     ),
     ModelSpec("qwen2.5-0.5b-instruct", "qwen2", "Qwen/Qwen2.5-0.5B-Instruct", notes="24 layers, tied embeddings"),

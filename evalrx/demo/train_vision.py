@@ -4,9 +4,9 @@ A LLaVA: a small CLIP vision tower and a two-layer projector in front of the dem
 language model (`evalrx.demo.train`), whose weights it starts from, as LLaVA starts from a
 trained language model. It learns, from the episodes of `evalrx.demo.vision_data` built through
 the agent's own `ConversationBuilder` (so training sees exactly the messages a run sends), to read
-the numbers in the pictures of `evalrx.demo.vision_world`, to call `calculator` on them and to
-zoom into a small label with `image_zoom`. The loss covers assistant tokens only; every weight
-trains. Episodes are drawn as training goes (seeded), so a retrain gives the same weights on the
+the numbers and names in the pictures of `evalrx.demo.vision_world`, to call `calculator` on the
+numbers, `lookup` on a name, and to zoom into a small label with `image_zoom`. The loss covers
+assistant tokens only; every weight trains. Episodes are drawn as training goes (seeded), so a retrain gives the same weights on the
 same machine and thread count.
 """
 
@@ -39,9 +39,10 @@ DEFAULTS: dict[str, Any] = {
     "warmup_steps": 100,
     "weight_decay": 0.05,
     "grad_clip": 1.0,
-    "threads": 2,
+    "threads": 1,  # one core each: a retrain check runs beside the training it checks
     "max_minutes": 60.0,
     "cell_weight": 1.0,  # the vision tower's own reading loss (see `cell_targets`)
+    "max_positions": 1024,
 }
 
 
@@ -78,7 +79,8 @@ def build_model(cfg: dict, text_dir: Path = TEXT_MODEL_DIR) -> tuple[Any, Any]:
     ids = dict(eos_token_id=text.config.eos_token_id, pad_token_id=text.config.pad_token_id)
     config = AutoConfig.for_model(
         "llava",
-        text_config=text.config.to_dict(),
+        # More positions than the text demo's 768: the three tools' schemas and two pictures need ~800.
+        text_config={**text.config.to_dict(), "max_position_embeddings": int(cfg["max_positions"])},
         vision_config=dict(
             model_type="clip_vision_model",
             hidden_size=int(cfg["vision_hidden"]),
@@ -111,6 +113,7 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
     from evalrx.models.conversation import ConversationBuilder
     from evalrx.tools.calculator import calculator
     from evalrx.tools.image_zoom import zoom
+    from evalrx.tools.lookup import load_kb, search
 
     conv = ConversationBuilder(codec)
     conv.prompt(ep.prompt, ep.image)
@@ -122,29 +125,41 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
             result = zoom(ep.image, **args)
             conv.tool(call, result.text, result.images)
             images.extend(result.images)
+        elif name == "lookup":
+            conv.tool(call, search(args["query"], load_kb()))
         else:
             conv.tool(call, calculator(**args))
     conv.assistant(ChatTurn(text=ep.answer), [])
     return conv.messages, images
 
 
-def cell_targets(ep: VisionEpisode, n_pictures: int, side: int) -> list:
-    """For each picture of `ep`, what each of its `side` x `side` patches shows: a digit 0-9, 10 for
-    nothing, -100 where training does not say (a small label's cells).
+NOTHING = 10  # the class of a patch with no character
+N_CELL_CLASSES = 11 + 26  # digits 0-9, nothing, letters a-z (either case)
 
-    The pictures put one digit a patch column (`vision_world.CELL`), and the renderer records where
-    (`info["cells"]`; a zoomed label's in `info["zoom_cells"]`). Naming the digit under each patch
-    trains the tower to read in minutes; the language model alone learns it far more slowly, having
-    to find the digits among 64 tokens first. The head that names them is dropped after training.
+
+def cell_class(ch: str) -> int:
+    """The class the tower's reading head names for a character: its digit, or 11 + its letter."""
+    return int(ch) if ch.isdigit() else 11 + ord(ch.lower()) - ord("a")
+
+
+def cell_targets(ep: VisionEpisode, n_pictures: int, side: int) -> list:
+    """For each picture of `ep`, what each of its `side` x `side` patches shows: a character's class
+    (`cell_class`), `NOTHING`, or -100 where training does not say (a small label's cells).
+
+    The pictures put one character (a digit, or a name's letter) a patch column (`vision_world.CELL`),
+    and the renderer records where (`info["cells"]`; a zoomed label's in `info["zoom_cells"]`). Naming
+    the character under each patch trains the tower to read in minutes; the language model alone
+    learns it far more slowly, having to find the characters among 64 tokens first. The head that names them is dropped after training.
     """
     info = ep.image.info
-    first = {**{c: -100 for c in info.get("unreadable", ())}, **{c: int(d) for c, d in info.get("cells", {}).items()}}
+    cells = info.get("cells", {}).items()
+    first = {**{c: -100 for c in info.get("unreadable", ())}, **{c: cell_class(d) for c, d in cells}}
     grids = [first]
     if n_pictures > 1:
-        grids.append({c: int(d) for c, d in info.get("zoom_cells", {}).items()})
+        grids.append({c: cell_class(d) for c, d in info.get("zoom_cells", {}).items()})
     out = []
     for grid in grids[:n_pictures]:
-        out.append([grid.get((col, row), 10) for row in range(side) for col in range(side)])
+        out.append([grid.get((col, row), NOTHING) for row in range(side) for col in range(side)])
     return out
 
 
@@ -210,7 +225,7 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f}M parameters; {n_image} tokens a picture; {len(exclude)} suite tasks held out")
 
-    cell_head = torch.nn.Linear(int(cfg["vision_hidden"]), 11)  # digit 0-9 or nothing, per patch; not saved
+    cell_head = torch.nn.Linear(int(cfg["vision_hidden"]), N_CELL_CLASSES)  # per patch; not saved
     named = list(model.named_parameters()) + [(f"cell_head.{n}", p) for n, p in cell_head.named_parameters()]
     decay = [p for n, p in named if p.dim() >= 2]
     no_decay = [p for n, p in named if p.dim() < 2]
@@ -249,7 +264,7 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
         lm_loss = prefix_cached_loss(model, prefix_tensor, input_ids, attn, labels, pixel_values=pixels)
         patches = model.model.vision_tower(pixel_values=pixels, output_hidden_states=True).hidden_states[-1][:, 1:]
         cell_loss = torch.nn.functional.cross_entropy(
-            cell_head(patches).reshape(-1, 11), cells.reshape(-1), ignore_index=-100
+            cell_head(patches).reshape(-1, N_CELL_CLASSES), cells.reshape(-1), ignore_index=-100
         )
         loss = lm_loss + float(cfg["cell_weight"]) * cell_loss
         opt.zero_grad(set_to_none=True)

@@ -1,20 +1,22 @@
 """The demo VLM's episodes and its held-out image suites: `python -m evalrx.demo.vision_data`.
 
-Three task kinds over the pictures of `evalrx.demo.vision_world`:
+Four task kinds over the pictures of `evalrx.demo.vision_world`:
 
 - `read`: read the number on a card, then compute with it (`calculator`);
 - `compare`: combine the numbers of the left and the right panel (`calculator`);
 - `zoom`: the code on a small label is too small to read; zoom into its corner (`image_zoom`),
-  read the code from the zoomed picture, and answer it (or compute with it first).
+  read the code from the zoomed picture, and answer it (or compute with it first);
+- `lookup`: read a country's name from a card and `lookup` the fact the question asks about it.
 
 The suites (`demo/vision_read`, `demo/vision_compare`, `demo/vision_zoom`, and harder ones training
-never shows: a digit more, `*_long`, new wordings, `vision_read_paraphrase`, and task shapes of their
-own, designed before the model was run on them: a question the card answers with no tool,
-`vision_read_only`; a read-and-compute question about a picture whose number is a small label that
-needs zooming first, `vision_small_card`; an arithmetic question whose numbers are in the text beside an
-unrelated card, `vision_arith_distractor`; `demo/vision` is all of them) are drawn from one seed and written with their pictures as case files, so the command
-rewrites them byte for byte; the training stream draws from other seeds and skips every
-(kind, numbers) a suite asks about.
+never shows: `vision_lookup`'s (country, fact) pairs, a digit more, `*_long`, new wordings,
+`vision_read_paraphrase`, and task shapes of their own, designed before the model was run on them: a
+question the card answers with no tool, `vision_read_only`; a read-and-compute question about a picture
+whose number is a small label that needs zooming first, `vision_small_card`; an arithmetic question
+whose numbers are in the text beside an unrelated card, `vision_arith_distractor`; `demo/vision` is all
+of them) are drawn from one seed and written with their pictures as case files, so the command rewrites
+them byte for byte; the training stream draws from other seeds and skips every (kind, numbers) a suite
+asks about.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from typing import Any, Iterator, Optional
 
 from evalrx.demo import vision_world as W
 from evalrx.tools.calculator import calculator
+from evalrx.tools.lookup import load_kb, search
 
 VISION_DIR = Path(__file__).resolve().parent / "vision_suites"
 SUITE_SEED = 8765
-VISION_TOOLS = ["calculator", "image_zoom"]
+VISION_TOOLS = ["calculator", "image_zoom", "lookup"]
 OPS = {"+": "plus", "-": "minus", "*": "times"}
 
 READ_TEMPLATES = [
@@ -69,8 +72,29 @@ SUITES: dict[str, tuple[int, str, dict]] = {
     "vision_read_only": (20, "read_only", {}),
     "vision_small_card": (20, "small_card", {}),
     "vision_arith_distractor": (20, "arith", {}),
+    # Read a name, then look it up: every (country, fact) pair asked here is one training never shows.
+    "vision_lookup": (24, "lookup", {"held_out": True}),
 }
 NEW_SHAPES = ("vision_read_only", "vision_small_card", "vision_arith_distractor")
+# A fact about the country named on a card (the lookup tool's attribute words are in each).
+LOOKUP_ON_CARD = {
+    "capital": [
+        "What is the capital of the country on the card?",
+        "Which city is the capital of the country named on the card?",
+    ],
+    "population": [
+        "What is the population of the country on the card?",
+        "How many people live in the country named on the card?",
+    ],
+    "currency": [
+        "What is the currency of the country on the card?",
+        "Which currency does the country named on the card use?",
+    ],
+    "founding year": [
+        "When was the country on the card founded?",
+        "In what year was the country named on the card founded?",
+    ],
+}
 READ_ONLY_TEMPLATES = ["What number is on the card?", "Which number does the card show?"]
 ARITH_TEMPLATES = ["What is {a} {word} {b}?", "Compute {a} {word} {b}."]
 
@@ -86,10 +110,28 @@ class VisionEpisode:
     kind: str = ""
     expected: Any = None
     key: tuple = ()  # (kind, numbers...): what the task asks about, for keeping suites out of training
+    grader: dict = field(default_factory=lambda: {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6})
 
 
 def _num(value: str) -> Any:
     return float(value) if "." in value else int(value)
+
+
+def card_countries() -> list[dict]:
+    """The knowledge base's countries whose names fit on a card (at most 8 plain letters), in its order."""
+    fits = W.CANVAS // W.CELL
+    return [
+        e
+        for e in load_kb()["entities"]
+        if e["type"] == "country" and len(e["name"]) <= fits and e["name"].isascii() and e["name"].isalpha()
+    ]
+
+
+def held_out_facts() -> set:
+    """The (country, fact) pairs `vision_lookup` asks about: two of the four facts of each country, so
+    training reads every name and asks every fact, never these pairs."""
+    facts = list(LOOKUP_ON_CARD)
+    return {(e["name"], facts[(i + j) % len(facts)]) for i, e in enumerate(card_countries()) for j in (0, 1)}
 
 
 class VisionGenerator:
@@ -157,6 +199,28 @@ class VisionGenerator:
             )
         prompt = self.rng.choice(ZOOM_TEMPLATES)
         return VisionEpisode(prompt, image, calls, f"The code is {code}.", "zoom", code, ("zoom", code))
+
+    def lookup(self, held_out: bool = False) -> VisionEpisode:
+        """Read the country's name on the card, look up the fact asked about it, answer with the tool's sentence."""
+        held = held_out_facts()
+        every = [(e["name"], attr) for e in card_countries() for attr in LOOKUP_ON_CARD]
+        name, attr = self.rng.choice(sorted(held) if held_out else [p for p in every if p not in held])
+        query = f"{attr} of {name}"
+        sentence = search(query, load_kb())
+        value = next(e for e in card_countries() if e["name"] == name)["attributes"][attr]
+        grader = (
+            {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6} if isinstance(value, int) else {"kind": "contains"}
+        )
+        return VisionEpisode(
+            self.rng.choice(LOOKUP_ON_CARD[attr]),
+            W.name_card(name, self.rng),
+            [("lookup", {"query": query})],
+            sentence,
+            "lookup",
+            value,
+            ("lookup", name, attr),
+            grader,
+        )
 
     def read_only(self) -> VisionEpisode:
         """The card's number is the answer: no tool is needed."""
@@ -226,7 +290,7 @@ def case_record(ep: VisionEpisode, case_id: str, image_path: str, difficulty: st
         "prompt": ep.prompt,
         "image": image_path,
         "expected": ep.expected,
-        "grader": {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6},
+        "grader": ep.grader,
         "task_type": f"vision_{ep.kind}",
         "difficulty": difficulty,
         "tools": list(VISION_TOOLS),
@@ -261,7 +325,7 @@ def held_out_keys(seed: int = SUITE_SEED) -> set:
 
 
 # Training mix: (weight, kind).
-TRAIN_MIX = [(0.35, "read"), (0.3, "compare"), (0.35, "zoom")]
+TRAIN_MIX = [(0.25, "read"), (0.25, "compare"), (0.3, "zoom"), (0.2, "lookup")]
 
 
 def training_episodes(n: int, seed: int = 0, exclude: Optional[set] = None) -> Iterator[VisionEpisode]:

@@ -1,14 +1,15 @@
-"""The demo VLM's world: pictures of numbers, drawn with Pillow and the font the project ships.
+"""The demo VLM's world: pictures of numbers and names, drawn with Pillow and the font the project ships.
 
-Three kinds of picture, each with the number(s) a task asks about:
+Four kinds of picture, each with what a task asks about:
 
 - a card: one number, large, on a card somewhere in the picture (read it, then compute);
 - two panels: a number on the left and one on the right (compare or combine the two regions);
 - a small label: a code in small type inside a framed label in one corner, too small to read at
-  the model's resolution; the frame is visible, so the model can zoom into that corner and read it.
+  the model's resolution; the frame is visible, so the model can zoom into that corner and read it;
+- a name card: a country's name, large, on a card (read it, then `lookup` a fact about that country).
 
-Digits sit one a cell of a 24-pixel grid, which is one patch of the model's half-size view: a tiny
-vision tower trained in minutes reads a digit from one column of patches, not from pieces of
+Digits and letters sit one a cell of a 24-pixel grid, which is one patch of the model's half-size view: a tiny
+vision tower trained in minutes reads a character from one column of patches, not from pieces of
 several. Everything is drawn from a seeded `random.Random` with `fonts/DejaVuSansMono.ttf`, so the same
 seed gives the same pixels on every machine with the same Pillow (its wheels bundle FreeType);
 `pixels_digest` names a picture by its pixels, not by its PNG encoding.
@@ -87,12 +88,21 @@ def _digits(
 
 def card(number: int, rng: random.Random) -> Any:
     """One number on a card placed on the cell grid somewhere in the picture."""
+    return _text_card(str(number), 1, rng)  # a cell of margin left and right of the digits
+
+
+def name_card(name: str, rng: random.Random) -> Any:
+    """A name on a card, one letter a cell like a card's digits (at most 8 letters fill the width)."""
+    return _text_card(name, 0, rng)  # the letters span the card
+
+
+def _text_card(text: str, margin: int, rng: random.Random) -> Any:
+    """`text` on a card two cells tall with a cell of margin above and below and `margin` cells beside."""
     from PIL import ImageDraw
 
     img = _canvas(rng)
     draw = ImageDraw.Draw(img)
-    text = str(number)
-    cols, rows = len(text) + 2, 4  # a cell of margin around the digits, which are two cells tall
+    cols, rows = len(text) + 2 * margin, 4
     left = CELL * rng.randint(0, CANVAS // CELL - cols)
     top = CELL * rng.randint(0, CANVAS // CELL - rows)
     w, h = cols * CELL, rows * CELL
@@ -101,7 +111,7 @@ def card(number: int, rng: random.Random) -> Any:
         (left + 2, top + 2, left + w - 3, top + h - 3), radius=6, fill=(255, 255, 255), outline=(90, 90, 90), width=2
     )
     cells: dict = {}
-    _digits(draw, text, left + CELL, top + CELL, CELL, TYPE, rng.choice(_INKS), cells)
+    _digits(draw, text, left + margin * CELL, top + CELL, CELL, TYPE, rng.choice(_INKS), cells)
     img.info["cells"] = cells
     return img
 

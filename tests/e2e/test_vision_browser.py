@@ -8,6 +8,7 @@ import pytest
 from apphelpers import goto, main_text
 
 import evalrx.store as S
+from evalrx.demo.vision_data import VISION_TOOLS
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +25,7 @@ def vision_run(app_env):
     cases = load_cases("demo/vision_zoom")[:2] + load_cases("demo/vision_zoom_long")[:1]
     cfg = RunConfig(
         model=ModelConfig("evalrx-tiny-vl"),
-        tools=["calculator", "image_zoom"],
+        tools=list(VISION_TOOLS),
         max_turns=4,
         analyzers=["logit_lens", "tool_decision", "attention"],
     )

@@ -88,7 +88,7 @@ def test_image_cases_match_through_serve_and_hf_local(tmp_path):
         picked += load_cases(f"demo/{suite}")[:2]
 
     def tools(case):
-        return get_tools(["calculator", "image_zoom"], case=case)
+        return get_tools(case.meta["tools"], case=case)
 
     local = evalrx.load("evalrx-tiny-vl", device="cpu", max_new_tokens=MAX_NEW)
     direct = run_batch(local, picked, tools_factory=tools, max_turns=4)

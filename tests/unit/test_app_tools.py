@@ -51,12 +51,13 @@ def test_trajectory_page_shows_offered_tools_call_schemas_and_why_the_grade_fail
 
 
 def test_new_run_offers_the_tools_a_suite_was_written_for(store_url):
-    """The demo VLM's image suites name calculator and image_zoom: New run offers those, not lookup."""
+    """The demo VLM's image suites name calculator, image_zoom and lookup; the text suites no image_zoom."""
     at = open_page("new_run")
     at.selectbox(key="spec").set_value("evalrx-tiny-vl").run()
     at.selectbox(key="suite").set_value("demo/vision_zoom").run()
     assert not at.exception
-    assert at.multiselect(key="tools-False-calculator-image_zoom").value == ["calculator", "image_zoom"]
+    shown = at.multiselect(key="tools-False-calculator-image_zoom-lookup").value
+    assert shown == ["calculator", "image_zoom", "lookup"]
     at.selectbox(key="suite").set_value("demo/lookup_easy").run()
     assert at.multiselect(key="tools-False-calculator-lookup").value == ["calculator", "lookup"]
 

@@ -10,10 +10,14 @@ import pytest
 
 from evalrx.demo import vision_world as W
 from evalrx.demo.vision_data import (
+    LOOKUP_ON_CARD,
     NEW_SHAPES,
     SUITES,
     VISION_DIR,
+    VISION_TOOLS,
     VisionGenerator,
+    card_countries,
+    held_out_facts,
     held_out_keys,
     make_suites,
     training_episodes,
@@ -30,6 +34,7 @@ def test_pictures_are_drawn_from_the_seed_alone():
         lambda r: W.card(437, r),
         lambda r: W.two_panels(58, 913, r),
         lambda r: W.small_label(4821, "top left", r),
+        lambda r: W.name_card("Gafoude", r),
     ):
         x, y = draw(a), draw(b)
         assert W.pixels_digest(x) == W.pixels_digest(y) and W.png_bytes(x) == W.png_bytes(y)
@@ -61,11 +66,13 @@ def test_vision_suites_load_with_their_pictures_and_stay_out_of_demo():
         "vision_read_only",
         "vision_small_card",
         "vision_arith",
+        "vision_lookup",
     }
     for c in cases:
         with Image.open(c.inputs.image) as img:
             assert img.size == (W.CANVAS, W.CANVAS)
-        assert c.meta["tools"] == ["calculator", "image_zoom"] and c.grader["kind"] == "numeric"
+        assert c.meta["tools"] == ["calculator", "image_zoom", "lookup"]
+        assert c.grader["kind"] == ("contains" if isinstance(c.expected, str) else "numeric")
     assert not any(c.inputs.image for c in load_cases("demo"))  # the text model's suites stay text
 
 
@@ -103,6 +110,32 @@ def test_training_never_draws_a_suite_task():
     assert [c.meta["reference_calls"] for c in load_cases("demo/vision_read_only")][0] == []
 
 
+def test_lookup_cases_ask_pairs_training_never_shows_about_names_it_reads():
+    """Every country on a card is read in training, and every fact asked, but never a pair the suite asks;
+    the suite's reference lookup answers with the expected value, and a name card says which letter is where."""
+    from evalrx.demo.train_vision import NOTHING, cell_class, cell_targets
+    from evalrx.tools import get_tools
+
+    held = held_out_facts()
+    names = {e["name"] for e in card_countries()}
+    assert len(names) >= 10 and all(len(n) <= W.CANVAS // W.CELL for n in names)
+    drawn = [ep for ep in training_episodes(3000, seed=0) if ep.kind == "lookup"]
+    pairs = {ep.key[1:] for ep in drawn}
+    assert not pairs & held and {n for n, _ in pairs} == names and {a for _, a in pairs} == set(LOOKUP_ON_CARD)
+    cases = load_cases("demo/vision_lookup")
+    assert {(c.meta["reference_calls"][0]["arguments"]["query"]) for c in cases} == {f"{a} of {n}" for n, a in held}
+    lookup = get_tools(["lookup"])[0]
+    for c in cases:
+        answer = lookup.fn(**c.meta["reference_calls"][0]["arguments"])
+        assert str(c.expected) in answer and "no results" not in answer
+    ep = drawn[0]
+    (grid,) = cell_targets(ep, 1, 8)
+    letters = [cell_class(ch) for ch in ep.key[1]]
+    row = next(r for r in range(8) if grid[r * 8 : r * 8 + 8].count(NOTHING) < 8)
+    assert [v for v in grid[row * 8 : row * 8 + 8] if v != NOTHING] == letters
+    assert grid[(row + 1) * 8 : (row + 2) * 8] == grid[row * 8 : row * 8 + 8]  # two cells tall
+
+
 def test_training_messages_are_the_messages_a_run_sends():
     """An episode's conversation, rendered, is the agent's prompt for that case plus the reference turns."""
     pytest.importorskip("transformers")
@@ -116,7 +149,7 @@ def test_training_messages_are_the_messages_a_run_sends():
 
     tok = AutoTokenizer.from_pretrained(str(TEXT_MODEL_DIR))
     codec = CODECS["hermes"]()
-    tools = [t.to_openai() for t in get_tools(["calculator", "image_zoom"])]
+    tools = [t.to_openai() for t in get_tools(VISION_TOOLS)]
     ep = VisionGenerator(5).zoom()
     messages, images = episode_messages(ep, codec)
     assert len(images) == 2 and messages[0]["content"][0]["image"] is ep.image
@@ -126,3 +159,5 @@ def test_training_messages_are_the_messages_a_run_sends():
     assert render(tok, messages, tools).startswith(prompt)
     assert render(tok, messages, tools).count("<|image_pad|>") == 2
     assert "returned by the 'image_zoom' tool call" in render(tok, messages, tools)
+    looked_up, _ = episode_messages(VisionGenerator(5).lookup(), codec)
+    assert looked_up[-2]["content"].startswith("The ") and looked_up[-1]["content"] == looked_up[-2]["content"]
