@@ -236,7 +236,7 @@ def _trajectory_spans(
     }
     if content:
         user: list = [{"type": "text", "content": row.get("goal") or ""}]
-        user += [_uri_part(case_picture)] if files and as_file(case_picture) else []
+        user += [_uri_part(case_picture)] if files and case_picture and as_file(case_picture) else []
         attrs["gen_ai.input.messages"] = json.dumps([{"role": "user", "parts": user}], ensure_ascii=False)
         attrs["evalrx.final_answer"] = row.get("final_answer")
     root = Span(
@@ -465,7 +465,7 @@ def post(request: Any, endpoint: str, *, timeout: float = 30.0) -> None:
 
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
     files = options.otel_content and path is not None
-    if files:  # the pictures the uri parts name, beside the file
+    if options.otel_content and path is not None:  # the pictures the uri parts name, beside the file
         rows = _with_pictures_written(rows, path.parent)
     requests = trace_requests(rows, run_id=options.run_id, content=options.otel_content, picture_files=files)
     return write_traces(requests, path, endpoint=options.otel_endpoint)
