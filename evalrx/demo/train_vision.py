@@ -6,8 +6,8 @@ trained language model. It learns, from the episodes of `evalrx.demo.vision_data
 the agent's own `ConversationBuilder` (so training sees exactly the messages a run sends), to read
 the numbers and names in the pictures of `evalrx.demo.vision_world`, to call `calculator` on the
 numbers, `lookup` on a name, and to zoom into a small label with `image_zoom`. The loss covers
-assistant tokens only; every weight trains. Episodes are drawn as training goes (seeded), so a retrain gives the same weights on the
-same machine and thread count.
+assistant tokens only; every weight trains. Episodes are drawn as training goes (seeded), so a
+retrain gives the same weights on the same machine and thread count.
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def cell_targets(ep: VisionEpisode, n_pictures: int, side: int) -> list:
     The pictures put one character (a digit, or a name's letter) a patch column (`vision_world.CELL`),
     and the renderer records where (`info["cells"]`; a zoomed label's in `info["zoom_cells"]`). Naming
     the character under each patch trains the tower to read in minutes; the language model alone
-    learns it far more slowly, having to find the characters among 64 tokens first. The head that names them is dropped after training.
+    learns it far more slowly, having to find the characters among 64 tokens first. The head that
+    names them is dropped after training.
     """
     info = ep.image.info
     cells = info.get("cells", {}).items()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -117,21 +118,23 @@ def _num(value: str) -> Any:
     return float(value) if "." in value else int(value)
 
 
-def card_countries() -> list[dict]:
+@lru_cache(maxsize=1)
+def card_countries() -> tuple:
     """The knowledge base's countries whose names fit on a card (at most 8 plain letters), in its order."""
     fits = W.CANVAS // W.CELL
-    return [
+    return tuple(
         e
         for e in load_kb()["entities"]
         if e["type"] == "country" and len(e["name"]) <= fits and e["name"].isascii() and e["name"].isalpha()
-    ]
+    )
 
 
-def held_out_facts() -> set:
+@lru_cache(maxsize=1)
+def held_out_facts() -> frozenset:
     """The (country, fact) pairs `vision_lookup` asks about: two of the four facts of each country, so
     training reads every name and asks every fact, never these pairs."""
     facts = list(LOOKUP_ON_CARD)
-    return {(e["name"], facts[(i + j) % len(facts)]) for i, e in enumerate(card_countries()) for j in (0, 1)}
+    return frozenset((e["name"], facts[(i + j) % len(facts)]) for i, e in enumerate(card_countries()) for j in (0, 1))
 
 
 class VisionGenerator:

@@ -8,9 +8,9 @@ Four kinds of picture, each with what a task asks about:
   the model's resolution; the frame is visible, so the model can zoom into that corner and read it;
 - a name card: a country's name, large, on a card (read it, then `lookup` a fact about that country).
 
-Digits and letters sit one a cell of a 24-pixel grid, which is one patch of the model's half-size view: a tiny
-vision tower trained in minutes reads a character from one column of patches, not from pieces of
-several. Everything is drawn from a seeded `random.Random` with `fonts/DejaVuSansMono.ttf`, so the same
+Digits and letters sit one a cell of a 24-pixel grid, which is one patch of the model's half-size
+view: a tiny vision tower trained in minutes reads a character from one column of patches, not from
+pieces of several. Everything is drawn from a seeded `random.Random` with `fonts/DejaVuSansMono.ttf`, so the same
 seed gives the same pixels on every machine with the same Pillow (its wheels bundle FreeType);
 `pixels_digest` names a picture by its pixels, not by its PNG encoding.
 """

@@ -264,14 +264,15 @@ def from_atif(doc: dict, base: Optional[Path] = None, max_picture_bytes: int = D
             )
 
     read: dict = {}
-    budget = [max_picture_bytes]
+    budget = max_picture_bytes
 
     def load(location: str) -> Optional[dict]:
+        nonlocal budget
         if location not in read:
-            data = read_picture(location, base if budget[0] > 0 else None)
+            data = read_picture(location, base if budget > 0 else None)
             if data is not None and not location.startswith("data:"):
-                budget[0] -= len(data)
-            read[location] = picture_of(data) if data is not None and budget[0] >= 0 else None
+                budget -= len(data)
+            read[location] = picture_of(data) if data is not None and budget >= 0 else None
         return read[location]
 
     rebuilt, system, case_picture = _rebuild(steps_in, load)

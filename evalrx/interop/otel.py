@@ -88,9 +88,9 @@ def trace_requests(
             ]
         )
 
+    files = content and picture_files
     for row in rows:
         run_name = (row.get("run") or {}).get("name")
-        files = content and picture_files
         spans.extend(_trajectory_spans(row, row.get("_run_id", run_id), content, files, trace_pb2, common_pb2))
         n += 1
         if n == batch:
@@ -464,9 +464,10 @@ def post(request: Any, endpoint: str, *, timeout: float = 30.0) -> None:
 
 
 def _write(rows: Iterator[dict], path: Optional[Path], options: ExportOptions) -> int:
-    files = options.otel_content and path is not None
-    if options.otel_content and path is not None:  # the pictures the uri parts name, beside the file
-        rows = _with_pictures_written(rows, path.parent)
+    beside = path.parent if options.otel_content and path is not None else None
+    if beside is not None:  # the pictures the uri parts name, beside the file
+        rows = _with_pictures_written(rows, beside)
+    files = beside is not None
     requests = trace_requests(rows, run_id=options.run_id, content=options.otel_content, picture_files=files)
     return write_traces(requests, path, endpoint=options.otel_endpoint)
 
