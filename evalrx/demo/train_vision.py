@@ -5,8 +5,9 @@ language model (`evalrx.demo.train`), whose weights it starts from, as LLaVA sta
 trained language model. It learns, from the episodes of `evalrx.demo.vision_data` built through
 the agent's own `ConversationBuilder` (so training sees exactly the messages a run sends), to read
 the numbers and names in the pictures of `evalrx.demo.vision_world`, to call `calculator` on the
-numbers, `lookup` on a name, and to zoom into a small label with `image_zoom`. The loss covers
-assistant tokens only; every weight trains. Episodes are drawn as training goes (seeded), so a
+numbers, `lookup` on a name, and to zoom into a small label with `image_zoom`; a share of the
+episodes are the text demo's own, with no picture, so the language model keeps its skills. The loss
+covers assistant tokens only; every weight trains. Episodes are drawn as training goes (seeded), so a
 retrain gives the same weights on the same machine and thread count.
 """
 
@@ -107,7 +108,8 @@ def build_model(cfg: dict, text_dir: Path = TEXT_MODEL_DIR) -> tuple[Any, Any]:
 
 
 def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
-    """The messages a run of `ep` sends (built by the agent's `ConversationBuilder`) and its pictures in order."""
+    """The messages a run of `ep` sends (built by the agent's `ConversationBuilder`) and its pictures in order
+    (none for a text episode)."""
     from evalrx.core.tool import ChatTurn, ToolCall
     from evalrx.demo.episodes import call_text
     from evalrx.models.conversation import ConversationBuilder
@@ -117,7 +119,7 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
 
     conv = ConversationBuilder(codec)
     conv.prompt(ep.prompt, ep.image)
-    images = [ep.image]
+    images = [] if ep.image is None else [ep.image]
     for i, (name, args) in enumerate(ep.calls):
         call = ToolCall(name, dict(args), id=f"call_{i}")
         conv.assistant(ChatTurn(text=call_text(name, args)), [call])
@@ -126,7 +128,7 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
             conv.tool(call, result.text, result.images)
             images.extend(result.images)
         elif name == "lookup":
-            conv.tool(call, search(args["query"], load_kb()))
+            conv.tool(call, search(args["query"], ep.kb or load_kb()))
         else:
             conv.tool(call, calculator(**args))
     conv.assistant(ChatTurn(text=ep.answer), [])
@@ -152,6 +154,8 @@ def cell_targets(ep: VisionEpisode, n_pictures: int, side: int) -> list:
     learns it far more slowly, having to find the characters among 64 tokens first. The head that
     names them is dropped after training.
     """
+    if not n_pictures:
+        return []
     info = ep.image.info
     cells = info.get("cells", {}).items()
     first = {**{c: -100 for c in info.get("unreadable", ())}, **{c: cell_class(d) for c, d in cells}}
@@ -180,7 +184,7 @@ def encode_vision_episode(processor: Any, ep: VisionEpisode, codec: Any, tools: 
             out_mask.append(m)
     if ids.count(image_id) != len(images):
         raise RuntimeError(f"{ids.count(image_id)} image blocks for {len(images)} pictures")
-    pixels = processor.image_processor(images, return_tensors="pt")["pixel_values"]
+    pixels = processor.image_processor(images, return_tensors="pt")["pixel_values"] if images else None
     side = int(round(n_image**0.5))
     return out_ids, out_mask, pixels, cell_targets(ep, len(images), side)
 
@@ -197,8 +201,10 @@ def _collate(batch: list, pad: int) -> tuple:
         input_ids[i, :n] = torch.tensor(ids)
         attn[i, :n] = 1
         labels[i, :n] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
-    pixels = torch.cat([b[2] for b in batch])
-    cells = torch.tensor([grid for b in batch for grid in b[3]], dtype=torch.long)
+    shown = [b[2] for b in batch if b[2] is not None]  # text episodes show no picture
+    grids = [grid for b in batch for grid in b[3]]
+    pixels = torch.cat(shown) if shown else None
+    cells = torch.tensor(grids, dtype=torch.long) if grids else None
     return input_ids, attn, labels, pixels, cells
 
 
@@ -263,10 +269,14 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
         lm_loss = prefix_cached_loss(model, prefix_tensor, input_ids, attn, labels, pixel_values=pixels)
-        patches = model.model.vision_tower(pixel_values=pixels, output_hidden_states=True).hidden_states[-1][:, 1:]
-        cell_loss = torch.nn.functional.cross_entropy(
-            cell_head(patches).reshape(-1, N_CELL_CLASSES), cells.reshape(-1), ignore_index=-100
-        )
+        cell_loss = torch.zeros(())
+        if pixels is not None:
+            tower = model.model.vision_tower(pixel_values=pixels, output_hidden_states=True)
+            cell_loss = torch.nn.functional.cross_entropy(
+                cell_head(tower.hidden_states[-1][:, 1:]).reshape(-1, N_CELL_CLASSES),
+                cells.reshape(-1),
+                ignore_index=-100,
+            )
         loss = lm_loss + float(cfg["cell_weight"]) * cell_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -8,6 +8,12 @@ Four task kinds over the pictures of `evalrx.demo.vision_world`:
   read the code from the zoomed picture, and answer it (or compute with it first);
 - `lookup`: read a country's name from a card and `lookup` the fact the question asks about it.
 
+Training also draws (`TRAIN_MIX`) the text demo's own episodes, with no picture (`text`), as LLaVA
+mixes text-only turns into its tuning, so the language model keeps what it knew: copying a looked-up
+fact, computing numbers stated in the question, answering without a tool. Most of its `lookup`
+episodes name a country of a freshly drawn world, whose facts no weight can hold, so copying the
+tool's answer is what pays (the bundled world has only twelve names that fit on a card).
+
 The suites (`demo/vision_read`, `demo/vision_compare`, `demo/vision_zoom`, and harder ones training
 never shows: `vision_lookup`'s (country, fact) pairs, a digit more, `*_long`, new wordings,
 `vision_read_paraphrase`, and task shapes of their own, designed before the model was run on them: a
@@ -29,6 +35,9 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from evalrx.demo import vision_world as W
+from evalrx.demo.data import held_out_prompts
+from evalrx.demo.episodes import training_episodes as text_episodes
+from evalrx.demo.world import make_world, world_names
 from evalrx.tools.calculator import calculator
 from evalrx.tools.lookup import load_kb, search
 
@@ -112,21 +121,38 @@ class VisionEpisode:
     expected: Any = None
     key: tuple = ()  # (kind, numbers...): what the task asks about, for keeping suites out of training
     grader: dict = field(default_factory=lambda: {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6})
+    kb: Optional[dict] = field(default=None, repr=False, compare=False)  # the lookups' world (None: the bundled kb)
 
 
 def _num(value: str) -> Any:
     return float(value) if "." in value else int(value)
 
 
+def _fits_card(entity: dict) -> bool:
+    """A country whose name fits on a card: at most 8 plain letters, one a patch column."""
+    name = entity["name"]
+    return entity["type"] == "country" and len(name) <= W.CANVAS // W.CELL and name.isascii() and name.isalpha()
+
+
 @lru_cache(maxsize=1)
 def card_countries() -> tuple:
-    """The knowledge base's countries whose names fit on a card (at most 8 plain letters), in its order."""
-    fits = W.CANVAS // W.CELL
-    return tuple(
-        e
-        for e in load_kb()["entities"]
-        if e["type"] == "country" and len(e["name"]) <= fits and e["name"].isascii() and e["name"].isalpha()
-    )
+    """The knowledge base's countries whose names fit on a card, in its order."""
+    return tuple(e for e in load_kb()["entities"] if _fits_card(e))
+
+
+FRESH_WORLD_SEED = 80_000  # the seeds of the fresh worlds training's lookups draw from
+
+
+@lru_cache(maxsize=4)
+def fresh_countries(pool: int) -> tuple:
+    """(country, its world) for every card-fitting country of `pool` freshly drawn worlds whose name is
+    none of the bundled world's: facts that exist only in training, so they cannot be held in weights."""
+    bundled = world_names(load_kb())
+    out = []
+    for i in range(pool):
+        world = make_world(seed=FRESH_WORLD_SEED + i)
+        out.extend((e, world) for e in world["entities"] if _fits_card(e) and e["name"].lower() not in bundled)
+    return tuple(out)
 
 
 @lru_cache(maxsize=1)
@@ -140,8 +166,11 @@ def held_out_facts() -> frozenset:
 class VisionGenerator:
     """Draws vision episodes from one seed."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, world_pool: int = 64) -> None:
         self.rng = random.Random(seed)
+        self.seed = seed
+        self.world_pool = world_pool
+        self._text: Optional[Iterator] = None
 
     def _op(self) -> tuple[str, str]:
         op = self.rng.choice(list(OPS))
@@ -203,14 +232,23 @@ class VisionGenerator:
         prompt = self.rng.choice(ZOOM_TEMPLATES)
         return VisionEpisode(prompt, image, calls, f"The code is {code}.", "zoom", code, ("zoom", code))
 
-    def lookup(self, held_out: bool = False) -> VisionEpisode:
-        """Read the country's name on the card, look up the fact asked about it, answer with the tool's sentence."""
-        held = held_out_facts()
-        every = [(e["name"], attr) for e in card_countries() for attr in LOOKUP_ON_CARD]
-        name, attr = self.rng.choice(sorted(held) if held_out else [p for p in every if p not in held])
+    def lookup(self, held_out: bool = False, fresh: float = 0.0) -> VisionEpisode:
+        """Read the country's name on the card, look up the fact asked about it, answer with the tool's sentence.
+
+        `fresh`: the share of episodes whose country is one of a fresh world's (`fresh_countries`).
+        """
+        if fresh and self.rng.random() < fresh:
+            entity, kb = self.rng.choice(fresh_countries(self.world_pool))
+            name, attr = entity["name"], self.rng.choice(list(LOOKUP_ON_CARD))
+        else:
+            held = held_out_facts()
+            every = [(e["name"], attr) for e in card_countries() for attr in LOOKUP_ON_CARD]
+            name, attr = self.rng.choice(sorted(held) if held_out else [p for p in every if p not in held])
+            kb = load_kb()
+            entity = next(e for e in card_countries() if e["name"] == name)
         query = f"{attr} of {name}"
-        sentence = search(query, load_kb())
-        value = next(e for e in card_countries() if e["name"] == name)["attributes"][attr]
+        sentence = search(query, kb)
+        value = entity["attributes"][attr]
         grader = (
             {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6} if isinstance(value, int) else {"kind": "contains"}
         )
@@ -223,6 +261,17 @@ class VisionGenerator:
             value,
             ("lookup", name, attr),
             grader,
+            kb,
+        )
+
+    def text(self) -> VisionEpisode:
+        """The next of the text demo's training episodes (no picture; every one from a fresh world,
+        none a held-out text suite's prompt)."""
+        if self._text is None:
+            self._text = text_episodes(10**12, seed=self.seed, exclude=held_out_prompts(), world_pool=self.world_pool)
+        ep = next(self._text)
+        return VisionEpisode(
+            ep.prompt, None, list(ep.calls), ep.answer, "text", ep.expected, ("text", ep.prompt), ep.grader, ep.kb
         )
 
     def read_only(self) -> VisionEpisode:
@@ -327,19 +376,25 @@ def held_out_keys(seed: int = SUITE_SEED) -> set:
     return {ep.key for episodes in make_suites(seed).values() for ep in episodes}
 
 
-# Training mix: (weight, kind).
-TRAIN_MIX = [(0.25, "read"), (0.25, "compare"), (0.3, "zoom"), (0.2, "lookup")]
+# Training mix: (weight, kind, arguments).
+TRAIN_MIX = [
+    (0.2, "read", {}),
+    (0.2, "compare", {}),
+    (0.25, "zoom", {}),
+    (0.2, "lookup", {"fresh": 0.75}),
+    (0.15, "text", {}),
+]
 
 
 def training_episodes(n: int, seed: int = 0, exclude: Optional[set] = None) -> Iterator[VisionEpisode]:
     """Yield `n` training episodes from the training seed, skipping what the suites ask (`exclude`)."""
     gen = VisionGenerator(60_000 + seed)
     exclude = held_out_keys() if exclude is None else exclude
-    weights = [w for w, _ in TRAIN_MIX]
+    weights = [w for w, _, _ in TRAIN_MIX]
     made = 0
     while made < n:
-        (_, kind) = gen.rng.choices(TRAIN_MIX, weights=weights)[0]
-        ep = getattr(gen, kind)()
+        _, kind, kwargs = gen.rng.choices(TRAIN_MIX, weights=weights)[0]
+        ep = getattr(gen, kind)(**kwargs)
         if ep.key in exclude:
             continue
         made += 1

@@ -121,14 +121,15 @@ def test_lookup_cases_ask_pairs_training_never_shows_about_names_it_reads():
     assert len(names) >= 10 and all(len(n) <= W.CANVAS // W.CELL for n in names)
     drawn = [ep for ep in training_episodes(3000, seed=0) if ep.kind == "lookup"]
     pairs = {ep.key[1:] for ep in drawn}
-    assert not pairs & held and {n for n, _ in pairs} == names and {a for _, a in pairs} == set(LOOKUP_ON_CARD)
+    bundled = {(n, a) for n, a in pairs if n in names}
+    assert not pairs & held and {n for n, _ in bundled} == names and {a for _, a in bundled} == set(LOOKUP_ON_CARD)
     cases = load_cases("demo/vision_lookup")
     assert {(c.meta["reference_calls"][0]["arguments"]["query"]) for c in cases} == {f"{a} of {n}" for n, a in held}
     lookup = get_tools(["lookup"])[0]
     for c in cases:
         answer = lookup.fn(**c.meta["reference_calls"][0]["arguments"])
         assert str(c.expected) in answer and "no results" not in answer
-    ep = drawn[0]
+    ep = next(ep for ep in drawn if ep.key[1] in names)
     (grid,) = cell_targets(ep, 1, 8)
     letters = [cell_class(ch) for ch in ep.key[1]]
     row = next(r for r in range(8) if grid[r * 8 : r * 8 + 8].count(NOTHING) < 8)
@@ -161,3 +162,41 @@ def test_training_messages_are_the_messages_a_run_sends():
     assert "returned by the 'image_zoom' tool call" in render(tok, messages, tools)
     looked_up, _ = episode_messages(VisionGenerator(5).lookup(), codec)
     assert looked_up[-2]["content"].startswith("The ") and looked_up[-1]["content"] == looked_up[-2]["content"]
+
+
+def test_most_training_lookups_name_a_fresh_worlds_country_whose_fact_only_its_tool_knows():
+    """Copying the tool's answer is what pays: the fact asked is in no other world, and the answer the
+    episode trains is the sentence its own world's lookup returns."""
+    from evalrx.demo.world import world_names
+    from evalrx.tools.lookup import load_kb, search
+
+    bundled_names = world_names(load_kb())
+    drawn = [ep for ep in training_episodes(3000, seed=0) if ep.kind == "lookup"]
+    fresh = [ep for ep in drawn if ep.key[1].lower() not in bundled_names]
+    assert 0.6 < len(fresh) / len(drawn) < 0.9 and len({ep.key[1] for ep in fresh}) > 100
+    for ep in fresh[:50]:
+        ((name, args),) = ep.calls
+        assert ep.answer == search(args["query"], ep.kb) and str(ep.expected) in ep.answer
+        assert "no results" in search(args["query"], load_kb())  # the bundled world does not know it
+
+
+def test_text_episodes_are_the_text_demos_with_no_picture_and_no_held_out_fact():
+    """A share of training is the text demo's own episodes, each from a fresh world (no bundled fact, no
+    held-out text prompt), encoded as a run sends them: no image block, no patch targets."""
+    from evalrx.demo.data import held_out_prompts
+    from evalrx.demo.episodes import run_tool
+    from evalrx.demo.train_vision import cell_targets, episode_messages
+    from evalrx.models.toolcodec import CODECS
+    from evalrx.tools.lookup import load_kb
+
+    drawn = list(training_episodes(1000, seed=0))
+    text = [ep for ep in drawn if ep.kind == "text"]
+    assert 0.1 < len(text) / len(drawn) < 0.2
+    assert {name for ep in text for name, _ in ep.calls} == {"calculator", "lookup"}
+    assert not {ep.prompt for ep in text} & held_out_prompts()
+    bundled = load_kb()
+    assert all(ep.image is None and ep.kb is not None and ep.kb != bundled for ep in text)
+    ep = next(ep for ep in text if ep.calls and ep.calls[0][0] == "lookup")
+    messages, images = episode_messages(ep, CODECS["hermes"]())
+    assert images == [] and messages[0]["content"] == ep.prompt
+    assert messages[2]["content"] == run_tool("lookup", ep.calls[0][1], ep.kb) and cell_targets(ep, 0, 8) == []
