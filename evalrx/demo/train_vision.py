@@ -111,11 +111,9 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
     """The messages a run of `ep` sends (built by the agent's `ConversationBuilder`) and its pictures in order
     (none for a text episode)."""
     from evalrx.core.tool import ChatTurn, ToolCall
-    from evalrx.demo.episodes import call_text
+    from evalrx.demo.episodes import call_text, run_tool
     from evalrx.models.conversation import ConversationBuilder
-    from evalrx.tools.calculator import calculator
     from evalrx.tools.image_zoom import zoom
-    from evalrx.tools.lookup import load_kb, search
 
     conv = ConversationBuilder(codec)
     conv.prompt(ep.prompt, ep.image)
@@ -127,10 +125,8 @@ def episode_messages(ep: VisionEpisode, codec: Any) -> tuple[list[dict], list]:
             result = zoom(ep.image, **args)
             conv.tool(call, result.text, result.images)
             images.extend(result.images)
-        elif name == "lookup":
-            conv.tool(call, search(args["query"], ep.kb or load_kb()))
         else:
-            conv.tool(call, calculator(**args))
+            conv.tool(call, run_tool(name, args, ep.kb))
     conv.assistant(ChatTurn(text=ep.answer), [])
     return conv.messages, images
 

@@ -36,10 +36,11 @@ from typing import Any, Iterator, Optional
 
 from evalrx.demo import vision_world as W
 from evalrx.demo.data import held_out_prompts
+from evalrx.demo.episodes import run_tool
 from evalrx.demo.episodes import training_episodes as text_episodes
 from evalrx.demo.world import make_world, world_names
 from evalrx.tools.calculator import calculator
-from evalrx.tools.lookup import load_kb, search
+from evalrx.tools.lookup import load_kb
 
 VISION_DIR = Path(__file__).resolve().parent / "vision_suites"
 SUITE_SEED = 8765
@@ -244,10 +245,10 @@ class VisionGenerator:
             held = held_out_facts()
             every = [(e["name"], attr) for e in card_countries() for attr in LOOKUP_ON_CARD]
             name, attr = self.rng.choice(sorted(held) if held_out else [p for p in every if p not in held])
-            kb = load_kb()
+            kb = None  # the bundled world
             entity = next(e for e in card_countries() if e["name"] == name)
         query = f"{attr} of {name}"
-        sentence = search(query, kb)
+        sentence = run_tool("lookup", {"query": query}, kb)
         value = entity["attributes"][attr]
         grader = (
             {"kind": "numeric", "rel_tol": 1e-4, "abs_tol": 1e-6} if isinstance(value, int) else {"kind": "contains"}
