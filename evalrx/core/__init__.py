@@ -1,7 +1,17 @@
 """Plain types shared by every part of evalrx (no third-party imports)."""
 
 from evalrx.core.capability import Capability, CapabilityError
-from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
+from evalrx.core.case import (
+    FailureCase,
+    Inputs,
+    Label,
+    Step,
+    StepRole,
+    Termination,
+    Trajectory,
+    agent_name,
+    roster_of,
+)
 from evalrx.core.effects import EFFECT_FIELD, READ, WRITE, ToolEffect, is_handoff, tool_documents, tool_effect
 from evalrx.core.failures import (
     BUILTIN_KINDS,
@@ -48,6 +58,8 @@ __all__ = [
     "Step",
     "StepRole",
     "Termination",
+    "agent_name",
+    "roster_of",
     "Tool",
     "ToolCall",
     "ToolResult",

@@ -81,7 +81,9 @@ class Step:
     ACTOR steps carry the model's raw text, its decoded `tool_calls` (dicts, see
     `ToolCall.to_dict`) and a `parse_error` when a call was malformed. TOOL steps
     carry the tool name in `content` and what it returned in `observation`.
-    `span` holds timing, token counts and loop-policy flags.
+    `span` holds timing, token counts and loop-policy flags. In a team of agents `agent` names
+    who took the step ("Orchestrator", "WebSurfer") and `addressee` whom it spoke to, where the
+    log says it; both are None in a single-agent run.
     """
 
     idx: int
@@ -91,6 +93,8 @@ class Step:
     observation: Any = None
     parse_error: Optional[str] = None
     span: dict = field(default_factory=dict)
+    agent: Optional[str] = None
+    addressee: Optional[str] = None
 
     @property
     def tool_call(self) -> Optional[dict]:
@@ -98,7 +102,7 @@ class Step:
         return self.tool_calls[0] if self.tool_calls else None
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "idx": self.idx,
             "role": self.role.value,
             "content": self.content,
@@ -107,6 +111,12 @@ class Step:
             "parse_error": self.parse_error,
             "span": self.span,
         }
+        # Only a team's steps carry these keys, so a single-agent run exports as it always did.
+        if self.agent is not None:
+            out["agent"] = self.agent
+        if self.addressee is not None:
+            out["addressee"] = self.addressee
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "Step":
@@ -118,12 +128,48 @@ class Step:
             observation=d.get("observation"),
             parse_error=d.get("parse_error"),
             span=dict(d.get("span") or {}),
+            agent=agent_name(d.get("agent")),
+            addressee=agent_name(d.get("addressee")),
         )
+
+
+AGENT_NAME_LIMIT = 200  # characters of an agent's name kept (the store's column width)
+
+
+def agent_name(value: Any) -> Optional[str]:
+    """An agent's name as steps, rosters and labels keep it: stripped text, None for none."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"an agent's name must be text, not {type(value).__name__}")
+    return value.strip()[:AGENT_NAME_LIMIT] or None
+
+
+def roster_of(entries: Any) -> list:
+    """A team's roster as a trajectory keeps it: `[{"name", "description"?, "system_prompt"?}]`, each name once."""
+    out: list = []
+    seen: set = set()
+    for i, entry in enumerate(entries or []):
+        if not isinstance(entry, dict):
+            raise ValueError(f"roster entry {i} is not an object")
+        name = agent_name(entry.get("name"))
+        if name is None:
+            raise ValueError(f"roster entry {i} has no name")
+        if name in seen:
+            continue
+        seen.add(name)
+        member = {"name": name}
+        for key in ("description", "system_prompt"):
+            if isinstance(entry.get(key), str) and entry[key].strip():
+                member[key] = entry[key]
+        out.append(member)
+    return out
 
 
 @dataclass
 class Trajectory:
-    """A whole agent run on one case. `offered_tools` are the tools it was offered (`Tool.describe()` dicts)."""
+    """A whole agent run on one case. `offered_tools` are the tools it was offered (`Tool.describe()` dicts);
+    `roster` the team's agents (`roster_of`) when a team ran it, empty for one agent."""
 
     sample_id: str
     goal: str
@@ -134,10 +180,20 @@ class Trajectory:
     metrics: dict = field(default_factory=dict)
     attempt: int = 1  # which of a run's repeated attempts at this case (1..repeats)
     offered_tools: list = field(default_factory=list)
+    roster: list = field(default_factory=list)
 
     @property
     def terminated(self) -> str:
         return str(self.metrics.get("terminated", ""))
+
+    @property
+    def agents(self) -> list:
+        """The team's agents by name: the roster's, then any other that took a step, in order of appearance."""
+        names = {m["name"]: None for m in self.roster if isinstance(m, dict) and m.get("name")}
+        for s in self.steps:
+            if s.agent is not None:
+                names.setdefault(s.agent, None)
+        return list(names)
 
     def to_dict(self) -> dict:
         return {
@@ -150,6 +206,7 @@ class Trajectory:
             "metrics": self.metrics,
             "attempt": self.attempt,
             "offered_tools": self.offered_tools,
+            **({"roster": self.roster} if self.roster else {}),
         }
 
     @classmethod
@@ -164,6 +221,7 @@ class Trajectory:
             metrics=dict(d.get("metrics") or {}),
             attempt=int(d.get("attempt") or 1),
             offered_tools=[t for t in d.get("offered_tools") or [] if isinstance(t, dict)],
+            roster=roster_of(d.get("roster")),
         )
 
     def to_json(self) -> str:

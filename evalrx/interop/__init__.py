@@ -36,7 +36,17 @@ from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, export_format, export_formats, formats, register, title_of
 
 # Each format registers itself on import; this order is the order exports are offered in (ours first).
-for _module in ("evalrx_jsonl", "parquet", "atif", "otel", "openai_chat", "tau_bench", "inspect_log", "inspect_eval"):
+for _module in (
+    "evalrx_jsonl",
+    "parquet",
+    "atif",
+    "otel",
+    "openai_chat",
+    "tau_bench",
+    "team_chat",
+    "inspect_log",
+    "inspect_eval",
+):
     importlib.import_module(f"evalrx.interop.{_module}")
 
 EXPORT_FORMATS = export_formats()

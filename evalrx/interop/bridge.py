@@ -27,7 +27,16 @@ from evalrx.interop.files import existing, file_sha256
 from evalrx.interop.inspect_json_stream import inspect_header, is_inspect_log, read_inspect_json
 from evalrx.interop.limits import UTF8_BOM, ImportLimits, check_size, parse_json, read_lines
 from evalrx.interop.records import Reading, Record
-from evalrx.interop.registry import ExportOptions, Format, export_format, listed_format, readers, record_format, writer
+from evalrx.interop.registry import (
+    ExportOptions,
+    Format,
+    export_format,
+    list_format,
+    listed_format,
+    readers,
+    record_format,
+    writer,
+)
 
 
 @dataclass
@@ -161,12 +170,22 @@ def _read_document(reading: Reading) -> Iterator[Record]:
     elif isinstance(doc, list) and doc and all(listed_format(d) is not None for d in doc):
         for i, d in enumerate(doc):
             yield from _read_object(d, f"document {i}", reading, whole=True, fmt=listed_format(d))
+    elif isinstance(doc, list) and doc and (whole_list := list_format(doc)) is not None:
+        assert whole_list.read_list is not None  # list_format returns list readers only
+        try:
+            for record in whole_list.read_list(doc, reading):
+                reading.kinds.add(whole_list.name)
+                yield record
+        except ImportFormatError:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ImportFormatError(path, 1, str(exc)) from None
     else:
         raise UnknownFormatError(
             path,
             1,
-            "not a format evalrx reads: expected evalrx or OpenAI chat JSONL, ATIF (JSON or JSONL), tau-bench results, or an "
-            "Inspect AI log (.json or .eval)",
+            "not a format evalrx reads: expected evalrx or OpenAI chat JSONL, ATIF (JSON or JSONL), tau-bench results, "
+            "a multi-agent log (Who&When, Magentic-One), OpenInference or OTLP spans, or an Inspect AI log (.json or .eval)",
         )
 
 

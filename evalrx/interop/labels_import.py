@@ -80,6 +80,7 @@ class _Row:
     note: Optional[str] = None
     annotator: Optional[str] = None
     created_at: Optional[datetime] = None
+    agent: Optional[str] = None  # the team's agent blamed (AgentRx's failed_agent)
     failure: Optional[dict] = None  # AgentRx: the failure this row stands for (kept in failure_steps)
 
 
@@ -134,6 +135,7 @@ def import_labels(
             "note": row.note,
             "annotator": who,
             "created_at": row.created_at,
+            "agent": target.agent_named(row.agent),
         }
         writes.append(fields)
         if row.failure is not None:
@@ -307,6 +309,7 @@ def _csv(text: str, path: Path) -> "list[_Row]":
                 note=_text(rec.get("note")),
                 annotator=_text(rec.get("annotator")),
                 created_at=when,
+                agent=_text(rec.get("agent")),
             )
         )
     return rows
@@ -352,6 +355,7 @@ def _jsonl(text: str, path: Path) -> "list[_Row]":
                 first_wrong_message=message,
                 note=_text(rec.get("note")),
                 annotator=_text(rec.get("annotator")),
+                agent=_text(rec.get("agent")),
             )
         )
     return rows
@@ -398,6 +402,7 @@ def _agentrx(doc: Any, path: Path) -> "list[_Row]":
                     kind=f["kind"],
                     step_message=f["message"],
                     note=_note(f, None),
+                    agent=_text(f["f"].get("failed_agent")),
                     failure={"message": f["message"], "category": f["category"], "root": fid == root_id},
                 )
             )
@@ -410,6 +415,7 @@ def _agentrx(doc: Any, path: Path) -> "list[_Row]":
                 kind=root["kind"],
                 first_wrong_message=root["message"],
                 note=_note(root, root_cause.get("reason_for_root_cause")),
+                agent=_text(root["f"].get("failed_agent")),
             )
         )
     return rows

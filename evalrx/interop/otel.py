@@ -140,6 +140,8 @@ def _trajectory_spans(
             "evalrx.step.idx": step.get("idx"),
             "evalrx.turn": span.get("turn"),
             "evalrx.images": [p["sha256"] for p in pictures] or None,
+            "gen_ai.agent.name": step.get("agent"),  # who acted, in a team (absent for one agent)
+            "evalrx.addressee": step.get("addressee"),
         }
         status = None
         if role == "actor":
@@ -281,6 +283,7 @@ def _trajectory_spans(
                     "evalrx.label.step_idx": lab.get("step_idx"),
                     "evalrx.label.annotator": lab.get("annotator"),
                     "evalrx.label.is_current": lab.get("is_current"),
+                    "evalrx.label.agent": lab.get("agent"),
                 },
             )
         )

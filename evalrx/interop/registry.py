@@ -43,6 +43,8 @@ class Format:
         export_ids: the writer needs each row's store ids and times (OTLP trace and span ids).
         export_title: how the export is named to people, when it differs from `title` (ours: "JSONL").
         listable: a whole file may be a JSON array of these documents (ATIF).
+        sniff_list: whether a whole-file JSON array is one record of this format (a team's message list).
+        read_list: reads such an array.
     """
 
     name: str
@@ -59,6 +61,8 @@ class Format:
     export_ids: bool = False
     export_title: Optional[str] = None
     listable: bool = False
+    sniff_list: Optional[Callable[[list], bool]] = None
+    read_list: Optional[Callable[[list, Reading], Iterator[Record]]] = None
 
     @property
     def exports_as(self) -> str:
@@ -78,7 +82,9 @@ def register(fmt: Format) -> Format:
     if fmt.name in _FORMATS and _FORMATS[fmt.name] != fmt:
         raise ValueError(f"format {fmt.name!r} is registered twice")
     _FORMATS[fmt.name] = fmt
-    _READERS[:] = sorted((f for f in _FORMATS.values() if f.read_path or f.read_record), key=lambda f: f.sniff_rank)
+    _READERS[:] = sorted(
+        (f for f in _FORMATS.values() if f.read_path or f.read_record or f.read_list), key=lambda f: f.sniff_rank
+    )
     return fmt
 
 
@@ -104,6 +110,11 @@ def listed_format(obj: Any) -> Optional[Format]:
     if not isinstance(obj, dict):
         return None
     return next((f for f in _READERS if f.listable and f.sniff_record and f.sniff_record(obj, True)), None)
+
+
+def list_format(doc: list) -> Optional[Format]:
+    """The format that reads a whole-file JSON array as one record (not a list of documents), or None."""
+    return next((f for f in _READERS if f.sniff_list and f.read_list and f.sniff_list(doc)), None)
 
 
 def title_of(name: str) -> str:

@@ -175,6 +175,8 @@ def step_fields(step: Step) -> dict:
         "completion_tokens": _num(span.get("completion_tokens"), int),
         "flags": ",".join(flags)[:200] or None,
         "span": span,
+        "agent": clean(step.agent),
+        "addressee": clean(step.addressee),
     }
 
 
@@ -187,6 +189,8 @@ def step_from_row(row: Any) -> Step:
         observation=row.observation,
         parse_error=row.parse_error,
         span=dict(row.span or {}),
+        agent=row.agent,
+        addressee=row.addressee,
     )
 
 
@@ -199,6 +203,19 @@ def tools_used(steps: Iterable[Step]) -> list[str]:
             if name:
                 seen.setdefault(str(name)[:100], None)
     return list(seen)
+
+
+def agents_of(steps: Iterable[Step]) -> list[dict]:
+    """The `trajectory_agents` rows of a team's steps: each agent's step count and summed latency, in order
+    of appearance; none for a single-agent run."""
+    found: dict = {}
+    for s in steps:
+        if s.agent is None:
+            continue
+        row = found.setdefault(s.agent, {"agent": clean(s.agent), "n_steps": 0, "latency_ms": 0.0})
+        row["n_steps"] += 1
+        row["latency_ms"] += _num((s.span or {}).get("latency_ms")) or 0.0
+    return list(found.values())
 
 
 def observation_text(obs: Any) -> str:
@@ -271,6 +288,7 @@ def trajectory_fields(traj: Trajectory) -> dict:
             sum(_num(s.span.get("completion_tokens"), int) or 0 for s in actor),
             int,
         ),
+        "roster": jsonable(traj.roster) if traj.roster else None,
     }
 
 
@@ -285,6 +303,7 @@ def trajectory_from_rows(row: Any, steps: Iterable[Any]) -> Trajectory:
         outcome=Label(row.outcome) if row.outcome in Label._value2member_map_ else Label.UNKNOWN,
         metrics=dict(row.metrics or {}),
         attempt=int(getattr(row, "attempt", 1) or 1),
+        roster=list(getattr(row, "roster", None) or []),
     )
 
 

@@ -144,6 +144,7 @@ def current_label_rows(
             L.annotator,
             L.note,
             L.created_at,
+            L.agent,
         )
         .join(T, T.id == L.trajectory_id)
         .where(L.is_current)
@@ -170,4 +171,5 @@ LABEL_COLUMNS = (
     "annotator",
     "note",
     "created_at",
+    "agent",
 )

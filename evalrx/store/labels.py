@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional, Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from evalrx.core.case import Label
+from evalrx.core.case import Label, agent_name
 from evalrx.core.failures import canonical_kind
 from evalrx.store import convert
 from evalrx.store import schema as t
@@ -39,6 +39,7 @@ def _info(row: t.LabelRow) -> LabelInfo:
         created_at=row.created_at,
         is_current=row.is_current,
         superseded_by=row.superseded_by,
+        agent=row.agent,
     )
 
 
@@ -58,6 +59,7 @@ def _set_in_session(
     step_idx: Optional[int],
     created_at: Optional[datetime] = None,
     is_current: bool = True,
+    agent: Optional[str] = None,
 ) -> t.LabelRow:
     # Locks the trajectory on PostgreSQL so two annotators' edits serialise (SQLite: BEGIN IMMEDIATE).
     traj = session.execute(
@@ -91,6 +93,7 @@ def _set_in_session(
         first_wrong_step=first_wrong_step,
         note=convert.clean(note) or None,
         annotator=convert.clean(annotator) or None,
+        agent=convert.clean(agent_name(agent)),
         is_current=is_current,
         created_at=created_at or t.utcnow(),
     )
@@ -115,6 +118,7 @@ def set_label(
     note: Optional[str] = None,
     annotator: Optional[str] = None,
     step_idx: Optional[int] = None,
+    agent: Optional[str] = None,
     store: "Store | str | None" = None,
 ) -> LabelInfo:
     """Label a trajectory (or one of its steps); the previous label stays in the history.
@@ -127,6 +131,7 @@ def set_label(
         note: free text.
         annotator: who labelled.
         step_idx: label one step instead of the whole trajectory.
+        agent: in a team, the agent the person blames.
         store: the store (default store when None).
 
     Returns:
@@ -145,6 +150,7 @@ def set_label(
             note=note,
             annotator=annotator,
             step_idx=step_idx,
+            agent=agent,
         )
         return _info(row)
 
@@ -199,6 +205,7 @@ def restore_labels(session: Session, trajectory_id: int, labels: Iterable[dict])
             annotator=d.get("annotator"),
             step_idx=d.get("step_idx"),
             created_at=created,
+            agent=d.get("agent"),
         )
 
 
@@ -213,6 +220,14 @@ class LabelTarget:
     attempt: int
     n_steps: int
     messages: "dict[int, int]" = field(default_factory=dict)
+    agents: "list[str]" = field(default_factory=list)  # the team's agents that took steps (none: one agent)
+
+    def agent_named(self, name: Optional[str]) -> Optional[str]:
+        """The team's agent a label's `name` means (its spelling here, case aside); None for a one-agent
+        trajectory, where no agent is blamed; an unknown name as given."""
+        if name is None or not self.agents:
+            return None
+        return next((a for a in self.agents if a.lower() == name.lower()), name)
 
 
 _CHUNK = 500  # ids per IN (...) list
@@ -252,6 +267,13 @@ def label_targets(
                     msg = (span or {}).get("message")
                     if isinstance(msg, int) and not isinstance(msg, bool):
                         found[tid].messages.setdefault(msg, idx)
+        ids = sorted(found)
+        for start in range(0, len(ids), _CHUNK):
+            q = select(t.TrajectoryAgent.trajectory_id, t.TrajectoryAgent.agent).where(
+                t.TrajectoryAgent.trajectory_id.in_(ids[start : start + _CHUNK])
+            )
+            for tid, agent in s.execute(q):
+                found[tid].agents.append(agent)
     return sorted(found.values(), key=lambda x: (x.run_id, x.sample_id, x.attempt, x.trajectory_id))
 
 
@@ -286,6 +308,7 @@ def set_labels(labels: Sequence[dict], *, store: "Store | str | None" = None) ->
                 d.get("first_wrong_step"),
                 convert.clean(d.get("note")) or None,
                 convert.clean(d.get("annotator")) or None,
+                convert.clean(agent_name(d.get("agent"))),
             )
             if current is not None and new == (
                 current.outcome,
@@ -293,6 +316,7 @@ def set_labels(labels: Sequence[dict], *, store: "Store | str | None" = None) ->
                 current.first_wrong_step,
                 current.note,
                 current.annotator,
+                current.agent,
             ):
                 written.append(False)
                 continue
@@ -306,6 +330,7 @@ def set_labels(labels: Sequence[dict], *, store: "Store | str | None" = None) ->
                 annotator=d.get("annotator"),
                 step_idx=step_idx,
                 created_at=d.get("created_at"),
+                agent=d.get("agent"),
             )
             written.append(True)
     return written, added

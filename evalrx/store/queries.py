@@ -21,7 +21,7 @@ from evalrx.store import schema as t
 from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store.engine import Store, resolve
 from evalrx.store.labels import current_labels_in, tags_in
-from evalrx.store.records import Page, RunInfo, RunStats, TrajectoryDetail, TrajectoryRow
+from evalrx.store.records import AgentShare, Page, RunInfo, RunStats, TrajectoryDetail, TrajectoryRow
 
 SORTS = {
     "id": t.Trajectory.id,
@@ -121,6 +121,7 @@ def filter_trajectories(
     label_kind: Optional[str] = None,
     terminated: "str | Sequence[str] | None" = None,
     tool: Optional[str] = None,
+    agent: Optional[str] = None,
     tag: Optional[str] = None,
     text: Optional[str] = None,
     has_parse_error: Optional[bool] = None,
@@ -138,7 +139,8 @@ def filter_trajectories(
     `diagnosis_kind` keeps trajectories whose top diagnosis is of that kind (e.g. "bad_arguments");
     `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it;
     `sources_disagree` keeps those whose sources' best candidates differ in kind or first wrong step
-    (False: those where they agree, or only one source spoke).
+    (False: those where they agree, or only one source spoke);
+    `agent` keeps a team's trajectories in which that agent took a step.
     """
     T = t.Trajectory
     runs = _as_list(run_id)
@@ -165,6 +167,8 @@ def filter_trajectories(
         q = q.where(T.terminated == terms[0]) if len(terms) == 1 else q.where(T.terminated.in_(terms))
     if tool:
         q = q.where(exists().where(t.TrajectoryTool.trajectory_id == T.id, t.TrajectoryTool.tool == tool))
+    if agent:
+        q = q.where(exists().where(t.TrajectoryAgent.trajectory_id == T.id, t.TrajectoryAgent.agent == agent))
     if tag:
         q = q.where(
             exists()
@@ -248,7 +252,7 @@ def list_trajectories(
         with_total: also count every matching row (one more query).
         store: the store (default when None).
         **filters: see `filter_trajectories` (run_id, outcome, label, label_kind,
-            terminated, tool, tag, text, has_parse_error, sample_id, diagnosis_kind, max_margin,
+            terminated, tool, agent, tag, text, has_parse_error, sample_id, diagnosis_kind, max_margin,
             sources_disagree).
 
     Returns:
@@ -321,6 +325,40 @@ def offered_tools_in(session: Session, trajectory_id: int) -> list[dict]:
             .order_by(t.OfferedTool.position)
         ).scalars()
     ]
+
+
+def trajectory_agents(trajectory_id: int, *, store: "Store | str | None" = None) -> "list[AgentShare]":
+    """The agents that took a trajectory's steps, in order of appearance, with their steps and latency."""
+    with resolve(store).read() as s:
+        rows = s.execute(
+            select(t.TrajectoryAgent.agent, t.TrajectoryAgent.n_steps, t.TrajectoryAgent.latency_ms, t.Step.idx)
+            .join(
+                t.Step,
+                (t.Step.trajectory_id == t.TrajectoryAgent.trajectory_id) & (t.Step.agent == t.TrajectoryAgent.agent),
+            )
+            .where(t.TrajectoryAgent.trajectory_id == trajectory_id)
+        ).all()
+    first: dict = {}
+    for agent, n, ms, idx in rows:
+        if agent not in first or idx < first[agent][0]:
+            first[agent] = (idx, AgentShare(agent, n, ms))
+    return [share for _, share in sorted(first.values(), key=lambda x: x[0])]
+
+
+def run_agents(
+    run_id: "int | Sequence[int] | None" = None, *, store: "Store | str | None" = None
+) -> "list[AgentShare]":
+    """The agents that took part in a run's trajectories (or every run's), most steps first, with their steps and
+    latency summed over the trajectories (the filter's choices and the per-agent figures)."""
+    A, T = t.TrajectoryAgent, t.Trajectory
+    q = select(A.agent, func.sum(A.n_steps), func.sum(A.latency_ms), func.count()).group_by(A.agent)
+    runs = _as_list(run_id)
+    if runs is not None:
+        q = q.join(T, T.id == A.trajectory_id).where(T.run_id.in_(runs))
+    with resolve(store).read() as s:
+        rows = s.execute(q).all()
+    shares = [AgentShare(a, int(n or 0), float(ms or 0.0), int(k)) for a, n, ms, k in rows]
+    return sorted(shares, key=lambda x: (-x.n_steps, x.agent))
 
 
 def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) -> Optional[TrajectoryDetail]:

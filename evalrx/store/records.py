@@ -66,6 +66,17 @@ class TrajectoryRow:
 
 
 @dataclass
+class AgentShare:
+    """One agent's part in a team's trajectory (or, summed, in a run's): steps taken, their latency, and in
+    how many trajectories it took part."""
+
+    agent: str
+    n_steps: int
+    latency_ms: float
+    n_trajectories: int = 1
+
+
+@dataclass
 class Page:
     """A page of trajectory rows; pass `next_cursor` as `after=` to get the next page."""
 
@@ -87,10 +98,11 @@ class LabelInfo:
     created_at: datetime
     is_current: bool
     superseded_by: Optional[int]
+    agent: Optional[str] = None  # the team's agent the person blames
 
     def to_dict(self) -> dict:
-        """The exported form (no database ids)."""
-        return {
+        """The exported form (no database ids; `agent` only when a person named one)."""
+        out = {
             "step_idx": self.step_idx,
             "outcome": self.outcome,
             "failure_kind": self.failure_kind,
@@ -100,6 +112,9 @@ class LabelInfo:
             "created_at": self.created_at.isoformat(),
             "is_current": self.is_current,
         }
+        if self.agent is not None:
+            out["agent"] = self.agent
+        return out
 
 
 @dataclass

@@ -289,6 +289,7 @@ class NewTrajectory:
                 "text": convert.search_text(self.traj),
                 "steps": [convert.step_fields(s) for s in steps],
                 "tools": convert.tools_used(steps),
+                "agents": convert.agents_of(steps),
             }
         return self
 
@@ -317,6 +318,9 @@ def save_trajectories(session: Session, items: Sequence[NewTrajectory]) -> list:
     tools = [{"trajectory_id": tid, "tool": n} for tid, r in zip(ids, prepared) for n in r["tools"]]
     if tools:
         session.execute(insert(t.TrajectoryTool.__table__), tools)
+    agents = [dict(a, trajectory_id=tid) for tid, r in zip(ids, prepared) for a in r["agents"]]
+    if agents:
+        session.execute(insert(t.TrajectoryAgent.__table__), agents)
     for tid, i in zip(ids, items):
         if i.traj.offered_tools:
             save_offered_tools(session, tid, i.traj.offered_tools)

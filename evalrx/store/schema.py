@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0013"
+SCHEMA_VERSION = "0014"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -224,6 +224,8 @@ class Trajectory(Base):
     labelled_at: Mapped[Optional[datetime]]
     # The top diagnosis's failure kind, copied from `diagnoses` so the list filters and counts by it.
     diagnosis_kind: Mapped[Optional[str]] = mapped_column(String(100))
+    # A team's agents (`evalrx.core.roster_of`: name, description or system prompt); None for one agent.
+    roster: Mapped[Optional[list]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (
@@ -262,6 +264,20 @@ class TrajectoryTool(Base):
     tool: Mapped[str] = mapped_column(String(100), primary_key=True)
 
     __table_args__ = (Index(None, "tool", "trajectory_id"),)
+
+
+class TrajectoryAgent(Base):
+    """The agents that took a trajectory's steps, with how many each took and their model time (the
+    "agent took part" filter and the per-agent figures); none for a single-agent run."""
+
+    __tablename__ = "trajectory_agents"
+
+    trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"), primary_key=True)
+    agent: Mapped[str] = mapped_column(String(200), primary_key=True)
+    n_steps: Mapped[int] = mapped_column(default=0)
+    latency_ms: Mapped[float] = mapped_column(Float, default=0.0)
+
+    __table_args__ = (Index(None, "agent", "trajectory_id"),)
 
 
 class ToolSpec(Base):
@@ -317,6 +333,8 @@ class Step(Base):
     completion_tokens: Mapped[Optional[int]]
     flags: Mapped[Optional[str]] = mapped_column(String(200))  # comma-separated loop-policy flags
     span: Mapped[dict] = mapped_column(default=dict)
+    agent: Mapped[Optional[str]] = mapped_column(String(200))  # who took the step in a team (None: one agent)
+    addressee: Mapped[Optional[str]] = mapped_column(String(200))  # whom it spoke to, where the log says
 
     __table_args__ = (UniqueConstraint("trajectory_id", "idx"),)
 
@@ -402,6 +420,7 @@ class LabelRow(Base):
     first_wrong_step: Mapped[Optional[int]]
     note: Mapped[Optional[str]] = mapped_column(Text)
     annotator: Mapped[Optional[str]] = mapped_column(String(100))
+    agent: Mapped[Optional[str]] = mapped_column(String(200))  # the team's agent the person blames
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     is_current: Mapped[bool] = mapped_column(Boolean, default=True)
     superseded_by: Mapped[Optional[int]] = mapped_column(ForeignKey("labels.id"))
