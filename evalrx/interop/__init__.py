@@ -44,6 +44,7 @@ for _module in (
     "openai_chat",
     "tau_bench",
     "team_chat",
+    "traces",
     "inspect_log",
     "inspect_eval",
 ):

@@ -127,9 +127,9 @@ def _read_object(
             "document (no `schema_version`)",
         )
     assert fmt.read_record is not None  # record_format returns readers only
+    reading.kinds.add(fmt.name)
     try:
         for record in fmt.read_record(obj, where, reading):
-            reading.kinds.add(fmt.name)
             yield record
     except ImportFormatError:
         raise
@@ -151,8 +151,24 @@ def _read_jsonl(lines: Iterable, reading: Reading) -> Iterator[Record]:
         for record in _read_object(obj, lineno, reading):
             found = True
             yield record
+    for record in _finish(reading):
+        found = True
+        yield record
     if not found:
         raise ImportFormatError(reading.path, 1, "the file holds no trajectories")
+
+
+def _finish(reading: Reading) -> Iterator[Record]:
+    """What the formats read held back until the file's end (a trace's spans), each problem one line."""
+    for fmt in readers():
+        if fmt.finish is None or fmt.name not in reading.kinds:
+            continue
+        try:
+            yield from fmt.finish(reading)
+        except ImportFormatError:
+            raise
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ImportFormatError(reading.path, "end of file", str(exc)) from None
 
 
 def _read_document(reading: Reading) -> Iterator[Record]:
@@ -167,6 +183,7 @@ def _read_document(reading: Reading) -> Iterator[Record]:
     doc = parse_json(path.read_bytes(), path, None, reading.limits, first=True, what="file")
     if isinstance(doc, dict) and record_format(doc, whole=True) is not None:
         yield from _read_object(doc, 1, reading, whole=True)
+        yield from _finish(reading)
     elif isinstance(doc, list) and doc and all(listed_format(d) is not None for d in doc):
         for i, d in enumerate(doc):
             yield from _read_object(d, f"document {i}", reading, whole=True, fmt=listed_format(d))

@@ -1,14 +1,14 @@
 """Human labels from elsewhere, into the store: a labels CSV, labels JSONL, or AgentRx ground truth.
 
-The format is told from the content: a JSON list is AgentRx ground truth, lines of JSON objects are
-labels JSONL, anything else a CSV with `export_labels_csv`'s columns (so an export imports back). A
+The format is told from the content: a JSON list is AgentRx ground truth, one JSON object with `errors` a
+TRAIL annotation (errors located by span id), lines of JSON objects are labels JSONL, anything else a CSV with `export_labels_csv`'s columns (so an export imports back). A
 label lands on a trajectory by its case id and attempt (the first attempt when none is given), within
 one run when `run_id` says which; labels JSONL may name a store trajectory id instead. A label whose
 trajectory is not in the store is counted and named, not fatal. Categories of other taxonomies become
 our kinds through `evalrx.core.taxonomies`; one we have no kind for is added as a custom kind.
 
-Each source keeps its own annotator (AgentRx: "agentrx"; a JSONL record without one: the file's
-name), so the Agreement report scores the diagnosis against those people as against any other.
+Each source keeps its own annotator (AgentRx: "agentrx"; TRAIL: "trail"; a JSONL record without one: the
+file's name), so the Agreement report scores the diagnosis against those people as against any other.
 
     res = import_labels("tau_ground_truth.json", run_id=3)
     res.n_labels, res.unmatched, res.failure_steps
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,13 +26,14 @@ from typing import Any, Optional
 
 from evalrx import store as S
 from evalrx.core.case import Label
-from evalrx.core.taxonomies import AGENTRX, map_category
+from evalrx.core.taxonomies import AGENTRX, TRAIL, map_category
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.files import existing
 from evalrx.interop.limits import ImportLimits, decode_utf8, parse_json
 
 OUTCOMES = tuple(x.value for x in Label)
 AGENTRX_ANNOTATOR = "agentrx"
+TRAIL_ANNOTATOR = "trail"
 _FORMULA = tuple("=+-@")  # what `export_labels_csv` quotes with a leading "'" so spreadsheets keep it as text
 
 
@@ -81,6 +83,8 @@ class _Row:
     annotator: Optional[str] = None
     created_at: Optional[datetime] = None
     agent: Optional[str] = None  # the team's agent blamed (AgentRx's failed_agent)
+    step_span: Optional[str] = None  # the step given as the id of the span it came from (TRAIL's location)
+    first_wrong_span: Optional[list] = None  # (span, kind) of errors: the earliest's step and kind are the label's
     failure: Optional[dict] = None  # AgentRx: the failure this row stands for (kept in failure_steps)
 
 
@@ -111,7 +115,7 @@ def import_labels(
     fmt, rows = _read(path)
     if annotator is not None:
         annotator = annotator.strip() or None
-    default_who = AGENTRX_ANNOTATOR if fmt == AGENTRX else path.stem if fmt == "jsonl" else None
+    default_who = {AGENTRX: AGENTRX_ANNOTATOR, TRAIL: TRAIL_ANNOTATOR, "jsonl": path.stem}.get(fmt)
     targets = S.label_targets(
         sample_ids={r.sample_id for r in rows if r.sample_id is not None},
         trajectory_ids={r.trajectory_id for r in rows if r.trajectory_id is not None},
@@ -126,12 +130,18 @@ def import_labels(
         if target is None:
             continue
         who = annotator or row.annotator or default_who
+        if row.first_wrong_span is not None:  # the earliest error's step and kind
+            row.first_wrong_step, row.kind = min(
+                ((_span_step(sp, target, row, path), kind) for sp, kind in row.first_wrong_span), key=lambda x: x[0]
+            )
         fields = {
             "trajectory_id": target.trajectory_id,
             "outcome": row.outcome,
             "failure_kind": row.kind,
             "first_wrong_step": _step(row.first_wrong_step, row.first_wrong_message, target, row, path),
-            "step_idx": _step(row.step_idx, row.step_message, target, row, path),
+            "step_idx": _step(row.step_idx, row.step_message, target, row, path)
+            if row.step_span is None
+            else _span_step(row.step_span, target, row, path),
             "note": row.note,
             "annotator": who,
             "created_at": row.created_at,
@@ -191,6 +201,19 @@ def _place(row: _Row, targets: list, run_id: Optional[int], res: LabelImportResu
     return same[0]  # the first attempt when none was named
 
 
+def _span_step(span_id: str, target: Any, row: _Row, path: Path) -> int:
+    """The step a span id stands for (the span it came from, or a span it stands for; `evalrx.interop.traces`)."""
+    key = span_id.lower().removeprefix("0x")
+    if key not in target.spans:
+        raise ImportFormatError(
+            path,
+            row.where,
+            f"span {span_id} is not in trajectory {target.trajectory_id} (trace {target.sample_id}); "
+            "is the label file for this trace?",
+        )
+    return target.spans[key]
+
+
 def _step(idx: Optional[int], message: Optional[int], target: Any, row: _Row, path: Path) -> Optional[int]:
     """A step index, given as one or as the 1-based index of the source message the step came from."""
     if message is not None:
@@ -228,8 +251,56 @@ def _read(path: Path) -> "tuple[str, list[_Row]]":
     if head == "[":
         return AGENTRX, _agentrx(parse_json(data, path, None, ImportLimits(), first=True, what="file"), path)
     if head == "{":
+        whole = _whole_object(data)
+        if isinstance(whole, dict) and isinstance(whole.get("errors"), list):
+            return TRAIL, _trail(whole, path)
         return "jsonl", _jsonl(text, path)
     return "csv", _csv(text, path)
+
+
+def _whole_object(data: bytes) -> Any:
+    """The file as one JSON value when it is one (a TRAIL annotation), else None (JSONL: one object a line)."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _trail(doc: dict, path: Path) -> "list[_Row]":
+    """TRAIL's annotation of one trace: a step label per error, at the span it names (`location`), and one
+    whole-trajectory label whose first wrong step is the earliest error's. The trace is the file's `trace_id`,
+    else the file's name (TRAIL names each file after its trace)."""
+    case = _text(doc.get("trace_id")) or path.stem
+    rows: list = []
+    for n, e in enumerate(doc["errors"], 1):
+        where = f"error {n}"
+        if not isinstance(e, dict) or not _text(e.get("location")) or not _text(e.get("category")):
+            raise ImportFormatError(path, where, "a TRAIL error needs `category` and `location` (a span id)")
+        note = " ".join(
+            p
+            for p in (
+                f"TRAIL category: {_text(e['category'])}.",
+                _text(e.get("description")),
+                f"Evidence: {_text(e.get('evidence'))}" if _text(e.get("evidence")) else None,
+                f"Impact: {_text(e.get('impact'))}." if _text(e.get("impact")) else None,
+            )
+            if p
+        )
+        rows.append(
+            _Row(
+                where=where,
+                sample_id=case,
+                outcome="fail",
+                kind=_kind(e["category"], path, where, TRAIL),
+                step_span=_text(e["location"]),
+                note=note,
+            )
+        )
+    if rows:
+        rows.append(
+            _Row(where="errors", sample_id=case, outcome="fail", first_wrong_span=[(r.step_span, r.kind) for r in rows])
+        )
+    return rows
 
 
 def _int(value: Any, path: Path, where: Any, name: str, *, least: int = 0) -> Optional[int]:

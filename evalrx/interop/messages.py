@@ -91,7 +91,7 @@ def message_pictures(
     return case, by_step
 
 
-def _call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:
+def parse_tool_call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:
     """One tool call as a ToolCall dict plus a parse error (if its arguments were not JSON)."""
     if not isinstance(raw, dict):
         raise ValueError(f"tool call {i} is not an object")
@@ -178,7 +178,7 @@ def messages_to_steps(
                 raise ValueError(f"message {i}: `tool_calls` must be a list")
             for j, raw in enumerate(raw_calls):
                 try:
-                    call, err = _call(raw, j, style)
+                    call, err = parse_tool_call(raw, j, style)
                 except ValueError as exc:
                     raise ValueError(f"message {i}: {exc}") from None
                 calls.append(call)

@@ -35,6 +35,7 @@ class Reading:
     kinds: set = field(default_factory=set)
     notes: list = field(default_factory=list)
     attempts: dict = field(default_factory=dict)  # case id -> attempts numbered so far (formats without attempts)
+    buffers: dict = field(default_factory=dict)  # a format's records held until the file ends (a trace's spans)
 
     @property
     def format(self) -> str:

@@ -45,6 +45,7 @@ class Format:
         listable: a whole file may be a JSON array of these documents (ATIF).
         sniff_list: whether a whole-file JSON array is one record of this format (a team's message list).
         read_list: reads such an array.
+        finish: yields what the format held back once the whole file is read (a trace spread over many lines).
     """
 
     name: str
@@ -63,6 +64,7 @@ class Format:
     listable: bool = False
     sniff_list: Optional[Callable[[list], bool]] = None
     read_list: Optional[Callable[[list, Reading], Iterator[Record]]] = None
+    finish: Optional[Callable[[Reading], Iterator[Record]]] = None
 
     @property
     def exports_as(self) -> str:

@@ -221,6 +221,7 @@ class LabelTarget:
     n_steps: int
     messages: "dict[int, int]" = field(default_factory=dict)
     agents: "list[str]" = field(default_factory=list)  # the team's agents that took steps (none: one agent)
+    spans: "dict[str, int]" = field(default_factory=dict)  # trace span id -> the step it came from or stands for
 
     def agent_named(self, name: Optional[str]) -> Optional[str]:
         """The team's agent a label's `name` means (its spelling here, case aside); None for a one-agent
@@ -243,7 +244,8 @@ def label_targets(
 ) -> list[LabelTarget]:
     """The trajectories of these case ids (every attempt, in every run unless `run_id`) and of these
     trajectory ids, ordered by run and attempt; `messages` also reads each step's source message index
-    (`span["message"]`, set by the chat-transcript imports). Raises ValueError for an unknown run."""
+    (`span["message"]`, set by the chat-transcript imports) and the trace spans each step came from or stands
+    for (`span["span_id"]`, `span["spans"]`: the trace imports). Raises ValueError for an unknown run."""
     T = t.Trajectory
     cols = (T.id, T.run_id, T.sample_id, T.attempt, T.n_steps)
     with resolve(store).read() as s:
@@ -267,6 +269,9 @@ def label_targets(
                     msg = (span or {}).get("message")
                     if isinstance(msg, int) and not isinstance(msg, bool):
                         found[tid].messages.setdefault(msg, idx)
+                    for sid in [(span or {}).get("span_id"), *((span or {}).get("spans") or [])]:
+                        if isinstance(sid, str):
+                            found[tid].spans.setdefault(sid, idx)
         ids = sorted(found)
         for start in range(0, len(ids), _CHUNK):
             q = select(t.TrajectoryAgent.trajectory_id, t.TrajectoryAgent.agent).where(

@@ -153,7 +153,7 @@ def test_the_team_survives_an_export_and_its_import(tmp_path, sqlite_url, suffix
     path.write_text(json.dumps(HAND_CRAFTED))
     run = import_file(path, store=sqlite_url).run_ids[0]
     out = tmp_path / f"out{suffix}"
-    export_run(run, out, store=sqlite_url)
+    export_run(run, out, store=sqlite_url, otel_content=True)
     again = import_file(out, store=sqlite_url)
     (before,) = S.list_trajectories(run_id=run, store=sqlite_url).rows
     (after,) = S.list_trajectories(run_id=again.run_ids[0], store=sqlite_url).rows
