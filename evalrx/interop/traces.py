@@ -247,6 +247,10 @@ class _Trace:
         self.by_id = {s.span_id: s for s in self.spans}
         self.kinds = {s.span_id: kind_of(s) for s in self.spans}
         self.roots = [s for s in self.spans if s.parent_id not in self.by_id]
+        self.children: dict = {}
+        for s in self.spans:
+            if s.parent_id in self.by_id:
+                self.children.setdefault(s.parent_id, []).append(s)
         self.agent_span: dict = {}  # span id -> the AGENT span above it (or itself)
         for s in self.spans:
             self._agent_above(s)
@@ -266,6 +270,29 @@ class _Trace:
         for p in path:
             self.agent_span[p.span_id] = found
         return found
+
+    def inside_same(self, span: Span) -> bool:
+        """Whether a span sits inside another of its kind with no AGENT between (a wrapper and the client both
+        traced one call): the outer one speaks for both."""
+        kind = self.kinds[span.span_id]
+        for a in self.ancestors(span):
+            if self.kinds[a.span_id] == _AGENT:
+                return False
+            if self.kinds[a.span_id] == kind:
+                return True
+        return False
+
+    def same_inside(self, span: Span) -> list:
+        """The spans of its kind a span speaks for (`inside_same`), nearest first."""
+        kind, out, todo = self.kinds[span.span_id], [], list(self.children.get(span.span_id, []))
+        while todo:
+            c = todo.pop(0)
+            if self.kinds[c.span_id] == _AGENT:
+                continue
+            if self.kinds[c.span_id] == kind:
+                out.append(c)
+            todo.extend(self.children.get(c.span_id, []))
+        return out
 
     def ancestors(self, span: Span) -> Iterator[Span]:
         seen = {span.span_id}
@@ -311,8 +338,8 @@ class _Trace:
         return list(members.values())
 
 
-def trace_record(spans: list, reading: Reading) -> Record:
-    """One trace's spans as a trajectory."""
+def trace_record(spans: list, reading: Reading) -> Optional[Record]:
+    """One trace's spans as a trajectory; None for a trace with no model call or tool span (nothing happened)."""
     trace = _Trace(spans)
     tid = spans[0].trace_id
     where = f"trace {tid}"
@@ -321,13 +348,14 @@ def trace_record(spans: list, reading: Reading) -> Record:
     used: set = set()
     tool_agents = {trace.agent(s) for s in trace.spans if trace.kinds[s.span_id] == _TOOL}
     seen_inputs: dict = {}  # agent -> messages its last model call had seen (inputs + output)
+    said: set = set()  # what the model turns so far said
     goal: Optional[str] = None
     for s in trace.spans:
         kind = trace.kinds[s.span_id]
         if kind not in (_LLM, _TOOL):
             continue
-        if kind == _LLM and any(trace.kinds[a.span_id] == _LLM for a in trace.ancestors(s)):
-            continue  # a model call inside another (a wrapper and the client both traced): the outer one speaks
+        if trace.inside_same(s):
+            continue  # a call inside another of its kind (a wrapper and the client both traced): the outer speaks
         agent = trace.agent(s)
         when = s.end_ns if s.end_ns is not None else (s.start_ns or 0)
         span_info: dict = {"span_id": s.span_id}
@@ -352,7 +380,8 @@ def trace_record(spans: list, reading: Reading) -> Record:
                             observation=m["content"],
                             span={"from_input_of": s.span_id},
                         )
-                    elif m["role"] == "user":
+                    elif m["role"] == "user" and m["content"] not in said:
+                        # a user turn no step said yet (a group chat relays the other agents' messages as user turns)
                         step = Step(idx=0, role=StepRole.USER, content=m["content"], span={"from_input_of": s.span_id})
                     else:
                         continue
@@ -374,18 +403,31 @@ def trace_record(spans: list, reading: Reading) -> Record:
             if s.error is not None:
                 span_info["error"] = s.error or "the model call failed"
             content = _text(out.get("content"))
+            said.add(content)
             step = Step(idx=0, role=StepRole.ACTOR, content=content, tool_calls=calls, parse_error=parse_error)
         else:
-            name = s.attrs.get("tool.name") or s.attrs.get("gen_ai.tool.name") or s.name
-            result = s.attrs.get("output.value", s.attrs.get("gen_ai.tool.call.result"))
-            observation = _text(result) if result is not None else (s.error or "")
-            call_id = s.attrs.get("tool_call.id") or s.attrs.get("gen_ai.tool.call.id")
+            inner = trace.same_inside(s)
+            for x in inner:
+                used.add(x.span_id)
+
+            def attr(*keys: str) -> Any:  # the span's own value, else the nearest inner span's
+                for holder in (s, *inner):
+                    for key in keys:
+                        if holder.attrs.get(key) is not None:
+                            return holder.attrs[key]
+                return None
+
+            name = attr("tool.name", "gen_ai.tool.name") or s.name
+            result = attr("output.value", "gen_ai.tool.call.result")
+            error = next((x.error for x in (s, *inner) if x.error is not None), None)
+            observation = _text(result) if result is not None else (error or "")
+            call_id = attr("tool_call.id", "gen_ai.tool.call.id")
             if call_id is not None:
                 span_info["call_id"] = str(call_id)
-            args = s.attrs.get("input.value", s.attrs.get("gen_ai.tool.call.arguments"))
+            args = attr("input.value", "gen_ai.tool.call.arguments")
             if args is not None:
                 span_info["arguments"] = _text(args)[:2000]
-            if s.error is not None:
+            if error is not None:
                 span_info["tool_error"] = True
             step = Step(idx=0, role=StepRole.TOOL, content=str(name), observation=observation)
         step.span.update(span_info)
@@ -393,6 +435,8 @@ def trace_record(spans: list, reading: Reading) -> Record:
         if isinstance(s.attrs.get("evalrx.addressee"), str):  # evalrx's own export names it
             step.addressee = agent_name(s.attrs["evalrx.addressee"])
         made.append((when, s.order, step, s))
+    if not made:
+        return None
     made.sort(key=lambda x: (x[0], x[1]))
     if not goal or not isinstance(goal, str):
         goal = None
@@ -572,14 +616,23 @@ def _is_span_list(doc: list) -> bool:
 def _finish(reading: Reading) -> Iterator[Record]:
     """The trajectories of every trace the file held, in the order their first span came."""
     buffer = reading.buffers.pop(BUFFER, {})
+    empty = empty_spans = 0
     for tid, spans in buffer.items():
         try:
             record = trace_record(spans, reading)
         except ValueError as exc:
             raise ImportFormatError(reading.path, f"trace {tid}", str(exc)) from None
+        if record is None:
+            empty, empty_spans = empty + 1, empty_spans + len(spans)
+            continue
         record.traj.attempt = record.traj.attempt or reading.attempts.get(record.case.id, 0) + 1
         reading.attempts[record.case.id] = max(reading.attempts.get(record.case.id, 0), record.traj.attempt)
         yield record
+    if empty:
+        reading.notes.append(
+            f"{empty} trace{'s' if empty > 1 else ''} ({empty_spans} span{'s' if empty_spans > 1 else ''}) held no "
+            "model call or tool span (e.g. an agent being created): not imported"
+        )
 
 
 register(
