@@ -2,7 +2,7 @@
 (previous/next) and the Label queue. Pure Python: testable without Streamlit.
 
 Parameters: run, outcome, label, mode (the label's failure kind), term, tool, q (free text),
-kind (the diagnosed failure kind),
+kind (the diagnosed failure kind), agent (a team's agent that took a step),
 margin (keep trajectories whose smallest tool-decision margin is below this), disagree ("true": the
 diagnosis sources' best candidates differ in kind or first wrong step), sort, asc ("true" for
 ascending; newest/largest first otherwise). The values are the words the widgets show
@@ -16,7 +16,21 @@ from typing import Any, Mapping, Optional
 
 from evalrx.core import Label, Termination
 
-FILTER_KEYS = ("run", "outcome", "label", "mode", "term", "tool", "q", "kind", "margin", "disagree", "sort", "asc")
+FILTER_KEYS = (
+    "run",
+    "outcome",
+    "label",
+    "mode",
+    "term",
+    "tool",
+    "agent",
+    "q",
+    "kind",
+    "margin",
+    "disagree",
+    "sort",
+    "asc",
+)
 # The grader's outcomes in the order the pages show them.
 OUTCOMES = tuple(o.value for o in (Label.PASS, Label.FAIL, Label.ERROR, Label.UNKNOWN))
 # How a trajectory ended, as the "Ended by" filter offers it.
@@ -87,6 +101,7 @@ def store_filters(params: Mapping) -> dict:
         ("mode", "label_kind"),
         ("term", "terminated"),
         ("tool", "tool"),
+        ("agent", "agent"),
         ("q", "text"),
         ("kind", "diagnosis_kind"),
     ):
@@ -143,6 +158,7 @@ def describe(params: Mapping) -> str:
         ("label_kind", "labelled"),
         ("terminated", "ended"),
         ("tool", "tool"),
+        ("agent", "agent"),
         ("text", "text"),
         ("diagnosis_kind", "diagnosed"),
     ):

@@ -1,4 +1,5 @@
-"""The label form: pass / fail / failure kind / first wrong step / note, from the keyboard.
+"""The label form: pass / fail / failure kind / first wrong step / note (and, in a team, the agent to
+blame), from the keyboard.
 
 One keypress saves a verdict: Enter accepts the diagnosis's proposed kind with its first
 wrong step; P pass, F fail (with the kind chosen in the form), U unknown, 1-9 fail with the
@@ -15,7 +16,7 @@ from typing import Any, Callable, Optional
 import streamlit as st
 
 from components.safe import html_table, md_escape
-from components.viewmodel import actor_steps
+from components.viewmodel import actor_steps, team_names
 
 FLASH = "_evalrx_flash"
 NEED_NAME = "Type your name in Annotator (above)"
@@ -41,6 +42,8 @@ def describe_label(label: Any) -> str:
         bits.append(md_escape(label.failure_kind))
     if label.first_wrong_step is not None:
         bits.append(f"first wrong step {label.first_wrong_step}")
+    if getattr(label, "agent", None):
+        bits.append(f"blames **{md_escape(label.agent)}**")
     who = md_escape(label.annotator) if label.annotator else "anonymous"
     bits.append(f"by {who}, {label.created_at:%Y-%m-%d %H:%M} UTC")
     return " · ".join(bits)
@@ -112,7 +115,9 @@ def label_panel(
     names = [k.key for k in kinds]
     if cur and cur.failure_kind and cur.failure_kind not in names:
         names.append(cur.failure_kind)
+    agents = blame_choices(detail.trajectory, cur)  # empty for one agent: no agent to blame
     fws_key, note_key, kind_key = f"{key}-fws-{tid}", f"{key}-note-{tid}", f"{key}-kind-{tid}"
+    agent_key = f"{key}-agent-{tid}"
     need_name_key = f"{key}-need-name"
     if fws_key not in st.session_state:
         if cur and cur.first_wrong_step in steps:
@@ -129,6 +134,8 @@ def label_panel(
         )
     if note_key not in st.session_state:
         st.session_state[note_key] = (cur.note if cur else None) or ""
+    if agents and agent_key not in st.session_state:
+        st.session_state[agent_key] = cur.agent if cur and cur.agent in agents else None
 
     def annotator() -> Optional[str]:
         return (st.session_state.get(annotator_key) or "").strip() or None
@@ -140,6 +147,7 @@ def label_panel(
             return
         st.session_state.pop(need_name_key, None)
         fws = st.session_state.get(fws_key) if outcome == "fail" else None
+        blamed = st.session_state.get(agent_key) if outcome == "fail" and agents else None
         note = (st.session_state.get(note_key) or "").strip() or None
         set_label(
             tid,
@@ -148,12 +156,14 @@ def label_panel(
             first_wrong_step=fws,
             note=note,
             annotator=who,
+            agent=blamed,
             store=store,
         )
         flash(
             f"#{tid} labelled {outcome}"
             + (f" · {md_escape(kind)}" if kind else "")  # a custom kind is the user's text: the toast renders Markdown
             + (f" · first wrong step {fws}" if fws is not None else "")
+            + (f" · blames {md_escape(blamed)}" if blamed else "")  # an agent's name comes from the log
         )
         if on_saved:
             on_saved(tid)
@@ -249,8 +259,25 @@ def label_panel(
         help="Saved with a fail verdict. W moves it to the next model turn.",
     )
     s2.button("Next step", key=f"{key}-cycle", shortcut="W", on_click=cycle_step, width="stretch")
+    if agents:
+        st.selectbox(
+            "Agent to blame",
+            [None] + agents,
+            key=agent_key,
+            format_func=lambda a: "(none)" if a is None else a,
+            help="the team's agent whose step went wrong; saved with a fail verdict",
+        )
     st.text_input("Note", key=note_key, placeholder="optional; saved with the next verdict")
     shortcuts_help(key)
+
+
+def blame_choices(trajectory: Any, cur: Any = None) -> list[str]:
+    """The agents a person may blame for a team's trajectory (the current label's, if it names another, too);
+    empty for a single-agent trajectory."""
+    agents = team_names(trajectory)
+    if agents and cur is not None and getattr(cur, "agent", None) and cur.agent not in agents:
+        agents.append(cur.agent)
+    return agents
 
 
 def shortcuts_help(key: str) -> None:
@@ -282,6 +309,7 @@ def history_table(trajectory_id: int, *, store: Any) -> None:
     if not rows:
         st.caption("No labels yet.")
         return
+    team = any(r.agent for r in rows)  # the column only where a person blamed an agent
     st.html(
         html_table(
             [
@@ -291,6 +319,7 @@ def history_table(trajectory_id: int, *, store: Any) -> None:
                     "outcome": r.outcome,
                     "failure kind": r.failure_kind,
                     "first wrong step": r.first_wrong_step,
+                    **({"agent blamed": r.agent} if team else {}),
                     "note": r.note,
                     "annotator": r.annotator,
                     "current": "yes" if r.is_current else "no",

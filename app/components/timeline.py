@@ -7,8 +7,9 @@ from typing import Any, Optional
 import streamlit as st
 
 from components.safe import MAX_CHARS, md_escape, show_json, show_pre, show_text
+from components.team import agent_badge, edge_style, who_acted
 from components.tool_effects import render_tool_effects
-from components.viewmodel import step_views, token_rows, waterfall_rows
+from components.viewmodel import agent_colours, step_views, token_rows, waterfall_rows
 
 _ROLE_ICON = {"user": ":material/person:", "actor": ":material/smart_toy:", "tool": ":material/build:"}
 _BADGE_COLOR = {
@@ -124,8 +125,13 @@ def _count(n: Optional[int]) -> str:
     return "-" if n is None else f"{n:,}"
 
 
-def _header(v: Any, first_wrong: Optional[int]) -> str:
-    parts = [f"{_ROLE_ICON.get(v.role, '')} **{v.idx} · {md_escape(v.title)}**"]
+def _header(v: Any, first_wrong: Optional[int], colours: Optional[dict] = None) -> str:
+    if v.agent and v.role == "actor":  # a team's step: the agent (and whom it spoke to) in its colour
+        parts = [f"{_ROLE_ICON['actor']} **{v.idx} ·** {who_acted(v, colours or {})}"]
+    else:
+        parts = [f"{_ROLE_ICON.get(v.role, '')} **{v.idx} · {md_escape(v.title)}**"]
+        if v.agent:  # a tool step a team's agent took
+            parts.append(agent_badge(v.agent, colours or {}))
     if v.latency_ms is not None:
         parts.append(f"{v.latency_ms:,.1f} ms")
     if v.prompt_tokens is not None or v.completion_tokens is not None:
@@ -148,11 +154,15 @@ def render_timeline(
     observations (with images), parse errors and loop-policy badges."""
     media = media or {}
     offered = {spec.get("name"): spec for spec in detail.trajectory.offered_tools or []}
-    for v in step_views(detail.trajectory):
+    views = step_views(detail.trajectory)
+    colours = agent_colours(detail.trajectory)  # empty for one agent: its steps look as they always did
+    if colours:
+        st.html(edge_style(views, colours))
+    for v in views:
         if v.role == "user" and not show_user:
             continue
         with st.container(border=True, key=f"step-{v.idx}"):
-            st.markdown(_header(v, first_wrong))
+            st.markdown(_header(v, first_wrong, colours))
             if v.role == "tool":
                 spec = offered.get(v.title[len("Tool ") :]) if v.title.startswith("Tool ") else None
                 if spec is not None and spec.get("source") == "mcp":
@@ -209,6 +219,8 @@ def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
         text = md_escape(label.outcome or "cleared") + (
             f" · {md_escape(label.failure_kind)}" if label.failure_kind else ""
         )
+        if getattr(label, "agent", None):  # a team's label names the agent the person blames
+            text += f" · blames {md_escape(label.agent)}"
         bits.append(f":{_GRADE_COLOR.get(label.outcome, 'gray')}-badge[:material/label: {text}]")
     else:
         bits.append(":gray-badge[not labelled]")

@@ -37,6 +37,9 @@ class StepView:
     prompt_tokens: Optional[int] = None
     completion_tokens: Optional[int] = None
     turn: Optional[int] = None
+    agent: Optional[str] = None  # in a team: who took the step
+    addressee: Optional[str] = None  # whom it spoke to, where the log says
+    aside: Optional[str] = None  # what kind of message the log calls it ("thought", "final answer")
 
 
 def _observation_text(obs: Any) -> tuple[Optional[str], int]:
@@ -77,12 +80,18 @@ def step_views(trajectory: Any) -> list[StepView]:
             completion_tokens=_num(span.get("completion_tokens"), int),
             turn=_num(span.get("turn"), int),
             parse_error=s.parse_error,
+            agent=getattr(s, "agent", None),
+            addressee=getattr(s, "addressee", None),
+            aside=span.get("aside") if isinstance(span.get("aside"), str) else None,
         )
         if role == "user":
             k = span.get("user_turn")  # a conversation's turns are numbered from 1 on the page
             v.title, v.text = (f"User, turn {int(k) + 1}" if isinstance(k, int) else "User"), s.content or ""
         elif role == "actor":
-            v.title = f"Model, turn {v.turn}" if v.turn else "Model"
+            if v.agent is not None:  # a team's step: the agent, and whom it spoke to
+                v.title = v.agent + (f" -> {v.addressee}" if v.addressee else "")
+            else:
+                v.title = f"Model, turn {v.turn}" if v.turn else "Model"
             v.text = s.content or ""
             for call in s.tool_calls or []:
                 if isinstance(call, dict):
@@ -108,9 +117,13 @@ def waterfall_rows(trajectory: Any) -> list[dict]:
             continue
         kind = "model" if v.role == "actor" else "tool"
         if v.role == "actor":
-            name = (
-                f"model → {v.calls[0][0]}" if v.calls else ("model (parse error)" if v.parse_error else "model answers")
-            )
+            who = v.agent or "model"  # in a team, the agent that took the step
+            if v.calls:
+                name = f"{who} → {v.calls[0][0]}"
+            elif v.parse_error:
+                name = f"{who} (parse error)"
+            else:
+                name = v.agent or "model answers"
         else:
             name = v.title.replace("Tool ", "", 1)
         rows.append(
@@ -144,3 +157,67 @@ def token_rows(trajectory: Any) -> list[dict]:
 def actor_steps(trajectory: Any) -> list[int]:
     """Indices of the model's steps (the candidates for "first wrong step")."""
     return [int(s.idx) for s in trajectory.steps if _role(s) == "actor"]
+
+
+# The badge colours a team's agents take, in the order they appear (red stays the errors' colour), and the
+# hue of each for the edge of the agent's step cards (Streamlit's light palette).
+AGENT_COLOURS = ("blue", "green", "violet", "orange", "yellow", "gray")
+COLOUR_HEX = {
+    "blue": "#1c83e1",
+    "green": "#21c354",
+    "violet": "#803df5",
+    "orange": "#ff8700",
+    "yellow": "#ffbd45",
+    "gray": "#a3a8b8",
+}
+
+
+def team_names(trajectory: Any) -> list[str]:
+    """A team's agents by name: the trajectory's (`Trajectory.agents`), then any addressee that never spoke;
+    empty for a single-agent trajectory."""
+    names = dict.fromkeys(getattr(trajectory, "agents", None) or [])
+    for s in trajectory.steps:
+        if getattr(s, "addressee", None):
+            names.setdefault(s.addressee, None)
+    return list(names)
+
+
+def agent_colours(trajectory: Any) -> dict[str, str]:
+    """Each agent's colour: the same name, the same colour, wherever it shows in this trajectory."""
+    return {name: AGENT_COLOURS[i % len(AGENT_COLOURS)] for i, name in enumerate(team_names(trajectory))}
+
+
+def roster_rows(trajectory: Any) -> list[dict]:
+    """The team as the roster shows it: each agent once (`name`), with the `system_prompt` and `description`
+    the log gave it (None where it gave none), roster first, then agents only the steps name."""
+    given = {m["name"]: m for m in getattr(trajectory, "roster", None) or [] if isinstance(m, dict) and m.get("name")}
+    return [
+        {
+            "name": name,
+            "system_prompt": given.get(name, {}).get("system_prompt"),
+            "description": given.get(name, {}).get("description"),
+        }
+        for name in team_names(trajectory)
+    ]
+
+
+def agent_table(shares: list) -> list[dict]:
+    """The per-agent table of a team's trajectory from the store's `AgentShare`s: steps, their share of the
+    steps the team's agents took (a person's turns aside) and their summed latency ("-" where nothing was timed)."""
+    total = sum(a.n_steps for a in shares)
+    return [
+        {
+            "agent": a.agent,
+            "steps": a.n_steps,
+            "share of the team's steps": f"{100 * a.n_steps / total:.0f}%" if total else "-",
+            "latency": f"{a.latency_ms:,.1f} ms" if a.latency_ms else "-",
+        }
+        for a in shares
+    ]
+
+
+def agent_of_step(trajectory: Any, idx: Optional[int]) -> Optional[str]:
+    """The agent that took step `idx` (None for no step, or a step no agent took)."""
+    if idx is None:
+        return None
+    return next((s.agent for s in trajectory.steps if int(s.idx) == idx and getattr(s, "agent", None)), None)

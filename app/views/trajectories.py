@@ -18,7 +18,7 @@ from components.judge_form import judge_action
 from components.safe import md_escape
 from components.trajectory_list import render_list
 
-from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids
+from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids, run_agents
 
 S = store()
 # Rows a page (the user's pick, in the URL): each row is a few elements the browser draws, so a page
@@ -34,6 +34,12 @@ def _choices(url: str):
     kinds = {k.key: k.definition for k in list_kinds(store=S)}
     modes = list(kinds) + [m for m in label_kinds(store=S) if m not in kinds]
     return runs, modes, sorted(TOOLS), kinds
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def _agents(url: str, run: str) -> list:
+    """The agents that took part in the chosen run (every run's when none is chosen): none without a team."""
+    return [a.agent for a in run_agents(int(run) if run.isdigit() else None, store=S)]
 
 
 def _first_page() -> None:
@@ -76,7 +82,7 @@ with st.container(border=True):
     h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
-    k, m, n, o, _ = st.columns([1, 1, 1, 1, 2], vertical_alignment="bottom")
+    k, m, n, o, p = st.columns([1, 1, 1, 1, 2], vertical_alignment="bottom")
     k.selectbox(
         "Labelled as",
         modes,
@@ -104,6 +110,18 @@ with st.container(border=True):
         **BOUND,
     )
     per = int(o.selectbox("Rows a page", PAGE_SIZES, index=1, key="per", **BOUND) or PAGE_SIZES[1])
+    agents = _agents(S.url, str(st.session_state.get("run") or ""))
+    if agents or st.session_state.get("agent") or st.query_params.get("agent"):  # a team's runs (or a set filter)
+        p.selectbox(
+            "Agent",
+            agents,
+            index=None,
+            key="agent",
+            placeholder="any",
+            accept_new_options=True,
+            help="a team's agent that took a step in the trajectory",
+            **BOUND,
+        )
 
 params = {k: st.session_state.get(k) for k in FILTER_KEYS}
 filters = store_filters(params)

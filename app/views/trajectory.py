@@ -7,6 +7,7 @@ from components.diagnosis_card import highlight_step, render_diagnosis
 from components.filters import as_context, describe, from_context, neighbours
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape, short, show_pre
+from components.team import render_team
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 
 from evalrx.store import get_trajectory, list_kinds, other_runs_of_case, step_media
@@ -133,6 +134,7 @@ with side:
 with main:
     with st.container(border=True):
         render_case(detail, store=S)
+    render_team(detail, store=S)  # a team's agents, their shares and the roster; nothing for one agent
     render_charts(detail)
     st.markdown("#### Steps")
     marked = cur.first_wrong_step if cur and cur.first_wrong_step is not None else wrong_step
