@@ -1,4 +1,4 @@
-"""Import: drop a file (Inspect .eval or .json log, ATIF, evalrx or OpenAI chat JSONL), see what it
+"""Import: drop a file (Inspect .eval or .json log, ATIF, evalrx or OpenAI chat JSONL, a team's log, spans), see what it
 holds, then import it with a progress bar. The import runs in the background; other pages stay usable."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from evalrx.interop import ImportFormatError, preview_file
 
 st.title("Import")
 st.caption(
-    "Trajectories made elsewhere: Inspect AI logs (.eval, .json), ATIF documents, evalrx exports and "
-    "OpenAI chat-messages JSONL. The format is read from the content, not the name."
+    "Trajectories made elsewhere: Inspect AI logs (.eval, .json), ATIF documents, evalrx exports, "
+    "OpenAI chat-messages JSONL, tau-bench results, multi-agent logs (Who&When, Magentic-One) and traces "
+    "(OpenInference, Phoenix, TRAIL, OTLP JSON: one trajectory a trace). The format is read from the content, "
+    "not the name."
 )
 
 key = st.session_state.setdefault("import_key", uuid.uuid4().hex)

@@ -209,12 +209,15 @@ def compare_main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def import_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`evalrx import FILE`: trajectories from an Inspect `.eval`/`.json` log, ATIF, evalrx or OpenAI chat JSONL."""
+    """`evalrx import FILE`: trajectories from an Inspect `.eval`/`.json` log, ATIF, evalrx or OpenAI chat JSONL,
+    tau-bench results, a multi-agent log (Who&When, Magentic-One) or a trace file (OpenInference, OTLP JSON)."""
     p = argparse.ArgumentParser(
         prog="evalrx import",
         description="Import trajectories into the store as new run(s). "
         "The format is told from the content: an Inspect AI .eval or .json log, ATIF (JSON "
-        "or JSONL), an evalrx export or `evalrx run --out` JSONL, or OpenAI chat JSONL.",
+        "or JSONL), an evalrx export or `evalrx run --out` JSONL, OpenAI chat JSONL, tau-bench results, a "
+        "multi-agent log (Who&When JSON, a Magentic-One message list), or spans (OpenInference / Phoenix span "
+        "JSON, TRAIL traces, OTLP JSON, the OpenTelemetry SDK's span JSON lines; one trajectory a trace).",
     )
     p.add_argument("path", help="the file to import")
     p.add_argument(
@@ -317,10 +320,10 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def labels_main(argv: Optional[Sequence[str]] = None) -> int:
     """`evalrx labels import FILE [--run ID] [--annotator NAME]`: human labels from a labels CSV (what the
-    app's label export writes), labels JSONL, or AgentRx ground truth."""
+    app's label export writes), labels JSONL, AgentRx ground truth, or a TRAIL annotation (errors by span)."""
     p = argparse.ArgumentParser(prog="evalrx labels", description="Bring human labels in from a file.")
     p.add_argument("action", choices=["import"])
-    p.add_argument("path", help="a labels CSV, labels JSONL, or AgentRx ground-truth JSON")
+    p.add_argument("path", help="a labels CSV, labels JSONL, AgentRx ground-truth JSON, or a TRAIL annotation JSON")
     p.add_argument("--run", type=int, metavar="RUN_ID", help="find the cases in this run only")
     p.add_argument("--annotator", metavar="NAME", help="who the labels are from (default: the file's own names)")
     _url_arg(p)
@@ -582,7 +585,7 @@ COMMANDS: dict = {
     "worker": (worker_command, "run queued jobs from the store"),
     "runs": (runs_main, "list runs; show, cancel or retry one"),
     "compare": (compare_main, "compare two runs case by case (fixes, regressions, McNemar, bootstrap CI)"),
-    "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect .eval/.json, ATIF)"),
+    "import": (import_main, "import trajectories (evalrx/OpenAI JSONL, Inspect, ATIF, tau-bench, Who&When, spans)"),
     "export": (export_main, "export a run as JSONL, Parquet, ATIF or OpenTelemetry (OTLP JSON)"),
     "labels": (labels_main, "import human labels (labels CSV or JSONL, AgentRx ground truth)"),
     "diagnose": (diagnose_main, "diagnose stored trajectories again, or with a judge model (why each one failed)"),
