@@ -214,10 +214,3 @@ def agent_table(shares: list) -> list[dict]:
         }
         for a in shares
     ]
-
-
-def agent_of_step(trajectory: Any, idx: Optional[int]) -> Optional[str]:
-    """The agent that took step `idx` (None for no step, or a step no agent took)."""
-    if idx is None:
-        return None
-    return next((s.agent for s in trajectory.steps if int(s.idx) == idx and getattr(s, "agent", None)), None)

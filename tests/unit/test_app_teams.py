@@ -21,7 +21,6 @@ from components.labelling import blame_choices, describe_label  # noqa: E402
 from components.team import edge_style, who_acted  # noqa: E402
 from components.viewmodel import (  # noqa: E402
     agent_colours,
-    agent_of_step,
     agent_table,
     roster_rows,
     step_views,
@@ -123,7 +122,6 @@ def test_a_teams_steps_name_their_agent_and_addressee_in_stable_colours():
     ]
     css = edge_style(views, colours)
     assert ".st-key-step-1{" in css and ".st-key-step-3{" in css and ".st-key-step-0{" not in css
-    assert agent_of_step(traj, 2) == "WebSurfer" and agent_of_step(traj, 0) is None
     assert blame_choices(traj) == ["Orchestrator", "Coder", "WebSurfer"]
     shares = [S.AgentShare("Orchestrator", 2, 5.0), S.AgentShare("WebSurfer", 1, 0.0)]
     assert agent_table(shares) == [
