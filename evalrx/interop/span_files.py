@@ -183,7 +183,7 @@ def otlp_spans(doc: dict, order: int = 0) -> Iterator[Span]:
                     if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
                         raise ValueError(f"{what}: an attribute is not {{key, value}}")
                     attrs[kv["key"]] = _any_value(kv.get("value"))
-                status = sp.get("status") if isinstance(sp.get("status"), dict) else {}
+                status: dict = sp["status"] if isinstance(sp.get("status"), dict) else {}
                 order += 1
                 yield Span(
                     trace_id=trace,
@@ -225,7 +225,7 @@ def is_span_json(obj: dict) -> bool:
 
 def json_span(obj: dict, order: int = 0) -> Span:
     """A span from the SDK's, Phoenix's or a Phoenix dataframe row's JSON."""
-    ctx = obj.get("context") if isinstance(obj.get("context"), dict) else {}
+    ctx: dict = obj["context"] if isinstance(obj.get("context"), dict) else {}
     sid = _hex_id(ctx.get("span_id", obj.get("context.span_id")), "span_id")
     what = f"span {sid or obj.get('name') or '?'}"
     if sid is None:
@@ -241,7 +241,7 @@ def json_span(obj: dict, order: int = 0) -> Span:
     kind = obj.get("span_kind")
     if isinstance(kind, str) and kind and KIND not in attrs:
         attrs[KIND] = kind.upper()
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    status: dict = obj["status"] if isinstance(obj.get("status"), dict) else {}
     code = obj.get("status_code", status.get("status_code"))
     message = obj.get("status_message", status.get("description"))
     return Span(
@@ -268,7 +268,7 @@ def is_trail_trace(obj: dict) -> bool:
 def trail_spans(doc: dict) -> Iterator[Span]:
     """The spans of a TRAIL trace, its tree walked depth first (a child's parent is the span holding it)."""
     trace = _hex_id(doc.get("trace_id"), "trace_id") or ""
-    stack = [(sp, None) for sp in reversed(_list(doc.get("spans"), "spans"))]
+    stack: "list[tuple[Any, Optional[str]]]" = [(sp, None) for sp in reversed(_list(doc.get("spans"), "spans"))]
     order = 0
     while stack:
         sp, parent = stack.pop()

@@ -26,7 +26,7 @@ from evalrx.interop.registry import Format, register
 WHOWHEN_ANNOTATOR = "who&when"
 PERSON_ROLES = ("human", "user")  # a speaker that is the person, not an agent of the team
 # "Orchestrator (-> WebSurfer)": the speaker, then an aside in parentheses (an addressee after "->").
-_SPEAKER = re.compile(r"^(?P<name>.*?)\s*\((?P<aside>[^()]*)\)\s*$")
+_SPEAKER = re.compile(r"^(?P<name>[^(]*?)\s*\((?P<aside>.*)\)\s*$")
 
 
 def speaker(role: str) -> "tuple[Optional[str], Optional[str], Optional[str]]":

@@ -120,7 +120,7 @@ def _said(value: Any, keys: tuple) -> Optional[str]:
                 return value[key]
         return None
     if isinstance(value, list):
-        texts = [v.get("text") for v in value if isinstance(v, dict) and isinstance(v.get("text"), str)]
+        texts = [str(v["text"]) for v in value if isinstance(v, dict) and isinstance(v.get("text"), str)]
         return "\n".join(texts) if texts else None
     return str(value)
 
@@ -176,7 +176,9 @@ def _genai_messages(value: Any) -> list:
     for m in value if isinstance(value, list) else []:
         if not isinstance(m, dict):
             continue
-        texts, calls, msg = [], [], {"role": str(m.get("role") or "")}
+        texts: list = []
+        calls: list = []
+        msg: dict = {"role": str(m.get("role") or "")}
         for p in m.get("parts") or []:
             if not isinstance(p, dict):
                 continue
@@ -462,7 +464,10 @@ def trace_record(spans: list, reading: Reading) -> Optional[Record]:
         for st in steps:
             _addressed(st, names)
         known = {m["name"] for m in roster}
-        roster += [{"name": st.agent} for st in steps if st.agent and st.agent not in known and not known.add(st.agent)]
+        for st in steps:  # an agent that acted but had no AGENT span of its own (a step naming its agent)
+            if st.agent and st.agent not in known:
+                known.add(st.agent)
+                roster.append({"name": st.agent})
     skipped = _assign_skipped(trace, steps, used)
     answer = None
     if trace.kinds[root.span_id] != _LLM:

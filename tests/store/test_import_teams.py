@@ -188,3 +188,18 @@ def test_a_mistake_step_outside_the_log_is_named(tmp_path, sqlite_url):
     with pytest.raises(ImportFormatError, match=r"bad.json: line 1: `mistake_step` 40 is not a message"):
         import_file(path, store=sqlite_url)
     assert S.list_runs(store=sqlite_url) == []
+
+
+@pytest.mark.parametrize(
+    "role, expected",
+    [
+        ("Orchestrator (-> WebSurfer)", ("Orchestrator", "WebSurfer", None)),
+        ("Orchestrator (-> Coder(2))", ("Orchestrator", "Coder(2)", None)),
+        ("Orchestrator (thought)", ("Orchestrator", None, "thought")),
+        ("FileSurfer", ("FileSurfer", None, None)),
+    ],
+)
+def test_a_magentic_one_role_gives_the_speaker_the_addressee_and_the_aside(role, expected):
+    from evalrx.interop.team_chat import speaker
+
+    assert speaker(role) == expected
