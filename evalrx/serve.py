@@ -14,14 +14,19 @@ Decoding is greedy unless a request sets `temperature` > 0, which samples (hf_lo
 `top_p`, `seed` and other sampling options are accepted and ignored. A greedy reply is
 deterministic and equal to what `hf_local` gives for the same messages. Tool calls are
 parsed from the generated text with the spec's local codec (Hermes `<tool_call>` blocks for
-Qwen2.5) and returned as native `tool_calls`. `logprobs` returns the chosen token's
-log-probability per generated token; `top_logprobs` lists are always empty (alternatives
-are not computed).
+Qwen2.5) and returned as native `tool_calls`. `tool_choice` is "auto" (the default), "none"
+(the tools are not shown to the model), "required" or a named function
+(`{"type": "function", "function": {"name": ...}}`): a forced call is made by prefilling the
+reply with the codec's `call_prefix` (up to the tool's name for "required", up to its
+arguments for a named function) and letting the model write the rest, which is parsed as
+usual. `logprobs` returns the chosen token's log-probability per generated token (not for
+the prefilled ones); `top_logprobs` lists are always empty (alternatives are not computed).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import signal
 import sys
@@ -82,6 +87,7 @@ class ChatService:
             codec = codec_for(handle)
         self.codec = codec
         self.vision = Capability.VISION in frozenset(getattr(handle, "capabilities", ()))
+        self.prefills = _takes_prefill(handle)
         self.created = int(time.time())
         self._lock = threading.Lock()
 
@@ -119,11 +125,12 @@ class ChatService:
                 isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") for t in tools
             ):
                 raise RequestError("'tools' must be a list of {type: function, function: {name, ...}}.", param="tools")
+        prefill = None
         choice = body.get("tool_choice")
         if choice == "none":
             tools = None
         elif choice not in (None, "auto"):
-            raise RequestError("Only tool_choice 'auto' or 'none' is supported.", param="tool_choice")
+            prefill = self.forced_prefix(choice, tools)
 
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_tokens is not None and (
@@ -149,7 +156,55 @@ class ChatService:
             "max_new_tokens": max_tokens,
             "temperature": float(temperature) if temperature else None,
             "model": model if isinstance(model, str) and model else self.model_name,
+            "prefill": prefill,
         }
+
+    def forced_prefix(self, choice: Any, tools: Optional[list]) -> str:
+        """The reply prefill that forces a call for `tool_choice` "required" or a named function.
+
+        Raises:
+            RequestError: an invalid `tool_choice` (as OpenAI words it), no `tools` to call, a
+                named function not among them, or a model that cannot be forced (its codec has
+                no call prefix, or its backend does not prefill).
+        """
+        if isinstance(choice, str) and choice != "required":
+            raise RequestError(
+                f"Invalid value: {choice!r}. Supported values are: 'none', 'auto', and 'required'.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        name = None
+        if choice != "required":
+            function = choice.get("function") if isinstance(choice, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if (
+                not isinstance(choice, dict)
+                or choice.get("type") != "function"
+                or not isinstance(name, str)
+                or not name
+            ):
+                raise RequestError(
+                    "Invalid value for 'tool_choice': expected 'none', 'auto', 'required' or "
+                    '{"type": "function", "function": {"name": "<tool name>"}}.',
+                    param="tool_choice",
+                )
+        if not tools:
+            raise RequestError(
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+                param="tool_choice",
+            )
+        if name is not None and name not in {t["function"]["name"] for t in tools}:
+            raise RequestError(f"Tool choice {name!r} not found in 'tools' parameter.", param="tool_choice")
+        call_prefix = getattr(self.codec, "call_prefix", None)  # a codec not built on ToolCallCodec may lack it
+        prefix = call_prefix(name) if call_prefix is not None else None
+        if prefix is None or not self.prefills:
+            why = "its tool-call format has no call prefix" if prefix is None else "its backend cannot prefill a reply"
+            raise RequestError(
+                f"This server cannot force a tool call for {self.model_name} ({why}); "
+                "send tool_choice 'auto' or 'none'.",
+                param="tool_choice",
+            )
+        return prefix
 
     def complete(self, body: Any) -> dict:
         """Answer one chat-completion request body (already JSON-decoded).
@@ -163,6 +218,8 @@ class ChatService:
             kwargs["max_new_tokens"] = req["max_new_tokens"]
         if req["temperature"]:  # 0 or absent keeps the handle's default (greedy)
             kwargs["temperature"] = req["temperature"]
+        if req["prefill"] is not None:  # tool_choice "required" or a named function: the call is forced
+            kwargs["prefill"] = req["prefill"]
         with self._lock:  # one forward at a time: local models are not re-entrant
             try:
                 turn = self.handle.chat(req["messages"], req["tools"], **kwargs)
@@ -220,6 +277,14 @@ class ChatService:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+
+
+def _takes_prefill(handle: Any) -> bool:
+    """Whether `handle.chat` takes `prefill=` (a reply forced to start with given text)."""
+    try:
+        return "prefill" in inspect.signature(handle.chat).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -79,6 +79,30 @@ def _decode_generated(tokenizer: Any, ids: list) -> str:
     return tokenizer.decode([i for i in ids if i in kept or i not in special], skip_special_tokens=False)
 
 
+def _append_ids(enc: dict, ids: list) -> dict:
+    """Model inputs with `ids` appended to the sequence (an assistant prefill after the generation prompt).
+
+    Per-token inputs (`attention_mask`, a processor's token type ids) grow with it: the mask
+    with ones, the others with zeros (text tokens).
+    """
+    import torch
+
+    input_ids = enc["input_ids"]
+    tail = torch.tensor([ids], dtype=input_ids.dtype, device=input_ids.device)
+    out = dict(enc)
+    for key, value in enc.items():
+        if not hasattr(value, "shape") or tuple(value.shape) != tuple(input_ids.shape):
+            continue
+        if key == "input_ids":
+            fill = tail
+        elif key == "attention_mask":
+            fill = torch.ones_like(tail, dtype=value.dtype)
+        else:
+            fill = torch.zeros_like(tail, dtype=value.dtype)
+        out[key] = torch.cat([value, fill], dim=1)
+    return out
+
+
 _NO_RECORDER = contextlib.nullcontext()
 # Shorter shared prefixes are not worth keeping a cache for (a chat template's header alone).
 _MIN_PREFIX_TOKENS = 32
@@ -387,6 +411,7 @@ class HFLocalModel:
         logprobs: bool = False,
         temperature: Optional[float] = None,
         capture: Any = False,
+        prefill: Optional[str] = None,
     ) -> ChatTurn:
         """Generate the next assistant turn.
 
@@ -400,6 +425,10 @@ class HFLocalModel:
                 tokens, on `ChatTurn.capture` (a `GenerationCapture`): True, or kinds from
                 `evalrx.internals.CAPTURE_KINDS` ("hidden_states": every layer; "attention": head-averaged
                 rows, only under eager attention, else a note says why not).
+            prefill: text the turn is forced to start with (an assistant prefill, e.g. a codec's
+                `call_prefix`): its tokens follow the generation prompt and the model writes the
+                rest. The returned text starts with it; its tokens count as completion tokens and
+                against `max_new_tokens`; logprobs cover the generated tokens only. Not with `capture`.
 
         Returns:
             A `ChatTurn` with the raw generated text (tool-call markup kept, control tokens
@@ -408,14 +437,22 @@ class HFLocalModel:
 
         Raises:
             CapabilityError: image content sent to a model without VISION.
-            ValueError: an unknown capture kind.
+            ValueError: an unknown capture kind, or `prefill` with `capture`.
         """
         import torch
 
         kinds = capture_kinds(capture)
+        if prefill and kinds:
+            raise ValueError("chat(): prefill= cannot be combined with capture= (the capture reads generated tokens).")
 
         enc = self.encode_messages(messages, tools, add_generation_prompt=True)
+        forced: list = []
+        if prefill:
+            forced = self.tokenizer(prefill, add_special_tokens=False)["input_ids"]
+            enc = _append_ids(enc, forced)
         prompt_len = int(enc["input_ids"].shape[1])
+        # The prefill is part of the turn: it counts against the limit, as against the completion tokens.
+        budget = max(1, int(max_new_tokens or self.runtime.max_new_tokens) - len(forced))
         context = self.context_length()
         if context and prompt_len >= context:  # nothing left to generate in: say so instead of truncating
             raise ContextOverflow(prompt_len, context)
@@ -436,7 +473,7 @@ class HFLocalModel:
             out = self.model.generate(
                 **enc,
                 **cached,
-                max_new_tokens=int(max_new_tokens or self.runtime.max_new_tokens),
+                max_new_tokens=budget,
                 pad_token_id=pad,
                 eos_token_id=eos or None,
                 # Explicit so a checkpoint's generation_config (beams, repetition penalty) cannot
@@ -457,7 +494,7 @@ class HFLocalModel:
             if recorder is not None:
                 turn_capture = recorder.finish(enc, out, new_ids, finish)
                 self._head_reproduces_logits = recorder.head_reproduces_logits
-        text = _decode_generated(self.tokenizer, new_ids)
+        text = _decode_generated(self.tokenizer, forced + new_ids)
         lp = None
         if logprobs:
             lp = []
@@ -468,7 +505,7 @@ class HFLocalModel:
             text=text,
             tool_calls=[],
             finish_reason=finish,
-            usage={"prompt_tokens": prompt_len, "completion_tokens": len(new_ids)},
+            usage={"prompt_tokens": prompt_len - len(forced), "completion_tokens": len(forced) + len(new_ids)},
             logprobs=lp,
             capture=turn_capture,
         )

@@ -235,6 +235,21 @@ class ToolCallCodec:
         """One line describing the expected call format, used in parse-error feedback."""
         return "Call tools with the function-calling interface, arguments as a JSON object."
 
+    def call_prefix(self, name: Optional[str] = None) -> Optional[str]:
+        """The text a call in this format starts with, for forcing one by prefilling the reply.
+
+        Without `name`, the opening of any call, up to where the model writes the tool's name;
+        with it, the opening of a call of that tool, up to where the model writes the arguments.
+        Each prefix ends on the key's colon: BPE tokenizers put the following space on the next
+        token (`' "'`, `' {"'`), so a prefix ending on a space is one the model never saw.
+        `parse` reads the prefix and the generated rest as one call.
+
+        Returns:
+            The prefix, or None where calls are not written in the text (native calls): none
+            can be forced by prefilling.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

@@ -95,6 +95,12 @@ class QwenToolCodec(ToolCallCodec):
     def call_format_hint(self) -> str:
         return 'Write each call as <tool_call>\n{"name": <tool name>, "arguments": {<JSON object>}}\n</tool_call>.'
 
+    def call_prefix(self, name: Optional[str] = None) -> Optional[str]:
+        """`<tool_call>\\n{"name":`, or with `name` `<tool_call>\\n{"name": "<name>", "arguments":`."""
+        if name is None:
+            return '<tool_call>\n{"name":'
+        return f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments":'
+
 
 class Qwen3ToolCodec(QwenToolCodec):
     """Qwen3: Hermes calls after a `<think>...</think>` reasoning block.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Optional
 
 from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.codecs._base import (
@@ -151,3 +152,9 @@ class Llama3ToolCodec(ToolCallCodec):
         return (
             'Write each call as {"name": <tool name>, "parameters": {<JSON object>}}, several calls separated by ";".'
         )
+
+    def call_prefix(self, name: Optional[str] = None) -> Optional[str]:
+        """`{"name":`, or with `name` `{"name": "<name>", "parameters":`."""
+        if name is None:
+            return '{"name":'
+        return f'{{"name": {json.dumps(name, ensure_ascii=False)}, "parameters":'

@@ -26,6 +26,7 @@ import json
 import re
 import string
 import threading
+from typing import Optional
 
 from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.codecs._base import (
@@ -235,6 +236,12 @@ class MistralToolCodec(ToolCallCodec):
 
     def call_format_hint(self) -> str:
         return 'Write the calls as [TOOL_CALLS] [{"name": <tool name>, "arguments": {<JSON object>}}, ...].'
+
+    def call_prefix(self, name: Optional[str] = None) -> Optional[str]:
+        """The list form: `[TOOL_CALLS] [{"name":`, or with `name` `[TOOL_CALLS] [{"name": "<name>", "arguments":`."""
+        if name is None:
+            return TOOL_CALLS + ' [{"name":'
+        return TOOL_CALLS + f' [{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments":'
 
 
 def _split(text: str) -> "tuple[str, list]":

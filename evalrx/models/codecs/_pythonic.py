@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
+from typing import Any, Optional
 
 from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.codecs._base import (
@@ -180,3 +180,7 @@ class PythonicToolCodec(Llama3ToolCodec):
 
     def call_format_hint(self) -> str:
         return "Write the calls as a Python list: [tool_name(argument=value, ...), ...], with literal values only."
+
+    def call_prefix(self, name: Optional[str] = None) -> Optional[str]:
+        """`[`, or with `name` `[<name>(`."""
+        return "[" if name is None else f"[{name}("
