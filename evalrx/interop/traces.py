@@ -44,6 +44,7 @@ _OPERATIONS = {
 }
 _ROLES = {
     "assistant": "assistant",
+    "tool-call": "assistant",  # smolagents' record of the calls a model turn made
     "model": "assistant",
     "ai": "assistant",
     "user": "user",
