@@ -220,17 +220,20 @@ def is_span_json(obj: dict) -> bool:
     ctx = obj.get("context")
     if isinstance(ctx, dict) and "span_id" in ctx and "trace_id" in ctx:
         return True
-    return "context.span_id" in obj and "context.trace_id" in obj
+    if "context.span_id" in obj and "context.trace_id" in obj:
+        return True
+    # a dataframe row of the newer Phoenix client: the ids as plain columns
+    return "span_id" in obj and "trace_id" in obj and ("parent_id" in obj or "span_kind" in obj)
 
 
 def json_span(obj: dict, order: int = 0) -> Span:
     """A span from the SDK's, Phoenix's or a Phoenix dataframe row's JSON."""
     ctx: dict = obj["context"] if isinstance(obj.get("context"), dict) else {}
-    sid = _hex_id(ctx.get("span_id", obj.get("context.span_id")), "span_id")
+    sid = _hex_id(ctx.get("span_id", obj.get("context.span_id", obj.get("span_id"))), "span_id")
     what = f"span {sid or obj.get('name') or '?'}"
     if sid is None:
         raise ValueError(f"{what} has no span_id")
-    trace = _hex_id(ctx.get("trace_id", obj.get("context.trace_id")), f"{what}: trace_id")
+    trace = _hex_id(ctx.get("trace_id", obj.get("context.trace_id", obj.get("trace_id"))), f"{what}: trace_id")
     if trace is None:
         raise ValueError(f"{what} has no trace_id")
     attrs = _attrs(obj.get("attributes"), what)

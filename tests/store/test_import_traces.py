@@ -206,8 +206,9 @@ def _phoenix_span(span_id, parent, kind, name, start, end, attributes):
     }
 
 
-def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url):
-    """As `openinference-instrumentation-openai` writes a tool-using chat: each call's input holds what came back."""
+def _conversation_spans(layout: str) -> list:
+    """Three model calls of one tool-using chat, as `openinference-instrumentation-openai` traces it: each call's
+    input holds what came back. `layout`: Phoenix's span JSON (nested attributes) or its dataframe's records."""
     sys_, user = {"role": "system", "content": "be brief"}, {"role": "user", "content": "What is 2+3, then times 4?"}
     call1 = {
         "role": "assistant",
@@ -222,22 +223,45 @@ def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url):
     final = {"role": "assistant", "content": "20"}
 
     def span(i, inputs, output, start):
-        attrs = {
-            "llm": {
-                "input_messages": [{"message": m} for m in inputs],
-                "output_messages": [{"message": output}],
-                "token_count": {"prompt": 20 + i, "completion": 5},
+        if layout == "span_json":
+            attrs = {
+                "llm": {
+                    "input_messages": [{"message": m} for m in inputs],
+                    "output_messages": [{"message": output}],
+                    "token_count": {"prompt": 20 + i, "completion": 5},
+                }
             }
+            return _phoenix_span(f"p{i}", None, "LLM", "ChatCompletion", start, start + 100, attrs)
+        flat = lambda m: {f"message.{k}": v for k, v in m.items()}  # noqa: E731
+        return {
+            "name": "ChatCompletion",
+            "span_kind": "LLM",
+            "parent_id": None,
+            "status_code": "OK",
+            "start_time": _iso(T0 + start * 1_000_000),
+            "end_time": _iso(T0 + (start + 100) * 1_000_000),
+            "context.span_id": f"p{i}",
+            "context.trace_id": "t-phoenix",
+            "attributes.llm.input_messages": [flat(m) for m in inputs],
+            "attributes.llm.output_messages": [flat(output)],
+            "attributes.llm.token_count.prompt": 20 + i,
         }
-        return _phoenix_span(f"p{i}", None, "LLM", "ChatCompletion", start, start + 100, attrs)
 
-    spans = [
+    return [
         span(1, [sys_, user], call1, 0),
         span(2, [sys_, user, call1, res1], call2, 200),
         span(3, [sys_, user, call1, res1, call2, res2], final, 400),
     ]
-    path = tmp_path / "phoenix.jsonl"
-    path.write_text("\n".join(json.dumps(s) for s in reversed(spans)))  # any line order: the times order steps
+
+
+@pytest.mark.parametrize("layout", ["span_json", "dataframe_records"])
+def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url, layout):
+    spans = _conversation_spans(layout)
+    path = tmp_path / "phoenix.json"
+    if layout == "span_json":  # one span a line, in any order: the times order the steps
+        path.write_text("\n".join(json.dumps(s) for s in reversed(spans)))
+    else:  # `df.to_json(orient="records")`: one JSON array
+        path.write_text(json.dumps(spans))
     result = import_file(path, store=sqlite_url)
     (row,) = S.list_trajectories(run_id=result.run_ids[0], store=sqlite_url).rows
     traj = S.get_trajectory(row.id, store=sqlite_url).trajectory
@@ -249,6 +273,7 @@ def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url):
         ("tool", "mul", "20"),
         ("actor", "20", None),
     ]
+    assert traj.steps[1].tool_calls == [{"name": "add", "args": {"a": 2, "b": 3}, "id": "k1"}]
     assert all(s.agent is None for s in traj.steps) and traj.roster == []  # one agent: a single-agent trajectory
     assert traj.final_answer == "20" and row.n_tool_calls == 2
     assert [s.span.get("latency_ms") for s in traj.steps if s.role.value == "actor"] == [100.0, 100.0, 100.0]
