@@ -193,7 +193,7 @@ class ChatService:
                 "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
                 param="tool_choice",
             )
-        if name is not None and name not in {t["function"]["name"] for t in tools}:
+        if name is not None and name not in [t["function"]["name"] for t in tools]:
             raise RequestError(f"Tool choice {name!r} not found in 'tools' parameter.", param="tool_choice")
         call_prefix = getattr(self.codec, "call_prefix", None)  # a codec not built on ToolCallCodec may lack it
         prefix = call_prefix(name) if call_prefix is not None else None

@@ -133,7 +133,7 @@ def _read_object(
             yield record
     except ImportFormatError:
         raise
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise ImportFormatError(reading.path, where, str(exc)) from None
 
 
@@ -167,7 +167,7 @@ def _finish(reading: Reading) -> Iterator[Record]:
             yield from fmt.finish(reading)
         except ImportFormatError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise ImportFormatError(reading.path, "end of file", str(exc)) from None
 
 
@@ -195,7 +195,7 @@ def _read_document(reading: Reading) -> Iterator[Record]:
                 yield record
         except ImportFormatError:
             raise
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
             raise ImportFormatError(path, 1, str(exc)) from None
     else:
         raise UnknownFormatError(

@@ -30,6 +30,7 @@ from evalrx.core.taxonomies import AGENTRX, TRAIL, map_category
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.files import existing
 from evalrx.interop.limits import ImportLimits, decode_utf8, parse_json
+from evalrx.interop.span_files import span_key
 
 OUTCOMES = tuple(x.value for x in Label)
 AGENTRX_ANNOTATOR = "agentrx"
@@ -203,7 +204,7 @@ def _place(row: _Row, targets: list, run_id: Optional[int], res: LabelImportResu
 
 def _span_step(span_id: str, target: Any, row: _Row, path: Path) -> int:
     """The step a span id stands for (the span it came from, or a span it stands for; `evalrx.interop.traces`)."""
-    key = span_id.lower().removeprefix("0x")
+    key = span_key(span_id, "location")
     if key not in target.spans:
         raise ImportFormatError(
             path,
@@ -270,7 +271,10 @@ def _trail(doc: dict, path: Path) -> "list[_Row]":
     """TRAIL's annotation of one trace: a step label per error, at the span it names (`location`), and one
     whole-trajectory label whose first wrong step is the earliest error's. The trace is the file's `trace_id`,
     else the file's name (TRAIL names each file after its trace)."""
-    case = _text(doc.get("trace_id")) or path.stem
+    try:
+        case = span_key(doc.get("trace_id"), "trace_id") or path.stem
+    except ValueError as exc:
+        raise ImportFormatError(path, "trace_id", str(exc)) from None
     rows: list = []
     for n, e in enumerate(doc["errors"], 1):
         where = f"error {n}"

@@ -26,6 +26,22 @@ def as_list(value: Any) -> list:
 
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+# Every role a chat message is known to have, across frameworks and formats, as one of ours.
+CHAT_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "model": "assistant",
+    "ai": "assistant",
+    "tool-call": "assistant",  # smolagents' record of the calls a model turn made
+    "tool": "tool",
+    "tool-response": "tool",
+    "tool_response": "tool",
+    "function": "tool",
+    "ipython": "tool",
+}
 _PASS = {"c", "correct", "pass", "passed", "true", "1", "1.0", "yes"}
 _FAIL = {"i", "incorrect", "fail", "failed", "false", "0", "0.0", "no"}
 
@@ -110,6 +126,8 @@ def parse_tool_call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:
             parsed = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as exc:
             parsed, error = None, f"arguments of {name!r} are not valid JSON: {exc.msg}"
+        except RecursionError:
+            parsed, error = None, f"arguments of {name!r} are JSON nested too deeply to read"
         if isinstance(parsed, dict):
             call["args"] = parsed
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -59,8 +60,9 @@ def flatten(value: Any, prefix: str = "", out: Optional[dict] = None) -> dict:
     return out
 
 
-def _hex_id(value: Any, what: str) -> Optional[str]:
-    """An id as lower-case hex: OTLP/JSON's hex, the SDK's "0x…", or protobuf JSON's base64."""
+def span_key(value: Any, what: str) -> Optional[str]:
+    """A trace or span id as the trace import keeps it (a label naming a span finds it so): lower-case hex
+    from OTLP/JSON's hex, the SDK's "0x…" or protobuf JSON's base64; any other spelling as given."""
     if value in (None, "", 0):
         return None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -77,6 +79,15 @@ def _hex_id(value: Any, what: str) -> Optional[str]:
     return raw.hex() if len(raw) in (8, 16) else text
 
 
+MAX_NS = 10**19  # past the year 2286: no span's time; a bound keeps foreign numbers from overflowing later
+
+
+def _bounded_ns(n: float, what: str, value: Any) -> int:
+    if not math.isfinite(n) or not 0 <= n < MAX_NS:
+        raise ValueError(f"{what} {value!r} is not a time (ns since 1970)")
+    return int(n)
+
+
 def _time_ns(value: Any, what: str) -> Optional[int]:
     """A time as ns since the epoch: an integer (or its string) of ns, or an ISO 8601 date and time."""
     if value in (None, ""):
@@ -84,10 +95,10 @@ def _time_ns(value: Any, what: str) -> Optional[int]:
     if isinstance(value, bool):
         raise ValueError(f"{what} is not a time")
     if isinstance(value, (int, float)):
-        return int(value)
+        return _bounded_ns(value, what, value)
     if isinstance(value, str):
         if value.strip().isdigit():
-            return int(value)
+            return _bounded_ns(int(value.strip()), what, value)
         text = value.strip().replace("Z", "+00:00")
         m = re.match(r"^(.*T\d\d:\d\d:\d\d)(\.\d+)?(.*)$", text)
         frac = 0
@@ -100,7 +111,7 @@ def _time_ns(value: Any, what: str) -> Optional[int]:
             raise ValueError(f"{what} {value!r} is not an ISO date and time") from None
         if when.tzinfo is None:
             when = when.replace(tzinfo=timezone.utc)
-        return int(when.timestamp()) * 1_000_000_000 + frac
+        return _bounded_ns(int(when.timestamp()) * 1_000_000_000 + frac, what, value)
     raise ValueError(f"{what} is not a time")
 
 
@@ -109,17 +120,17 @@ def _duration_ns(value: Any, what: str) -> Optional[int]:
     if value in (None, ""):
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(float(value) * 1e9)
-    if isinstance(value, str):
+        return _bounded_ns(float(value) * 1e9, what, value)
+    if isinstance(value, str) and len(value) <= 64:
         m = re.fullmatch(
             r"P(?:(\d+(?:\.\d+)?)D)?(?:T(?:(\d+(?:\.\d+)?)H)?(?:(\d+(?:\.\d+)?)M)?(?:(\d+(?:\.\d+)?)S)?)?", value
         )
         if m and any(m.groups()):
             d, h, mi, s = (float(g or 0) for g in m.groups())
-            return int((((d * 24 + h) * 60 + mi) * 60 + s) * 1e9)
+            return _bounded_ns((((d * 24 + h) * 60 + mi) * 60 + s) * 1e9, what, value)
         m = re.fullmatch(r"(\d+):(\d\d):(\d\d(?:\.\d+)?)", value)
         if m:
-            return int((int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))) * 1e9)
+            return _bounded_ns((int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))) * 1e9, what, value)
     raise ValueError(f"{what} {value!r} is not a duration")
 
 
@@ -155,9 +166,15 @@ def _any_value(v: Any) -> Any:
         except (TypeError, ValueError):
             return v["intValue"]
     if "arrayValue" in v:
-        return [_any_value(x) for x in (v["arrayValue"] or {}).get("values") or []]
+        values = v["arrayValue"].get("values") if isinstance(v["arrayValue"], dict) else None
+        return [_any_value(x) for x in values] if isinstance(values, list) else []
     if "kvlistValue" in v:
-        return {kv.get("key"): _any_value(kv.get("value")) for kv in (v["kvlistValue"] or {}).get("values") or []}
+        pairs = v["kvlistValue"].get("values") if isinstance(v["kvlistValue"], dict) else None
+        return {
+            str(kv.get("key")): _any_value(kv.get("value"))
+            for kv in (pairs if isinstance(pairs, list) else [])
+            if isinstance(kv, dict)
+        }
     if "bytesValue" in v:
         return v["bytesValue"]
     return None
@@ -171,11 +188,11 @@ def otlp_spans(doc: dict, order: int = 0) -> Iterator[Span]:
         ):
             for sp in _list(_obj(ss, "scopeSpans entry").get("spans"), "spans"):
                 sp = _obj(sp, "span")
-                sid = _hex_id(sp.get("spanId"), "spanId")
+                sid = span_key(sp.get("spanId"), "spanId")
                 what = f"span {sid or sp.get('name') or '?'}"
                 if sid is None:
                     raise ValueError(f"{what} has no spanId")
-                trace = _hex_id(sp.get("traceId"), f"{what}: traceId")
+                trace = span_key(sp.get("traceId"), f"{what}: traceId")
                 if trace is None:
                     raise ValueError(f"{what} has no traceId")
                 attrs: dict = {}
@@ -188,7 +205,7 @@ def otlp_spans(doc: dict, order: int = 0) -> Iterator[Span]:
                 yield Span(
                     trace_id=trace,
                     span_id=sid,
-                    parent_id=_hex_id(sp.get("parentSpanId"), f"{what}: parentSpanId"),
+                    parent_id=span_key(sp.get("parentSpanId"), f"{what}: parentSpanId"),
                     name=str(sp.get("name") or ""),
                     start_ns=_time_ns(sp.get("startTimeUnixNano"), f"{what}: startTimeUnixNano"),
                     end_ns=_time_ns(sp.get("endTimeUnixNano"), f"{what}: endTimeUnixNano"),
@@ -229,11 +246,11 @@ def is_span_json(obj: dict) -> bool:
 def json_span(obj: dict, order: int = 0) -> Span:
     """A span from the SDK's, Phoenix's or a Phoenix dataframe row's JSON."""
     ctx: dict = obj["context"] if isinstance(obj.get("context"), dict) else {}
-    sid = _hex_id(ctx.get("span_id", obj.get("context.span_id", obj.get("span_id"))), "span_id")
+    sid = span_key(ctx.get("span_id", obj.get("context.span_id", obj.get("span_id"))), "span_id")
     what = f"span {sid or obj.get('name') or '?'}"
     if sid is None:
         raise ValueError(f"{what} has no span_id")
-    trace = _hex_id(ctx.get("trace_id", obj.get("context.trace_id", obj.get("trace_id"))), f"{what}: trace_id")
+    trace = span_key(ctx.get("trace_id", obj.get("context.trace_id", obj.get("trace_id"))), f"{what}: trace_id")
     if trace is None:
         raise ValueError(f"{what} has no trace_id")
     attrs = _attrs(obj.get("attributes"), what)
@@ -250,7 +267,7 @@ def json_span(obj: dict, order: int = 0) -> Span:
     return Span(
         trace_id=trace,
         span_id=sid,
-        parent_id=_hex_id(obj.get("parent_id"), f"{what}: parent_id"),
+        parent_id=span_key(obj.get("parent_id"), f"{what}: parent_id"),
         name=str(obj.get("name") or ""),
         start_ns=_time_ns(obj.get("start_time"), f"{what}: start_time"),
         end_ns=_time_ns(obj.get("end_time"), f"{what}: end_time"),
@@ -270,13 +287,13 @@ def is_trail_trace(obj: dict) -> bool:
 
 def trail_spans(doc: dict) -> Iterator[Span]:
     """The spans of a TRAIL trace, its tree walked depth first (a child's parent is the span holding it)."""
-    trace = _hex_id(doc.get("trace_id"), "trace_id") or ""
+    trace = span_key(doc.get("trace_id"), "trace_id") or ""
     stack: "list[tuple[Any, Optional[str]]]" = [(sp, None) for sp in reversed(_list(doc.get("spans"), "spans"))]
     order = 0
     while stack:
         sp, parent = stack.pop()
         sp = _obj(sp, "span")
-        sid = _hex_id(sp.get("span_id"), "span_id")
+        sid = span_key(sp.get("span_id"), "span_id")
         what = f"span {sid or sp.get('span_name') or '?'}"
         if sid is None:
             raise ValueError(f"{what} has no span_id")
@@ -287,9 +304,9 @@ def trail_spans(doc: dict) -> Iterator[Span]:
             end = start + length
         order += 1
         yield Span(
-            trace_id=_hex_id(sp.get("trace_id"), f"{what}: trace_id") or trace,
+            trace_id=span_key(sp.get("trace_id"), f"{what}: trace_id") or trace,
             span_id=sid,
-            parent_id=parent or _hex_id(sp.get("parent_span_id") or sp.get("parent_id"), f"{what}: parent_span_id"),
+            parent_id=parent or span_key(sp.get("parent_span_id") or sp.get("parent_id"), f"{what}: parent_span_id"),
             name=str(sp.get("span_name") or sp.get("name") or ""),
             start_ns=start,
             end_ns=end,

@@ -15,30 +15,30 @@ message index find their step. A run's labels (`mistake_agent`, `mistake_step` a
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
-from evalrx.interop.messages import as_dict, outcome_of, trajectory_metrics
+from evalrx.interop.messages import CHAT_ROLES, as_dict, outcome_of, trajectory_metrics
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
 
 WHOWHEN_ANNOTATOR = "who&when"
 PERSON_ROLES = ("human", "user")  # a speaker that is the person, not an agent of the team
-# "Orchestrator (-> WebSurfer)": the speaker, then an aside in parentheses (an addressee after "->").
-_SPEAKER = re.compile(r"^(?P<name>[^(]*?)\s*\((?P<aside>.*)\)\s*$")
 
 
 def speaker(role: str) -> "tuple[Optional[str], Optional[str], Optional[str]]":
-    """(agent, addressee, aside) of a Magentic-One style role: `Orchestrator (-> WebSurfer)` gives
-    ("Orchestrator", "WebSurfer", None); `Orchestrator (thought)` gives ("Orchestrator", None, "thought")."""
-    m = _SPEAKER.match(role)
-    if m is None or not m.group("name").strip():
+    """(agent, addressee, aside) of a Magentic-One style role, the speaker then an aside in parentheses:
+    `Orchestrator (-> WebSurfer)` gives ("Orchestrator", "WebSurfer", None); `Orchestrator (thought)` gives
+    ("Orchestrator", None, "thought")."""
+    text = role.strip()
+    at = text.find("(")
+    name = text[:at].strip() if at > 0 else ""
+    if not name or not text.endswith(")"):
         return agent_name(role), None, None
-    aside = m.group("aside").strip()
+    aside = text[at + 1 : -1].strip()
     if aside.startswith("->"):
-        return agent_name(m.group("name")), agent_name(aside[2:]), None
-    return agent_name(m.group("name")), None, aside or None
+        return agent_name(name), agent_name(aside[2:]), None
+    return agent_name(name), None, aside or None
 
 
 def team_steps(history: Any) -> "tuple[list, list]":
@@ -51,6 +51,7 @@ def team_steps(history: Any) -> "tuple[list, list]":
         raise ValueError("`history` must be a non-empty list of messages")
     steps: list = []
     seen: dict = {}
+    turn = 0
     for i, msg in enumerate(history):
         if not isinstance(msg, dict):
             raise ValueError(f"message {i} is not an object")
@@ -78,7 +79,7 @@ def team_steps(history: Any) -> "tuple[list, list]":
             raise ValueError(f"message {i} names no speaker (`name` or `role`)")
         if aside:
             span["aside"] = aside
-        turn = sum(1 for s in steps if s.role is StepRole.ACTOR) + 1
+        turn += 1
         span["turn"] = turn
         steps.append(
             Step(idx=len(steps), role=StepRole.ACTOR, content=content, span=span, agent=agent, addressee=addressee)
@@ -92,7 +93,7 @@ def _step_of_message(steps: list, index: int) -> Optional[int]:
     return next((s.idx for s in steps if s.span.get("message") == index + 1), None)
 
 
-def _whowhen_label(obj: dict, steps: list, where: Any) -> Optional[dict]:
+def _whowhen_label(obj: dict, steps: list) -> Optional[dict]:
     """The people's label of a Who&When run: the agent to blame, the decisive step and the reason."""
     if not any(k in obj for k in ("mistake_agent", "mistake_step", "mistake_reason")):
         return None
@@ -110,9 +111,10 @@ def _whowhen_label(obj: dict, steps: list, where: Any) -> Optional[dict]:
     if agent is not None and not isinstance(agent, str):
         raise ValueError("`mistake_agent` must be text")
     reason = obj.get("mistake_reason")
-    correct = obj.get("is_correct")
+    # a mistake annotated is a failure, unless the run says it was correct (as its trajectory's outcome reads it)
+    outcome = outcome_of(obj["is_correct"]) if "is_correct" in obj else Label.UNKNOWN
     return {
-        "outcome": (Label.PASS if correct is True else Label.FAIL).value,
+        "outcome": (Label.PASS if outcome is Label.PASS else Label.FAIL).value,
         "first_wrong_step": step,
         "agent": agent_name(agent),
         "note": reason.strip() if isinstance(reason, str) and reason.strip() else None,
@@ -148,7 +150,7 @@ def read_team_run(obj: dict, sample_id: str, where: Any) -> Record:
         metrics=metrics,
         roster=roster_of(roster),
     )
-    label = _whowhen_label(obj, steps, where)
+    label = _whowhen_label(obj, steps)
     return Record(case=case, traj=traj, where=where, labels=[label] if label else [])
 
 
@@ -178,8 +180,8 @@ def is_team_messages(doc: list) -> bool:
     """Whether a whole-file JSON list is one team's messages (`[{"role", "content"}, ...]`) naming an agent."""
     if not doc or not all(isinstance(m, dict) and "content" in m and isinstance(m.get("role"), str) for m in doc):
         return False
-    # a chat of only the standard roles is a plain conversation, not a team's log
-    return any(m["role"].strip().lower() not in ("system", "user", "assistant", "tool", "developer") for m in doc)
+    # a chat of only the known chat roles is a plain conversation, not a team's log
+    return any(m["role"].strip().lower() not in CHAT_ROLES for m in doc)
 
 
 def _read_list(doc: list, reading: Reading) -> Iterator[Record]:

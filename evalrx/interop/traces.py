@@ -20,13 +20,16 @@ from __future__ import annotations
 import ast
 import bisect
 import json
+import math
 import re
+from collections import deque
 from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
+from evalrx.core.content import content_text
 from evalrx.interop.errors import ImportFormatError
-from evalrx.interop.messages import outcome_of, parse_tool_call, trajectory_metrics
+from evalrx.interop.messages import CHAT_ROLES, outcome_of, parse_tool_call, trajectory_metrics
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
 from evalrx.interop.span_files import KIND, Span, is_span_json, is_trail_trace, json_span, otlp_spans, trail_spans
@@ -41,21 +44,6 @@ _OPERATIONS = {
     "execute_tool": _TOOL,
     "invoke_agent": _AGENT,
     "create_agent": _AGENT,
-}
-_ROLES = {
-    "assistant": "assistant",
-    "tool-call": "assistant",  # smolagents' record of the calls a model turn made
-    "model": "assistant",
-    "ai": "assistant",
-    "user": "user",
-    "human": "user",
-    "tool": "tool",
-    "tool-response": "tool",
-    "tool_response": "tool",
-    "function": "tool",
-    "ipython": "tool",
-    "system": "system",
-    "developer": "system",
 }
 _MESSAGE_KEY = re.compile(r"^llm\.(input|output)_messages\.(\d+)\.message\.(.+)$")
 _GOAL_KEYS = ("task", "input", "query", "question", "prompt", "message", "content", "text")
@@ -85,10 +73,15 @@ def _agent_of_span(span: Span) -> Optional[str]:
 
 
 def _text(value: Any) -> str:
+    """A message's or span's value as text: a string as is, content blocks by their text, anything else as JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
+    if isinstance(value, list) and value and all(isinstance(b, (dict, str)) for b in value):
+        text = content_text(value, sep="\n", image="[image]")
+        if text:
+            return text
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -100,10 +93,10 @@ def _loads(value: Any) -> Any:
     if text[:1] in ("{", "["):
         try:
             return json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             try:
                 return ast.literal_eval(text)  # literals only: nothing runs
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 return value
     return value
 
@@ -190,7 +183,7 @@ def _genai_messages(value: Any) -> list:
                 calls.append(
                     {
                         "id": p.get("id"),
-                        "function": {"name": p.get("name"), "arguments": args if isinstance(args, str) else args},
+                        "function": {"name": p.get("name"), "arguments": args},
                     }
                 )
             elif p.get("type") == "tool_call_response":
@@ -210,13 +203,14 @@ def _messages(span: Span, which: str) -> list:
     if not found and which == "output":  # the raw response: a message object or an OpenAI completion
         value = _loads(span.attrs.get("output.value"))
         if isinstance(value, dict) and isinstance(value.get("choices"), list) and value["choices"]:
-            value = (value["choices"][0] or {}).get("message")
+            first = value["choices"][0]
+            value = first.get("message") if isinstance(first, dict) else None
         if isinstance(value, dict) and ("content" in value or "tool_calls" in value):
             found = [{"role": "assistant", **{k: value.get(k) for k in ("content", "tool_calls")}}]
         elif isinstance(value, str) and value:
             found = [{"role": "assistant", "content": value}]
     for m in found:
-        m["role"] = _ROLES.get(str(m.get("role") or "").strip().lower(), "user")
+        m["role"] = CHAT_ROLES.get(str(m.get("role") or "").strip().lower(), "user")
     return found
 
 
@@ -287,11 +281,13 @@ class _Trace:
 
     def same_inside(self, span: Span) -> list:
         """The spans of its kind a span speaks for (`inside_same`), nearest first."""
-        kind, out, todo = self.kinds[span.span_id], [], list(self.children.get(span.span_id, []))
+        kind, out = self.kinds[span.span_id], []
+        todo, seen = deque(self.children.get(span.span_id, [])), {span.span_id}
         while todo:
-            c = todo.pop(0)
-            if self.kinds[c.span_id] == _AGENT:
+            c = todo.popleft()
+            if c.span_id in seen or self.kinds[c.span_id] == _AGENT:
                 continue
+            seen.add(c.span_id)
             if self.kinds[c.span_id] == kind:
                 out.append(c)
             todo.extend(self.children.get(c.span_id, []))
@@ -341,7 +337,7 @@ class _Trace:
         return list(members.values())
 
 
-def trace_record(spans: list, reading: Reading) -> Optional[Record]:
+def trace_record(spans: list) -> Optional[Record]:
     """One trace's spans as a trajectory; None for a trace with no model call or tool span (nothing happened)."""
     trace = _Trace(spans)
     tid = spans[0].trace_id
@@ -401,7 +397,7 @@ def trace_record(spans: list, reading: Reading) -> Optional[Record]:
                     if n is not None
                     else s.attrs.get(f"gen_ai.usage.{'input' if key == 'prompt' else 'output'}_tokens")
                 )
-                if isinstance(n, (int, float)) and not isinstance(n, bool):
+                if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and 0 <= n < 2**53:
                     span_info[to] = int(n)
             if s.error is not None:
                 span_info["error"] = s.error or "the model call failed"
@@ -449,7 +445,10 @@ def trace_record(spans: list, reading: Reading) -> Optional[Record]:
             (m["content"] for m in _messages(root, "input") if m["role"] == "user" and m["content"]), None
         )
     goal = root_goal or goal or root.name or f"trace {tid}"
-    steps = [Step(idx=0, role=StepRole.USER, content=goal, span={"span_id": root.span_id})]
+    # the goal stands for the root span, unless the root is itself a model or tool call that made a step
+    steps = [
+        Step(idx=0, role=StepRole.USER, content=goal, span={} if root.span_id in used else {"span_id": root.span_id})
+    ]
     used.add(root.span_id)
     steps += [m[2] for m in made]
     for i, st in enumerate(steps):
@@ -502,12 +501,10 @@ def trace_record(spans: list, reading: Reading) -> Optional[Record]:
         ),
         None,
     )
-    run_name = None
     return Record(
         case=case,
         traj=traj,
         where=where,
-        run_name=run_name,
         run_meta={"model": str(model)} if model else None,
     )
 
@@ -556,18 +553,25 @@ def _assign_skipped(trace: _Trace, steps: list, used: set) -> dict:
     """Give each span that made no step to the first step made from it or below it (else the first step after it),
     so a label at any span finds a step; returns the skipped spans counted by kind (or name, for spans of none)."""
     first_below: dict = {}  # span id -> the first step made at or below it
-    for st in steps:
+    for st in steps:  # in step order: an ancestor already given a step keeps it, and so do the ones above it
         source = trace.by_id.get(st.span.get("span_id"))
         if source is None:
             continue
         for node in (source, *trace.ancestors(source)):
-            if node.span_id not in first_below or first_below[node.span_id].idx > st.idx:
-                first_below[node.span_id] = st
+            if node.span_id in first_below:
+                break
+            first_below[node.span_id] = st
     ends = sorted(
         (trace.by_id[st.span["span_id"]].end_ns or 0, st.idx)
         for st in steps
         if st.span.get("span_id") in trace.by_id and st.role is not StepRole.USER
     )
+    # the lowest step index at or after each position of `ends` (the first step to end after a time)
+    later = [0] * len(ends)
+    low = len(steps)
+    for i in range(len(ends) - 1, -1, -1):
+        low = min(low, ends[i][1])
+        later[i] = low
     counts: dict = {}
     for s in trace.spans:
         if s.span_id in used:
@@ -578,7 +582,7 @@ def _assign_skipped(trace: _Trace, steps: list, used: set) -> dict:
         if target is None:
             end = s.end_ns if s.end_ns is not None else (s.start_ns or 0)
             at = bisect.bisect_left(ends, (end, -1))
-            target = steps[min(i for _, i in ends[at:])] if at < len(ends) else steps[-1]
+            target = steps[later[at]] if at < len(ends) else steps[-1]
         target.span.setdefault("spans", []).append(s.span_id)
         if s.error is not None:
             target.span.setdefault("span_errors", []).append(f"{s.name}: {s.error}"[:2000])
@@ -589,13 +593,15 @@ def _assign_skipped(trace: _Trace, steps: list, used: set) -> dict:
 
 
 def _sniff(obj: dict, whole: bool) -> bool:
+    if "steps" in obj or "messages" in obj:  # our rows and chat transcripts, whatever else they carry
+        return False
     return "resourceSpans" in obj or is_span_json(obj) or is_trail_trace(obj)
 
 
 def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
     """Keep a record's spans until the whole file is read (a trace may be spread over many lines)."""
     buffer = reading.buffers.setdefault(BUFFER, {})
-    order = sum(len(v) for v in buffer.values())
+    order = reading.buffers.get(BUFFER + ".n", 0)
     if "resourceSpans" in obj:
         found = list(otlp_spans(obj, order))
     elif is_trail_trace(obj):
@@ -606,6 +612,7 @@ def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
         found = [json_span(obj, order + 1)]
     for s in found:
         buffer.setdefault(s.trace_id, []).append(s)
+    reading.buffers[BUFFER + ".n"] = order + len(found)
     return iter(())
 
 
@@ -622,10 +629,11 @@ def _is_span_list(doc: list) -> bool:
 def _finish(reading: Reading) -> Iterator[Record]:
     """The trajectories of every trace the file held, in the order their first span came."""
     buffer = reading.buffers.pop(BUFFER, {})
+    reading.buffers.pop(BUFFER + ".n", None)
     empty = empty_spans = 0
     for tid, spans in buffer.items():
         try:
-            record = trace_record(spans, reading)
+            record = trace_record(spans)
         except ValueError as exc:
             raise ImportFormatError(reading.path, f"trace {tid}", str(exc)) from None
         if record is None:

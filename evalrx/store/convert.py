@@ -212,7 +212,8 @@ def agents_of(steps: Iterable[Step]) -> list[dict]:
     for s in steps:
         if s.agent is None:
             continue
-        row = found.setdefault(s.agent, {"agent": clean(s.agent), "n_steps": 0, "latency_ms": 0.0})
+        name = clean(s.agent)  # grouped as stored: two names that clean alike are one agent
+        row = found.setdefault(name, {"agent": name, "n_steps": 0, "latency_ms": 0.0})
         row["n_steps"] += 1
         row["latency_ms"] += _num((s.span or {}).get("latency_ms")) or 0.0
     return list(found.values())

@@ -262,8 +262,10 @@ def label_targets(
         if messages:
             ids = sorted(found)
             for start in range(0, len(ids), _CHUNK):
-                q = select(t.Step.trajectory_id, t.Step.idx, t.Step.span).where(
-                    t.Step.trajectory_id.in_(ids[start : start + _CHUNK])
+                q = (
+                    select(t.Step.trajectory_id, t.Step.idx, t.Step.span)
+                    .where(t.Step.trajectory_id.in_(ids[start : start + _CHUNK]))
+                    .order_by(t.Step.trajectory_id, t.Step.idx)  # the first step that names a message keeps it
                 )
                 for tid, idx, span in s.execute(q):
                     msg = (span or {}).get("message")

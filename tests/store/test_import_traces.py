@@ -274,6 +274,8 @@ def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url, layo
         ("actor", "20", None),
     ]
     assert traj.steps[1].tool_calls == [{"name": "add", "args": {"a": 2, "b": 3}, "id": "k1"}]
+    # the first model call is a root that made a step: the goal does not claim its span (a label there is the call's)
+    assert "span_id" not in traj.steps[0].span and traj.steps[1].span["span_id"] == "p1"
     assert all(s.agent is None for s in traj.steps) and traj.roster == []  # one agent: a single-agent trajectory
     assert traj.final_answer == "20" and row.n_tool_calls == 2
     assert [s.span.get("latency_ms") for s in traj.steps if s.role.value == "actor"] == [100.0, 100.0, 100.0]
@@ -396,3 +398,77 @@ def test_spans_of_two_traces_in_one_file_are_two_trajectories():
         path.write_text(json.dumps(a) + "\n" + json.dumps(b) + "\n")
         fmt, records = read_file(path)
     assert fmt == "spans" and [r.case.id for r in records] == [a["trace_id"], b["trace_id"]]
+
+
+def _sdk_span(span_id, parent=None, kind="LLM", **attrs):
+    return {
+        "name": "x",
+        "context": {"trace_id": "0x" + "ab" * 16, "span_id": span_id},
+        "parent_id": parent,
+        "start_time": "2026-01-01T00:00:00Z",
+        "end_time": "2026-01-01T00:00:01Z",
+        "attributes": {"openinference.span.kind": kind, **attrs},
+    }
+
+
+def _otlp(span: dict) -> dict:
+    return {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        [_sdk_span("a1", parent="a1", kind="TOOL")],  # a span its own parent
+        [_sdk_span("a1", parent="b1", kind="TOOL"), _sdk_span("b1", parent="a1", kind="TOOL")],  # a cycle
+        [_sdk_span("a1", **{"output.value": '{"choices": ["x"]}'})],
+        [_sdk_span("a1", kind="AGENT", **{"input.value": "[" * 5000}), _sdk_span("b1", parent="a1")],
+        [_sdk_span("a1", **{"llm.token_count.prompt": 1e300})],
+        [
+            _sdk_span(
+                "a1",
+                **{
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "f",
+                    "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "[" * 5000,
+                },
+            )
+        ],
+        [
+            _otlp(
+                {
+                    "traceId": "ab" * 16,
+                    "spanId": "cd" * 8,
+                    "name": "n",
+                    "attributes": [
+                        {"key": "openinference.span.kind", "value": {"stringValue": "LLM"}},
+                        {"key": "k", "value": {"arrayValue": [1]}},
+                        {"key": "j", "value": {"kvlistValue": {"values": [1, {"key": "a"}]}}},
+                    ],
+                }
+            )
+        ],
+        [_otlp({"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "n", "startTimeUnixNano": 1e300})],
+        [{"trace_id": "t", "spans": [{"span_id": "s1", "duration": "P" + "9" * 400 + "D"}]}],
+        [{"trace_id": "t", "spans": [{"span_id": "s1", "timestamp": "99999999999999999999999999"}]}],
+    ],
+)
+def test_foreign_values_give_a_trajectory_or_one_line_never_a_traceback(tmp_path, sqlite_url, lines):
+    path = tmp_path / "odd.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    try:
+        result = import_file(path, store=sqlite_url)
+    except ImportFormatError as exc:
+        assert "\n" not in str(exc) and "odd.jsonl" in str(exc)
+        assert S.list_runs(store=sqlite_url) == []
+    else:
+        assert result.n_trajectories >= 1
+
+
+def test_a_team_log_with_a_huge_role_is_read_in_linear_time(tmp_path):
+    import time
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps({"question": "q", "history": [{"role": "A" + " " * 200_000 + "B", "content": "x"}]}))
+    t0 = time.perf_counter()
+    fmt, (record,) = read_file(path)
+    assert time.perf_counter() - t0 < 5  # the speaker is split once, not backtracked over
+    assert record.traj.steps[0].agent.startswith("A")

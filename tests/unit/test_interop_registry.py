@@ -23,7 +23,18 @@ ATIF = {
 
 def test_every_format_is_registered_once_with_its_exports_in_the_order_offered():
     names = [f.name for f in X.formats()]
-    assert sorted(names) == ["atif", "evalrx", "inspect", "inspect-eval", "openai", "otel", "parquet", "spans", "tau_bench", "team_chat"]
+    assert sorted(names) == [
+        "atif",
+        "evalrx",
+        "inspect",
+        "inspect-eval",
+        "openai",
+        "otel",
+        "parquet",
+        "spans",
+        "tau_bench",
+        "team_chat",
+    ]
     assert X.EXPORT_FORMATS == X.export_formats() == ("jsonl", "parquet", "atif", "otel")
     with pytest.raises(ValueError, match="registered twice"):
         X.register(X.Format(name="atif", title="another ATIF"))
