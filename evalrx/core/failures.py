@@ -114,6 +114,7 @@ class Diagnosis:
             calls and their argument `diff`, or the `answer` and the `observation` it contradicts.
         confidence: 0..1, how sure the source is.
         source: one of `SOURCES`.
+        agent: in a team of agents, the agent it blames (None: one agent, or none named).
     """
 
     kind: Optional[str]
@@ -121,6 +122,7 @@ class Diagnosis:
     evidence: dict = field(default_factory=dict)
     confidence: float = 0.0
     source: str = "heuristic"
+    agent: Optional[str] = None
 
     @property
     def summary(self) -> str:
@@ -128,13 +130,16 @@ class Diagnosis:
         return str(self.evidence.get("text") or "")
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "kind": self.kind,
             "first_wrong_step": self.first_wrong_step,
             "evidence": dict(self.evidence),
             "confidence": round(float(self.confidence), 4),
             "source": self.source,
         }
+        if self.agent is not None:  # a team's: a single agent's diagnosis exports as it always did
+            out["agent"] = self.agent
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> "Diagnosis":
@@ -156,12 +161,16 @@ class Diagnosis:
             confidence = float(d.get("confidence") or 0.0)
         except (TypeError, ValueError):
             raise ValueError(f"diagnosis confidence must be a number, got {d.get('confidence')!r}") from None
+        agent = d.get("agent")
+        if agent is not None and not isinstance(agent, str):
+            raise ValueError(f"diagnosis agent must be an agent's name, got {agent!r}")
         return cls(
             kind=canonical_kind(d.get("kind")),
             first_wrong_step=step,
             evidence=evidence,
             confidence=min(1.0, max(0.0, confidence)),
             source=source,
+            agent=(agent or "").strip() or None,
         )
 
 

@@ -4,7 +4,8 @@
     ranked = diagnose(trajectory, case=case, tools=tools)   # [Diagnosis, ...], best first
 
 Sources, strongest first: `reference` (the case's reference calls and expected answer),
-`heuristic` (model-free rules on the steps), `whitebox` (stored tool-decision margins and logit lens),
+`heuristic` (model-free rules on the steps; a team's log also gets the team signs of `team`, and every
+diagnosis of a team's log names the agent it blames), `whitebox` (stored tool-decision margins and logit lens),
 `judge` (a model reading the steps: `evalrx.diagnosis.judge.judge`, asked on demand, never by `diagnose`).
 A passing trajectory has no diagnosis; an errored one is `infra_error`, not a model failure.
 Imports only `evalrx.core` and `evalrx.grade` (no torch, no store).
@@ -27,6 +28,7 @@ from evalrx.diagnosis.judge import (
 )
 from evalrx.diagnosis.reference import from_reference, reference_calls
 from evalrx.diagnosis.rules import RULES, from_rules
+from evalrx.diagnosis.team import blame, from_team, is_team
 from evalrx.diagnosis.whitebox import from_analyses
 
 # Bumped when the rules change, so stored diagnoses can be told apart and recomputed.
@@ -82,9 +84,14 @@ def diagnose(
             found.append(ref)
     system = (case.meta or {}).get("system") if case is not None else None
     found += from_rules(trajectory, system=system, marks=tool_marks)
+    if is_team(trajectory):
+        if not trajectory.terminated:  # a team's log that does not say how it ended marks no answer either
+            found = [d for d in found if d.kind != "no_final_answer"]
+        expected = case.expected if use_reference and case is not None else None
+        found += from_team(trajectory, expected)
     if analyses:
         found += from_analyses(analyses, trajectory)
-    return rank(found)
+    return [blame(trajectory, d) for d in rank(found)]
 
 
 __all__ = [
@@ -102,6 +109,8 @@ __all__ = [
     "from_analyses",
     "from_reference",
     "from_rules",
+    "from_team",
+    "blame",
     "rank",
     "reference_calls",
 ]

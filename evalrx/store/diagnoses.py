@@ -30,6 +30,7 @@ def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Dia
             "evidence": convert.jsonable(d.evidence),
             "confidence": float(d.confidence),
             "source": d.source,
+            "agent": convert.clean(d.agent),
             "version": version,
             "created_at": t.utcnow(),
         }
@@ -38,11 +39,13 @@ def save_diagnoses(session: Session, trajectory_id: int, diagnoses: Sequence[Dia
     if rows:
         session.execute(insert(t.DiagnosisRow.__table__), rows)
     top = diagnoses[0].kind if diagnoses else None
+    blamed = convert.clean(diagnoses[0].agent) if diagnoses else None
     # A passing trajectory is never counted under a failure kind: a judge asked about it (`--all`) may still
     # name one, which is kept as its candidate (a false alarm to count), not as the trajectory's kind.
     T = t.Trajectory
     indexed = case((T.outcome == "pass", None), else_=top)
-    session.execute(update(T).where(T.id == trajectory_id).values(diagnosis_kind=indexed))
+    agent = case((T.outcome == "pass", None), else_=blamed)
+    session.execute(update(T).where(T.id == trajectory_id).values(diagnosis_kind=indexed, diagnosis_agent=agent))
 
 
 def _from_row(r: t.DiagnosisRow) -> Diagnosis:
@@ -52,6 +55,7 @@ def _from_row(r: t.DiagnosisRow) -> Diagnosis:
         evidence=dict(r.evidence or {}),
         confidence=float(r.confidence),
         source=r.source,
+        agent=r.agent,
     )
 
 

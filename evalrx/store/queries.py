@@ -31,6 +31,8 @@ SORTS = {
     "n_tool_calls": t.Trajectory.n_tool_calls,
     "completion_tokens": t.Trajectory.completion_tokens,
     "prompt_tokens": t.Trajectory.prompt_tokens,
+    # the agent the diagnosis blames, "" for none (so keyset pages never compare a NULL)
+    "diagnosis_agent": func.coalesce(t.Trajectory.diagnosis_agent, ""),
 }
 
 _ROW_COLUMNS = (
@@ -53,6 +55,7 @@ _ROW_COLUMNS = (
     t.Trajectory.created_at,
     t.Trajectory.diagnosis_kind,
     t.Trajectory.attempt,
+    t.Trajectory.diagnosis_agent,
 )
 
 
@@ -127,6 +130,7 @@ def filter_trajectories(
     has_parse_error: Optional[bool] = None,
     sample_id: Optional[str] = None,
     diagnosis_kind: "str | Sequence[str] | None" = None,
+    diagnosis_agent: Optional[str] = None,
     max_margin: Optional[float] = None,
     sources_disagree: Optional[bool] = None,
 ) -> Select:
@@ -140,7 +144,8 @@ def filter_trajectories(
     `max_margin` keeps those whose smallest tool-decision margin (natural-log units) is below it;
     `sources_disagree` keeps those whose sources' best candidates differ in kind or first wrong step
     (False: those where they agree, or only one source spoke);
-    `agent` keeps a team's trajectories in which that agent took a step.
+    `agent` keeps a team's trajectories in which that agent took a step; `diagnosis_agent` those whose top
+    diagnosis blames that agent.
     """
     T = t.Trajectory
     runs = _as_list(run_id)
@@ -184,6 +189,8 @@ def filter_trajectories(
     kinds = _as_list(diagnosis_kind)
     if kinds:
         q = q.where(T.diagnosis_kind == kinds[0]) if len(kinds) == 1 else q.where(T.diagnosis_kind.in_(kinds))
+    if diagnosis_agent:
+        q = q.where(T.diagnosis_agent == diagnosis_agent)
     if max_margin is not None:
         S = t.TrajectoryScore
         q = q.where(exists().where(S.trajectory_id == T.id, S.name == MARGIN_SCORE, S.value < float(max_margin)))
@@ -252,7 +259,7 @@ def list_trajectories(
         with_total: also count every matching row (one more query).
         store: the store (default when None).
         **filters: see `filter_trajectories` (run_id, outcome, label, label_kind,
-            terminated, tool, agent, tag, text, has_parse_error, sample_id, diagnosis_kind, max_margin,
+            terminated, tool, agent, tag, text, has_parse_error, sample_id, diagnosis_kind, diagnosis_agent, max_margin,
             sources_disagree).
 
     Returns:
@@ -302,7 +309,8 @@ def _list(
     cursor = None
     if len(found) > limit:
         last = rows[-1]
-        cursor = encode_cursor(getattr(last, sort) if sort != "id" else last.id, last.id)
+        value = getattr(last, sort) if sort != "id" else last.id
+        cursor = encode_cursor("" if value is None else value, last.id)
     return Page(rows=rows, next_cursor=cursor, total=total)
 
 

@@ -63,6 +63,7 @@ class TrajectoryRow:
     created_at: datetime
     diagnosis_kind: Optional[str] = None  # the top diagnosis's kind (None: passing or not diagnosed)
     attempt: int = 1  # which of the run's repeated attempts at the case
+    diagnosis_agent: Optional[str] = None  # the agent the top diagnosis blames, in a team
 
 
 @dataclass

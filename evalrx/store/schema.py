@@ -30,7 +30,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0014"
+SCHEMA_VERSION = "0015"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -224,6 +224,8 @@ class Trajectory(Base):
     labelled_at: Mapped[Optional[datetime]]
     # The top diagnosis's failure kind, copied from `diagnoses` so the list filters and counts by it.
     diagnosis_kind: Mapped[Optional[str]] = mapped_column(String(100))
+    # The agent the top diagnosis blames, in a team (the list filters and sorts by it).
+    diagnosis_agent: Mapped[Optional[str]] = mapped_column(String(200))
     # A team's agents (`evalrx.core.roster_of`: name, description or system prompt); None for one agent.
     roster: Mapped[Optional[list]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -231,6 +233,7 @@ class Trajectory(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "case_row_id", "attempt"),
         Index(None, "run_id", "diagnosis_kind"),
+        Index(None, "run_id", "diagnosis_agent"),
         Index(None, "run_id", "id"),
         Index(None, "run_id", "sample_id"),
         Index(None, "run_id", "outcome"),
@@ -458,6 +461,7 @@ class DiagnosisRow(Base):
     evidence: Mapped[dict] = mapped_column(default=dict)
     confidence: Mapped[float] = mapped_column(Float, default=0.0)
     source: Mapped[str] = mapped_column(String(16))
+    agent: Mapped[Optional[str]] = mapped_column(String(200))  # the team's agent it blames
     version: Mapped[int] = mapped_column(default=1)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 

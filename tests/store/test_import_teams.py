@@ -203,3 +203,23 @@ def test_a_magentic_one_role_gives_the_speaker_the_addressee_and_the_aside(role,
     from evalrx.interop.team_chat import speaker
 
     assert speaker(role) == expected
+
+
+def test_the_diagnosis_blames_an_agent_and_the_list_filters_and_sorts_by_it(store_url):
+    runs = [import_file(WHOWHEN / f"{n}.json", store=store_url).run_ids[0] for n in (1, 2, 3)]
+    rows = [r for run in runs for r in S.list_trajectories(run_id=run, store=store_url).rows]
+    for row in rows:
+        (top, *_) = S.get_diagnoses(row.id, store=store_url)
+        steps = S.get_trajectory(row.id, store=store_url).trajectory.steps
+        assert row.diagnosis_agent == top.agent == steps[top.first_wrong_step].agent is not None
+        found = S.list_trajectories(diagnosis_agent=row.diagnosis_agent, store=store_url).rows
+        assert row.id in [r.id for r in found]
+    # sorted by the agent blamed, a page at a time (keyset cursors over the names)
+    seen, after = [], None
+    while True:
+        page = S.list_trajectories(sort="diagnosis_agent", descending=False, limit=1, after=after, store=store_url)
+        seen += [r.diagnosis_agent for r in page.rows]
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert seen == sorted(r.diagnosis_agent for r in rows)
