@@ -1,5 +1,6 @@
 """A team of agents in a real Chromium: two Who&When runs imported, the list filtered by an agent that took part,
-one trajectory opened with each step's agent and the team's roster, and a label that blames an agent."""
+one trajectory opened with each step's agent, the agent its diagnosis blames and the team's roster, and a label
+that blames an agent."""
 
 from __future__ import annotations
 
@@ -44,8 +45,15 @@ def test_filter_by_an_agent_open_its_trajectory_see_the_team_and_blame_an_agent(
     page.get_by_role("option", name="Excel_Expert", exact=True).click()
     page.wait_for_url(re.compile(r"agent=Excel_Expert"))
     settle(page)
-    assert page.locator(f".st-key-row-{tid}").count() == 1 and page.locator(f".st-key-row-{other}").count() == 0
+    # the rerun that applies the filter may land after the URL changes (a busy machine): wait for the list itself
+    poll(
+        lambda: page.locator(f".st-key-row-{tid}").count() == 1 and page.locator(f".st-key-row-{other}").count() == 0,
+        timeout=20,
+        every=0.5,
+        what="the list filtered by the agent",
+    )
     assert "agent “Excel_Expert”" in main_text(page)
+    assert "blames Excel_Expert" in page.locator(f".st-key-row-{tid}").inner_text()  # whom its diagnosis blames
 
     # The trajectory: every step names the agent that took it; the team's table and roster are there.
     open_listed(page, tid)
@@ -53,6 +61,9 @@ def test_filter_by_an_agent_open_its_trajectory_see_the_team_and_blame_an_agent(
     page.get_by_role("heading", name=f"Trajectory {tid}").wait_for()
     steps = S.get_trajectory(tid, store=url).trajectory.steps
     page.locator(f".st-key-step-{steps[-1].idx}").wait_for()
+    (top,) = S.get_trajectory(tid, store=url).diagnoses
+    card = page.locator(".st-key-why-it-failed").inner_text()
+    assert f"blames {top.agent} at step {top.first_wrong_step}" in card  # the card names the agent it blames
     for step in steps:
         assert step.agent in page.locator(f".st-key-step-{step.idx}").inner_text().split("\n")[0]
     team = page.locator(".st-key-team")
