@@ -395,6 +395,13 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     )
     judging.add_argument("--all", action="store_true", help="judge the passing trajectories too (false alarms)")
     judging.add_argument(
+        "--judge-strategy",
+        choices=["all_at_once", "step_by_step", "binary_search"],
+        help="how the judge reads each log (Who&When's strategies): all_at_once (default: the whole log, one "
+        "answer), step_by_step (one step at a time from the start until it names the decisive mistake: up to one "
+        "call per step), binary_search (which half holds it, halved to one step: about log2(steps) + 1 calls)",
+    )
+    judging.add_argument(
         "--with-findings", action="store_true", help="show the judge what the other sources found (a prompt variant)"
     )
     judging.add_argument(
@@ -424,6 +431,7 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
                 ("--limit", args.limit),
                 ("--all", args.all),
                 ("--with-findings", args.with_findings),
+                ("--judge-strategy", args.judge_strategy),
                 ("--queue", args.queue),
                 ("--concurrency", args.concurrency),
             )
@@ -500,7 +508,8 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
     model = load(spec.key, backend=backend, **runtime)
     # Where the judge runs is part of who it is; a URL's user:password and query never leave this process.
     server = redact_url(getattr(model, "base_url", None)).split("?")[0].split("#")[0] or None
-    print(f"judging {len(ids)} trajectories with {spec.key} ({backend}{', ' + server if server else ''})")
+    how = f", {args.judge_strategy}" if args.judge_strategy else ""
+    print(f"judging {len(ids)} trajectories with {spec.key} ({backend}{', ' + server if server else ''}{how})")
     from tqdm import tqdm
 
     bar = tqdm(total=len(ids), unit="trajectory", disable=args.no_progress, file=sys.stderr)
@@ -520,6 +529,7 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
             max_new_tokens=args.max_new_tokens,
             max_steps=args.max_steps,
             max_step_chars=args.max_step_chars,
+            strategy=args.judge_strategy,
         )
     finally:
         bar.close()
@@ -555,6 +565,7 @@ def _queue_judge(args: argparse.Namespace, spec: str, backend: str, store) -> in
         max_new_tokens=args.max_new_tokens,
         max_steps=args.max_steps,
         max_step_chars=args.max_step_chars,
+        strategy=args.judge_strategy,
     ).checked()
     ids = judge_targets(
         args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store

@@ -51,6 +51,8 @@ class JudgeConfig:
         with_findings: show the judge what the other sources found (the prompt variant `with_findings`).
         concurrency: calls in flight at once on the api backend (a local judge asks one at a time).
         max_new_tokens, max_steps, max_step_chars: see `limits`.
+        strategy: how the judge reads each log (`evalrx.diagnosis.judge.STRATEGIES`; None: all_at_once). Kept
+            in the job's options where it is not the default.
     """
 
     spec: str
@@ -64,6 +66,7 @@ class JudgeConfig:
     max_new_tokens: Optional[int] = None
     max_steps: Optional[int] = None
     max_step_chars: Optional[int] = None
+    strategy: Optional[str] = None
 
     def limits(self) -> dict:
         """The answer's token limit and how much of each trajectory the prompt shows, where set
@@ -85,6 +88,7 @@ class JudgeConfig:
             ValueError: one line: an unknown spec, a backend it cannot run on, an api-only setting on a local
                 judge, a URL carrying credentials, a key variable that is not a variable's name, a bad budget.
         """
+        from evalrx.diagnosis.judge import DEFAULT_STRATEGY, STRATEGIES
         from evalrx.models import resolve_spec_key
         from evalrx.models.backends.api_http import check_call_budget
         from evalrx.specs import get_spec
@@ -136,6 +140,9 @@ class JudgeConfig:
                 isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
             ):
                 raise ValueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
+        strategy = self.strategy or None
+        if strategy is not None and strategy not in STRATEGIES:
+            raise ValueError(f"the judge's strategy must be one of {', '.join(STRATEGIES)}, not {str(strategy)[:40]!r}")
         concurrency = self.concurrency
         if isinstance(concurrency, bool) or not isinstance(concurrency, int):
             raise ValueError(f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, not {concurrency!r}")
@@ -148,6 +155,7 @@ class JudgeConfig:
             base_url=base_url,
             api_key_env=key_env,
             with_findings=bool(self.with_findings),
+            strategy=None if strategy == DEFAULT_STRATEGY else strategy,
         )
 
     def to_dict(self) -> dict:
@@ -228,7 +236,8 @@ def estimate_judge(
     config: JudgeConfig, trajectory_ids: Sequence[int], *, store: "Store | str | None" = None
 ) -> JudgeEstimate:
     """How many tokens judging `trajectory_ids` with `config` may take (see `JudgeEstimate`); asks no model."""
-    from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, build_prompt, verdict_key
+    from evalrx.diagnosis.judge import DEFAULT_STRATEGY, MAX_ANSWER_TOKENS, build_prompt, verdict_key
+    from evalrx.diagnosis.judge_strategies import question_count
     from evalrx.runner.diagnose import JUDGE, stored_case
     from evalrx.store import cached_verdict, get_trajectory, list_kinds
 
@@ -238,7 +247,8 @@ def estimate_judge(
     sample = ids[::step]
     kinds = [(k.key, k.definition) for k in list_kinds(store=st)]
     judge_id = {"spec": config.spec, "backend": config.backend}
-    chars = cached = built = 0
+    strategy = config.strategy or DEFAULT_STRATEGY
+    chars = cached = built = questions = 0
     for tid in sample:
         detail = get_trajectory(tid, store=st)
         if detail is None:
@@ -248,17 +258,21 @@ def estimate_judge(
         findings = [d for d in detail.diagnoses if d.source != JUDGE] if config.with_findings else None
         shown = {k: v for k, v in config.limits().items() if k != "max_new_tokens"}
         messages = build_prompt(traj, stored_case(detail.case), kinds, findings=findings, **shown)
-        if cached_verdict(verdict_key(traj, messages, judge_id), store=st) is not None:
+        if cached_verdict(verdict_key(traj, messages, judge_id, strategy), store=st) is not None:
             cached += 1
         else:
-            chars += sum(len(str(m.get("content") or "")) for m in messages)
+            # Another strategy asks several questions, each showing up to the whole log: counted at most.
+            asks = question_count(traj, strategy)
+            questions += asks
+            chars += asks * sum(len(str(m.get("content") or "")) for m in messages)
     scale = len(ids) / built if built else 0.0
     n_cached = min(len(ids), round(cached * scale))
+    asked = round(questions * scale) if strategy != DEFAULT_STRATEGY else len(ids) - n_cached
     return JudgeEstimate(
         trajectories=len(ids),
         cached=n_cached,
         prompt_tokens=round(chars * scale / CHARS_PER_TOKEN),
-        answer_tokens=(len(ids) - n_cached) * (config.max_new_tokens or MAX_ANSWER_TOKENS),
+        answer_tokens=asked * (config.max_new_tokens or MAX_ANSWER_TOKENS),
         max_answer_tokens=config.max_new_tokens or MAX_ANSWER_TOKENS,
         sampled=built,
     )
@@ -281,8 +295,10 @@ def queue_judge(
     ids = list(dict.fromkeys(int(i) for i in trajectory_ids))
     if not ids:
         raise ValueError("no trajectory to judge")
-    options = {k: v for k, v in (("timeout", checked.timeout), ("max_retries", checked.retries)) if v is not None}
+    options: dict = {k: v for k, v in (("timeout", checked.timeout), ("max_retries", checked.retries)) if v is not None}
     options.update(checked.limits())
+    if checked.strategy is not None:  # all_at_once, the default, is the absence of one (as jobs always had)
+        options["strategy"] = checked.strategy
     return store_jobs.enqueue_judge_job(
         trajectory_ids=ids,
         spec=checked.spec,
@@ -374,9 +390,12 @@ def _judge_all(
     width = job.concurrency if getattr(model, "backend", None) == "api" else 1
 
     limits = {k: v for k, v in job.options.items() if k in ("max_new_tokens", "max_steps", "max_step_chars")}
+    strategy = job.options.get("strategy") or None
 
     def one(tid: int) -> list:
-        return judge_trajectories([tid], model, server=server, with_findings=job.with_findings, store=store, **limits)
+        return judge_trajectories(
+            [tid], model, server=server, with_findings=job.with_findings, store=store, strategy=strategy, **limits
+        )
 
     pending = iter(job.trajectory_ids)
     cancel = False

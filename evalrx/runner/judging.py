@@ -1,7 +1,8 @@
 """A judge model over stored trajectories: `evalrx diagnose RUN --judge SPEC`.
 
 Each trajectory's verdict is looked up by the digest of what the judge would be asked
-(`evalrx.diagnosis.judge.verdict_key`) before the model is called, so judging again costs nothing. A checked
+(`evalrx.diagnosis.judge.verdict_key`: the prompt, the judge and the strategy) before the model is called, so
+judging again costs nothing. A checked
 verdict becomes the trajectory's `judge` candidate beside the other sources' (replacing an earlier judge's);
 a refused answer is cached with its one-line reason and leaves the stored diagnoses as they are; a failed call
 (server down, deadline, rate limit past the budget) is neither stored nor cached.
@@ -72,6 +73,7 @@ def judge_trajectories(
     max_new_tokens: Optional[int] = None,
     max_steps: Optional[int] = None,
     max_step_chars: Optional[int] = None,
+    strategy: Optional[str] = None,
 ) -> "list[Judged]":
     """Judge each trajectory with `model` (from the cache where it was asked the same before) and store
     each checked verdict as its `judge` candidate.
@@ -85,9 +87,27 @@ def judge_trajectories(
         on_result: called after each trajectory (a progress bar, a line).
         max_new_tokens, max_steps, max_step_chars: the answer's token limit and how much of each trajectory
             the prompt shows (`evalrx.diagnosis.judge` defaults when None): smaller for a small local judge.
+        strategy: how the judge reads each log (`evalrx.diagnosis.judge.STRATEGIES`; None: `all_at_once`, the
+            whole log at once). A verdict of one strategy is cached apart from another's.
+
+    Raises:
+        ValueError: an unknown strategy (before any model is asked).
     """
     from evalrx.diagnosis import DIAGNOSIS_VERSION, combine
-    from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, MAX_STEP_CHARS, MAX_STEPS, build_prompt, judge, verdict_key
+    from evalrx.diagnosis.judge import (
+        DEFAULT_STRATEGY,
+        MAX_ANSWER_TOKENS,
+        MAX_STEP_CHARS,
+        MAX_STEPS,
+        STRATEGIES,
+        build_prompt,
+        judge,
+        verdict_key,
+    )
+
+    strategy = strategy or DEFAULT_STRATEGY
+    if strategy not in STRATEGIES:
+        raise ValueError(f"the judge's strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
 
     shown = {"max_steps": max_steps or MAX_STEPS, "max_step_chars": max_step_chars or MAX_STEP_CHARS}
 
@@ -103,7 +123,7 @@ def judge_trajectories(
             continue
         traj, case = detail.trajectory, stored_case(detail.case)
         findings = [d for d in detail.diagnoses if d.source != JUDGE] if with_findings else None
-        key = verdict_key(traj, build_prompt(traj, case, kinds, findings=findings, **shown), judge_id)
+        key = verdict_key(traj, build_prompt(traj, case, kinds, findings=findings, **shown), judge_id, strategy)
         hit = cached_verdict(key, store=st)
         if hit is not None:
             done = Judged(tid, traj.sample_id, hit.diagnosis, hit.refusal, cached=True)
@@ -117,6 +137,7 @@ def judge_trajectories(
                 json_schema=json_schema,
                 meta={"server": server},
                 max_new_tokens=max_new_tokens or MAX_ANSWER_TOKENS,
+                strategy=strategy,
                 **shown,
             )
             if result.meta.get("json_schema") is False:
