@@ -111,15 +111,33 @@ def source_agreement(run_ids: Sequence[int], *, store: "Store | str | None" = No
     }
 
 
+def _attribution(annotator: str, machine: str, both: dict) -> "Optional[dict]":
+    """The diagnosis (`machine`) against an annotator on the agent and the step, over the failures they labelled
+    naming an agent (None when they named none)."""
+    from evalrx.runstats import attribution_agreement
+
+    named = {tid: v for tid, v in both.items() if v[annotator][3] is not None}
+    if not named:
+        return None
+    return attribution_agreement(
+        {tid: (v[annotator][3], v[annotator][2]) for tid, v in named.items()},
+        {tid: (v[machine][3], v[machine][2]) for tid, v in named.items()},
+    )
+
+
 def label_agreement(
     trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
 ) -> dict:
     """Agreement among annotators (Cohen's kappa per pair, Fleiss' kappa for three or more) on outcome and
     on failure kind, agreement on the first wrong step (exact, within one), and the automatic diagnosis
-    against each annotator (kind kappa, step agreement, confusion matrix of kinds)."""
+    against each annotator (kind kappa, step agreement, confusion matrix of kinds).
+
+    Where people's labels name the agent of a team they blame (`teams` True), each of the diagnosis's rows
+    also carries `attribution` (`runstats.attribution_agreement` on the labels that name an agent: the same
+    agent, the same first wrong step, each with its count and Wilson 95% interval); None elsewhere."""
     from evalrx.runstats import agreement, cohen_kappa, kind_confusion, step_agreement
 
-    labels = S.annotator_labels(trajectory_ids, run_id=run_id, store=store)
+    labels = S.annotator_labels(trajectory_ids, run_id=run_id, agents=True, store=store)
     raters = {a for v in labels.values() for a in v}
     humans = sorted(a for a in raters - {S.ADJUDICATOR} if not _automatic(a))
     automatic = [S.AUTO] + sorted(a for a in raters if _automatic(a) and a != S.AUTO)
@@ -128,6 +146,7 @@ def label_agreement(
         return {tid: {a: v[a][i] for a in who if a in v and v[a][i] is not None} for tid, v in labels.items()}
 
     out: dict = {"annotators": humans, "n_items": len(labels)}
+    out["teams"] = any(v[a][3] is not None for v in labels.values() for a in humans if a in v)
     out["outcome"] = agreement({k: v for k, v in field(0, humans).items() if len(v) >= 2})
     out["kind"] = agreement({k: v for k, v in field(1, humans).items() if len(v) >= 2})
     steps = []
@@ -165,6 +184,7 @@ def label_agreement(
                         if k != "n"
                     },
                     "confusion": kind_confusion(ka, kb) if both else None,
+                    "attribution": _attribution(a, machine, both) if out["teams"] else None,
                 }
             )
     out["auto"] = auto

@@ -40,6 +40,7 @@ def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
         "kind": diagnosis.kind,
         "definition": definitions.get(diagnosis.kind or "", ""),
         "step": diagnosis.first_wrong_step,
+        "agent": getattr(diagnosis, "agent", None),  # in a team: the agent it blames
         "source": diagnosis.source,
         "source_text": _SOURCE.get(diagnosis.source, diagnosis.source),
         "confidence": float(diagnosis.confidence),
@@ -47,6 +48,15 @@ def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
         "diff": [d for d in ev.get("diff") or [] if isinstance(d, dict)],
         "pairs": pairs,
     }
+
+
+def blames_text(agent: Optional[str], step: Optional[int], *, bold: bool = True) -> str:
+    """In a team, the agent a diagnosis blames and where, as escaped Markdown ("blames **Analyst** at step
+    **3**"); "" for one agent (the card then says the step as it always has)."""
+    if not agent:
+        return ""
+    b = "**" if bold else ""
+    return f"blames {b}{md_escape(agent)}{b}" + (f" at step {b}{int(step)}{b}" if step is not None else "")
 
 
 def _value(v: Any) -> None:
@@ -83,7 +93,8 @@ def render_sources(diagnoses: list, agreement: dict) -> None:
     for col, d in zip(st.columns(len(best)), best):
         with col:
             where = f" · step **{d.first_wrong_step}**" if d.first_wrong_step is not None else ""
-            st.markdown(f"{md_escape(d.source)}: **{md_escape(d.kind)}**{where}")
+            blames = blames_text(getattr(d, "agent", None), d.first_wrong_step)
+            st.markdown(f"{md_escape(d.source)}: **{md_escape(d.kind)}**" + (f" · {blames}" if blames else where))
             show_text(d.summary)
             st.caption(md_escape(agreement_text(agreement.get(d.source))))
 
@@ -108,7 +119,9 @@ def render_diagnosis(
             return None
         view = diagnosis_view(diagnoses[0], definitions)
         color = "orange" if view["kind"] in NOT_AGENT_KINDS else "red"
+        blames = blames_text(view["agent"], view["step"])
         step = f" · first wrong step **{view['step']}**" if view["step"] is not None else ""
+        step = f" · {blames}" if blames else step
         st.markdown(
             f":{color}-badge[{md_escape(view['kind'])}]{step} · "
             f"{md_escape(view['source'])}, confidence {view['confidence']:.2f}"
@@ -150,6 +163,8 @@ def render_diagnosis(
             with st.expander(f"{len(diagnoses) - 1} other candidate(s)"):
                 for d in diagnoses[1:]:
                     where = f" at step {d.first_wrong_step}" if d.first_wrong_step is not None else ""
+                    blames = blames_text(getattr(d, "agent", None), d.first_wrong_step, bold=False)
+                    where = f" {blames}" if blames else where
                     st.markdown(f"**{md_escape(d.kind)}**{where} · {md_escape(d.source)} · {d.confidence:.2f}")
                     show_text(d.summary)
         if on_rediagnose is not None:

@@ -2,7 +2,8 @@
 (previous/next) and the Label queue. Pure Python: testable without Streamlit.
 
 Parameters: run, outcome, label, mode (the label's failure kind), term, tool, q (free text),
-kind (the diagnosed failure kind), agent (a team's agent that took a step),
+kind (the diagnosed failure kind), agent (a team's agent that took a step), blamed (the agent a team's
+diagnosis blames),
 margin (keep trajectories whose smallest tool-decision margin is below this), disagree ("true": the
 diagnosis sources' best candidates differ in kind or first wrong step), sort, asc ("true" for
 ascending; newest/largest first otherwise). The values are the words the widgets show
@@ -24,6 +25,7 @@ FILTER_KEYS = (
     "term",
     "tool",
     "agent",
+    "blamed",
     "q",
     "kind",
     "margin",
@@ -49,6 +51,7 @@ SORT_CHOICES = {
     "calls": "n_tool_calls",
     "completion": "completion_tokens",
     "prompt": "prompt_tokens",
+    "blamed": "diagnosis_agent",  # the agent a team's diagnosis blames (offered for teams' runs)
 }
 _TRUE = ("1", "true", "yes", "on")
 
@@ -102,6 +105,7 @@ def store_filters(params: Mapping) -> dict:
         ("term", "terminated"),
         ("tool", "tool"),
         ("agent", "agent"),
+        ("blamed", "diagnosis_agent"),
         ("q", "text"),
         ("kind", "diagnosis_kind"),
     ):
@@ -138,6 +142,8 @@ def neighbours(row: Any, params: Mapping, *, store: Any) -> tuple[Optional[int],
     sort, desc = sort_args(params)
     filters = store_filters(params)
     value = row.id if sort == "id" else getattr(row, sort)
+    if value is None and sort == "diagnosis_agent":
+        value = ""  # the store sorts a trajectory that blames no agent as "" (keyset pages never compare a NULL)
     cursor = encode_cursor(value, row.id)
     nxt = list_trajectories(sort=sort, descending=desc, limit=1, after=cursor, store=store, **filters)
     prev = list_trajectories(sort=sort, descending=not desc, limit=1, after=cursor, store=store, **filters)
@@ -159,6 +165,7 @@ def describe(params: Mapping) -> str:
         ("terminated", "ended"),
         ("tool", "tool"),
         ("agent", "agent"),
+        ("diagnosis_agent", "blamed"),
         ("text", "text"),
         ("diagnosis_kind", "diagnosed"),
     ):

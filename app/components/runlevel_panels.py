@@ -105,8 +105,8 @@ def render_predictors(run_ids: Sequence[int], *, url: str, link_run: int, stamp:
 
 
 def render_agreement(run_id: int, *, url: str) -> None:
-    """Cohen's kappa per annotator pair, step agreement, the diagnosis against each annotator, and where to
-    give a second opinion or adjudicate."""
+    """Cohen's kappa per annotator pair, step agreement, the diagnosis against each annotator (in a team, on
+    the agent blamed and the step too), and where to give a second opinion or adjudicate."""
     from evalrx.reports import label_agreement
     from evalrx.store import disagreements
 
@@ -146,6 +146,12 @@ def render_agreement(run_id: int, *, url: str) -> None:
     if auto:
         st.markdown("**The diagnosis against each annotator** (trajectories they labelled failed)")
         st.dataframe(auto, hide_index=True, width="stretch", key=f"agree-auto-{run_id}")
+        if agree.get("teams"):
+            st.caption(
+                "A team's run: *same agent* counts the labels naming the agent a person blames where the diagnosis "
+                "blames that agent too, *same step* those where it names the person's first wrong step "
+                "(Wilson 95% intervals)."
+            )
         with_cm = [r for r in agree["auto"] if r["confusion"]]
         if with_cm:
             who = st.selectbox("Confusion matrix of", [r["annotator"] for r in with_cm], key=f"cm-who-{run_id}")

@@ -198,10 +198,17 @@ def pair_rows(agree: Mapping) -> list[dict]:
     return [rows[k] for k in sorted(rows)]
 
 
+def _ci(share: Mapping) -> Optional[str]:
+    return None if share["low"] is None else f"{share['low']:.2f}–{share['high']:.2f}"
+
+
 def auto_rows(agree: Mapping) -> list[dict]:
-    """The automatic diagnosis against each annotator on the trajectories they labelled failed."""
-    return [
-        {
+    """The automatic diagnosis against each annotator on the trajectories they labelled failed; on a run
+    whose labels name a team's agent (`agree["teams"]`), beside kind and step: how often it blames the agent
+    the annotator named and names their first wrong step (counts of the labels naming an agent, Wilson 95%)."""
+    rows = []
+    for r in agree["auto"]:
+        row = {
             "annotator": r["annotator"],
             "diagnosis": r.get("diagnosis", "top"),
             "n": r["n"],
@@ -209,8 +216,15 @@ def auto_rows(agree: Mapping) -> list[dict]:
             "step exact": _r(r.get("step_exact")),
             "step ±1": _r(r.get("step_within_one")),
         }
-        for r in agree["auto"]
-    ]
+        if agree.get("teams"):
+            att = r.get("attribution") or {}
+            for what, name in (("agent", "same agent"), ("step", "same step")):
+                share = att.get(what)
+                row[name] = f"{share['k']}/{share['n']}" if share and share["n"] else None
+                row[f"{name} %"] = None if not share or share["share"] is None else round(100 * share["share"], 1)
+                row[f"{what} 95% CI"] = _ci(share) if share and share["n"] else None
+        rows.append(row)
+    return rows
 
 
 def confusion_rows(confusion: Optional[Mapping]) -> list[dict]:

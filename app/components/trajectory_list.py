@@ -21,10 +21,12 @@ _GRADE = {"pass": "green", "fail": "red"}
 
 
 def _why(r: Any) -> str:
-    """The diagnosis and the person's label, as badges (escaped)."""
+    """The diagnosis (in a team, with the agent it blames) and the person's label, as badges (escaped)."""
     bits = []
     if r.diagnosis_kind:
         bits.append(f":orange-badge[{md_escape(r.diagnosis_kind)}]")
+    if getattr(r, "diagnosis_agent", None):
+        bits.append(f":violet-badge[:material/smart_toy: blames {md_escape(r.diagnosis_agent)}]")
     if r.label:
         kind = f" · {md_escape(r.label_kind)}" if r.label_kind else ""
         bits.append(f":{_GRADE.get(r.label, 'gray')}-badge[:material/label: {md_escape(r.label)}{kind}]")

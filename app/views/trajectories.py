@@ -18,7 +18,15 @@ from components.judge_form import judge_action
 from components.safe import md_escape
 from components.trajectory_list import render_list
 
-from evalrx.store import label_kinds, list_kinds, list_runs, list_trajectories, matching_ids, run_agents
+from evalrx.store import (
+    blamed_agents,
+    label_kinds,
+    list_kinds,
+    list_runs,
+    list_trajectories,
+    matching_ids,
+    run_agents,
+)
 
 S = store()
 # Rows a page (the user's pick, in the URL): each row is a few elements the browser draws, so a page
@@ -40,6 +48,17 @@ def _choices(url: str):
 def _agents(url: str, run: str) -> list:
     """The agents that took part in the chosen run (every run's when none is chosen): none without a team."""
     return [a.agent for a in run_agents(int(run) if run.isdigit() else None, store=S)]
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def _blamed(url: str, run: str) -> list:
+    """The agents the chosen run's diagnoses blame (every run's when none is chosen), most blamed first."""
+    return blamed_agents(int(run) if run.isdigit() else None, store=S)
+
+
+def _set(key: str) -> bool:
+    """Whether the URL or the page already holds a value for this filter (its widget stays while it does)."""
+    return bool(st.session_state.get(key) or st.query_params.get(key))
 
 
 def _first_page() -> None:
@@ -67,6 +86,13 @@ with st.container(border=True):
         help="the failure kind of the trajectory's diagnosis (why it failed)",
         **BOUND,
     )
+    agents = _agents(S.url, str(st.session_state.get("run") or ""))  # none: no team in the chosen run(s)
+    # "blamed" (the agent a team's diagnosis blames) sorts only a team's runs
+    sorts = [
+        w
+        for w in SORT_CHOICES
+        if w != "blamed" or agents or "blamed" in (st.query_params.get("sort"), st.session_state.get("sort"))
+    ]
     e, f, g, h, i, j = st.columns([1, 1, 2, 1, 1, 1], vertical_alignment="bottom")
     e.selectbox(
         "Ended by", list(TERMINATIONS), index=None, key="term", placeholder="any", accept_new_options=True, **BOUND
@@ -79,10 +105,10 @@ with st.container(border=True):
         placeholder="text in prompts, answers, model turns, calls, observations",
         **BOUND,
     )
-    h.selectbox("Sort by", list(SORT_CHOICES), key="sort", **BOUND)
+    h.selectbox("Sort by", sorts, key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
-    k, m, n, o, p = st.columns([1, 1, 1, 1, 2], vertical_alignment="bottom")
+    k, m, n, o, p, q = st.columns(6, vertical_alignment="bottom")
     k.selectbox(
         "Labelled as",
         modes,
@@ -110,8 +136,7 @@ with st.container(border=True):
         **BOUND,
     )
     per = int(o.selectbox("Rows a page", PAGE_SIZES, index=1, key="per", **BOUND) or PAGE_SIZES[1])
-    agents = _agents(S.url, str(st.session_state.get("run") or ""))
-    if agents or st.session_state.get("agent") or st.query_params.get("agent"):  # a team's runs (or a set filter)
+    if agents or _set("agent"):  # a team's runs (or a set filter)
         p.selectbox(
             "Agent",
             agents,
@@ -120,6 +145,17 @@ with st.container(border=True):
             placeholder="any",
             accept_new_options=True,
             help="a team's agent that took a step in the trajectory",
+            **BOUND,
+        )
+    if agents or _set("blamed"):
+        q.selectbox(
+            "Blamed agent",
+            _blamed(S.url, str(st.session_state.get("run") or "")),
+            index=None,
+            key="blamed",
+            placeholder="any",
+            accept_new_options=True,
+            help="the team's agent the trajectory's diagnosis blames (why it failed)",
             **BOUND,
         )
 

@@ -1,4 +1,5 @@
-"""Inter-annotator agreement: Cohen's and Fleiss' kappa, first-wrong-step agreement, kind confusion."""
+"""Inter-annotator agreement: Cohen's and Fleiss' kappa, first-wrong-step agreement, kind confusion, and in a team
+of agents, agreement on the agent blamed and the step (counts with Wilson intervals)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,30 @@ def step_agreement(a: Labeling, b: Labeling) -> dict[str, Any]:
     within = sum(x == y or (x is not None and y is not None and abs(x - y) <= 1) for x, y in zip(xa, xb))
     n = len(xa)
     return {"n": n, "exact": exact / n if n else None, "within_one": within / n if n else None}
+
+
+def wilson_share(k: int, n: int, *, confidence: float = 0.95) -> dict[str, Any]:
+    """k agreements out of n as a share with its Wilson score interval (scipy's `binomtest`); share and
+    interval None when n is 0."""
+    if n == 0:
+        return {"k": 0, "n": 0, "share": None, "low": None, "high": None}
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return {"k": k, "n": n, "share": k / n, "low": float(ci.low), "high": float(ci.high)}
+
+
+def attribution_agreement(truth: Labeling, guess: Labeling) -> dict[str, Any]:
+    """How often `guess` names the same agent and the same first wrong step as `truth`, each item an
+    (agent, step) pair (a team's failure as the Who&When paper scores it): {"n", "agent", "step"}, the last
+    two `wilson_share`'s counts, share and 95% interval. The agent is scored on the items whose truth names
+    one, the step on those whose truth gives one; a guess that names none never agrees."""
+    xa, xb = _paired(truth, guess)
+    scored = {}
+    for i, what in enumerate(("agent", "step")):
+        pairs = [(t[i], g[i]) for t, g in zip(xa, xb) if t[i] is not None]
+        scored[what] = wilson_share(sum(t == g for t, g in pairs), len(pairs))
+    return {"n": len(xa), **scored}
 
 
 def kind_confusion(a: Labeling, b: Labeling) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from evalrx.store.marks import mark_tool, tool_marks
 from evalrx.store.mcp_servers import delete_mcp_server, list_mcp_servers, save_mcp_server
 from evalrx.store.queries import (
     SORTS,
+    blamed_agents,
     count_trajectories,
     encode_cursor,
     find_trajectory,
@@ -128,6 +129,7 @@ __all__ = [
     "all_tags",
     "annotator_labels",
     "attempts_of",
+    "blamed_agents",
     "disagreements",
     "other_runs_of_case",
     "second_opinion_queue",

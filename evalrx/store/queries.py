@@ -369,6 +369,20 @@ def run_agents(
     return sorted(shares, key=lambda x: (-x.n_steps, x.agent))
 
 
+def blamed_agents(run_id: "int | Sequence[int] | None" = None, *, store: "Store | str | None" = None) -> "list[str]":
+    """The agents the top diagnoses of a run's trajectories (or every run's) blame, most blamed first (the
+    list's "Blamed agent" choices); none for single-agent runs."""
+    T = t.Trajectory
+    n = func.count()
+    q = select(T.diagnosis_agent, n).where(T.diagnosis_agent.is_not(None)).group_by(T.diagnosis_agent)
+    runs = _as_list(run_id)
+    if runs is not None:
+        q = q.where(T.run_id.in_(runs))
+    with resolve(store).read() as s:
+        rows = s.execute(q).all()
+    return [a for a, _ in sorted(rows, key=lambda r: (-r[1], r[0]))]
+
+
 def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) -> Optional[TrajectoryDetail]:
     """One trajectory with its steps, case, current labels, tags and analyses (None if absent)."""
     with resolve(store).read() as s:

@@ -121,23 +121,28 @@ def predictor_rows(run_ids: Sequence[int], *, store: "Store | str | None" = None
 
 
 def annotator_labels(
-    trajectory_ids: Optional[Sequence[int]] = None, *, run_id: Optional[int] = None, store: "Store | str | None" = None
+    trajectory_ids: Optional[Sequence[int]] = None,
+    *,
+    run_id: Optional[int] = None,
+    agents: bool = False,
+    store: "Store | str | None" = None,
 ) -> dict:
     """{trajectory id: {annotator: (outcome, kind, first wrong step)}}: each annotator's latest word on a
     whole trajectory (superseded labels count: the history keeps who said what), plus the automatic
     diagnosis as annotator `auto` (kind and step) where a trajectory has one, and each source's best
-    candidate as `auto:<source>` (`auto:reference`, `auto:heuristic`, `auto:judge`, ...)."""
+    candidate as `auto:<source>` (`auto:reference`, `auto:heuristic`, `auto:judge`, ...). With `agents`
+    each word ends with the team's agent it blames too: (outcome, kind, first wrong step, agent)."""
     L, T, D = t.LabelRow, t.Trajectory, t.DiagnosisRow
     with resolve(store).read() as s:
         q = (
-            select(L.trajectory_id, L.annotator, L.outcome, L.failure_kind, L.first_wrong_step)
+            select(L.trajectory_id, L.annotator, L.outcome, L.failure_kind, L.first_wrong_step, L.agent)
             .where(L.step_idx.is_(None))
             .order_by(L.created_at, L.id)
         )
         # Only labelled trajectories' diagnoses are compared: the rest of a large run is never read.
         labelled_ids = select(L.trajectory_id).where(L.step_idx.is_(None))
         dq = (
-            select(D.trajectory_id, D.kind, D.first_wrong_step, D.source, D.rank)
+            select(D.trajectory_id, D.kind, D.first_wrong_step, D.agent, D.source, D.rank)
             .where(D.trajectory_id.in_(labelled_ids))
             .order_by(D.rank)
         )
@@ -148,15 +153,17 @@ def annotator_labels(
             q = q.where(L.trajectory_id.in_(list(trajectory_ids)))
             dq = dq.where(D.trajectory_id.in_(list(trajectory_ids)))
         out: dict = defaultdict(dict)
-        for tid, who, outcome, kind, step in s.execute(q):
-            out[tid][who or "anonymous"] = (outcome, kind, step)  # later rows overwrite: the latest word
+        for tid, who, outcome, kind, step, agent in s.execute(q):
+            # later rows overwrite: the latest word
+            out[tid][who or "anonymous"] = (outcome, kind, step, agent) if agents else (outcome, kind, step)
         labelled = set(out)
-        for tid, kind, step, source, rank in s.execute(dq):
+        for tid, kind, step, agent, source, rank in s.execute(dq):
             if tid not in labelled:
                 continue
+            word = (None, kind, step, agent) if agents else (None, kind, step)
             if rank == 0:
-                out[tid][AUTO] = (None, kind, step)
-            out[tid].setdefault(f"{AUTO}:{source}", (None, kind, step))  # each source's best, by rank
+                out[tid][AUTO] = word
+            out[tid].setdefault(f"{AUTO}:{source}", word)  # each source's best, by rank
     return dict(out)
 
 

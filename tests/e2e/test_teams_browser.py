@@ -83,8 +83,17 @@ def test_filter_by_an_agent_open_its_trajectory_see_the_team_and_blame_an_agent(
     page.get_by_label("Annotator").fill("e2e-teams")
     page.get_by_label("Annotator").press("Enter")
     settle(page)
-    page.get_by_role("combobox", name="Agent to blame").click()
-    page.get_by_role("option", name="DataVerification_Expert", exact=True).click()
+    # (a rerun as the Annotator field loses focus can close the list just opened: open it until it stays)
+    option = page.get_by_role("option", name="DataVerification_Expert", exact=True)
+
+    def opened() -> bool:
+        if not option.is_visible():
+            page.get_by_role("combobox", name="Agent to blame").click()
+            page.wait_for_timeout(500)
+        return option.is_visible()
+
+    poll(opened, timeout=20, every=0.5, what="the Agent to blame list open")
+    option.click()
     settle(page)
     page.locator(".st-key-tl-fail button").first.click()
     saved = poll(lambda: _label(url, tid, "e2e-teams"), what="the label saved")

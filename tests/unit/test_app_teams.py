@@ -226,3 +226,190 @@ def test_a_label_blames_an_agent_and_the_current_label_says_so(teams):
     at.button(key="tl-pass").click().run()  # a pass blames no one
     label = next(x for x in S.current_labels(tid, store=url) if x.step_idx is None)
     assert (label.outcome, label.agent) == ("pass", None)
+
+
+# ------------------------------------------------------------------ the agent a diagnosis blames
+
+
+def _card(at) -> str:
+    """What the Why-it-failed card shows as Markdown and captions."""
+    card = at.get_by_key("why-it-failed")
+    return "\n".join(str(m.value) for m in [*card.get("markdown"), *card.get("caption")])
+
+
+def _blame(
+    url: str, tid: int, agent: "str | None", step: int, *, second: "tuple[str | None, int] | None" = None
+) -> None:
+    """Store a diagnosis of `tid` blaming `agent` at `step` (and a second source's other candidate)."""
+    from evalrx.core import Diagnosis
+
+    found = [Diagnosis(kind="wrong_final_answer", first_wrong_step=step, source="heuristic", agent=agent)]
+    if second:
+        found.append(Diagnosis(kind="tool_misuse", first_wrong_step=second[1], source="judge", agent=second[0]))
+    with S.connect(url).write() as s:
+        S.save_diagnoses(s, tid, found)
+
+
+def test_blames_text_names_the_agent_escaped_and_nothing_for_one_agent():
+    from components.diagnosis_card import blames_text
+
+    assert blames_text("Analyst", 3) == "blames **Analyst** at step **3**"
+    assert blames_text("Excel_Expert", None, bold=False) == "blames Excel\\_Expert"
+    assert "<" not in blames_text(HOSTILE, 1).replace("\\<", "")
+    assert blames_text(None, 3) == "" and blames_text("", 3) == ""
+
+
+def test_the_why_it_failed_card_names_the_agent_it_blames_in_a_team(teams):
+    url, tid = teams["url"], teams["whowhen"]
+    (top,) = S.get_trajectory(tid, store=url).diagnoses
+    assert top.agent == "Excel_Expert"  # the diagnosis of Who&When's first run, as imported
+    card = _card(open_page("trajectory", id=tid))
+    assert f"blames **Excel\\_Expert** at step **{top.first_wrong_step}**" in card
+    assert "first wrong step **" not in card  # said once, with the agent
+    # every source's proposal and the other candidates name theirs; a hostile name stays text
+    _blame(url, teams["magentic"], HOSTILE, 5, second=("Orchestrator", 2))
+    at = open_page("trajectory", id=teams["magentic"])
+    card = _card(at)
+    assert (
+        "blames **" in card and "at step **5**" in card and "judge: **tool\\_misuse** · blames **Orchestrator**" in card
+    )
+    assert "**tool\\_misuse** blames Orchestrator at step 2 · judge" in card
+    for m in list(at.markdown) + list(at.caption):
+        assert not re.search(r"(?<!\\)<", str(m.value)), m.value
+
+
+def test_a_single_agents_card_says_the_step_as_before(teams):
+    url, tid = teams["url"], teams["single"]
+    _blame(url, tid, None, 1, second=(None, 2))
+    card = _card(open_page("trajectory", id=tid))
+    assert "first wrong step **1**" in card  # the headline
+    assert "judge: **tool\\_misuse** · step **2**" in card  # each source's proposal
+    assert "**tool\\_misuse** at step 2 · judge" in card  # the other candidates
+    assert "blames" not in card
+
+
+def test_the_list_filters_and_sorts_by_the_agent_blamed_and_shows_it(teams):
+    from components.filters import neighbours
+
+    url = teams["url"]
+    _blame(url, teams["magentic"], HOSTILE, 5)
+    blamed = S.blamed_agents(store=url)
+    assert set(blamed) == {"Excel_Expert", HOSTILE}
+    at = open_page("trajectories")
+    assert set(at.selectbox(key="blamed").options) == set(blamed)
+    assert "blamed" in at.selectbox(key="sort").options
+    rows = {tid: q for tid, q in listed(at)}
+    assert len(rows) == 5
+    shown = texts(at)
+    assert ":violet-badge[:material/smart_toy: blames Excel\\_Expert]" in shown
+    assert shown.count("blames ") == 2  # the two teams' rows; a single agent's rows blame no one
+    for m in at.markdown:
+        assert not re.search(r"(?<!\\)<", str(m.value)), m.value  # the hostile name is escaped in its badge
+    # the filter, in the URL and on prev/next links
+    at.selectbox(key="blamed").set_value("Excel_Expert").run()
+    assert [tid for tid, _ in listed(at)] == [teams["whowhen"]]
+    assert all(q.get("in_blamed") == "Excel_Expert" for _, q in listed(at))
+    assert "blamed “Excel\\_Expert”" in texts(at)
+    at = open_page("trajectories", blamed=HOSTILE)  # read from the URL
+    assert [tid for tid, _ in listed(at)] == [teams["magentic"]]
+    # the sort: by the agent blamed (a trajectory blaming no one sorts as ""), ties by id; prev/next walk it
+    at = open_page("trajectories", sort="blamed", asc="true")
+    order = [tid for tid, _ in listed(at)]
+    assert order == [r.id for r in S.list_trajectories(sort="diagnosis_agent", descending=False, store=url).rows]
+    assert order[-2:] == [teams["magentic"], teams["whowhen"]]  # "<img..." before "Excel_Expert"
+    for i, tid in enumerate(order):
+        row = S.get_trajectory(tid, store=url).row
+        prev, nxt = neighbours(row, {"sort": "blamed", "asc": "true"}, store=url)
+        assert (prev, nxt) == (order[i - 1] if i else None, order[i + 1] if i + 1 < len(order) else None)
+    # a run of one agent offers neither the filter nor the sort
+    at = open_page("trajectories", run=teams["single_run"])
+    assert not [s for s in at.selectbox if s.label == "Blamed agent"]
+    assert "blamed" not in at.selectbox(key="sort").options and "blames" not in texts(at)
+
+
+# ------------------------------------------------------------------ agreement on the agent and the step
+
+
+def test_attribution_agreement_counts_the_same_agent_and_step_with_wilson_intervals():
+    from scipy.stats import binomtest
+
+    from evalrx.runstats import attribution_agreement, wilson_share
+
+    truth = {1: ("A", 3), 2: ("B", 5), 3: ("A", None), 4: (None, 2)}
+    guess = {1: ("A", 3), 2: ("A", 5), 3: ("A", 1), 4: ("C", 2), 5: ("A", 0)}  # 5: no truth, not scored
+    out = attribution_agreement(truth, guess)
+    assert out["n"] == 4
+    assert (out["agent"]["k"], out["agent"]["n"]) == (2, 3)  # items 1 and 3 (4 names no agent)
+    assert (out["step"]["k"], out["step"]["n"]) == (3, 3)  # items 1, 2 and 4 (3 gives no step)
+    ci = binomtest(2, 3).proportion_ci(method="wilson")
+    assert out["agent"]["low"] == pytest.approx(ci.low) and out["agent"]["high"] == pytest.approx(ci.high)
+    assert attribution_agreement({1: ("A", 1)}, {1: (None, None)})["agent"]["k"] == 0  # naming no one never agrees
+    one = wilson_share(1, 1)
+    assert (
+        one["share"] == 1.0 and one["high"] == pytest.approx(1.0) and one["low"] == pytest.approx(1 / (1 + 1.959964**2))
+    )
+    assert wilson_share(0, 0) == {"k": 0, "n": 0, "share": None, "low": None, "high": None}
+
+
+def _agreement_rows(at):
+    (frame,) = [d.value for d in at.dataframe if "kind κ" in d.value.columns]
+    return frame
+
+
+def test_the_agreement_tab_scores_the_diagnosis_on_the_agent_and_the_step_of_each_annotator(teams):
+    from evalrx.reports import label_agreement
+
+    url, tid = teams["url"], teams["whowhen"]
+    (top,) = S.get_trajectory(tid, store=url).diagnoses
+    (people,) = [x for x in S.current_labels(tid, store=url) if x.annotator == "who&when"]
+    assert (top.agent, top.first_wrong_step) == (people.agent, people.first_wrong_step)  # run 1: both right
+    # a second person blames another agent at another step
+    S.set_label(
+        tid, "fail", first_wrong_step=people.first_wrong_step + 2, agent="Computer_terminal", annotator="ana", store=url
+    )
+    run = S.get_trajectory(tid, store=url).row.run_id
+    agree = label_agreement(run_id=run, store=url)
+    assert agree["teams"]
+    by = {(r["annotator"], r["diagnosis"]): r["attribution"] for r in agree["auto"]}
+    ww, ana = by[("who&when", "top")], by[("ana", "top")]
+    assert (ww["agent"]["k"], ww["agent"]["n"], ww["step"]["k"], ww["step"]["n"]) == (1, 1, 1, 1)
+    assert (ana["agent"]["k"], ana["agent"]["n"], ana["step"]["k"], ana["step"]["n"]) == (0, 1, 0, 1)
+    assert by[("who&when", "heuristic")] == ww  # each source's best candidate is scored as well
+
+    at = open_page("runs", run=run, view="Agreement")
+    rows = _agreement_rows(at).set_index(["annotator", "diagnosis"])
+    w = rows.loc[("who&when", "top")]
+    assert (w["same agent"], w["same agent %"], w["agent 95% CI"]) == ("1/1", 100.0, "0.21–1.00")
+    assert (w["same step"], w["same step %"], w["step 95% CI"]) == ("1/1", 100.0, "0.21–1.00")
+    a = rows.loc[("ana", "top")]
+    assert (a["same agent"], a["same agent %"], a["agent 95% CI"]) == ("0/1", 0.0, "0.00–0.79")
+    assert (a["same step"], a["step 95% CI"]) == ("0/1", "0.00–0.79")
+    assert "kind κ" in rows.columns and "step exact" in rows.columns  # beside the kind and step agreement
+    assert any("*same agent* counts" in c.value for c in at.caption)
+
+
+def test_the_agreement_tab_scores_what_another_runs_diagnosis_named(teams):
+    """Who&When's second run (the diagnosis and the people may part): each figure is what the diagnosis named."""
+    url = teams["url"]
+    tid = _import(WHOWHEN_1.with_name("2.json"), url)
+    (top,) = S.get_trajectory(tid, store=url).diagnoses
+    (people,) = [x for x in S.current_labels(tid, store=url) if x.annotator == "who&when"]
+    at = open_page("runs", run=S.get_trajectory(tid, store=url).row.run_id, view="Agreement")
+    w = _agreement_rows(at).set_index(["annotator", "diagnosis"]).loc[("who&when", "top")]
+    assert w["same agent"] == f"{int(top.agent == people.agent)}/1"
+    assert w["same step"] == f"{int(top.first_wrong_step == people.first_wrong_step)}/1"
+
+
+def test_a_single_agents_agreement_tab_shows_no_agent_columns(teams):
+    url, run, tid = teams["url"], teams["single_run"], teams["single"]
+    _blame(url, tid, None, 1)
+    S.set_label(tid, "fail", failure_kind="wrong_final_answer", first_wrong_step=1, annotator="ana", store=url)
+    from evalrx.reports import label_agreement
+
+    agree = label_agreement(run_id=run, store=url)
+    assert not agree["teams"] and all(r["attribution"] is None for r in agree["auto"])
+    at = open_page("runs", run=run, view="Agreement")
+    rows = _agreement_rows(at)
+    assert set(rows["annotator"]) == {"ana"} and list(rows["step exact"]) == [1.0] * len(rows)
+    assert not [c for c in rows.columns if "agent" in c or c.startswith("same")]
+    assert not any("same agent" in c.value for c in at.caption)
