@@ -46,6 +46,19 @@ _PASS = {"c", "correct", "pass", "passed", "true", "1", "1.0", "yes"}
 _FAIL = {"i", "incorrect", "fail", "failed", "false", "0", "0.0", "no"}
 
 
+def message_text(content: Any) -> str:
+    """A message's content as text: a string as is, content parts by their text, any other JSON value as JSON."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        text = content_text(content, sep="\n", image="[image]")
+        if text or not content:
+            return text
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
 def outcome_of(value: Any) -> Label:
     """Map a score or verdict (Inspect's C/I, booleans, 1/0, pass/fail) to a Label."""
     if isinstance(value, Label):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
-from evalrx.interop.messages import CHAT_ROLES, as_dict, outcome_of, trajectory_metrics
+from evalrx.interop.messages import CHAT_ROLES, as_dict, message_text, outcome_of, trajectory_metrics
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
 
@@ -55,11 +55,7 @@ def team_steps(history: Any) -> "tuple[list, list]":
     for i, msg in enumerate(history):
         if not isinstance(msg, dict):
             raise ValueError(f"message {i} is not an object")
-        content = msg.get("content")
-        if content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise ValueError(f"message {i}: `content` must be text, not {type(content).__name__}")
+        content = message_text(msg.get("content"))  # a team's message may be content parts, or any JSON
         role, name = msg.get("role"), msg.get("name")
         if name is not None and not isinstance(name, str):
             raise ValueError(f"message {i}: `name` must be text")

@@ -27,9 +27,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
-from evalrx.core.content import content_text
 from evalrx.interop.errors import ImportFormatError
-from evalrx.interop.messages import CHAT_ROLES, outcome_of, parse_tool_call, trajectory_metrics
+from evalrx.interop.messages import CHAT_ROLES, message_text, outcome_of, parse_tool_call, trajectory_metrics
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
 from evalrx.interop.span_files import KIND, Span, is_span_json, is_trail_trace, json_span, otlp_spans, trail_spans
@@ -70,19 +69,6 @@ def _agent_of_span(span: Span) -> Optional[str]:
         return agent_name(name[len("invoke_agent ") :])
     # OpenInference instrumentations name the span after the call: "manager.run" is the agent "manager"
     return agent_name(name.rsplit(".", 1)[0] if "." in name.strip(".") else name)
-
-
-def _text(value: Any) -> str:
-    """A message's or span's value as text: a string as is, content blocks by their text, anything else as JSON."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and value and all(isinstance(b, (dict, str)) for b in value):
-        text = content_text(value, sep="\n", image="[image]")
-        if text:
-            return text
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _loads(value: Any) -> Any:
@@ -138,7 +124,7 @@ def _flat_messages(attrs: dict, which: str) -> list:
             if key.startswith("contents."):  # contents.K.message_content.{type,text,image...}
                 k, _, rest = key[len("contents.") :].partition(".")
                 if rest == "message_content.text" and k.isdigit():
-                    parts[int(k)] = _text(value)
+                    parts[int(k)] = message_text(value)
                 elif rest.startswith("message_content.image") and k.isdigit():
                     parts.setdefault(int(k), "[image]")
             elif key.startswith("tool_calls."):
@@ -146,7 +132,7 @@ def _flat_messages(attrs: dict, which: str) -> list:
                 if j.isdigit():
                     calls.setdefault(int(j), {})[rest.removeprefix("tool_call.")] = value
         content = fields.get("content")
-        text = _text(content) if content is not None else "".join(parts[k] for k in sorted(parts))
+        text = message_text(content) if content is not None else "".join(parts[k] for k in sorted(parts))
         msg: dict = {"role": str(fields.get("role") or ""), "content": text}
         if calls:
             msg["tool_calls"] = [
@@ -177,7 +163,7 @@ def _genai_messages(value: Any) -> list:
             if not isinstance(p, dict):
                 continue
             if p.get("type") == "text":
-                texts.append(_text(p.get("content")))
+                texts.append(message_text(p.get("content")))
             elif p.get("type") == "tool_call":
                 args = p.get("arguments")
                 calls.append(
@@ -187,7 +173,7 @@ def _genai_messages(value: Any) -> list:
                     }
                 )
             elif p.get("type") == "tool_call_response":
-                texts.append(_text(p.get("response")))
+                texts.append(message_text(p.get("response")))
                 msg["tool_call_id"] = p.get("id")
         msg["content"] = "\n".join(texts)
         if calls:
@@ -401,7 +387,7 @@ def trace_record(spans: list) -> Optional[Record]:
                     span_info[to] = int(n)
             if s.error is not None:
                 span_info["error"] = s.error or "the model call failed"
-            content = _text(out.get("content"))
+            content = message_text(out.get("content"))
             said.add(content)
             step = Step(idx=0, role=StepRole.ACTOR, content=content, tool_calls=calls, parse_error=parse_error)
         else:
@@ -419,13 +405,13 @@ def trace_record(spans: list) -> Optional[Record]:
             name = attr("tool.name", "gen_ai.tool.name") or s.name
             result = attr("output.value", "gen_ai.tool.call.result")
             error = next((x.error for x in (s, *inner) if x.error is not None), None)
-            observation = _text(result) if result is not None else (error or "")
+            observation = message_text(result) if result is not None else (error or "")
             call_id = attr("tool_call.id", "gen_ai.tool.call.id")
             if call_id is not None:
                 span_info["call_id"] = str(call_id)
             args = attr("input.value", "gen_ai.tool.call.arguments")
             if args is not None:
-                span_info["arguments"] = _text(args)[:2000]
+                span_info["arguments"] = message_text(args)[:2000]
             if error is not None:
                 span_info["tool_error"] = True
             step = Step(idx=0, role=StepRole.TOOL, content=str(name), observation=observation)

@@ -170,7 +170,6 @@ def test_the_team_survives_an_export_and_its_import(tmp_path, sqlite_url, suffix
     "history, says",
     [
         ([{"role": "A", "content": "x"}, {"content": "hi"}], "message 1 names no speaker"),
-        ([{"role": "A", "content": "x"}, {"role": "B", "content": 3}], "message 1: `content` must be text"),
         ([{"role": "A", "content": "x"}, "x"], "message 1 is not an object"),
     ],
 )
@@ -223,3 +222,15 @@ def test_the_diagnosis_blames_an_agent_and_the_list_filters_and_sorts_by_it(stor
             break
         after = page.next_cursor
     assert seen == sorted(r.diagnosis_agent for r in rows)
+
+
+def test_a_team_message_whose_content_is_parts_or_other_json_is_read_as_text(tmp_path):
+    path = tmp_path / "parts.json"
+    history = [
+        {"role": "Orchestrator", "content": [{"type": "text", "text": "Look it up."}, {"type": "image_url"}]},
+        {"role": "WebSurfer", "content": {"page": "results", "hits": 3}},
+        {"role": "Coder", "content": 42},
+    ]
+    path.write_text(json.dumps({"question": "q", "history": history}))
+    fmt, (record,) = read_file(path)
+    assert [s.content for s in record.traj.steps] == ["Look it up.\n[image]", '{"page": "results", "hits": 3}', "42"]
