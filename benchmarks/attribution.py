@@ -9,7 +9,9 @@ path (`evalrx.interop.import_file`) into a fresh SQLite store, reads the traject
 - baselines: `random` (as the paper computes it: the expected accuracy of a uniform pick, 1/agents and 1/steps
   averaged over runs), `first_agent_step` (the first step an agent took), `last_step`, `most_frequent_agent`
   (the agent with the most steps in the log, at its first step);
-- with `--judge SPEC`: each judge strategy (not run here unless asked).
+- with `--judge SPEC` (a local spec, or `--backend api --base-url URL [--api-key-env VAR]`): each judge strategy
+  (`--strategies`, all three by default), through `evalrx.runner.judge_trajectories` on the same store; a
+  refused or failed verdict counts as a miss, and how many there were is recorded.
 
 Agent-level accuracy (the named agent), step-level (the exact history index) and within one step, each with a
 Wilson 95% interval, beside the paper's published figures (GPT-4o, without the ground truth).
@@ -49,14 +51,15 @@ PUBLISHED = {
 }
 
 
-def load(url: str, data: Path) -> list:
+def load(url: str, data: Path, limit: Optional[int] = None) -> list:
     """[(trajectory, case, label, source file)] for every run, imported and read back through the store."""
     import evalrx.store as S
     from evalrx.core import FailureCase, Inputs
     from evalrx.interop import import_file
 
     out = []
-    for path in sorted(data.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else p.stem):
+    files = sorted(data.glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else p.stem)
+    for path in files[:limit]:
         result = import_file(path, store=url)
         (row,) = S.list_trajectories(run_id=result.run_ids[0], store=url).rows
         detail = S.get_trajectory(row.id, store=url)
@@ -140,20 +143,68 @@ def score(runs: list, predictors: dict) -> dict:
     return {"variants": out, "per_run": per_run}
 
 
+def judged(url: str, runs: list, args: argparse.Namespace) -> "tuple[dict, dict]":
+    """Predictors for each judge strategy (their verdicts asked once, up front), and each one's refusals."""
+    import evalrx.store as S
+    from evalrx.models import load as load_model
+    from evalrx.runner.judging import judge_trajectories
+
+    runtime: dict = {"max_new_tokens": args.max_new_tokens}
+    if args.backend == "api":
+        runtime["base_url"] = args.base_url
+        if args.api_key_env:
+            runtime["api_key"] = os.environ[args.api_key_env]  # held by the client only, never recorded
+    model = load_model(args.judge, backend=args.backend, **runtime)
+    ids = {}
+    for traj, case, label, source in runs:
+        found = S.list_trajectories(sample_id=traj.sample_id, store=url).rows
+        ids[source] = found[0].id
+    predictors, misses = {}, {}
+    for strategy in args.strategies.split(","):
+        verdicts = {
+            j.trajectory_id: j for j in judge_trajectories(list(ids.values()), model, store=url, strategy=strategy)
+        }
+        misses[f"judge_{strategy}"] = {
+            "refused": sum(1 for j in verdicts.values() if j.diagnosis is None and not j.failed),
+            "failed": sum(1 for j in verdicts.values() if j.failed),
+        }
+
+        def predict(traj: Any, case: Any, verdicts: dict = verdicts) -> tuple:
+            tid = S.list_trajectories(sample_id=traj.sample_id, store=url).rows[0].id
+            d = verdicts[tid].diagnosis if tid in verdicts else None
+            return (d.agent, d.first_wrong_step) if d is not None else (None, None)
+
+        predictors[f"judge_{strategy}"] = predict
+    return predictors, misses
+
+
 def main(argv: "list[str] | None" = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="the whowhen_algorithm_generated folder")
     parser.add_argument("--out", default=str(RESULTS / "attribution.json"))
+    parser.add_argument("--judge", metavar="SPEC", help="also score a judge model, with each strategy")
+    parser.add_argument("--backend", default="hf_local", help="the judge's backend (api for a server)")
+    parser.add_argument("--base-url", help="the judge's server (api backend)")
+    parser.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the judge's key")
+    parser.add_argument("--strategies", default="all_at_once,step_by_step,binary_search")
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--limit", type=int, help="the first N runs only (a quick check; not a recorded figure)")
     args = parser.parse_args(argv)
     import evalrx.store as S
 
     t0 = time.perf_counter()
+    predictors, misses = dict(PREDICTORS), {}
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'whowhen.sqlite'}"
         S.upgrade(url)
-        runs = load(url, Path(args.data))
+        runs = load(url, Path(args.data), args.limit)
+        if args.judge:
+            more, misses = judged(url, runs, args)
+            predictors.update(more)
+        result = score(runs, predictors)
         S.forget(url)
-    result = score(runs, PREDICTORS)
+    for name, counts in misses.items():
+        result["variants"][name].update(counts)
     record = {
         "benchmark": "attribution",
         "data": "Who&When Algorithm-Generated",
@@ -161,6 +212,7 @@ def main(argv: "list[str] | None" = None) -> int:
         "results": result["variants"],
         "published": PUBLISHED,
         "targets": {"model_free": {"agent": 0.60, "step": 0.30, "within_one_step": 0.45}},
+        "judge": {"spec": args.judge, "backend": args.backend} if args.judge else None,
         "per_run": result["per_run"],
         "seconds": round(time.perf_counter() - t0, 1),
         "load": [round(x, 2) for x in os.getloadavg()],

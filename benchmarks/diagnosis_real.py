@@ -47,13 +47,13 @@ VARIANTS = ("model_free", "reference", "first_assistant", "last_assistant")
 
 
 def wilson(k: int, n: int) -> list:
-    """The Wilson score 95% interval of k successes in n (scipy's)."""
+    """The Wilson score 95% interval of k successes in n (`evalrx.runstats.wilson_share`, over scipy's)."""
     if n == 0:
         return [0.0, 0.0]
-    from scipy.stats import binomtest
+    from evalrx.runstats import wilson_share
 
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return [round(ci.low, 3), round(ci.high, 3)]
+    share = wilson_share(k, n)
+    return [round(share["low"], 3), round(share["high"], 3)]
 
 
 def _count(k: int, n: int) -> dict:
