@@ -15,10 +15,18 @@ import streamlit as st
 from components.access import ENV_COMMANDS, commands_allowed
 from components.labelling import flash
 from components.safe import md_escape, show_pre
+from evalrx.diagnosis import JUDGE_STRATEGIES
 from evalrx.runner import JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
 from evalrx.store import cancel_judge_job, list_judge_jobs
 
 BACKENDS = ("api", "hf_local")
+
+
+STRATEGY_TITLES = {
+    "all_at_once": "All at once (one call)",
+    "step_by_step": "Step by step",
+    "binary_search": "Binary search",
+}
 
 
 def _pending(key: str) -> str:
@@ -62,6 +70,15 @@ def judge_action(key: str, *, store: Any, scope: str, run_id: Optional[int] = No
         "sends it only to hosts its EVALRX_KEY_HOSTS allows.",
         **off,
     )
+    strategy = st.selectbox(
+        "How the judge reads each log",
+        JUDGE_STRATEGIES,
+        key=f"{key}-strategy",
+        format_func=STRATEGY_TITLES.get,
+        help="The Who&When paper's three ways: the whole log in one call; step by step until it names the decisive "
+        "mistake (up to a call a step); or halving the log (about log2 of its steps, then the verdict).",
+        **off,
+    )
     e, f, g = st.columns(3, vertical_alignment="bottom")
     passing = e.toggle("Include passing trajectories", key=f"{key}-passing", help="to count false alarms", **off)
     findings = f.toggle("Show the other sources' findings", key=f"{key}-findings", **off)
@@ -82,6 +99,7 @@ def judge_action(key: str, *, store: Any, scope: str, run_id: Optional[int] = No
                 api_key_env=key_env or None,
                 with_findings=findings,
                 concurrency=int(concurrency),
+                strategy=strategy,
             ).checked()
             ids = judge_list_targets(run_id=run_id, filters=filters, include_passing=passing, store=store)
             if not ids:

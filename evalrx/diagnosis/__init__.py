@@ -26,6 +26,9 @@ from evalrx.diagnosis.judge import (
     parse_verdict,
     verdict_key,
 )
+from evalrx.diagnosis.judge import (
+    STRATEGIES as JUDGE_STRATEGIES,
+)
 from evalrx.diagnosis.reference import from_reference, reference_calls
 from evalrx.diagnosis.rules import RULES, from_rules
 from evalrx.diagnosis.team import blame, from_team, is_team
@@ -97,6 +100,7 @@ def diagnose(
 __all__ = [
     "DIAGNOSIS_VERSION",
     "JUDGE_SCHEMA",
+    "JUDGE_STRATEGIES",
     "JudgeResult",
     "PROMPT_VERSION",
     "build_prompt",

@@ -144,3 +144,18 @@ def test_the_judge_form_is_off_beyond_loopback_unless_the_operator_allows_comman
         assert not at.button(key=f"{key}-estimate").disabled
     finally:
         config.set_option("server.address", "127.0.0.1")
+
+
+def test_the_judge_form_queues_the_strategy_chosen(run):
+    url, rid = run["url"], run["run"]
+    key = f"judge-run-{rid}"
+    at = open_page("runs", run=rid)
+    box = at.selectbox(key=f"{key}-strategy")
+    assert box.options == ["All at once (one call)", "Step by step", "Binary search"]  # all_at_once first
+    _fill(at, key, spec="gpt-4o-mini", **{"base-url": "http://127.0.0.1:9/v1"})
+    box.set_value("binary_search").run()
+    at.button(key=f"{key}-estimate").click().run()
+    assert not at.exception and not at.error
+    at.button(key=f"{key}-confirm").click().run()
+    (job,) = S.list_judge_jobs(store=url)
+    assert job.options.get("strategy") == "binary_search"
