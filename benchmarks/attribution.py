@@ -77,12 +77,13 @@ def _agents(traj: Any) -> list:
 
 
 def diagnosed(use_reference: bool) -> Callable:
-    def predict(traj: Any, case: Any) -> "tuple[Optional[str], Optional[int]]":
+    def predict(traj: Any, case: Any) -> tuple:
+        """(agent, step, the sign or kind that named them)."""
         from evalrx.diagnosis import diagnose
 
         found = diagnose(traj, case=case, use_reference=use_reference)
         top = found[0] if found else None
-        return (top.agent, top.first_wrong_step) if top else (None, None)
+        return (top.agent, top.first_wrong_step, top.evidence.get("sign") or top.kind) if top else (None, None, "-")
 
     return predict
 
@@ -121,16 +122,13 @@ def score(runs: list, predictors: dict) -> dict:
         agent_ok = step_ok = near = 0
         signs: collections.Counter = collections.Counter()
         for traj, case, label, source in runs:
-            agent, step = predict(traj, case)
+            agent, step, *sign = predict(traj, case)  # a diagnosis also says which sign named them
             agent_ok += agent is not None and agent == label.agent
             step_ok += step is not None and step == label.first_wrong_step
             near += step is not None and label.first_wrong_step is not None and abs(step - label.first_wrong_step) <= 1
             per_run.setdefault(source, {"label": [label.agent, label.first_wrong_step]})[name] = [agent, step]
-            if name in ("model_free", "with_reference"):
-                from evalrx.diagnosis import diagnose
-
-                found = diagnose(traj, case=case, use_reference=name == "with_reference")
-                signs[(found[0].evidence.get("sign") or found[0].kind) if found else "-"] += 1
+            if sign:
+                signs[sign[0]] += 1
         n = len(runs)
         out[name] = {"agent": _count(agent_ok, n), "step": _count(step_ok, n), "within_one_step": _count(near, n)}
         if signs:
@@ -155,10 +153,7 @@ def judged(url: str, runs: list, args: argparse.Namespace) -> "tuple[dict, dict]
         if args.api_key_env:
             runtime["api_key"] = os.environ[args.api_key_env]  # held by the client only, never recorded
     model = load_model(args.judge, backend=args.backend, **runtime)
-    ids = {}
-    for traj, case, label, source in runs:
-        found = S.list_trajectories(sample_id=traj.sample_id, store=url).rows
-        ids[source] = found[0].id
+    ids = {traj.sample_id: S.list_trajectories(sample_id=traj.sample_id, store=url).rows[0].id for traj, *_ in runs}
     predictors, misses = {}, {}
     for strategy in args.strategies.split(","):
         verdicts = {
@@ -170,8 +165,8 @@ def judged(url: str, runs: list, args: argparse.Namespace) -> "tuple[dict, dict]
         }
 
         def predict(traj: Any, case: Any, verdicts: dict = verdicts) -> tuple:
-            tid = S.list_trajectories(sample_id=traj.sample_id, store=url).rows[0].id
-            d = verdicts[tid].diagnosis if tid in verdicts else None
+            judged = verdicts.get(ids[traj.sample_id])
+            d = judged.diagnosis if judged is not None else None
             return (d.agent, d.first_wrong_step) if d is not None else (None, None)
 
         predictors[f"judge_{strategy}"] = predict

@@ -233,17 +233,13 @@ def step_by_step(
     answer = ""
     for pos in candidates:
         step = steps[pos]
-        shown = steps[: pos + 1]
-        title = f"{len(steps)} steps" if len(shown) == len(steps) else f"the first {len(shown)} of {len(steps)} steps"
-        messages = [
+        messages = _messages(
             system,
-            _user(
-                head
-                + [transcript_part(trajectory, shown, max_step_chars, max_steps, title=f"{title} (the log so far)")]
-                + tail
-                + [f"Is step {step.idx}{_who(step, team)} the decisive mistake? Answer with the JSON object only."]
-            ),
-        ]
+            head,
+            _log_part(trajectory, steps[: pos + 1], max_step_chars, max_steps, "the log so far"),
+            tail,
+            f"Is step {step.idx}{_who(step, team)} the decisive mistake? Answer with the JSON object only.",
+        )
         info["questions"] += 1
         info["asked"].append(step.idx)
 
@@ -303,21 +299,14 @@ def binary_search(
         whole = [steps[p] for p in candidates[lo:hi]]
         first = [steps[p] for p in candidates[lo:mid]]
         second = [steps[p] for p in candidates[mid:hi]]
-        shown = steps[: candidates[hi - 1] + 1]
-        title = f"{len(steps)} steps" if len(shown) == len(steps) else f"the first {len(shown)} of {len(steps)} steps"
         question = (
             f"The decisive mistake is in {_span(whole)}. Is it in the first half ({_span(first)}) or the second "
             f"half ({_span(second)})? Answer with the JSON object only."
         )
-        messages = [
-            system,
-            _user(
-                head
-                + [transcript_part(trajectory, shown, max_step_chars, max_steps, title=f"{title} (to the range's end)")]
-                + tail
-                + [question]
-            ),
-        ]
+        shown = steps[: candidates[hi - 1] + 1]
+        messages = _messages(
+            system, head, _log_part(trajectory, shown, max_step_chars, max_steps, "to the range's end"), tail, question
+        )
         info["questions"] += 1
         info["asked"].append([whole[0].idx, whole[-1].idx])
         asked = ask_checked(model, messages, HALF_FORMAT if info["json_schema"] else None, max_new_tokens, info, _half)
@@ -326,24 +315,32 @@ def binary_search(
         lo, hi = (lo, mid) if asked.value == "first" else (mid, hi)
     step = steps[candidates[lo]]
     info["narrowed_to"] = step.idx
-    messages = [
+    messages = _messages(
         system,
-        _user(
-            head
-            + [transcript_part(trajectory, steps, max_step_chars, max_steps)]
-            + tail
-            + [
-                f"The search narrowed the decisive mistake to step {step.idx}{_who(step, team)}. Give the verdict on "
-                "that step: answer with the JSON object only."
-            ]
-        ),
-    ]
+        head,
+        transcript_part(trajectory, steps, max_step_chars, max_steps),
+        tail,
+        f"The search narrowed the decisive mistake to step {step.idx}{_who(step, team)}. Give the verdict on "
+        "that step: answer with the JSON object only.",
+    )
     info["questions"] += 1
     fmt = response_format(kinds, agents) if info["json_schema"] else None
     asked = ask_checked(model, messages, fmt, max_new_tokens, info, _final_check(trajectory, kinds, step, team))
     if asked.refusal is not None:
         return _refused(info, f"binary_search at step {step.idx}", asked)
     return _result(info, asked.value, asked.answer)
+
+
+def _log_part(trajectory: Trajectory, shown: list, max_step_chars: int, max_steps: int, note: str) -> Any:
+    """The transcript part showing the first steps of the log (`shown`), titled with how much of it that is."""
+    total = len(trajectory.steps)
+    title = f"{total} steps" if len(shown) == total else f"the first {len(shown)} of {total} steps"
+    return transcript_part(trajectory, shown, max_step_chars, max_steps, title=f"{title} ({note})")
+
+
+def _messages(system: Any, head: list, log: Any, tail: list, question: str) -> list:
+    """One question to the judge: the instructions, then the case, the log, the findings and the question."""
+    return [system, _user(head + [log] + tail + [question])]
 
 
 def _half(text: str) -> str:

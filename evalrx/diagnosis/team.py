@@ -114,8 +114,12 @@ def _wrong_value_origin(traj: Trajectory, expected: object) -> Optional[Diagnosi
     if first is None:
         return None
     at = first.idx
-    if first.role is StepRole.ACTOR and _RAN_OK.search(first.content or "") or _FAILED_RUN.search(first.content or ""):
-        at = _asker(traj, first.idx) if _asker(traj, first.idx) is not None else at  # a run printed it
+    printed = (first.role is StepRole.ACTOR and _RAN_OK.search(first.content or "")) or _FAILED_RUN.search(
+        first.content or ""
+    )
+    if printed:  # a run printed it: the step that asked for the run wrote it
+        asker = _asker(traj, first.idx)
+        at = asker if asker is not None else at
     return _make(
         "wrong_final_answer",
         traj,
