@@ -91,19 +91,6 @@ def brings_own_tools(cases: list) -> bool:
     return bool(cases) and all(case_tool_documents(c) for c in cases)
 
 
-def named_tools(cases: list, known: Any) -> list:
-    """The built-in tools every case names (`meta["tools"]`, e.g. a demo suite's), in their order; [] if they differ."""
-    lists = [[t for t in (c.meta or {}).get("tools") or [] if isinstance(t, str)] for c in cases]
-    if not lists or any(names != lists[0] for names in lists) or not all(t in known for t in lists[0]):
-        return []
-    return lists[0]
-
-
-def python_tool_paths(text: Optional[str]) -> list:
-    """The `package.module:function` paths typed on the page (comma- or space-separated)."""
-    return [p for p in (text or "").replace(",", " ").split() if p]
-
-
 def mcp_entry(name: str, text: str) -> dict:
     """A typed `mcpServers` entry, checked as a run would check it, as the store keeps it.
 

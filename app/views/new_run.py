@@ -11,8 +11,6 @@ from components.launch import (
     build_config,
     cases_from_upload,
     mcp_entry,
-    named_tools,
-    python_tool_paths,
     runtime_settings,
     start_api_worker,
 )
@@ -20,6 +18,7 @@ from components.safe import md_escape, md_with_code
 
 from evalrx.core import Capability
 from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
+from evalrx.runner import run_tools, tool_list
 from evalrx.specs import REGISTRY, weights_installed
 from evalrx.store import list_mcp_servers, save_mcp_server
 from evalrx.suites import CaseFileError, list_suites, load_cases
@@ -127,12 +126,7 @@ with left:
     picked_cases = cases if cases is not None else (_suite_cases(suite) if suite else [])
     own = brings_own_tools(picked_cases)
     descriptions = _tool_descriptions()
-    default_tools = (
-        []
-        if own  # a benchmark's cases are written for their own functions: nothing else by default
-        else named_tools(picked_cases, TOOLS)  # the tools the cases were written for (a demo suite's)
-        or [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
-    )
+    default_tools = run_tools(None, picked_cases, spec=spec_key)  # the CLI's default too, in the same order
     tools = st.multiselect(
         "Built-in tools the agent may call",
         sorted(TOOLS),
@@ -306,7 +300,7 @@ with right:
             config = build_config(
                 spec=spec_key,
                 backend=backend,
-                tools=list(tools) + (python_tool_paths(py_tools) if may_run else []),
+                tools=list(tools) + ((tool_list(py_tools) or []) if may_run else []),
                 mcp_servers=[saved[n] for n in mcp_names if n in saved],
                 suite=suite,
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),
