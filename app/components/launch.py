@@ -14,6 +14,18 @@ DEMO_SPEC = "evalrx-tiny"
 DEFAULT_SUITE = "demo/arithmetic_easy"
 
 
+# Where the New run form takes a local model directory: the fix its weights check names.
+LOCAL_WEIGHTS_FIELD = "this form's Local weights directory, under Advanced"
+
+
+def weights_problem(spec: str, backend: Optional[str], checkpoint: Optional[str]) -> Optional[str]:
+    """One line when the model's weights (or the directory typed for them) are not on this machine, its fix
+    pointing at the form's local-weights field; None when they are, or for no backend or the api one."""
+    from evalrx.models import weights_problem as problem
+
+    return problem(spec, backend=backend, checkpoint=checkpoint or None, how=LOCAL_WEIGHTS_FIELD) if backend else None
+
+
 def cases_from_upload(name: str, data: bytes) -> list:
     """Validate an uploaded JSONL case file and return its cases.
 

@@ -13,13 +13,14 @@ from components.launch import (
     mcp_entry,
     runtime_settings,
     start_api_worker,
+    weights_problem,
 )
 from components.safe import md_escape, md_with_code
 
 from evalrx.core import Capability
 from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
 from evalrx.runner import run_tools, tool_list
-from evalrx.specs import REGISTRY, weights_installed
+from evalrx.specs import REGISTRY
 from evalrx.store import list_mcp_servers, save_mcp_server
 from evalrx.suites import CaseFileError, list_suites, load_cases
 from evalrx.tools import TOOLS
@@ -47,6 +48,11 @@ def _suite_size(name: str) -> int:
 @st.cache_data(show_spinner=False)
 def _suite_cases(name: str) -> list:
     return load_cases(name)
+
+
+@st.cache_data(show_spinner=False, ttl=15)  # a hub model costs a network probe: not on every rerun
+def _weights_problem(spec_key: str, backend, checkpoint: str):
+    return weights_problem(spec_key, backend, checkpoint)
 
 
 @st.cache_data(show_spinner=False)
@@ -78,10 +84,6 @@ with left:
     spec = REGISTRY[spec_key]
     if spec.notes:
         st.caption(md_with_code(spec.notes))  # its `code` as code, the rest inert
-    model_problem = None
-    if spec.weights_package and not weights_installed(spec):
-        model_problem = f"{spec_key} is not installed. Install it: {spec.install_hint}"
-        st.warning(md_escape(model_problem))
     preference = {"hf_local": 0, "vllm_offline": 1, "api": 2}  # local first: full access to internals
     backends = sorted(backends_for(spec), key=lambda b: preference.get(b.name, 9))
     names = [b.name for b in backends]
@@ -97,6 +99,10 @@ with left:
     )
     if backend is None:
         st.error("No backend can serve this model.")
+    # Said before launch, not by the worker after it: the field below (Advanced) is read from its last value.
+    model_problem = _weights_problem(spec_key, backend, (st.session_state.get("checkpoint") or "").strip())
+    if model_problem:
+        st.warning(md_escape(model_problem))
 
     source = st.segmented_control(
         "Cases", ["Bundled suite", "Upload a case file"], default="Bundled suite", key="source", required=True
