@@ -16,7 +16,7 @@ from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
 from evalrx.models.backends.api_http import MAX_RETRIES
 from evalrx.runner.argtypes import analyzer_names, call_timeout, env_var_name, retries, temperature, whole
-from evalrx.runner.toolset import DEFAULT_TOOLS, mcp_server_entries, run_tools
+from evalrx.runner.toolset import mcp_server_entries, run_tools, tool_list
 from evalrx.store.engine import SchemaError
 
 
@@ -52,6 +52,8 @@ def _choose_backend(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(
             "--repeats needs the store (attempts are kept per case there): drop --out, then `evalrx export RUN FILE`"
         )
+    if args.out and args.name:
+        parser.error("--name names a run in the store; with --out the file is the run: drop --name or --out")
     if args.out and Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a directory; give a file path such as {Path(args.out) / 'run.jsonl'}")
 
@@ -111,11 +113,13 @@ def _enqueue(args: argparse.Namespace) -> int:
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.runner import enqueue_run
     from evalrx.store import connect, get_run
+    from evalrx.suites import load_cases
 
     store = connect(args.url)
+    cases = load_cases(args.cases or args.suite)[: args.limit or None]
     cfg = RunConfig(
         model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
-        tools=run_tools(args.tools, args.cases or args.suite),
+        tools=run_tools(tool_list(args.tools), cases, spec=args.spec),
         mcp_servers=mcp_server_entries(args.mcp_config),
         suite=args.suite,
         case_file=args.cases,
@@ -129,11 +133,6 @@ def _enqueue(args: argparse.Namespace) -> int:
         seed=args.seed,
         analyzers=list(args.analyzers or []),
     )
-    cases = None
-    if args.limit:
-        from evalrx.suites import load_cases
-
-        cases = load_cases(args.cases or args.suite)[: args.limit]
     key = None
     if args.api_key_env:
         import os
@@ -143,7 +142,9 @@ def _enqueue(args: argparse.Namespace) -> int:
             raise UserError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
         if args.backend != "api":
             raise UserError("--api-key-env needs --backend api")
-    run_id = enqueue_run(cfg, cases, runtime=_call_budget(args) or None, key_bound=key is not None, store=store)
+    run_id = enqueue_run(
+        cfg, cases, name=args.name, runtime=_call_budget(args) or None, key_bound=key is not None, store=store
+    )
     if key is not None:
         from evalrx.runner.keyed_worker import start_keyed_worker
 
@@ -192,8 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--cases", help="path to a JSONL case file")
     run.add_argument(
         "--tools",
-        help="comma-separated tools: built-in names and package.module:function paths "
-        f"(default: {','.join(DEFAULT_TOOLS)}; none for suites whose cases bring their own, such as bfcl/*)",
+        help="comma-separated tools: built-in names and package.module:function paths, offered in the order "
+        "the cases name them, then by name (default: the tools the cases name, as the app's New run offers; "
+        "none for suites whose cases bring their own, such as bfcl/*; else calculator,lookup, "
+        "and image_zoom for a vision model)",
     )
     run.add_argument(
         "--mcp-config",
@@ -203,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", help="write trajectories to this JSONL file instead of queueing the run")
     run.add_argument("--wait", action="store_true", help="follow a queued run's progress until it ends")
+    run.add_argument("--name", help="the run's name, as the app lists it (default: model on suite)")
     run.add_argument("--url", help="store URL (default: $EVALRX_DATABASE_URL or db/evalrx.sqlite)")
     run.add_argument("--max-turns", type=whole(1, 100), default=4, help="model turns per case, 1-100")
     run.add_argument("--limit", type=whole(1, 10_000_000), help="run only the first N cases")

@@ -14,6 +14,18 @@ DEMO_SPEC = "evalrx-tiny"
 DEFAULT_SUITE = "demo/arithmetic_easy"
 
 
+# Where the New run form takes a local model directory: the fix its weights check names.
+LOCAL_WEIGHTS_FIELD = "this form's Local weights directory, under Advanced"
+
+
+def weights_problem(spec: str, backend: Optional[str], checkpoint: Optional[str]) -> Optional[str]:
+    """One line when the model's weights (or the directory typed for them) are not on this machine, its fix
+    pointing at the form's local-weights field; None when they are, or for no backend or the api one."""
+    from evalrx.models import weights_problem as problem
+
+    return problem(spec, backend=backend, checkpoint=checkpoint or None, how=LOCAL_WEIGHTS_FIELD) if backend else None
+
+
 def cases_from_upload(name: str, data: bytes) -> list:
     """Validate an uploaded JSONL case file and return its cases.
 
@@ -89,19 +101,6 @@ def brings_own_tools(cases: list) -> bool:
     from evalrx.suites import case_tool_documents
 
     return bool(cases) and all(case_tool_documents(c) for c in cases)
-
-
-def named_tools(cases: list, known: Any) -> list:
-    """The built-in tools every case names (`meta["tools"]`, e.g. a demo suite's), in their order; [] if they differ."""
-    lists = [[t for t in (c.meta or {}).get("tools") or [] if isinstance(t, str)] for c in cases]
-    if not lists or any(names != lists[0] for names in lists) or not all(t in known for t in lists[0]):
-        return []
-    return lists[0]
-
-
-def python_tool_paths(text: Optional[str]) -> list:
-    """The `package.module:function` paths typed on the page (comma- or space-separated)."""
-    return [p for p in (text or "").replace(",", " ").split() if p]
 
 
 def mcp_entry(name: str, text: str) -> dict:

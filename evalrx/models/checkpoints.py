@@ -21,7 +21,23 @@ _TRUTHY = {"1", "true", "yes", "on"}
 
 
 class CheckpointNotFoundError(FileNotFoundError):
-    """A checkpoint is neither a local directory nor a hub id available from the cache or a reachable hub."""
+    """A checkpoint is neither a local directory nor a hub id available from the cache or a reachable hub.
+
+    `problem` says what is missing and `fix` how to mend it, apart, so a caller that offers another way
+    to give the weights (a form's field, a command's flag) can say that one (`with_fix`).
+    """
+
+    def __init__(self, problem: str, fix: str = "", *, repo: Optional[str] = None, is_path: bool = False):
+        super().__init__(f"{problem} {fix}".strip())
+        self.problem, self.fix, self.repo, self.is_path = problem, fix, repo, is_path
+
+    def with_fix(self, how: str) -> "CheckpointNotFoundError":
+        """The same problem with `fix_hint`'s fix saying `how` to give a local directory (itself without a repo)."""
+        if self.repo is None:
+            return self
+        return CheckpointNotFoundError(
+            self.problem, fix_hint(self.repo, self.is_path, how=how), repo=self.repo, is_path=self.is_path
+        )
 
 
 def is_gguf(path: "str | os.PathLike") -> bool:
@@ -78,17 +94,31 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def fix_hint(repo: str, is_path: bool = False) -> str:
+# Where a caller of `evalrx.load` gives a local directory; the runner names a run's own place instead.
+LOAD_HOW = "evalrx.load(key, checkpoint='/path/to/model')"
+
+
+def fix_hint(repo: str, is_path: bool = False, *, how: str = LOAD_HOW) -> str:
+    """How to mend a checkpoint that is not found, `how` saying where a local directory is given."""
     if is_path:
         return (
-            "Fix: pass checkpoint= an existing local directory holding config.json, the tokenizer and the "
-            "weights (evalrx.load(key, checkpoint='/path/to/model')), a GGUF file (checkpoint='model.gguf'), "
-            "or a hub id already in the local cache."
+            f"Fix: give an existing local directory holding config.json, the tokenizer and the weights ({how}), "
+            "a GGUF file, or a hub id already in the local cache."
         )
     return (
-        f"Fix: pass checkpoint= a local directory holding the weights (evalrx.load(key, checkpoint='/path/to/model')), "
-        f"or pre-download it where a hub is reachable (`hf download {repo}`) into the cache this machine uses (HF_HOME)."
+        f"Fix: give a local directory holding the weights ({how}), or pre-download it where a hub is reachable "
+        f"(`hf download {repo}`) into the cache this machine uses (HF_HOME)."
     )
+
+
+def checkpoint_error(repo: Optional[str]) -> Optional[CheckpointNotFoundError]:
+    """The error `locate_checkpoint(repo)` would raise on this machine, or None. Asked before a run is queued:
+    nothing is converted or downloaded (a hub costs one TCP probe)."""
+    try:
+        _locate(repo, convert=False)
+    except CheckpointNotFoundError as exc:
+        return exc
+    return None
 
 
 def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
@@ -108,21 +138,30 @@ def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
             no hub is reachable (offline mode or no connection).
         ImportError: a GGUF file without the `gguf` package installed.
     """
+    return _locate(repo, convert=True)
+
+
+def _locate(repo: Optional[str], *, convert: bool) -> tuple[str, dict]:
     if not repo:
-        raise CheckpointNotFoundError("This spec has no hf_repo to load. Pass checkpoint= a local model directory.")
+        raise CheckpointNotFoundError("This spec has no hf_repo to load.", "Pass checkpoint= a local model directory.")
     path = Path(repo).expanduser()
     if is_gguf(path):
-        return str(gguf.converted_dir(path)), {}
+        return (str(gguf.converted_dir(path)) if convert else str(path)), {}
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise CheckpointNotFoundError(
-                f"Checkpoint directory {repo!r} has no config.json, so it is not a saved transformers model. "
-                + fix_hint(repo, is_path=True)
+                f"Checkpoint directory {repo!r} has no config.json, so it is not a saved transformers model.",
+                fix_hint(repo, is_path=True),
+                repo=repo,
+                is_path=True,
             )
         return str(path), {}
     if path.exists() or not _HUB_ID.match(repo) or repo.startswith((".", "~")):
         raise CheckpointNotFoundError(
-            f"Checkpoint path {repo!r} does not exist or is not a directory. " + fix_hint(repo, is_path=True)
+            f"Checkpoint path {repo!r} does not exist or is not a directory.",
+            fix_hint(repo, is_path=True),
+            repo=repo,
+            is_path=True,
         )
     cache_dir = _hub_cache_dir()
     if _is_cached(repo, cache_dir):
@@ -130,14 +169,18 @@ def locate_checkpoint(repo: Optional[str]) -> tuple[str, dict]:
     if _truthy_env("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         raise CheckpointNotFoundError(
             f"Model {repo!r} is neither a local directory nor in the Hugging Face cache ({cache_dir}), "
-            "and HF_HUB_OFFLINE is set, so no hub is reachable. " + fix_hint(repo)
+            "and HF_HUB_OFFLINE is set, so no hub is reachable.",
+            fix_hint(repo),
+            repo=repo,
         )
     if not _hub_reachable():
         raise CheckpointNotFoundError(
             f"Model {repo!r} is neither a local directory nor in the Hugging Face cache ({cache_dir}), "
-            "and no hub is reachable from this machine. " + fix_hint(repo)
+            "and no hub is reachable from this machine.",
+            fix_hint(repo),
+            repo=repo,
         )
     return repo, {"cache_dir": cache_dir}
 
 
-__all__ = ["CheckpointNotFoundError", "fix_hint", "is_gguf", "locate_checkpoint"]
+__all__ = ["LOAD_HOW", "CheckpointNotFoundError", "checkpoint_error", "fix_hint", "is_gguf", "locate_checkpoint"]

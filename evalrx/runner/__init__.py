@@ -23,6 +23,8 @@ _EXPORTS = {
     "retry_run": "evalrx.runner.enqueue",
     "ensure_worker": "evalrx.runner.spawn",
     "start_keyed_worker": "evalrx.runner.keyed_worker",
+    "run_tools": "evalrx.runner.toolset",
+    "tool_list": "evalrx.runner.toolset",
     "rediagnose": "evalrx.runner.diagnose",
     "JudgeConfig": "evalrx.runner.judge_jobs",
     "JudgeEstimate": "evalrx.runner.judge_jobs",

@@ -63,7 +63,7 @@ def enqueue_run(
     Args:
         run_config: an `evalrx.config.RunConfig` (or the same as a dict).
         cases: the cases; None loads `run_config.suite` or `run_config.case_file`.
-        name: a display name (default: spec and suite).
+        name: a display name (default, and for a blank one: spec and suite).
         runtime: extra `RuntimeConfig` settings for the model (max_new_tokens, temperature, ...).
         key_bound: the run has an API key of its own, held by a worker started for it
             (`start_keyed_worker`); no other worker claims it. Its base_url is fixed now.
@@ -91,9 +91,10 @@ def enqueue_run(
     cases = list(cases)
     if not cases:
         raise ValueError("the run has no cases")
-    if name is None:
-        source = run.suite or run.case_file or "cases"
-        name = f"{run.model.name} on {source}"
+    from evalrx.runner.toolset import run_tools
+
+    cfg["tools"] = run.tools = run_tools(run.tools, cases)  # one order for every caller: the prompt depends on it
+    name = (name or "").strip() or f"{run.model.name} on {run.suite or run.case_file or 'cases'}"
     st = resolve(store)
     with st.write() as s:
         run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=run.repeats)

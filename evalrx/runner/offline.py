@@ -60,11 +60,11 @@ def run_to_jsonl(args: Any) -> int:
         cases = cases[: args.limit]
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.runner import analysis
-    from evalrx.runner.toolset import case_toolset, mcp_server_entries, mcp_sessions, run_tools, static_tools
+    from evalrx.runner.toolset import case_toolset, mcp_server_entries, mcp_sessions, run_tools, static_tools, tool_list
 
     run = RunConfig(
         model=ModelConfig(args.spec),
-        tools=run_tools(args.tools, args.cases or args.suite),
+        tools=run_tools(tool_list(args.tools), cases, spec=args.spec),
         mcp_servers=mcp_server_entries(args.mcp_config),
         analyzers=list(getattr(args, "analyzers", None) or []),
     )

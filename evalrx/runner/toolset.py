@@ -10,23 +10,66 @@ one session across cases (`mcp_sessions` gives the pool that keeps those open fo
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from evalrx.config import RunConfig
 
-# The tools a run offers when none are named and its cases bring none of their own.
+# The tools a run offers when none are named and its cases bring none of their own (a vision model adds image_zoom).
 DEFAULT_TOOLS = ("calculator", "lookup")
+VISION_TOOL = "image_zoom"
 
 
-def run_tools(names: Optional[str], source: Any) -> list:
-    """A run's tools from a comma-separated list; None: the demo tools, or none for a suite (or case file)
-    whose cases all bring their own (BFCL's), so the model sees only the functions a case was written with."""
-    if names is not None:
-        return [t.strip() for t in names.split(",") if t.strip()]
-    from evalrx.suites import case_tool_documents, load_cases
+def tool_list(text: Optional[str]) -> Optional[list]:
+    """The tools a comma- or space-separated text names (`--tools`, the page's Python paths); None for None."""
+    if text is None:
+        return None
+    return [t for t in text.replace(",", " ").split() if t]
 
-    cases = load_cases(source)
-    return [] if cases and all(case_tool_documents(c) for c in cases) else list(DEFAULT_TOOLS)
+
+def _named_by_cases(cases: Sequence[Any]) -> list:
+    """The tool names the cases name (`meta["tools"]`), each once, in the order they first name them."""
+    seen: dict = {}
+    for case in cases:
+        for name in (case.meta or {}).get("tools") or []:
+            if isinstance(name, str):
+                seen.setdefault(name, None)
+    return list(seen)
+
+
+def default_tools(cases: Sequence[Any], *, vision: bool = False) -> list:
+    """The tools a run offers when none are asked for: none when every case brings its own functions (BFCL's),
+    so the model sees only those; else the built-in tools every case names alike (a demo suite's); else the
+    demo tools, with image_zoom for a vision model."""
+    from evalrx.suites import case_tool_documents
+    from evalrx.tools import TOOLS
+
+    cases = list(cases)
+    if cases and all(case_tool_documents(c) for c in cases):
+        return []
+    lists = [[t for t in (c.meta or {}).get("tools") or [] if isinstance(t, str)] for c in cases]
+    if lists and lists[0] and all(names == lists[0] for names in lists) and all(t in TOOLS for t in lists[0]):
+        return list(lists[0])
+    return [t for t in (*DEFAULT_TOOLS, *((VISION_TOOL,) if vision else ())) if t in TOOLS]
+
+
+def run_tools(asked: Optional[Iterable[str]], cases: Sequence[Any], *, spec: Optional[str] = None) -> list:
+    """A run's tools, the one decision the app, the CLI and the queue share: `asked` (None: `default_tools`
+    for the model `spec`), each once, in one order: the order the cases name them, then the rest by name.
+    The order is part of the prompt, so the same tools picked or typed in another order give the same run.
+
+    Raises:
+        ValueError: an unknown spec (only when `asked` is None).
+    """
+    if asked is None:
+        from evalrx.models import resolve_spec_key
+        from evalrx.specs import get_spec
+
+        names = default_tools(cases, vision=bool(spec) and get_spec(resolve_spec_key(spec)).vision)
+    else:
+        names = [str(t).strip() for t in asked]
+    wanted = list(dict.fromkeys(t for t in names if t))
+    named = [t for t in _named_by_cases(cases) if t in wanted]
+    return named + sorted(t for t in wanted if t not in named)
 
 
 def mcp_server_entries(path: Optional[str]) -> list:
@@ -88,4 +131,13 @@ def case_toolset(run: RunConfig, case: Any, sessions: Optional[Any] = None) -> I
             pool.close()
 
 
-__all__ = ["DEFAULT_TOOLS", "case_toolset", "mcp_server_entries", "mcp_sessions", "run_tools", "static_tools"]
+__all__ = [
+    "DEFAULT_TOOLS",
+    "case_toolset",
+    "default_tools",
+    "mcp_server_entries",
+    "mcp_sessions",
+    "run_tools",
+    "static_tools",
+    "tool_list",
+]

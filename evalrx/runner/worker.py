@@ -113,9 +113,13 @@ def _runtime_kwargs(run: RunConfig) -> dict:
     return runtime
 
 
+# Where a queued run's local model directory is given: the fix a missing checkpoint names (not evalrx.load).
+RUN_CHECKPOINT_HOW = "the New run form's Local weights directory, under Advanced, or `evalrx run --checkpoint DIR`"
+
+
 def load_handle(run: RunConfig, run_key: Optional[str] = None) -> Any:
     """Load the run's model once for the whole job (an API run gets the key `api_key_for` allows)."""
-    from evalrx.models import load_model
+    from evalrx.models import CheckpointNotFoundError, load_model
 
     runtime = _runtime_kwargs(run)
     if (run.model.backend or "hf_local") == "api":
@@ -123,7 +127,10 @@ def load_handle(run: RunConfig, run_key: Optional[str] = None) -> Any:
         runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
         if key is not None:
             runtime["api_key"] = key
-    return load_model(run.model, **runtime)
+    try:
+        return load_model(run.model, **runtime)
+    except CheckpointNotFoundError as exc:
+        raise exc.with_fix(RUN_CHECKPOINT_HOW) from None
 
 
 def _case_image(data: Optional[bytes]) -> Any:

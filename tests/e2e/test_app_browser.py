@@ -135,3 +135,43 @@ def test_uploaded_case_file_is_validated_inline(app_server, page, tmp_path):
     assert "/tmp" not in page.locator("[data-testid='stAlert']").inner_text()  # names the user's file, not our copy
     page.locator("[data-testid='stFileUploader'] input[type='file']").set_input_files(str(good))
     page.get_by_text("2 cases, all valid.").wait_for()
+
+
+def test_a_hub_model_without_its_weights_is_said_before_launch_with_the_local_weights_field(
+    app_server, app_env, page, monkeypatch
+):
+    """The server runs with HF_HUB_OFFLINE: a hub model not in the cache is said at once, in one line that
+    points at the form's Local weights directory; Launch queues nothing; a directory there clears it."""
+    from evalrx.models.checkpoints import locate_checkpoint
+    from evalrx.specs import DEMO_MODEL_DIR, REGISTRY
+
+    def lacking(repo) -> bool:
+        try:
+            locate_checkpoint(repo)
+        except FileNotFoundError:
+            return True
+        return False
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as the server has it, so this process sees what it sees
+    key = next(k for k, s in sorted(REGISTRY.items()) if s.hf_repo and not s.weights_package and lacking(s.hf_repo))
+    repo = REGISTRY[key].hf_repo
+    url = app_env["EVALRX_DATABASE_URL"]
+    before = len(S.list_runs(store=url))
+    goto(page, f"{app_server.url}/new")
+    box = page.get_by_role("combobox", name="Model")
+    box.click()
+    box.press_sequentially(key)
+    page.get_by_role("option", name=key, exact=True).click()
+    alert = page.locator("[data-testid='stAlert']", has_text=repo)
+    alert.wait_for()
+    said = alert.inner_text().strip()
+    assert "\n" not in said and "Local weights directory, under Advanced" in said and "evalrx.load" not in said
+    page.get_by_role("button", name="Launch run").click()
+    settle(page)
+    assert page.get_by_role("heading", name="New run").is_visible()  # not sent on to Runs
+    assert len(S.list_runs(store=url)) == before
+    page.get_by_text("Advanced", exact=True).click()
+    field = page.get_by_label("Local weights directory", exact=True)
+    field.fill(DEMO_MODEL_DIR)
+    field.press("Tab")
+    poll(lambda: page.locator("[data-testid='stAlert']", has_text=repo).count() == 0, what="the line to clear")

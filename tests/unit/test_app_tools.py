@@ -149,3 +149,57 @@ def test_served_beyond_this_machine_the_page_names_no_command_or_function_unless
         assert not at.text_input(key="py_tools").disabled and not at.button(key="mcp_save").disabled
     finally:
         config.set_option("server.address", "127.0.0.1")
+
+
+def _launch_on_new_run(spec: str, suite: str, limit: int, **picked):
+    """Launch a run from the New run form (its defaults, unless `picked` sets a widget by key)."""
+    at = open_page("new_run")
+    at.selectbox(key="spec").set_value(spec).run()
+    at.selectbox(key="suite").set_value(suite).run()
+    at.number_input(key="limit").set_value(limit)
+    for key, value in picked.items():
+        next(w for w in at.multiselect if w.key.startswith(key)).set_value(value)
+    at.button(key="launch").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    return at
+
+
+def _offered_and_outcomes(run_id: int, url: str) -> dict:
+    out = {}
+    for row in S.list_trajectories(run_id=run_id, store=url).rows:
+        detail = S.get_trajectory(row.id, store=url)
+        out[row.sample_id] = ([t["name"] for t in detail.trajectory.offered_tools], row.outcome)
+    return out
+
+
+def test_the_cli_and_new_run_offer_a_suite_the_same_tools_and_get_the_same_outcomes(store_url):
+    """One default for both doors: the tools the suite's cases name, in their order, not the text demo's pair."""
+    from evalrx.cli import main
+    from evalrx.runner import Worker
+
+    suite = "demo/vision_read"
+    # One case each way keeps it cheap (two model loads); the tools decide the prompt of every case alike.
+    assert main(["run", "--spec", "evalrx-tiny-vl", "--suite", suite, "--limit", "1", "--url", store_url]) == 0
+    _launch_on_new_run("evalrx-tiny-vl", suite, 1)
+    Worker(S.connect(store_url), exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
+
+    cli_run, app_run = sorted(S.list_runs(store=store_url), key=lambda r: r.id)
+    named = load_cases(suite)[0].meta["tools"]
+    assert cli_run.config["tools"] == app_run.config["tools"] == named
+    by_cli, by_app = _offered_and_outcomes(cli_run.id, store_url), _offered_and_outcomes(app_run.id, store_url)
+    assert len(by_cli) == 1 and by_cli == by_app
+    assert all(offered == named for offered, _ in by_cli.values())
+
+
+def test_tools_given_in_any_order_reach_the_run_in_one_order_and_the_cli_names_its_run(store_url):
+    """The order is part of the prompt: typed or picked in another order, the run is the same; --name names it."""
+    from evalrx.cli import main
+
+    suite, named = "demo/vision_zoom", load_cases("demo/vision_zoom")[0].meta["tools"]
+    argv = ["run", "--spec", "evalrx-tiny-vl", "--suite", suite, "--limit", "1", "--url", store_url]
+    assert main([*argv, "--tools", ",".join(reversed(named)), "--name", " zoom check "]) == 0
+    assert main([*argv, "--name", ""]) == 0  # blank: the default name, as the form's empty field gives
+    _launch_on_new_run("evalrx-tiny-vl", suite, 1, tools=list(reversed(named)))
+    runs = sorted(S.list_runs(store=store_url), key=lambda r: r.id)
+    assert [r.config["tools"] for r in runs] == [named] * 3
+    assert [r.name for r in runs] == ["zoom check", f"evalrx-tiny-vl on {suite}", f"evalrx-tiny-vl on {suite}"]

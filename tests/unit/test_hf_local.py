@@ -361,6 +361,30 @@ def test_uncached_hub_id_offline_is_one_clear_error_without_retries(tmp_path, mo
     )
 
 
+def test_missing_hub_weights_are_said_before_a_run_is_queued_and_its_fix_is_the_runs_own(tmp_path, monkeypatch):
+    """The New run form asks `weights_problem` with its field as the place; a worker's failed load names the
+    run's places (the form's field, `--checkpoint`), not `evalrx.load`, which a run's user never calls."""
+    from evalrx.config import ModelConfig, RunConfig
+    from evalrx.models import weights_problem
+    from evalrx.runner.worker import RUN_CHECKPOINT_HOW, load_handle
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    said = weights_problem(KEY, how="the form's weights field")
+    assert said is not None and "\n" not in said
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in said and "(the form's weights field)" in said and "evalrx.load" not in said
+    assert weights_problem(KEY, backend="api") is None  # a server holds an API run's weights
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text("{}")
+    assert weights_problem(KEY, checkpoint=str(tmp_path / "mine")) is None  # the field's directory clears it
+    assert "does not exist" in weights_problem(KEY, checkpoint=str(tmp_path / "typo"), how="the field")
+
+    with pytest.raises(FileNotFoundError) as err:
+        load_handle(RunConfig(model=ModelConfig(KEY)))
+    _assert_clear(err.value, "Qwen/Qwen2.5-0.5B-Instruct", "HF_HUB_OFFLINE", RUN_CHECKPOINT_HOW, "hf download")
+    assert "evalrx.load" not in str(err.value)
+
+
 def test_uncached_hub_id_with_unreachable_hub_fails_fast(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)

@@ -217,8 +217,9 @@ class HFLocalModel:
                 model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
         except OSError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            is_path = Path(name).is_dir()
             raise CheckpointNotFoundError(
-                f"Could not load {repo!r}: {first} " + fix_hint(repo or "", is_path=Path(name).is_dir())
+                f"Could not load {repo!r}: {first}", fix_hint(repo or "", is_path), repo=repo or "", is_path=is_path
             ) from None
         if device != "auto":
             model = model.to(device)
