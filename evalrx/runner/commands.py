@@ -242,6 +242,12 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
 
         try:
             limits = X.ImportLimits.from_options(args.max_record_mb, args.max_depth)
+            labels = X.labels_format(args.path)
+            if labels is not None:
+                raise ValueError(
+                    f"{args.path} holds human labels ({labels}), not trajectories; import them with "
+                    f"`evalrx labels import {args.path} [--run RUN]`"
+                )
             res = X.import_file(
                 args.path, run_name=args.name, store=S.connect(args.url), again=args.again, limits=limits
             )
