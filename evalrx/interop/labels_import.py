@@ -238,12 +238,12 @@ def labels_format(path: "str | Path") -> Optional[str]:
             obj = None
         if isinstance(obj, dict) and _is_label_record(obj):
             return "jsonl"
-        whole = _document(path)
+        whole = _document(path) if '"errors"' in text else None  # a log is not parsed whole just to be told
         if isinstance(whole, dict) and isinstance(whole.get("errors"), list) and record_format(whole, True) is None:
             return TRAIL
         return None
     if text[:1] == "[":
-        doc = _document(path)
+        doc = _document(path) if '"failures"' in text else None
         ok = isinstance(doc, list) and bool(doc)
         return (
             AGENTRX
