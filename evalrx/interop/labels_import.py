@@ -234,7 +234,7 @@ def labels_format(path: "str | Path") -> Optional[str]:
     if text[:1] == "{":
         try:
             obj = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict) and _is_label_record(obj):
             return "jsonl"
