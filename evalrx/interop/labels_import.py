@@ -244,12 +244,9 @@ def labels_format(path: "str | Path") -> Optional[str]:
         return None
     if text[:1] == "[":
         doc = _document(path) if '"failures"' in text else None
-        ok = isinstance(doc, list) and bool(doc)
-        return (
-            AGENTRX
-            if ok and all(isinstance(d, dict) and {"trajectory_id", "failures"} <= d.keys() for d in doc)
-            else None
-        )
+        if not isinstance(doc, list) or not doc:
+            return None
+        return AGENTRX if all(isinstance(d, dict) and {"trajectory_id", "failures"} <= d.keys() for d in doc) else None
     header = next(csv.reader([first]), [])
     return "csv" if {"case_id", "outcome"} <= {h.strip() for h in header} else None
 
