@@ -1,7 +1,7 @@
 """Imports started from the Import page, run in a background thread so the page (and every other
 page) stays responsive; the page polls their progress.
 
-One job per browser session: an uploaded file is saved under the store's upload folder, previewed,
+One job per browser session: an uploaded file is saved under its own name in the upload folder, previewed,
 then imported by `evalrx.interop.import_file` with a progress callback.
 """
 
@@ -48,14 +48,28 @@ def upload_dir() -> Path:
 
 
 def save_upload(name: str, data: bytes) -> Path:
-    """Keep an uploaded file under its content hash (the same bytes are saved once), keeping its suffix."""
-    suffix = "".join(Path(name).suffixes[-2:])[:20]
-    path = upload_dir() / (hashlib.sha256(data).hexdigest()[:32] + suffix)
+    """Keep an uploaded file under its own name in a folder named by its content hash (the same bytes under
+    the same name are saved once): the run takes the file's name, and messages name the file the user picked."""
+    path = upload_dir() / hashlib.sha256(data).hexdigest()[:32] / upload_name(name)
+    path.parent.mkdir(exist_ok=True)
     if not path.exists():
         tmp = path.with_name(path.name + ".part")
         tmp.write_bytes(data)
         tmp.replace(path)
     return path
+
+
+def upload_name(name: str) -> str:
+    """A browser's file name as a plain file name here: its last part, without control characters, at most
+    120 characters (the end kept, so its suffixes stay)."""
+    plain = "".join(ch for ch in name.replace("\\", "/").rsplit("/", 1)[-1] if ch.isprintable()).strip()
+    plain = plain[-120:].lstrip(". ")
+    return plain or "upload"
+
+
+def shown_error(exc: BaseException, path: Path) -> str:
+    """An error's one line, naming the uploaded file by its own name rather than where it waits here."""
+    return (str(exc) or type(exc).__name__).replace(str(path), path.name)
 
 
 def start(
@@ -72,7 +86,7 @@ def start(
                 path, store=store, again=again, run_name=name or None, on_progress=lambda n: setattr(job, "done", n)
             )
         except Exception as exc:  # one line for the page: what failed, not a traceback
-            job.error = str(exc) or type(exc).__name__
+            job.error = shown_error(exc, path)
         finally:
             job.ended = time.monotonic()
             job.finished = True

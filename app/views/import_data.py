@@ -1,5 +1,6 @@
-"""Import: drop a file (Inspect .eval or .json log, ATIF, evalrx or OpenAI chat JSONL, a team's log, spans), see what it
-holds, then import it with a progress bar. The import runs in the background; other pages stay usable."""
+"""Import: drop a file (Inspect .eval or .json log, ATIF, evalrx or OpenAI chat JSONL, a team's log, spans, any
+export of ours), see what it holds, then import it with a progress bar. The import runs in the background; other
+pages stay usable. A labels file goes onto the run it labels instead."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import uuid
 import streamlit as st
 from components import importer
 from components.data import store
+from components.labels_upload import labels_form
 from components.safe import md_escape, short
 
-from evalrx.interop import ImportFormatError, preview_file
+from evalrx.interop import ImportFormatError, labels_format, preview_file
 
 st.title("Import")
 st.caption(
     "Trajectories made elsewhere: Inspect AI logs (.eval, .json), ATIF documents, evalrx exports, "
     "OpenAI chat-messages JSONL, tau-bench results, multi-agent logs (Who&When, Magentic-One) and traces "
-    "(OpenInference, Phoenix, TRAIL, OTLP JSON: one trajectory a trace). The format is read from the content, "
-    "not the name."
+    "(OpenInference, Phoenix, TRAIL, OTLP JSON: one trajectory a trace), and every export of this app (JSONL, "
+    "Parquet, ATIF with its pictures, OTLP). Human labels (a labels CSV or JSONL, AgentRx ground truth, a TRAIL "
+    "annotation) go onto the run they label. The format is read from the content, not the name."
 )
 
 key = st.session_state.setdefault("import_key", uuid.uuid4().hex)
@@ -28,14 +31,17 @@ if job is None:
     if upload is None:
         st.stop()
     path = importer.save_upload(upload.name, upload.getvalue())
+    if labels_format(path) is not None:
+        labels_form(path, store())
+        st.stop()
     try:
         pre = preview_file(path, store=store())
     except ImportFormatError as exc:
-        st.error(md_escape(exc))
+        st.error(md_escape(importer.shown_error(exc, path)))
         st.caption("Nothing was imported. Fix the file (or raise the limit the message names) and drop it again.")
         st.stop()
     except ValueError as exc:
-        st.error(md_escape(exc))
+        st.error(md_escape(importer.shown_error(exc, path)))
         st.stop()
     cols = st.columns(5)
     cols[0].metric("Format", pre.format)

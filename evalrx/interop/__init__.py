@@ -7,7 +7,10 @@ or `--format`, through the store's public functions.
     from evalrx.interop import import_file, export_run
     result = import_file("logs/run.eval")          # Inspect .eval/.json, ATIF, evalrx or OpenAI chat JSONL
     export_run(result.run_ids[0], "out.atif.jsonl")  # the format from the name, or fmt="otel"
-    import_labels("labels.csv", run_id=result.run_ids[0])  # human labels: our CSV, labels JSONL, AgentRx
+    import_labels("labels.csv", run_id=result.run_ids[0])  # human labels: our CSV, labels JSONL, AgentRx, TRAIL
+
+Every export reads back: JSONL, Parquet, ATIF and OTLP by `import_file` (an export zipped with its pictures
+too), the labels CSV by `import_labels` (`labels_format` tells labels from trajectories).
 """
 
 import importlib
@@ -29,7 +32,14 @@ from evalrx.interop.errors import (
     UnknownFormatError,
 )
 from evalrx.interop.labels_csv import export_labels_csv
-from evalrx.interop.labels_import import FailureStep, LabelImportResult, import_labels
+from evalrx.interop.labels_import import (
+    FailureStep,
+    LabelImportResult,
+    LabelPreview,
+    import_labels,
+    labels_format,
+    preview_labels,
+)
 from evalrx.interop.limits import ImportLimits
 from evalrx.interop.pictures import bundle
 from evalrx.interop.records import Reading, Record
@@ -63,6 +73,7 @@ __all__ = [
     "ImportPreview",
     "ImportResult",
     "LabelImportResult",
+    "LabelPreview",
     "NestingTooDeepError",
     "Reading",
     "Record",
@@ -77,7 +88,9 @@ __all__ = [
     "formats",
     "import_file",
     "import_labels",
+    "labels_format",
     "preview_file",
+    "preview_labels",
     "read_file",
     "register",
     "title_of",

@@ -10,7 +10,8 @@ Everything goes through the store's public functions.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import tempfile
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
@@ -23,9 +24,10 @@ from evalrx.interop.errors import (
     RecordTooLargeError,
     UnknownFormatError,
 )
-from evalrx.interop.files import existing, file_sha256
+from evalrx.interop.files import existing, file_sha256, file_stem
 from evalrx.interop.inspect_json_stream import inspect_header, is_inspect_log, read_inspect_json
 from evalrx.interop.limits import UTF8_BOM, ImportLimits, check_size, parse_json, read_lines
+from evalrx.interop.pictures import bundled_document, unbundle
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import (
     ExportOptions,
@@ -76,9 +78,13 @@ class ImportPreview:
 # ---------------------------------------------------------------- reading
 
 
-def _records(reading: Reading) -> Iterator[Record]:
-    """A file's trajectories one at a time, the format told from its first bytes and records."""
+def _records(reading: Reading, *, unpack: bool = True) -> Iterator[Record]:
+    """A file's trajectories one at a time, the format told from its first bytes and records (an export
+    zipped with its pictures is unpacked first, once: a zip inside it is not)."""
     path, limits = reading.path, reading.limits
+    if unpack and (member := bundled_document(path)) is not None:
+        yield from _read_bundle(reading, member)
+        return
     with path.open("rb") as fh:
         magic = fh.read(4)
     whole_file = next((f for f in readers() if f.sniff_bytes and f.sniff_bytes(magic)), None)
@@ -104,6 +110,27 @@ def _records(reading: Reading) -> Iterator[Record]:
                 yield from _read_jsonl(chain([(first[0], first[1], obj)], lines), reading)
                 return
     yield from _read_document(reading)
+
+
+def _read_bundle(reading: Reading, member: str) -> Iterator[Record]:
+    """The document of a zip `bundle` wrote, read beside its unpacked pictures; errors name the zip and the member."""
+    with tempfile.TemporaryDirectory(prefix="evalrx-unzip-") as folder:
+        try:
+            doc = unbundle(reading.path, Path(folder))
+        except ValueError as exc:
+            raise ImportFormatError(reading.path, member, str(exc)) from None
+        inner = replace(reading, path=doc)  # shares what the reading found (formats, notes, held records)
+        try:
+            for record in _records(inner, unpack=False):
+                record.where = _inside(member, record.where)
+                yield record
+        except ImportFormatError as exc:
+            raise type(exc)(reading.path, _inside(member, exc.line), exc.problem) from None
+
+
+def _inside(member: str, where: Any) -> str:
+    """Where in a zip's document: "run.jsonl, line 3"."""
+    return f"{member}, line {where}" if isinstance(where, int) else f"{member}, {where}" if where else member
 
 
 def _is_object(raw: bytes) -> bool:
@@ -307,8 +334,10 @@ def import_file(
     into one run named `run_name`, after the log's task and model, or after the file.
 
     Args:
-        path: an Inspect `.eval` or `.json` log, ATIF (JSON or JSONL), evalrx or OpenAI chat JSONL.
-        run_name: name for the new run(s) (default: the exported run's name, the log's task, or the file name).
+        path: an Inspect `.eval` or `.json` log, ATIF (JSON or JSONL), evalrx or OpenAI chat JSONL, our
+            Parquet, OTLP or any other format `readers()` lists; an export zipped with its pictures too.
+        run_name: name for the new run(s) (default: the exported run's name, the log's task, or the file's
+            name without its format suffixes).
         store: the store (default when None).
         again: import even if a run already came from a file with these exact bytes.
         limits: size and nesting limits of one record (default `ImportLimits()`).
@@ -337,7 +366,7 @@ def import_file(
                     format=str(before[0][1].get("format") or ""),
                 )
         for record in _records(reading):
-            name = run_name or record.run_name or path.stem
+            name = run_name or record.run_name or file_stem(path)
             key = (name, S.canonical_json(record.run_config or {}))
             filler = fillers.get(key)
             if filler is None:

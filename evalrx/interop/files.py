@@ -15,6 +15,17 @@ def existing(path: "str | Path") -> Path:
     return path
 
 
+_NAME_SUFFIXES = {".zip", ".json", ".jsonl", ".parquet", ".eval", ".csv", ".atif", ".otlp", ".labels", ".txt"}
+
+
+def file_stem(path: "str | Path") -> str:
+    """A file's name without the format suffixes an export name carries ("run3.atif.jsonl.zip" -> "run3")."""
+    name = Path(path).name
+    while (suffix := Path(name).suffix).lower() in _NAME_SUFFIXES and len(name) > len(suffix):
+        name = name[: -len(suffix)]
+    return name
+
+
 def file_sha256(path: "str | Path") -> str:
     """The sha256 of a file's bytes, read in chunks."""
     digest = hashlib.sha256()

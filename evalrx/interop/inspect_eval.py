@@ -78,7 +78,10 @@ class EvalLogReader:
         name = HEADER if HEADER in entries else START if START in entries else None
         if name is None:
             raise ImportFormatError(
-                self.path, "zip", f"a zip file, but not an Inspect .eval log (it has neither {HEADER} nor {START})"
+                self.path,
+                "zip",
+                f"a zip file, but not an Inspect .eval log (it has neither {HEADER} nor {START}) nor an export "
+                "zipped with its pictures (one .json, .jsonl or .parquet file beside an images/ folder)",
             )
         self.complete = name == HEADER
         with self.path.open("rb") as fh:

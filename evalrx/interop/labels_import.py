@@ -1,7 +1,9 @@
 """Human labels from elsewhere, into the store: a labels CSV, labels JSONL, or AgentRx ground truth.
 
 The format is told from the content: a JSON list is AgentRx ground truth, one JSON object with `errors` a
-TRAIL annotation (errors located by span id), lines of JSON objects are labels JSONL, anything else a CSV with `export_labels_csv`'s columns (so an export imports back). A
+TRAIL annotation (errors located by span id), lines of JSON objects are labels JSONL, anything else a CSV
+with `export_labels_csv`'s columns (so an export imports back); `labels_format` tells a labels file from a
+file of trajectories, and `preview_labels` says which runs a file labels before anything is written. A
 label lands on a trajectory by its case id and attempt (the first attempt when none is given), within
 one run when `run_id` says which; labels JSONL may name a store trajectory id instead. A label whose
 trajectory is not in the store is counted and named, not fatal. Categories of other taxonomies become
@@ -30,6 +32,7 @@ from evalrx.core.taxonomies import AGENTRX, TRAIL, map_category
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.files import existing
 from evalrx.interop.limits import ImportLimits, decode_utf8, parse_json
+from evalrx.interop.registry import record_format
 from evalrx.interop.span_files import span_key
 
 OUTCOMES = tuple(x.value for x in Label)
@@ -117,13 +120,7 @@ def import_labels(
     if annotator is not None:
         annotator = annotator.strip() or None
     default_who = {AGENTRX: AGENTRX_ANNOTATOR, TRAIL: TRAIL_ANNOTATOR, "jsonl": path.stem}.get(fmt)
-    targets = S.label_targets(
-        sample_ids={r.sample_id for r in rows if r.sample_id is not None},
-        trajectory_ids={r.trajectory_id for r in rows if r.trajectory_id is not None},
-        run_id=run_id,
-        messages=fmt != "csv",
-        store=store,
-    )
+    targets = _targets_of(rows, run_id=run_id, messages=fmt != "csv", store=store)
     res = LabelImportResult(path=str(path), format=fmt)
     writes = []
     for row in rows:
@@ -178,19 +175,126 @@ def import_labels(
     return res
 
 
+@dataclass
+class LabelPreview:
+    """What a labels file holds and which runs it labels, read without writing."""
+
+    path: str
+    format: str  # as `LabelImportResult.format`
+    n_labels: int  # whole-trajectory and step labels the file holds
+    runs: "list[tuple[int, int]]" = field(default_factory=list)  # (run id, its labels there): most, then newest, first
+
+
+def preview_labels(path: "str | Path", *, store: "S.Store | str | None" = None) -> LabelPreview:
+    """Read a labels file as `import_labels` would and say which runs hold the trajectories it labels.
+
+    Raises:
+        ImportFormatError: the file cannot be read as labels.
+    """
+    path = existing(path)
+    fmt, rows = _read(path)
+    targets = _targets_of(rows, store=store)
+    per_run: dict = {}
+    for row in rows:
+        for rid in {x.run_id for x in targets.of(row)}:
+            per_run[rid] = per_run.get(rid, 0) + 1
+    runs = sorted(per_run.items(), key=lambda kv: (-kv[1], -kv[0]))
+    return LabelPreview(path=str(path), format=fmt, n_labels=len(rows), runs=runs)
+
+
+def _targets_of(
+    rows: list, *, run_id: Optional[int] = None, messages: bool = False, store: "S.Store | str | None" = None
+) -> _Targets:
+    return _Targets(
+        S.label_targets(
+            sample_ids={r.sample_id for r in rows if r.sample_id is not None},
+            trajectory_ids={r.trajectory_id for r in rows if r.trajectory_id is not None},
+            run_id=run_id,
+            messages=messages,
+            store=store,
+        )
+    )
+
+
+_SNIFF_BYTES = 1 << 16  # a labels CSV or JSONL is told by its first line
+_WHOLE_BYTES = 64 << 20  # a JSON document (AgentRx, TRAIL) is parsed whole to be told; larger files are not labels
+_LABEL_KEYS = ("outcome", "kind", "failure_kind", "step", "first_wrong_step", "message", "note")
+
+
+def labels_format(path: "str | Path") -> Optional[str]:
+    """The labels format a file is in ("csv", "jsonl", "agentrx", "trail"), told from its content; None for
+    anything else (trajectories, which `import_file` reads, or an unknown file)."""
+    path = existing(path)
+    with path.open("rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    if b"\x00" in head:  # binary (a zip, Parquet) or UTF-16: never labels
+        return None
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff").lstrip()
+    first = text.split("\n", 1)[0].strip()
+    if text[:1] == "{":
+        try:
+            obj = json.loads(first)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict) and _is_label_record(obj):
+            return "jsonl"
+        whole = _document(path) if '"errors"' in text else None  # a log is not parsed whole just to be told
+        if isinstance(whole, dict) and isinstance(whole.get("errors"), list) and record_format(whole, True) is None:
+            return TRAIL
+        return None
+    if text[:1] == "[":
+        doc = _document(path) if '"failures"' in text else None
+        if not isinstance(doc, list) or not doc:
+            return None
+        return AGENTRX if all(isinstance(d, dict) and {"trajectory_id", "failures"} <= d.keys() for d in doc) else None
+    header = next(csv.reader([first]), [])
+    return "csv" if {"case_id", "outcome"} <= {h.strip() for h in header} else None
+
+
+def _is_label_record(obj: dict) -> bool:
+    """One JSON object that names a trajectory and says something of it, and that no trajectory format claims."""
+    names = any(k in obj for k in ("case_id", "sample_id", "trajectory_id"))
+    return names and any(k in obj for k in _LABEL_KEYS) and record_format(obj) is None
+
+
+def _document(path: Path) -> Any:
+    if path.stat().st_size > _WHOLE_BYTES:
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (ValueError, RecursionError):
+        return None
+
+
 # ---------------------------------------------------------------- placing a label
 
 
-def _place(row: _Row, targets: list, run_id: Optional[int], res: LabelImportResult, path: Path) -> Any:
+class _Targets:
+    """The store's trajectories a file's labels may land on, found by store id or by case id."""
+
+    def __init__(self, targets: list) -> None:
+        self.by_id = {x.trajectory_id: x for x in targets}
+        self.by_case: dict = {}
+        for x in targets:  # in the store's order: by run, then attempt
+            self.by_case.setdefault(x.sample_id, []).append(x)
+
+    def of(self, row: _Row) -> list:
+        """The trajectories a row names: its store trajectory, or its case's (of its attempt, when it gives one)."""
+        if row.trajectory_id is not None and row.sample_id is None:
+            hit = self.by_id.get(row.trajectory_id)
+            return [hit] if hit is not None else []
+        same = self.by_case.get(row.sample_id, [])
+        return [x for x in same if x.attempt == row.attempt] if row.attempt is not None else list(same)
+
+
+def _place(row: _Row, targets: _Targets, run_id: Optional[int], res: LabelImportResult, path: Path) -> Any:
     """The trajectory a row lands on, or None (noted in `res.unmatched`)."""
     if row.trajectory_id is not None and row.sample_id is None:
-        hit = [x for x in targets if x.trajectory_id == row.trajectory_id]
+        hit = targets.of(row)
         if not hit:
             res.unmatched.append(f"trajectory {row.trajectory_id}" + (f" (not in run {run_id})" if run_id else ""))
         return hit[0] if hit else None
-    same = [x for x in targets if x.sample_id == row.sample_id]
-    if row.attempt is not None:
-        same = [x for x in same if x.attempt == row.attempt]
+    same = targets.of(row)
     name = f"case {row.sample_id}" + (f" attempt {row.attempt}" if row.attempt is not None else "")
     if not same:
         res.unmatched.append(name + (f" (not in run {run_id})" if run_id else ""))
@@ -507,4 +611,4 @@ def _note(failure: dict, root_reason: Any) -> str:
     return " ".join(p for p in parts if p)
 
 
-__all__ = ["FailureStep", "LabelImportResult", "import_labels"]
+__all__ = ["FailureStep", "LabelImportResult", "LabelPreview", "import_labels", "labels_format", "preview_labels"]

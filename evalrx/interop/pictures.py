@@ -2,7 +2,9 @@
 
 Formats that refer to pictures by location (ATIF's image content parts, OpenTelemetry's `uri` parts)
 point at these files; evalrx JSONL and Parquet carry the bytes inline. Reading back follows a
-document's relative paths and `data:` URLs only, and never leaves the document's folder.
+document's relative paths and `data:` URLs only, and never leaves the document's folder. An export
+handed over as one file is a zip of the document and its pictures (`bundle`), unpacked to import
+(`bundled_document`, `unbundle`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import base64
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from evalrx.core.content import IMAGE_SUFFIXES, sniff_mime
 
@@ -122,3 +124,67 @@ def bundle(path: Path) -> Path:
         for picture in named:
             zf.write(picture, f"{PICTURES_DIR}/{picture.name}")
     return out
+
+
+BUNDLED_SUFFIXES = (".json", ".jsonl", ".parquet")  # what a zip's one document may be (an export's names)
+MAX_UNPACK_RATIO = 200  # a document unpacking to more than this many times the zip's size is refused (a zip bomb)
+
+
+def bundled_document(path: Path) -> Optional[str]:
+    """The document's name inside a zip of one document (a .json, .jsonl or .parquet file) and, beside
+    it, an `images/` folder of pictures, as `bundle` writes it; None for any other file or zip."""
+    import zipfile
+
+    try:
+        with path.open("rb") as fh:
+            if not fh.read(4).startswith(b"PK"):
+                return None
+        with zipfile.ZipFile(path) as zf:
+            names = [i.filename for i in zf.infolist() if not i.is_dir()]
+    except (zipfile.BadZipFile, OSError):
+        return None
+    docs = [n for n in names if not n.startswith(f"{PICTURES_DIR}/")]
+    pictures = [n for n in names if n.startswith(f"{PICTURES_DIR}/")]
+    if len(docs) != 1 or "/" in docs[0] or _dotted(docs[0]) or not docs[0].lower().endswith(BUNDLED_SUFFIXES):
+        return None
+    if any(n.count("/") != 1 or _dotted(n) for n in pictures):
+        return None
+    return docs[0]
+
+
+def unbundle(path: Path, into: Path) -> Path:
+    """Unpack a `bundled_document` zip into the folder `into`: its document, and its pictures (each at most
+    `MAX_PICTURE_BYTES`; a larger one stays out and reads back as a gap); returns the document's path.
+
+    Raises:
+        ValueError: the document unpacks to more than `MAX_UNPACK_RATIO` times the zip's size.
+    """
+    import zipfile
+
+    name = bundled_document(path)
+    if name is None:
+        raise ValueError(f"{path.name} is not a zip of one document and its {PICTURES_DIR}/ folder")
+    cap = max(path.stat().st_size * MAX_UNPACK_RATIO, MAX_PICTURE_BYTES)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            _unpack(zf, name, into, cap)
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"a damaged zip ({exc}); zip the export again") from None
+    return into / name
+
+
+def _unpack(zf: Any, name: str, into: Path, cap: int) -> None:
+    import shutil
+
+    for info in zf.infolist():
+        if info.is_dir() or (info.filename != name and info.file_size > MAX_PICTURE_BYTES):
+            continue
+        if info.file_size > cap:
+            raise ValueError(
+                f"{info.filename} unpacks to {info.file_size:,} bytes, over {MAX_UNPACK_RATIO} times the zip's "
+                f"size; unzip it yourself and import {info.filename} from beside its {PICTURES_DIR}/ folder"
+            )
+        target = into / info.filename  # the names were checked: one document, flat pictures, no dots
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zf.open(info) as src, target.open("wb") as out:
+            shutil.copyfileobj(src, out)  # zipfile stops at the stated size and checks the CRC

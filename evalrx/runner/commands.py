@@ -242,9 +242,14 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
 
         try:
             limits = X.ImportLimits.from_options(args.max_record_mb, args.max_depth)
-            res = X.import_file(
-                args.path, run_name=args.name, store=S.connect(args.url), again=args.again, limits=limits
-            )
+            store = S.connect(args.url)  # a missing schema is named before the file is looked at
+            labels = X.labels_format(args.path)
+            if labels is not None:
+                raise ValueError(
+                    f"{args.path} holds human labels ({labels}), not trajectories; import them with "
+                    f"`evalrx labels import {args.path} [--run RUN]`"
+                )
+            res = X.import_file(args.path, run_name=args.name, store=store, again=args.again, limits=limits)
         except S.SchemaError:
             raise
         except (ValueError, FileNotFoundError, ImportError) as exc:  # one line, never a traceback

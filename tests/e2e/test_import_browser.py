@@ -1,17 +1,22 @@
 """The Import page in a real Chromium: drop a real Inspect `.eval` log (written by inspect_ai), see what
-it holds, import it with the progress bar, open one of its failures, and export the run as ATIF."""
+it holds, import it with the progress bar, open one of its failures, and export the run as ATIF; an upload
+keeps its own name, and a labels file goes onto the run it labels."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 import zipfile
 from pathlib import Path
 
 import pytest
+from appdata import make_case, make_trajectory
 from apphelpers import goto, main_text, open_listed, poll, settle
 from inspect_logs import inspect_env, write_eval_log
+
+import evalrx.store as S
 
 pytestmark = [
     pytest.mark.browser,
@@ -26,7 +31,7 @@ def eval_log(tmp_path_factory):
         return write_eval_log(root / "logs")
 
 
-def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server, eval_log, page, tmp_path):
+def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server, app_env, eval_log, page, tmp_path):
     goto(page, f"{app_server.url}/import")
     page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(eval_log))
     page.locator("[data-testid='stMetric']", has_text="Format").wait_for(timeout=30_000)
@@ -75,3 +80,63 @@ def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server
     (name,) = pictures
     assert hashlib.sha256(pictures[name]).hexdigest() == Path(name).stem
     assert sum(name in json.dumps(d) for d in docs) == 2
+
+    # the zip just downloaded imports back, pictures and all
+    goto(page, f"{app_server.url}/import")
+    page.locator("[data-testid='stFileUploaderDropzoneInput']").set_input_files(str(out))
+    page.locator("[data-testid='stMetric']", has_text="Format").wait_for(timeout=30_000)
+    page.get_by_role("button", name="Import", exact=True).click()
+    back = page.get_by_text(re.compile(r"Imported 4 trajectories \(atif\) into run \d+"))
+    back.wait_for(timeout=30_000)
+    again = re.search(r"into run (\d+)", back.inner_text()).group(1)
+
+    def pictures_of(run: str) -> list:
+        url = app_env["EVALRX_DATABASE_URL"]
+        shown = [S.shown_pictures(r.id, store=url) for r in S.list_trajectories(run_id=int(run), store=url).rows]
+        return sorted(hashlib.sha256(p).hexdigest() for pics in shown for some in pics.values() for p in some)
+
+    assert Path(name).stem in pictures_of(again) and pictures_of(again) == pictures_of(run_id)
+
+
+def test_an_upload_keeps_its_name_and_a_labels_file_goes_onto_the_run_it_labels(app_server, app_env, page, tmp_path):
+    rng = random.Random(5)
+    chats = tmp_path / "walkthrough chats.jsonl"  # rows as `evalrx run --out` writes them: no run name in them
+    chats.write_text(
+        "".join(
+            json.dumps({"case_id": c.id, "meta": c.meta, **make_trajectory(c, rng).to_dict()}) + "\n"
+            for c in (make_case(i, prefix="wk") for i in range(2))
+        )
+    )
+    upload = page.locator("[data-testid='stFileUploaderDropzoneInput']")
+    goto(page, f"{app_server.url}/import")
+    upload.set_input_files(str(chats))
+    page.get_by_role("button", name="Import", exact=True).click()
+    done = page.get_by_text(re.compile(r"Imported 2 trajectories \(evalrx\) into run \d+"))
+    done.wait_for(timeout=30_000)
+    run_id = int(re.search(r"into run (\d+)", done.inner_text()).group(1))
+    assert S.get_run(run_id, store=app_env["EVALRX_DATABASE_URL"]).name == "walkthrough chats"
+
+    page.get_by_role("button", name="Import another file").click()
+    broken = tmp_path / "broken notes.json"
+    broken.write_text('{"steps": [], "sample_id": "a"}\n{"steps": 3, "sample_id": "b"}\n')
+    upload.set_input_files(str(broken))
+    page.get_by_text("broken notes.json: line 2: `steps` must be a list").wait_for(timeout=30_000)
+    assert "evalrx-uploads" not in main_text(page)
+
+    labels = tmp_path / "walkthrough.labels.csv"
+    labels.write_text(
+        "case_id,outcome,failure_kind,note\nwk00000,fail,wrong_tool,picked the wrong tool\nwk00001,pass,,\n"
+    )
+    upload.set_input_files(str(labels))
+    page.get_by_text(f"These labels are for run {run_id}: walkthrough chats (2 of 2 labels).").wait_for(timeout=30_000)
+    assert page.locator("[data-testid='stMetric']", has_text="Format").inner_text().endswith("labels CSV")
+    page.get_by_role("button", name="Import labels").click()
+    page.get_by_text(
+        f"Stored 2 labels and 0 step labels (labels CSV) on run {run_id}: walkthrough chats (2 of 2 labels)."
+    ).wait_for(timeout=30_000)
+    url = app_env["EVALRX_DATABASE_URL"]
+    got = {
+        r.sample_id: [(lab.outcome, lab.failure_kind) for lab in S.current_labels(r.id, store=url)]
+        for r in S.list_trajectories(run_id=run_id, store=url).rows
+    }
+    assert got == {"wk00000": [("fail", "wrong_tool")], "wk00001": [("pass", None)]}

@@ -331,6 +331,47 @@ def test_cli_labels_import_prints_what_was_stored_and_what_was_not_matched(sqlit
     assert "1 not matched to a stored trajectory: case 555" in out
 
 
+# ---------------------------------------------------------------- labels among other files (the Import page)
+
+
+def test_labels_files_are_told_from_trajectories_and_the_preview_names_the_runs_they_label(
+    sqlite_url, tmp_path, capsys
+):
+    run = _import_chats(tmp_path, sqlite_url)
+    ids = _ids(run, sqlite_url)
+    reviewers = _write(tmp_path / "reviewers.jsonl", [{"case_id": "101", "kind": "wrong_tool"}, {"case_id": "nope"}])
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps(_ground_truth()[:3], indent=1))
+    trail = tmp_path / "trace-1.json"
+    trail.write_text(json.dumps({"trace_id": "t1", "errors": [{"category": "Tool Selection Errors", "location": "a"}]}))
+    S.set_label(ids["101"], "fail", failure_kind="wrong_tool", store=sqlite_url)
+    csv_file = tmp_path / "run.labels.csv"
+    X.export_labels_csv(csv_file, run_id=run, store=sqlite_url)
+    export = tmp_path / "run.jsonl"  # trajectories that carry case ids and outcomes too
+    X.export_run(run, export, store=sqlite_url)
+    kinds = {f.name: X.labels_format(f) for f in (reviewers, gt, trail, csv_file, export, tmp_path / "chats.jsonl")}
+    assert kinds == {
+        "reviewers.jsonl": "jsonl",
+        "gt.json": "agentrx",
+        "trace-1.json": "trail",
+        "run.labels.csv": "csv",
+        "run.jsonl": None,
+        "chats.jsonl": None,
+    }
+
+    pre = X.preview_labels(gt, store=sqlite_url)  # 3 records: a label per failure and one for the root cause
+    assert (pre.format, pre.n_labels, pre.runs) == ("agentrx", 7, [(run, 7)])
+    again = _import_chats(tmp_path, sqlite_url, again=True)
+    assert X.preview_labels(reviewers, store=sqlite_url).runs == [(again, 1), (run, 1)]  # newest first among equals
+    by_id = _write(tmp_path / "by-id.jsonl", [{"trajectory_id": ids["102"], "outcome": "pass"}])
+    assert X.preview_labels(by_id, store=sqlite_url).runs == [(run, 1)]
+
+    # `evalrx import` points at the command that reads them
+    assert main(["import", str(reviewers), "--url", sqlite_url]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds human labels (jsonl)" in err and "evalrx labels import" in err
+
+
 # ---------------------------------------------------------------- bad input
 
 
