@@ -291,11 +291,14 @@ class ToolDecisionResult(AnalysisResult):
         )
 
 
-def _wanted(ids: Sequence[int], decisions: Sequence[_Decision]) -> "tuple[list, list]":
-    """The token indices the decisions read, in order, and per index the token ids whose log-probs they need."""
+def _wanted(ids: Sequence[int], decisions: Sequence[_Decision], *, each_token: bool = True) -> "tuple[list, list]":
+    """The token indices the decisions read, in order, and per index the token ids whose log-probs they need.
+
+    `each_token=False` leaves out the value tokens read only for their final margin (once decided).
+    """
     wanted: "dict[int, set]" = {}
     for d in decisions:
-        for idx in d.chosen_path + d.each_token:
+        for idx in d.chosen_path + (d.each_token if each_token else []):
             wanted.setdefault(idx, set()).add(int(ids[idx]))
         for shared, split, tok in d.alt_paths:
             for idx in shared:
@@ -311,15 +314,40 @@ def _score(
     ids: Sequence[int],
     decisions: Sequence[_Decision],
     order: list,
-    gather: list,
     logits: Any,
     hidden: Any,
     top_k: int,
     precision: str = "exact",
 ) -> list:
-    """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` and `hidden` states."""
-    from evalrx.analyzers._compute import lens_stats
+    """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` (`_wanted`) and
+    `hidden` states.
 
+    A value read token by token is first decided on the model's own logits alone (`final_margins`); the
+    lens then runs only at the tokens the decided decisions read.
+    """
+    from evalrx.analyzers._compute import final_margins, lens_stats
+
+    at_row = {idx: r for r, idx in enumerate(order)}
+    spread = sorted({i for d in decisions if len(d.each_token) > 1 for i in d.each_token})
+    finals = {}
+    if spread:
+        rows = [at_row[i] for i in spread]
+        finals = dict(zip(spread, final_margins(logits, rows, [int(ids[i]) for i in spread])))
+
+    def decided(d: _Decision) -> _Decision:
+        """`d` at its decided token: for a value read token by token, the one with the smallest final margin."""
+        if len(d.each_token) < 2:
+            return replace(d, token_id=int(ids[d.decision_index]))
+        at = min(d.each_token, key=lambda i: finals[i])  # ties: the earliest token
+        return replace(d, decision_index=at, chosen_path=[at], token_id=int(ids[at]))
+
+    decisions = [decided(d) for d in decisions]
+    order, gather = _wanted(ids, decisions, each_token=False)
+    if len(order) < len(at_row):
+        import torch
+
+        keep = torch.tensor([at_row[i] for i in order], dtype=torch.long, device=logits.device)
+        logits = logits.index_select(0, keep)
     positions = [i - 1 for i in order]
     targets = [int(ids[i]) for i in order]
     stats = lens_stats(local, hidden, logits, positions, targets, max(2, top_k), gather, precision=precision)
@@ -337,17 +365,9 @@ def _score(
             first_is_chosen, top_lp[:, 1], top_lp[:, 0]
         )
 
-    def decided(d: _Decision) -> _Decision:
-        """`d` at its decided token: for a value read token by token, the one with the smallest final margin."""
-        if len(d.each_token) < 2:
-            return replace(d, token_id=int(ids[d.decision_index]))
-        finals = [float(lp(i, ids[i])[-1] - runner_up(row[i], int(ids[i]))[1][-1]) for i in d.each_token]
-        at = d.each_token[int(np.argmin(finals))]  # ties: the earliest token
-        return replace(d, decision_index=at, chosen_path=[at], token_id=int(ids[at]))
-
     out = []
     n_out = stats.topk_ids.shape[0]
-    for d in map(decided, decisions):
+    for d in decisions:
         n_c = len(d.candidates)
         cand = np.full((n_out, n_c), np.nan, dtype=np.float32)
         at_dec = np.full((n_out, n_c), np.nan, dtype=np.float32)
@@ -469,9 +489,9 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         decisions = self._collect(local, text, ids, offsets, [(0, (0, len(text)), calls)], names, schemas, 0)
         scored = []
         if decisions:
-            order, gather = _wanted(ids, decisions)
+            order, _ = _wanted(ids, decisions)
             logits, hidden = forward(local, ids, [i - 1 for i in order])
-            scored = _score(local, ids, decisions, order, gather, logits, hidden, self.top_k, self.precision)
+            scored = _score(local, ids, decisions, order, logits, hidden, self.top_k, self.precision)
         info = {"model": model_id(model), "source": "text", "tools": names, **self._cheaper()}
         return self._result(local, scored, info)
 
@@ -495,15 +515,15 @@ class ToolDecisionAnalyzer(PassAnalyzer):
             if not decisions:
                 out.append(None)
                 continue
-            order, gather = _wanted(p.ids, decisions)
-            out.append(PassRequest(logits=[j - 1 for j in order], hidden=True, state=(decisions, order, gather)))
+            order, _ = _wanted(p.ids, decisions)
+            out.append(PassRequest(logits=[j - 1 for j in order], hidden=True, state=(decisions, order)))
         return out
 
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> list:
-        decisions, order, gather = request.state
+        decisions, order = request.state
         logits = result.logits_at(request.logits)
         hidden = result.hidden_states
-        return _score(plan.local, result.ids, decisions, order, gather, logits, hidden, self.top_k, self.precision)
+        return _score(plan.local, result.ids, decisions, order, logits, hidden, self.top_k, self.precision)
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> ToolDecisionResult:
         """Every tool call of the trajectory; without `tools`, the candidates are the names it called."""

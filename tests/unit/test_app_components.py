@@ -435,6 +435,7 @@ def _decision_result(tool_candidates: tuple = ("calculator", "lookup", "search")
 
 
 def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store):
+    """Decisions shaped as results stored before they named their token (no `token`, `piece`) still draw."""
     from components.analysis_panels import decision_chart, decision_rows, decision_summary
 
     rows = decision_rows(_decoded(analysis_store, _decision_result()), 1)
