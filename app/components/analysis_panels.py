@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import streamlit as st
 
-from components.safe import md_escape
+from components.safe import md_escape, short
 from evalrx.analyzers import (
     KINDS,
-    RUNNER_UP,
     AnalysisResult,
     AttentionResult,
     LensResult,
@@ -192,7 +191,6 @@ def decision_rows(
     no decision sits there, that call's decision (tool name or the argument) is read off the logit
     lens at that token instead of at its first token.
     """
-    vocab = decision.vocab
     rows = []
     replaced, at_token = _at_diagnosed_token(decision, step, lens, focus)
     for d_i in decision.for_step(step):
@@ -203,25 +201,27 @@ def decision_rows(
             continue
         lp = decision.cand_logprob[d_i]  # [layers, candidates]
         cands = list(d["candidates"])[: lp.shape[1]]
+        measured = _measured_token(d)
+        chosen_name = _visible(measured) if measured is not None else str(d.get("chosen", ""))
         for layer in range(lp.shape[0]):
-            runner_up = decision.runner_up_id[d_i, layer]
-            alt_name, p_alt = _strongest_alternative(cands, lp[layer], runner_up, vocab)
+            alt_name, p_alt = _strongest_alternative(decision, d_i, layer)
             margin = float(decision.margin[d_i, layer])
             for c_i, cand in enumerate(cands):
                 v = float(lp[layer, c_i])
                 if np.isnan(v):
                     continue
-                is_chosen = cand == d.get("chosen")
+                is_chosen = c_i == 0  # candidates list the chosen one first
+                name = chosen_name if is_chosen else cand
                 # "chosen: " leads so that the legend's label cut keeps it.
                 rows.append(
                     {
                         "decision": d_i,
                         "what": _decision_title(d),
                         "layer": layer,
-                        "candidate": cand,
-                        "series": f"chosen: {cand}" if is_chosen else cand,
+                        "candidate": name,
+                        "series": f"chosen: {name}" if is_chosen else name,
                         "chosen": is_chosen,
-                        "chosen_name": str(d.get("chosen", "")),
+                        "chosen_name": chosen_name,
                         "p": float(np.exp(v)),
                         "alternative": alt_name,
                         "p_alternative": p_alt,
@@ -306,23 +306,35 @@ def _token_rows(lens: LensResult, p: int, title: str, alt_id: Any, token_index: 
     return rows
 
 
-def _strongest_alternative(
-    cands: list, logprobs: np.ndarray, runner_up: Any, vocab: dict
-) -> tuple[str, Optional[float]]:
-    """The most probable candidate other than the chosen one (index 0) at one layer, named."""
-    scores = [(float(v), c) for v, c in zip(logprobs[1:], cands[1:]) if not np.isnan(v)]
-    if not scores:
+def _strongest_alternative(decision: ToolDecisionResult, d_i: int, layer: int) -> tuple[str, Optional[float]]:
+    """The most probable candidate other than the chosen one at one layer, named (`ToolDecisionResult.alternative`)."""
+    name, lp = decision.alternative(d_i, layer)
+    if lp is None:
         return "", None
-    lp, name = max(scores, key=lambda s: s[0])
-    if name == RUNNER_UP and runner_up is not None:  # an argument without an enum: name the token itself
-        name = _visible(_piece(vocab, runner_up))
-    return str(name), float(np.exp(lp))
+    if name not in decision.decisions[d_i]["candidates"][1:]:  # an argument's runner-up: the token itself
+        name = _visible(name)
+    return name, float(np.exp(lp))
+
+
+def _measured_token(d: dict) -> Optional[str]:
+    """The token a value was measured at when its candidates are tokens (an argument without an enum), else
+    None: names and enum values are compared whole, and results stored before tokens were named lack it."""
+    token, cands = d.get("token"), list(d.get("candidates") or [])
+    if isinstance(token, str) and cands and cands[0] == token:
+        return token
+    return None
 
 
 def _decision_title(d: dict) -> str:
-    if d.get("kind") == "tool_name":
-        return f"tool name (call {d.get('call', 0)})"
-    return f"argument {d.get('arg', '')} (call {d.get('call', 0)})"
+    """What was decided, and at which token of the name or value it was measured (when the result says)."""
+    what = "tool name" if d.get("kind") == "tool_name" else f"argument {d.get('arg', '')}"
+    title = f"{what} (call {d.get('call', 0)})"
+    token, piece = d.get("token"), d.get("piece")
+    if isinstance(token, str) and isinstance(piece, int) and piece >= 0:
+        title += f" at token {piece + 1} “{_visible(token)}”"
+        if token != d.get("chosen"):  # a value of one token needs no "of"
+            title += f" of “{short(d.get('chosen', ''), 60)}”"
+    return title
 
 
 def decision_summary(rows: list[dict]) -> str:

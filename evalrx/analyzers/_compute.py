@@ -397,6 +397,19 @@ def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray,
     return lp[0].astype(np.float32), rank[0].astype(np.int32), ent[0].astype(np.float32)
 
 
+def final_margins(final_logits: Any, rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:
+    """At each of `rows` of the model's own logits, `targets`' log-prob minus the best other token's (fp32, nats)."""
+    import torch
+
+    with torch.inference_mode():
+        index = torch.tensor(list(rows), dtype=torch.long, device=final_logits.device)
+        lp = torch.log_softmax(final_logits.index_select(0, index).float(), dim=-1)
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=lp.device).view(-1, 1)
+        own = lp.gather(-1, tgt).squeeze(-1)
+        other = lp.scatter(-1, tgt, float("-inf")).max(-1).values
+    return (own - other).cpu().numpy().astype(np.float32)
+
+
 _PIECES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> {id: text}, filled as ids appear
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "CallSpan",
     "DecisionPoint",
     "KINDS",
+    "MAX_VALUE_TOKENS",
     "answer_span",
     "find_call_spans",
     "find_decision_points",
@@ -34,6 +35,8 @@ __all__ = [
 
 # Order matters: when two kinds claim the same token, the first listed keeps it.
 KINDS = ("tool_name", "arg_value", "answer", "turn_start")
+# Tokens read per argument value: a long value's later tokens are mostly copied, and each costs a lens row.
+MAX_VALUE_TOKENS = 16
 
 _NAME_FIELD = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS_FIELD = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
@@ -263,7 +266,7 @@ def find_decision_points(
     *,
     is_answer: bool,
     eos_text: Optional[str] = None,
-    max_value_tokens: int = 16,
+    max_value_tokens: int = MAX_VALUE_TOKENS,
     max_answer_tokens: int = 64,
 ) -> "list[DecisionPoint]":
     """Decision points of one model turn.

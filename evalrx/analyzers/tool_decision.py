@@ -10,16 +10,20 @@ here for this one"); the chosen tool's is the probability of all its tokens thro
 the last split point. The margin is chosen minus the best alternative, in nats, per
 layer of the logit lens (the final layer is the model itself).
 
-For each argument value the decision is its first token: the chosen token's
-log-prob against the best other token, per layer; string arguments whose schema
-lists an `enum` also get the enum values as alternatives, like tool names.
+An argument value is decided token by token: each of its tokens (up to
+`MAX_VALUE_TOKENS`) is read as the chosen token's log-prob against the best other
+token, and the one with the smallest margin at the model's output is the value's
+decision (in "length of Zestos" the near miss may be "Z" against "Sh", not the first
+word). String arguments whose schema lists an `enum` get the enum values as
+alternatives instead, like tool names. Each decision names the token it was
+measured at: its text and its index within the name or value (`token`, `piece`).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -28,7 +32,13 @@ from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, 
 from evalrx.analyzers._conversation import normalize_call, normalize_tools, tool_names
 from evalrx.analyzers._passes import TrajectoryPlan
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
-from evalrx.analyzers.positions import find_call_spans, token_at_char, tokenize_with_offsets, tokens_overlapping
+from evalrx.analyzers.positions import (
+    MAX_VALUE_TOKENS,
+    find_call_spans,
+    token_at_char,
+    tokenize_with_offsets,
+    tokens_overlapping,
+)
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model
 
@@ -52,6 +62,10 @@ class _Decision:
     chosen_path: list = field(default_factory=list)  # token indices summed for the chosen candidate
     alt_paths: list = field(default_factory=list)  # per alternative: (shared token indices, split index, token id)
     pass_index: int = 0
+    tokens: list = field(default_factory=list)  # token indices of the whole name or value (for `piece`)
+    # Token indices each read against the best other token; the smallest margin there is the decision.
+    each_token: list = field(default_factory=list)
+    token_id: int = -1  # the decided token's id, set when scored
 
 
 def _escape(value: str) -> str:
@@ -108,6 +122,7 @@ def _name_decision(tokenizer, text, region, cs, ids, offsets, names, step, pass_
     dec.chosen_path = list(range(first, last + 1))
     dec.alt_paths = [(list(range(first, s[0])), s[0], s[1]) for _, s in kept]
     dec.pass_index = pass_index
+    dec.tokens = name_tokens
     return dec
 
 
@@ -131,9 +146,12 @@ def _arg_decisions(tokenizer, text, region, cs, ids, offsets, schemas, step, pas
             dec.alt_paths = [(list(range(lo, s[0])), s[0], s[1]) for _, s in kept]
         else:
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            # Read token by token: the first candidate becomes the decided token's text (`_result`).
             dec = _Decision(step, cs.call, "arg_value", str(key), shown, [shown, RUNNER_UP], first)
             dec.chosen_path = [first]
+            dec.each_token = toks[:MAX_VALUE_TOKENS]
         dec.pass_index = pass_index
+        dec.tokens = toks
         out.append(dec)
     return out
 
@@ -148,7 +166,11 @@ class ToolDecisionResult(AnalysisResult):
         margin `[D, layers]`: chosen minus best alternative, nats (positive: the chosen one led).
         chosen_rank, entropy `[D, layers]`: at the decision token.
         runner_up_id `[D, layers]`: the best token other than the chosen one there.
-    `decisions` (meta) describes each row: step, call, kind, arg, chosen, candidates, token index.
+    `decisions` (meta) describes each row: step, call, kind, arg, chosen (the name or whole value written),
+    candidates (chosen first: names or enum values; for an argument without an enum the decided token
+    and `RUNNER_UP`), token_index (the decided token in its pass), token (its text) and piece (its index
+    within the name or value). Results stored before `token` and `piece` lack them: their arguments were
+    measured at the value's first token, and their first candidate is the whole value.
     """
 
     result_type = "tool_decision"
@@ -186,25 +208,43 @@ class ToolDecisionResult(AnalysisResult):
         row = self.cand_logprob[index, layer]
         return {c: float(np.exp(row[i])) for i, c in enumerate(d["candidates"]) if not np.isnan(row[i])}
 
+    def alternative(self, index: int, layer: int = -1) -> "tuple[str, Optional[float]]":
+        """The strongest candidate other than the chosen one of decision `index` at `layer`, and its log-prob.
+
+        `RUNNER_UP` is named by its token's text where the vocabulary has it; `("", None)` when nothing competed.
+        """
+        cands = list(self.decisions[index].get("candidates") or [])
+        row = self.cand_logprob[index, layer] if index < len(self.cand_logprob) else []
+        scored = [(float(v), i) for i, v in enumerate(row[1 : len(cands)], start=1) if not np.isnan(v)]
+        if not scored:
+            return "", None
+        lp, best = max(scored, key=lambda s: s[0])  # ties: the first listed
+        name = str(cands[best])
+        runner = int(self.runner_up_id[index, layer]) if index < len(self.runner_up_id) else -1
+        if name == RUNNER_UP and str(runner) in self.vocab:
+            name = self.vocab[str(runner)]
+        return name, lp
+
     def for_step(self, step: int) -> list:
         """Indices of the decisions of one trajectory step."""
         return [i for i, d in enumerate(self.decisions) if d["step"] == step]
 
-    def margin_rows(self) -> "list[tuple[dict, list[float]]]":
-        """Each decision that has margins, with its margin per lens layer as floats (the last: the model's output).
+    def margin_rows(self) -> "list[tuple[int, dict, list[float]]]":
+        """Each decision that has margins: its index, itself, and its margin per lens layer as floats (the last:
+        the model's output).
 
         The one reader of `margin` by decision: the white-box diagnosis and the indexed score read it here.
         """
         margin = self.margin
         return [
-            (d, [float(x) for x in margin[i]])
+            (i, d, [float(x) for x in margin[i]])
             for i, d in enumerate(self.decisions)
             if i < len(margin) and np.ndim(margin[i]) and len(margin[i])
         ]
 
     def min_tool_margin(self) -> Optional[float]:
         """The smallest final-layer margin over the tool-name decisions (None: no tool-name decision, or all NaN)."""
-        values = [row[-1] for d, row in self.margin_rows() if d.get("kind") == "tool_name"]
+        values = [row[-1] for _, d, row in self.margin_rows() if d.get("kind") == "tool_name"]
         values = [v for v in values if not np.isnan(v)]
         return min(values) if values else None
 
@@ -251,11 +291,14 @@ class ToolDecisionResult(AnalysisResult):
         )
 
 
-def _wanted(ids: Sequence[int], decisions: Sequence[_Decision]) -> "tuple[list, list]":
-    """The token indices the decisions read, in order, and per index the token ids whose log-probs they need."""
+def _wanted(ids: Sequence[int], decisions: Sequence[_Decision], *, each_token: bool = True) -> "tuple[list, list]":
+    """The token indices the decisions read, in order, and per index the token ids whose log-probs they need.
+
+    `each_token=False` leaves out the value tokens read only for their final margin (once decided).
+    """
     wanted: "dict[int, set]" = {}
     for d in decisions:
-        for idx in d.chosen_path:
+        for idx in d.chosen_path + (d.each_token if each_token else []):
             wanted.setdefault(idx, set()).add(int(ids[idx]))
         for shared, split, tok in d.alt_paths:
             for idx in shared:
@@ -271,15 +314,40 @@ def _score(
     ids: Sequence[int],
     decisions: Sequence[_Decision],
     order: list,
-    gather: list,
     logits: Any,
     hidden: Any,
     top_k: int,
     precision: str = "exact",
 ) -> list:
-    """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` and `hidden` states."""
-    from evalrx.analyzers._compute import lens_stats
+    """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` (`_wanted`) and
+    `hidden` states.
 
+    A value read token by token is first decided on the model's own logits alone (`final_margins`); the
+    lens then runs only at the tokens the decided decisions read.
+    """
+    from evalrx.analyzers._compute import final_margins, lens_stats
+
+    at_row = {idx: r for r, idx in enumerate(order)}
+    spread = sorted({i for d in decisions if len(d.each_token) > 1 for i in d.each_token})
+    finals = {}
+    if spread:
+        rows = [at_row[i] for i in spread]
+        finals = dict(zip(spread, final_margins(logits, rows, [int(ids[i]) for i in spread])))
+
+    def decided(d: _Decision) -> _Decision:
+        """`d` at its decided token: for a value read token by token, the one with the smallest final margin."""
+        if len(d.each_token) < 2:
+            return replace(d, token_id=int(ids[d.decision_index]))
+        at = min(d.each_token, key=lambda i: finals[i])  # ties: the earliest token
+        return replace(d, decision_index=at, chosen_path=[at], token_id=int(ids[at]))
+
+    decisions = [decided(d) for d in decisions]
+    order, gather = _wanted(ids, decisions, each_token=False)
+    if len(order) < len(at_row):
+        import torch
+
+        keep = torch.tensor([at_row[i] for i in order], dtype=torch.long, device=logits.device)
+        logits = logits.index_select(0, keep)
     positions = [i - 1 for i in order]
     targets = [int(ids[i]) for i in order]
     stats = lens_stats(local, hidden, logits, positions, targets, max(2, top_k), gather, precision=precision)
@@ -289,6 +357,14 @@ def _score(
         r = row[idx]
         return stats.gathered[:, r, gather[r].index(int(tok))]
 
+    def runner_up(r: int, chosen_tok: int) -> "tuple[np.ndarray, np.ndarray]":
+        """Per layer, the best token other than the chosen one at row `r`, and its log-prob."""
+        top, top_lp = stats.topk_ids[:, r, :], stats.topk_logprobs[:, r, :]
+        first_is_chosen = top[:, 0] == chosen_tok
+        return np.where(first_is_chosen, top[:, 1], top[:, 0]).astype(np.int32), np.where(
+            first_is_chosen, top_lp[:, 1], top_lp[:, 0]
+        )
+
     out = []
     n_out = stats.topk_ids.shape[0]
     for d in decisions:
@@ -296,10 +372,8 @@ def _score(
         cand = np.full((n_out, n_c), np.nan, dtype=np.float32)
         at_dec = np.full((n_out, n_c), np.nan, dtype=np.float32)
         r = row[d.decision_index]
-        top = stats.topk_ids[:, r, :]
         chosen_tok = int(ids[d.decision_index])
-        runner = np.where(top[:, 0] == chosen_tok, top[:, 1], top[:, 0]).astype(np.int32)
-        runner_lp = np.where(top[:, 0] == chosen_tok, stats.topk_logprobs[:, r, 1], stats.topk_logprobs[:, r, 0])
+        runner, runner_lp = runner_up(r, chosen_tok)
         cand[:, 0] = sum(lp(i, ids[i]) for i in d.chosen_path)
         at_dec[:, 0] = lp(d.decision_index, chosen_tok)
         if d.alt_paths:
@@ -324,7 +398,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
     Args:
         top_k: top tokens read at each decision position (at least 2, for the runner-up).
         mode: "auto" or "per_step" (see `LogitLensAnalyzer`).
-        arguments: also analyse the first token of each argument value.
+        arguments: also analyse each argument value, at its least certain token (up to `MAX_VALUE_TOKENS`).
         precision: "exact" (default) or a cheaper lens precision ("bfloat16"; see `LogitLensAnalyzer`).
     """
 
@@ -365,11 +439,14 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         rank = np.zeros((n, n_out), dtype=np.int32)
         ent = np.zeros((n, n_out), dtype=np.float32)
         runner = np.zeros((n, n_out), dtype=np.int32)
-        records = []
         for i, (d, c, a, m, r, e, ru) in enumerate(scored):
             cand[i, :, : c.shape[1]] = c
             at_dec[i, :, : a.shape[1]] = a
             margin[i], rank[i], ent[i], runner[i] = m, r, e, ru
+        decided = decode_pieces(local.tokenizer, [d.token_id for d, *_ in scored])
+        records = []
+        for d, *_ in scored:
+            token = decided.get(str(d.token_id), "")
             records.append(
                 {
                     "step": d.step,
@@ -377,8 +454,11 @@ class ToolDecisionAnalyzer(PassAnalyzer):
                     "kind": d.kind,
                     "arg": d.arg,
                     "chosen": d.chosen,
-                    "candidates": d.candidates,
+                    # Read token by token, the candidates are the decided token and the best other one.
+                    "candidates": [token, *d.candidates[1:]] if d.each_token else d.candidates,
                     "token_index": d.decision_index,
+                    "token": token,
+                    "piece": d.tokens.index(d.decision_index) if d.decision_index in d.tokens else -1,
                     "pass": d.pass_index,
                 }
             )
@@ -409,9 +489,9 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         decisions = self._collect(local, text, ids, offsets, [(0, (0, len(text)), calls)], names, schemas, 0)
         scored = []
         if decisions:
-            order, gather = _wanted(ids, decisions)
+            order, _ = _wanted(ids, decisions)
             logits, hidden = forward(local, ids, [i - 1 for i in order])
-            scored = _score(local, ids, decisions, order, gather, logits, hidden, self.top_k, self.precision)
+            scored = _score(local, ids, decisions, order, logits, hidden, self.top_k, self.precision)
         info = {"model": model_id(model), "source": "text", "tools": names, **self._cheaper()}
         return self._result(local, scored, info)
 
@@ -435,15 +515,15 @@ class ToolDecisionAnalyzer(PassAnalyzer):
             if not decisions:
                 out.append(None)
                 continue
-            order, gather = _wanted(p.ids, decisions)
-            out.append(PassRequest(logits=[j - 1 for j in order], hidden=True, state=(decisions, order, gather)))
+            order, _ = _wanted(p.ids, decisions)
+            out.append(PassRequest(logits=[j - 1 for j in order], hidden=True, state=(decisions, order)))
         return out
 
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> list:
-        decisions, order, gather = request.state
+        decisions, order = request.state
         logits = result.logits_at(request.logits)
         hidden = result.hidden_states
-        return _score(plan.local, result.ids, decisions, order, gather, logits, hidden, self.top_k, self.precision)
+        return _score(plan.local, result.ids, decisions, order, logits, hidden, self.top_k, self.precision)
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> ToolDecisionResult:
         """Every tool call of the trajectory; without `tools`, the candidates are the names it called."""

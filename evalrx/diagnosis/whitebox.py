@@ -2,8 +2,9 @@
 
 Three signs, each proposing its step as the first wrong one:
 - tool decision (read through `ToolDecisionResult`: per decision, the chosen candidate's
-  log-prob minus the best alternative's, per lens layer): a margin clearly positive at a middle layer
-  that collapsed by the last, or one the last layer barely had;
+  log-prob minus the best alternative's, per lens layer; an argument value at its least certain
+  token): a margin clearly positive at a middle layer that collapsed by the last, or one the last
+  layer barely had;
 - logit lens (read through `LensResult`: its top-k per layer, targets, step and kind labels and
   vocabulary): at an argument or answer token, a middle layer confidently predicted (part of) a
   value the question or an earlier observation states, and the last layer wrote a token of no
@@ -46,8 +47,9 @@ def _from_tool_decision(analyses: "dict[str, dict]") -> "list[Diagnosis]":
         return []
     from evalrx.analyzers import ToolDecisionResult  # the one reader of its margins
 
+    result = ToolDecisionResult.from_arrays(arrays, meta)
     best: Optional[tuple] = None
-    for d, row in ToolDecisionResult.from_arrays(arrays, meta).margin_rows():
+    for i, d, row in result.margin_rows():
         final = row[-1]
         peak = max(row[:-1], default=final)
         collapsed = peak >= LED_MIDWAY and final < UNDECIDED
@@ -55,23 +57,30 @@ def _from_tool_decision(analyses: "dict[str, dict]") -> "list[Diagnosis]":
             continue
         key = (d.get("step", 0), final)
         if best is None or key < best[0]:
-            best = (key, d, final, peak, collapsed)
+            best = (key, i, d, final, peak, collapsed)
     if best is None:
         return []
-    _, d, final, peak, collapsed = best
-    return [_diagnosis(d, final, peak, collapsed)]
+    _, i, d, final, peak, collapsed = best
+    return [_diagnosis(d, result.alternative(i)[0], final, peak, collapsed)]
 
 
-def _diagnosis(d: dict, final: float, peak: float, collapsed: bool) -> Diagnosis:
+def _diagnosis(d: dict, strongest: str, final: float, peak: float, collapsed: bool) -> Diagnosis:
+    """`strongest`: the strongest alternative at the last layer ("" when the record keeps margins only)."""
     cands = [str(c) for c in d.get("candidates") or []]
-    chosen = str(d.get("chosen") or (cands[0] if cands else "?"))
-    alt = next((c for c in cands if c != chosen), "another token")
+    written = str(d.get("chosen") or (cands[0] if cands else "?"))
+    chosen = cands[0] if cands else written  # what was measured: a value's decided token, or the whole name
+    alt = strongest or next(iter(cands[1:]), "another token")
     what = "tool name" if d.get("kind") == "tool_name" else f"argument {d.get('arg', '')!s}"
-    how = (
-        f"led by {peak:.2f} nats at a middle layer, {final:.2f} at the last"
-        if collapsed
-        else f"only {final:.2f} nats ahead at the last layer"
-    )
+    piece = d.get("piece")
+    at_token = chosen != written and isinstance(piece, int) and piece >= 0
+    if at_token:  # a value measured at one of its tokens: say which, so the near miss reads as one
+        what += f", token {piece + 1} of {written!r}"
+    if collapsed:
+        how = f"led by {peak:.2f} nats at a middle layer, {final:.2f} at the last"
+    elif final < 0:
+        how = f"{-final:.2f} nats behind it at the last layer"
+    else:
+        how = f"only {final:.2f} nats ahead at the last layer"
     kind = "wrong_tool" if d.get("kind") == "tool_name" else "bad_arguments"
     return Diagnosis(
         kind=kind,
@@ -84,6 +93,7 @@ def _diagnosis(d: dict, final: float, peak: float, collapsed: bool) -> Diagnosis
             "alternative": alt,
             "margin_last": round(final, 4),
             "margin_peak": round(peak, 4),
+            **({"value": written, "piece": piece} if at_token else {}),
             **_token(d.get("token_index"), d.get("pass"), d.get("call"), d.get("arg")),
         },
     )

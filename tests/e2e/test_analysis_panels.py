@@ -53,6 +53,11 @@ def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, an
     text = main_text(page)
     assert "margin" in text and "calculator" in text
     assert page.locator(".evalrx-uncertainty span").count() > 5  # generated tokens, one span each
+    # An argument's caption names the token of the value its margin was measured at, not the whole value.
+    (rec,) = S.load_analyses(tid, "tool_decision", store=store)
+    arg = next(d for d in rec["meta"]["decisions"] if d["kind"] == "arg_value")
+    token = arg["token"].replace(" ", "·")
+    assert f"at token {arg['piece'] + 1} “{token}” of" in text and f"chosen “{token}” vs" in text
 
 
 def _heatmap_rows(png: bytes) -> int:

@@ -272,12 +272,27 @@ def test_tool_alternative_probability_matches_a_forward_pass_on_the_alternative(
     assert sum(res.probabilities(i).values()) <= 1.0 + 1e-6
     assert res.cand_logprob.shape[1] == 3  # embeddings + 2 layers
     arg = next(k for k, d in enumerate(res.decisions) if d["kind"] == "arg_value")
-    # Argument: the chosen first token against the best other token, at the model's output.
-    first = res.decisions[arg]["token_index"]
-    row = lp_c[first - 1].clone()
-    np.testing.assert_allclose(res.cand_logprob[arg, -1, 0], row[ids_c[first]].item(), atol=1e-5)
-    row[ids_c[first]] = -float("inf")
-    np.testing.assert_allclose(res.cand_logprob[arg, -1, 1], row.max().item(), atol=1e-5)
+    # Argument: measured at the value token with the smallest margin (its token against the best other one).
+    text = handle.render(conversation_from_trajectory(chosen, SYSTEM, TOOLS).messages, TOOLS)
+    _, offsets = tokenize_with_offsets(handle.tokenizer, text)
+    v0 = text.index('"3*4"') + 1
+    value = tokens_overlapping(offsets, v0, v0 + 3)
+    margins = []
+    for j in value:
+        row = lp_c[j - 1].clone()
+        own = row[ids_c[j]].item()
+        row[ids_c[j]] = -float("inf")
+        margins.append((own - row.max().item(), own, row.max().item()))
+    piece = int(np.argmin([m for m, _, _ in margins]))
+    assert len(value) > 1 and piece > 0  # the near miss is past the first token: where the first-token reading missed
+    d = res.decisions[arg]
+    assert (d["token_index"], d["piece"], d["chosen"]) == (value[piece], piece, "3*4")
+    assert d["token"] == handle.tokenizer.decode([ids_c[value[piece]]]) and d["candidates"][0] == d["token"]
+    np.testing.assert_allclose(res.cand_logprob[arg, -1, :2], margins[piece][1:], atol=1e-5)
+    np.testing.assert_allclose(res.margin[arg, -1], margins[piece][0], atol=1e-4)
+    assert res.alternative(arg)[0] == handle.tokenizer.decode([int(res.runner_up_id[arg, -1])])
+    name = res.decisions[i]  # a tool name is measured where the names part, and says so too
+    assert (name["piece"], name["token"]) == (0, handle.tokenizer.decode([ids_c[split]]))
 
 
 def test_enum_argument_values_are_candidates_like_tool_names():

@@ -435,6 +435,7 @@ def _decision_result(tool_candidates: tuple = ("calculator", "lookup", "search")
 
 
 def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store):
+    """Decisions shaped as results stored before they named their token (no `token`, `piece`) still draw."""
     from components.analysis_panels import decision_chart, decision_rows, decision_summary
 
     rows = decision_rows(_decoded(analysis_store, _decision_result()), 1)
@@ -453,6 +454,26 @@ def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store
     assert {"chosen: calculator", "lookup", "search"} == {r["series"] for r in spec["data"]["values"]}
     assert {"chosen_name", "alternative", "p_alternative"} <= {t["field"] for t in spec["encoding"]["tooltip"]}
     assert decision_rows(_decoded(analysis_store, _decision_result()), 2) == []  # another turn
+
+
+def test_decision_rows_label_the_token_a_value_was_measured_at(analysis_store):
+    """A result naming its decided tokens: the argument's line and caption are that token (its place in the
+    value), not the whole value; a tool name says where the names part. Older results read as above."""
+    from components.analysis_panels import decision_chart, decision_rows, decision_summary
+
+    from evalrx.analyzers import RUNNER_UP
+
+    result = _decision_result()
+    result.decisions[0].update(token="calc", piece=0)
+    result.decisions[1].update(candidates=["Par", RUNNER_UP], token="Par", piece=3)
+    rows = decision_rows(_decoded(analysis_store, result), 1)
+    arg = [r for r in rows if r["decision"] == 1]
+    assert {r["chosen_name"] for r in arg} == {"Par"} and {r["alternative"] for r in arg} == {"·London"}
+    summary = decision_summary(arg)
+    assert "at token 4 “Par” of “\\<b\\>Paris\\<\\/b\\>”: chosen “Par” vs alternative “·London”" in summary
+    assert {"chosen: Par", RUNNER_UP} == {r["series"] for r in decision_chart(arg).to_dict()["data"]["values"]}
+    tool = decision_summary([r for r in rows if r["decision"] == 0])
+    assert tool.startswith("tool name \\(call 0\\) at token 1 “calc” of “calculator”: chosen “calculator” vs")
 
 
 def test_decision_without_alternatives_says_so(analysis_store):

@@ -508,6 +508,24 @@ def test_whitebox_a_collapsed_tool_name_decision_is_wrong_tool_naming_both_tools
     assert found[0].evidence["chosen"] == "lookup" and found[0].evidence["alternative"] == "calculator"
 
 
+def test_whitebox_an_argument_names_the_token_it_was_measured_at_and_its_runner_up():
+    """A value read token by token: the evidence pits its decided token against the runner-up token, not the
+    whole value against a placeholder, and says which token of the value it was."""
+    from evalrx.analyzers import RUNNER_UP, ToolDecisionResult
+
+    decisions = [dict(_decisions()[1], kind="arg_value", arg="query", chosen="height of Morvane")]
+    decisions[0].update(candidates=[" M", RUNNER_UP], token=" M", piece=2, call=0, token_index=40, **{"pass": 0})
+    lp = np.log([[[0.3, 0.2], [0.8, 0.1], [0.5, 0.48]]], dtype=np.float32)  # [decision, layer, candidate]
+    margin = lp[:, :, 0] - lp[:, :, 1]
+    runner = np.full((1, 3), 7, dtype=np.int32)
+    rec = ToolDecisionResult(decisions, lp, lp, margin, runner * 0, margin, runner, vocab={"7": " K"})
+    (d,) = from_analyses({"tool_decision": {"meta": rec.meta, "arrays": rec.to_arrays()}})
+    assert (d.kind, d.first_wrong_step) == ("bad_arguments", 3)
+    ev = d.evidence
+    assert (ev["chosen"], ev["alternative"], ev["value"], ev["piece"]) == (" M", " K", "height of Morvane", 2)
+    assert ev["token_index"] == 40 and "token 3 of 'height of Morvane'" in d.summary and RUNNER_UP not in d.summary
+
+
 def test_whitebox_a_confident_decision_proposes_nothing():
     margin = np.array([[0.5, 2.0, 3.5, 4.0], [0.2, 1.1, 1.8, 2.5]])
     assert from_analyses({"tool_decision": {"meta": {"decisions": _decisions()}, "arrays": {"margin": margin}}}) == []
