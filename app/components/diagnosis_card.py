@@ -20,11 +20,44 @@ _SOURCE = {
     "whitebox": "the model's own decision margins",
     "judge": "a judge model",
 }
+# What the source line says for a case that has a reference (`evalrx.diagnosis.reference_of`).
+_COMPARED = {
+    "turns": "compared with each user turn's expected answer",
+    "state": "compared with the state the ground-truth calls leave, turn by turn",
+}
+_RULES = "model-free rules on the steps"
+_RULES_BESIDE = {
+    "answer": f"{_RULES}; the case's expected answer grades the run but names no step, and it lists no calls to compare",
+    "calls": f"{_RULES}; the case's reference calls were compared and show no divergence",
+    "state": f"{_RULES}; the state its ground-truth calls leave was compared and shows no divergence",
+    "turns": f"{_RULES}; each user turn's expected answer was compared and shows no failing turn",
+}
 
 
-def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
-    """What the card shows for one diagnosis: headline fields, and the evidence as pairs to set side by side."""
+def source_text(source: str, reference: Optional[str], outcome: Optional[str]) -> str:
+    """The card's source line, true to what the case holds: `reference` is what it gives to compare with
+    (`evalrx.diagnosis.reference_of`), `outcome` the trajectory's grade (only a failed run is compared)."""
+    if source == "reference":
+        return _COMPARED.get(reference or "", _SOURCE["reference"])
+    if source != "heuristic" or reference is None:
+        return _SOURCE.get(source, source)
+    if outcome == "error":
+        return f"{_RULES}; the run raised before it could be compared with the case's reference"
+    if outcome != "fail" and reference != "answer":
+        return f"{_RULES}; the run is not graded fail, so it was not compared with the case's reference"
+    return _RULES_BESIDE[reference]
+
+
+def diagnosis_view(
+    diagnosis: Any, definitions: dict, *, case: Optional[dict] = None, outcome: Optional[str] = None
+) -> dict:
+    """What the card shows for one diagnosis: headline fields, and the evidence as pairs to set side by side.
+    `case` (the stored case) and `outcome` (the trajectory's grade) make the source line say what it compared."""
+    from evalrx.core import FailureCase
+    from evalrx.diagnosis import reference_of
+
     ev = dict(diagnosis.evidence or {})
+    turn = f" (turn {int(ev['user_turn']) + 1})" if isinstance(ev.get("user_turn"), int) else ""
     pairs = []
     if "expected" in ev or "actual" in ev:
         pairs.append(("Expected call", ev.get("expected"), "Actual call", ev.get("actual")))
@@ -33,7 +66,14 @@ def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
     elif "observation" in ev:
         pairs.append(("Observation", ev.get("observation"), None, None))
     if "answer" in ev and "expected_answer" in ev:
-        pairs.append(("Final answer", ev.get("answer"), "Expected answer", ev.get("expected_answer")))
+        pairs.append(
+            (
+                f"Answer{turn}" if turn else "Final answer",
+                ev.get("answer"),
+                f"Expected answer{turn}",
+                ev.get("expected_answer"),
+            )
+        )
     if "chosen" in ev and "alternative" in ev:
         pairs.append(("Chosen", ev.get("chosen"), "Strongest alternative", ev.get("alternative")))
     return {
@@ -42,7 +82,9 @@ def diagnosis_view(diagnosis: Any, definitions: dict) -> dict:
         "step": diagnosis.first_wrong_step,
         "agent": getattr(diagnosis, "agent", None),  # in a team: the agent it blames
         "source": diagnosis.source,
-        "source_text": _SOURCE.get(diagnosis.source, diagnosis.source),
+        "source_text": source_text(
+            diagnosis.source, reference_of(FailureCase.from_dict(case)) if case else None, outcome
+        ),
         "confidence": float(diagnosis.confidence),
         "summary": str(ev.get("text") or ""),
         "diff": [d for d in ev.get("diff") or [] if isinstance(d, dict)],
@@ -117,7 +159,7 @@ def render_diagnosis(
             if outcome != "pass" and on_rediagnose is not None:
                 st.button("Diagnose", key="diagnose-now", on_click=on_rediagnose, icon=":material/troubleshoot:")
             return None
-        view = diagnosis_view(diagnoses[0], definitions)
+        view = diagnosis_view(diagnoses[0], definitions, case=detail.case, outcome=outcome)
         color = "orange" if view["kind"] in NOT_AGENT_KINDS else "red"
         blames = blames_text(view["agent"], view["step"])
         step = f" · first wrong step **{view['step']}**" if view["step"] is not None else ""

@@ -6,10 +6,18 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from components.safe import MAX_CHARS, md_escape, show_json, show_pre, show_text
+from components.safe import MAX_CHARS, md_escape, short, show_json, show_pre, show_text
 from components.team import agent_badge, edge_style, who_acted
 from components.tool_effects import render_tool_effects
-from components.viewmodel import agent_colours, step_views, token_rows, waterfall_rows
+from components.viewmodel import (
+    agent_colours,
+    grade_text,
+    step_views,
+    token_rows,
+    turn_checks,
+    value_text,
+    waterfall_rows,
+)
 
 _ROLE_ICON = {"user": ":material/person:", "actor": ":material/smart_toy:", "tool": ":material/build:"}
 _BADGE_COLOR = {
@@ -66,10 +74,13 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
     if case.get("image_sha256"):
         _image(store, case["image_sha256"], "case image")
     left, right = st.columns(2)
+    turns = turn_checks(detail.trajectory, case)
     with left:
         st.markdown("**Expected**")
         exp = case.get("expected", detail.trajectory.ground_truth)
-        if isinstance(exp, (dict, list)):
+        if turns and exp is None:  # a conversation: each user turn says what its answer should be
+            render_turn_checks(turns, blind=blind)
+        elif isinstance(exp, (dict, list)):
             show_json(exp)
         else:
             show_text(None if exp is None else str(exp), empty="(no expected answer)")
@@ -93,6 +104,17 @@ def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
         st.markdown("**Reference calls**" + ("" if refs else " (none: the case needs no tool)"))
         if refs:
             show_json(refs)
+
+
+def _grade_badge(grade: str) -> str:
+    return f":{_GRADE_COLOR.get(grade, 'gray')}-badge[turn graded {md_escape(grade)}]"
+
+
+def render_turn_checks(turns: dict, *, blind: bool = False) -> None:
+    """One line per user turn that says what its answer should be: the turn, its expected answer, its grade."""
+    for k, check in sorted(turns.items()):
+        grade = "" if blind else " · " + _grade_badge(check.outcome.value)
+        st.markdown(f"turn {k + 1}: {md_escape(short(value_text(check.expected), 120))}{grade}")
 
 
 def _tool_source(spec: dict) -> str:
@@ -137,6 +159,8 @@ def _header(v: Any, first_wrong: Optional[int], colours: Optional[dict] = None) 
     if v.prompt_tokens is not None or v.completion_tokens is not None:
         parts.append(f"{_count(v.prompt_tokens)} → {_count(v.completion_tokens)} tokens")
     badges = [f":{_BADGE_COLOR.get(b, 'gray')}-badge[{b}]" for b in v.badges]
+    if v.turn_grade:  # a conversation's user turn: how its answer was graded
+        badges.append(_grade_badge(v.turn_grade))
     if first_wrong is not None and v.idx == first_wrong:
         badges.insert(0, ":red-badge[:material/flag: first wrong step]")
     return " · ".join(parts) + ("  " + " ".join(badges) if badges else "")
@@ -154,7 +178,7 @@ def render_timeline(
     observations (with images), parse errors and loop-policy badges."""
     media = media or {}
     offered = {spec.get("name"): spec for spec in detail.trajectory.offered_tools or []}
-    views = step_views(detail.trajectory)
+    views = step_views(detail.trajectory, detail.case)
     colours = agent_colours(detail.trajectory)  # empty for one agent: its steps look as they always did
     if colours:
         st.html(edge_style(views, colours))
@@ -170,6 +194,8 @@ def render_timeline(
                 show_text(v.observation, empty="(no output)")
             elif v.role == "actor" or v.text:
                 show_text(v.text, empty="(empty turn)")
+            if v.expected is not None:
+                st.markdown(f"**Expected answer:** {md_escape(short(v.expected, 200))}")
             for name, args in v.calls:
                 st.markdown(f"↳ calls **{md_escape(name)}** with")
                 show_json(args if args is not None else {})
@@ -214,7 +240,7 @@ def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
     """One Markdown line of badges: grade, label, how it ended, size, time, tokens (escaped)."""
     bits = []
     if not blind:
-        bits.append(f":{_GRADE_COLOR.get(row.outcome, 'gray')}-badge[graded {md_escape(row.outcome)}]")
+        bits.append(f":{_GRADE_COLOR.get(row.outcome, 'gray')}-badge[graded {md_escape(grade_text(row))}]")
     if label is not None:
         text = md_escape(label.outcome or "cleared") + (
             f" · {md_escape(label.failure_kind)}" if label.failure_kind else ""

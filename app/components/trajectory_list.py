@@ -13,10 +13,11 @@ from typing import Any, Mapping
 import streamlit as st
 
 from components.safe import md_escape, short
+from components.viewmodel import grade_text
 from evalrx.core import Termination
 
 # Column widths in pixels; the goal takes what is left.
-WIDTHS = {"id": 64, "grade": 64, "why": 210, "numbers": 230}
+WIDTHS = {"id": 64, "grade": 96, "why": 210, "numbers": 230}
 _GRADE = {"pass": "green", "fail": "red"}
 
 
@@ -70,6 +71,6 @@ def render_list(rows: list, keep: Mapping[str, str]) -> None:
                 width=WIDTHS["id"],
             )
             st.markdown(_case(r), width="stretch")
-            st.markdown(f":{_GRADE.get(r.outcome, 'gray')}-badge[{md_escape(r.outcome)}]", width=WIDTHS["grade"])
+            st.markdown(f":{_GRADE.get(r.outcome, 'gray')}-badge[{md_escape(grade_text(r))}]", width=WIDTHS["grade"])
             st.markdown(_why(r), width=WIDTHS["why"])
             st.markdown(_numbers(r), width=WIDTHS["numbers"])

@@ -40,6 +40,8 @@ class StepView:
     agent: Optional[str] = None  # in a team: who took the step
     addressee: Optional[str] = None  # whom it spoke to, where the log says
     aside: Optional[str] = None  # what kind of message the log calls it ("thought", "final answer")
+    expected: Optional[str] = None  # a user turn's expected answer, as text (None: the turn says none)
+    turn_grade: Optional[str] = None  # that turn's answer graded on its own: "pass" / "fail"
 
 
 def _observation_text(obs: Any) -> tuple[Optional[str], int]:
@@ -61,8 +63,37 @@ def _num(v: Any, kind: type = float) -> Any:
         return None
 
 
-def step_views(trajectory: Any) -> list[StepView]:
-    """The timeline cards of a core `Trajectory`: who spoke, calls, observations, badges."""
+def turn_checks(trajectory: Any, case: Optional[dict]) -> dict:
+    """A conversation's user turns that say what their answer should be, by 0-based turn: `TurnGrade`s (the
+    expected answer, the answer, its grade); {} for any other case. `case` is the stored case dict."""
+    if not case:
+        return {}
+    from evalrx.core import FailureCase
+    from evalrx.grade import turn_grades
+
+    return {g.turn: g for g in turn_grades(trajectory, FailureCase.from_dict(case))}
+
+
+def grade_text(row: Any) -> str:
+    """A trajectory row's grade in words; a conversation that failed says at which user turn ("fail (turn 2)")."""
+    turn = getattr(row, "grade_turn", None)
+    return f"{row.outcome} (turn {turn + 1})" if row.outcome == "fail" and turn is not None else str(row.outcome)
+
+
+def value_text(value: Any) -> str:
+    """An expected value as one line of text: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
+    """The timeline cards of a core `Trajectory`: who spoke, calls, observations, badges; with its stored `case`,
+    each user turn of a conversation also carries its expected answer and its grade."""
+    checks = turn_checks(trajectory, case)
+    n_user = 0
     views = []
     for s in trajectory.steps:
         span = dict(s.span or {})
@@ -87,6 +118,10 @@ def step_views(trajectory: Any) -> list[StepView]:
         if role == "user":
             k = span.get("user_turn")  # a conversation's turns are numbered from 1 on the page
             v.title, v.text = (f"User, turn {int(k) + 1}" if isinstance(k, int) else "User"), s.content or ""
+            check = checks.get(k if isinstance(k, int) else n_user)
+            if check is not None:
+                v.expected, v.turn_grade = value_text(check.expected), check.outcome.value
+            n_user += 1
         elif role == "actor":
             if v.agent is not None:  # a team's step: the agent, and whom it spoke to
                 v.title = v.agent + (f" -> {v.addressee}" if v.addressee else "")

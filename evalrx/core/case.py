@@ -73,6 +73,17 @@ class FailureCase:
     def from_prompt(cls, prompt: str, **kw: Any) -> "FailureCase":
         return cls(inputs=Inputs(prompt=prompt), **kw)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "FailureCase":
+        """A case as the store hands it back (`{"id", "prompt", "expected", "grader", "meta"}`), without its image."""
+        return cls(
+            inputs=Inputs(prompt=d.get("prompt") or ""),
+            id=d.get("id") or "",
+            expected=d.get("expected"),
+            grader=d.get("grader"),
+            meta=d.get("meta") or {},
+        )
+
 
 @dataclass
 class Step:

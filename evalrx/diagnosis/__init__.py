@@ -3,7 +3,8 @@
     from evalrx.diagnosis import diagnose
     ranked = diagnose(trajectory, case=case, tools=tools)   # [Diagnosis, ...], best first
 
-Sources, strongest first: `reference` (the case's reference calls and expected answer),
+Sources, strongest first: `reference` (the case's reference calls and expected answer, or each user turn's
+expected answer; `reference_of(case)` says which a case has),
 `heuristic` (model-free rules on the steps; a team's log also gets the team signs of `team`, and every
 diagnosis of a team's log names the agent it blames), `whitebox` (stored tool-decision margins and logit lens),
 `judge` (a model reading the steps: `evalrx.diagnosis.judge.judge`, asked on demand, never by `diagnose`).
@@ -29,7 +30,7 @@ from evalrx.diagnosis.judge import (
 from evalrx.diagnosis.judge import (
     STRATEGIES as JUDGE_STRATEGIES,
 )
-from evalrx.diagnosis.reference import from_reference, reference_calls
+from evalrx.diagnosis.reference import from_reference, reference_calls, reference_of
 from evalrx.diagnosis.rules import RULES, from_rules
 from evalrx.diagnosis.team import blame, from_team, is_team
 from evalrx.diagnosis.whitebox import from_analyses
@@ -117,4 +118,5 @@ __all__ = [
     "blame",
     "rank",
     "reference_calls",
+    "reference_of",
 ]

@@ -1,4 +1,5 @@
-"""The reference source: compare a failed trajectory with its case's reference calls and expected answer.
+"""The reference source: compare a failed trajectory with its case's reference calls and expected answer,
+or, in a conversation whose user turns say what each answer should be, with those answers turn by turn.
 
 Calls are judged by what they return: a call is right when its observation equals the one a
 reference call gets (so `582 + 347` is as good as `347 + 582`). Without the tools, calls are
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from evalrx.core.case import FailureCase, StepRole, Termination, Trajectory
+from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.diagnosis._evidence import (
     Call,
@@ -21,8 +22,9 @@ from evalrx.diagnosis._evidence import (
     quote,
     values_in,
 )
+from evalrx.diagnosis.rules import from_rules
 from evalrx.diagnosis.writes import applies, effect_lookup, from_writes
-from evalrx.grade import ends_at_calls, extract_numbers, grade_calls, grade_state
+from evalrx.grade import ends_at_calls, extract_numbers, grade_calls, grade_state, turn_grades
 
 CONFIDENCE = 0.95
 
@@ -33,6 +35,23 @@ def reference_calls(case: Optional[FailureCase]) -> list:
         return []
     refs = (case.meta or {}).get("reference_calls") or []
     return [r for r in refs if isinstance(r, dict) and r.get("name")]
+
+
+def reference_of(case: Optional[FailureCase]) -> Optional[str]:
+    """What a case gives the reference source to compare a run with: "calls" (its reference calls, or the calls
+    it is graded by), "state" (ground-truth calls replayed turn by turn), "turns" (each user turn's expected
+    answer), "answer" (one expected answer: it grades the run but names no step), or None."""
+    if case is None:
+        return None
+    kind = case.grader.get("kind") if isinstance(case.grader, dict) else None
+    if kind == "state":
+        return "state"
+    if kind == "calls" or isinstance((case.meta or {}).get("reference_calls"), list):
+        return "calls"
+    turns = (case.meta or {}).get("turns")
+    if isinstance(turns, list) and any(isinstance(t, dict) and "expected" in t for t in turns):
+        return "turns"
+    return "answer" if case.expected is not None else None
 
 
 def _observe(name: str, args: dict, tools: Optional[dict]) -> Optional[str]:
@@ -118,6 +137,46 @@ def _from_state(traj: Trajectory, case: FailureCase) -> Optional[Diagnosis]:
     return _make(check.kind, check.step, check.reason, **evidence)
 
 
+def _turn_steps(traj: Trajectory, turn: int) -> list:
+    """The steps of user turn `turn` (0-based): its USER step up to the next one; the last turn reached when the
+    conversation ended before `turn`."""
+    starts = [i for i, s in enumerate(traj.steps) if s.role is StepRole.USER] or [0]
+    k = min(turn, len(starts) - 1)
+    end = starts[k + 1] if k + 1 < len(starts) else len(traj.steps)
+    return traj.steps[starts[k] : end]
+
+
+def _from_turns(traj: Trajectory, case: FailureCase, marks: Optional[dict]) -> Optional[Diagnosis]:
+    """A conversation graded turn by turn: the first user turn whose answer fails its expected one, and in that
+    turn the first sign the model-free rules see (else its answer, or the lack of one, is the wrong step)."""
+    failed = next((t for t in turn_grades(traj, case) if t.outcome is Label.FAIL), None)
+    if failed is None:
+        return None
+    steps = _turn_steps(traj, failed.turn)
+    within = {s.idx for s in steps}
+    evidence: dict = {"user_turn": failed.turn, "expected_answer": quote(failed.expected)}
+    if failed.answer is not None:
+        evidence["answer"] = quote(failed.answer)
+    signs = [
+        d
+        for d in from_rules(traj, system=(case.meta or {}).get("system"), marks=marks)
+        if d.kind != "wrong_final_answer" and d.first_wrong_step in within
+    ]
+    if signs:
+        sign = min(signs, key=lambda d: (d.first_wrong_step, -d.confidence))
+        return Diagnosis(
+            kind=sign.kind,
+            first_wrong_step=sign.first_wrong_step,
+            evidence={**sign.evidence, **evidence, "text": f"{failed.reason()}; {sign.summary}"},
+            confidence=sign.confidence,  # the turn is known; the kind is the rule's reading of it
+            source="reference",
+        )
+    actors = [s.idx for s in steps if s.role is StepRole.ACTOR]
+    step = actors[-1] if actors else steps[0].idx if steps else None
+    kind = "no_final_answer" if failed.answer is None else "wrong_final_answer"
+    return _make(kind, step, failed.reason(), **evidence)
+
+
 def from_reference(
     traj: Trajectory, case: Optional[FailureCase], tools: Optional[dict] = None, marks: Optional[dict] = None
 ) -> Optional[Diagnosis]:
@@ -125,7 +184,8 @@ def from_reference(
 
     Args:
         traj: the trajectory (graded fail).
-        case: its case; None or a case whose meta has no `reference_calls` list gives None.
+        case: its case; None, or a case with neither a `reference_calls` list, calls or state to be graded
+            by, nor user turns with expected answers, gives None.
         tools: name -> Tool, to judge calls by their observations (None: by name and arguments).
         marks: people's marks of what tools do (name -> "read" / "write", `evalrx.store.tool_marks`).
 
@@ -137,6 +197,8 @@ def from_reference(
             return _from_expected_calls(traj, case)
         if isinstance(case.grader, dict) and case.grader.get("kind") == "state":
             return _from_state(traj, case)
+        if reference_of(case) == "turns":
+            return _from_turns(traj, case, marks)
     # An empty list means "needs no tool"; no list at all means the calls are unknown (an import).
     if case is None or not isinstance((case.meta or {}).get("reference_calls"), list):
         return None

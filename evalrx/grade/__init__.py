@@ -6,12 +6,14 @@ grade("The answer is 7.", 7)                 # Label.PASS (numeric)
 grade_trajectory(traj, case)                 # PASS / FAIL / ERROR, for either kind of case
 grade_calls(traj, case).reason               # why a case graded by its calls failed, in one line
 grade_state(traj, case)                      # StateCheck: the failing user turn, the kind, the step, the diff
+turn_grades(traj, case)                      # [TurnGrade]: each user turn graded by its own expected answer
 
 A low layer: imports `evalrx.core`, and `evalrx.tools` for the environments a state grade replays calls on.
 """
 
 from evalrx.grade.answers import (
     GRADER_KINDS,
+    TurnGrade,
     check_grader,
     default_grader,
     extract_numbers,
@@ -20,6 +22,7 @@ from evalrx.grade.answers import (
     grade_trajectory,
     normalize_text,
     turn_answers,
+    turn_grades,
 )
 from evalrx.grade.calls import CallCheck, check_calls, ends_at_calls, grade_calls, standardize
 from evalrx.grade.state import StateCheck, grade_state
@@ -28,6 +31,7 @@ __all__ = [
     "GRADER_KINDS",
     "CallCheck",
     "StateCheck",
+    "TurnGrade",
     "check_calls",
     "check_grader",
     "default_grader",
@@ -41,4 +45,5 @@ __all__ = [
     "normalize_text",
     "standardize",
     "turn_answers",
+    "turn_grades",
 ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
@@ -158,18 +159,22 @@ def grade_trajectory(traj: Trajectory, case: FailureCase) -> Label:
         return Label.PASS if grade_calls(traj, case).ok else Label.FAIL
     if isinstance(case.grader, dict) and case.grader.get("kind") == "state":
         return Label.PASS if grade_state(traj, case).ok else Label.FAIL
-    graded_turns = [t for t in (case.meta or {}).get("turns") or [] if isinstance(t, dict) and "expected" in t]
-    if graded_turns and (not isinstance(case.grader, dict) or case.grader.get("kind") != "state"):
-        return _grade_turns(traj, case)
+    turns = turn_grades(traj, case)
+    if turns:  # a conversation whose turns say what each answer should be: every such answer must pass
+        return Label.FAIL if any(t.outcome is Label.FAIL for t in turns) else Label.PASS
     if traj.final_answer is None:
         return Label.FAIL
     return grade(traj.final_answer, case.expected, case.grader)
 
 
 def grade_explanation(traj: Trajectory, case: FailureCase) -> "Optional[dict]":
-    """Why a case graded by its calls or by state failed: `{"reason": one line, "turn"?, "diff"?}`; None for
-    a case graded by its answer (the answer and the expected one say it), or one that passed."""
+    """Why a case graded by its calls, by state or turn by turn failed: `{"reason": one line, "turn"?, "diff"?}`
+    (`turn`: the failing user turn, 0-based); None for a case graded by its one answer (the answer and the
+    expected one say it), or one that passed."""
     kind = case.grader.get("kind") if isinstance(case.grader, dict) else None
+    failed = next((t for t in turn_grades(traj, case) if t.outcome is Label.FAIL), None)
+    if failed is not None:
+        return {"reason": failed.reason(), "turn": failed.turn}
     if kind == "calls":
         check = grade_calls(traj, case)
         return None if check.ok else {"reason": check.reason}
@@ -198,19 +203,47 @@ def turn_answers(traj: Trajectory) -> list:
     return answers
 
 
-def _grade_turns(traj: Trajectory, case: FailureCase) -> Label:
-    """A conversation whose turns say what each answer should be: every such turn's answer must pass."""
-    turns = case.meta["turns"]
+@dataclass(frozen=True)
+class TurnGrade:
+    """One user turn of a conversation graded by its own expected answer: `turn` is 0-based (the pages say
+    `turn + 1`); `answer` is None when the turn got none."""
+
+    turn: int
+    expected: Any
+    answer: Optional[str]
+    outcome: Label
+
+    def reason(self) -> str:
+        """Why it failed, in one line ("turn 2: answered 'It is 48.', expected 50")."""
+        got = "got no answer" if self.answer is None else f"answered {_clip(self.answer)}"
+        return f"turn {self.turn + 1}: {got}, expected {_clip(self.expected)}"
+
+
+def _clip(value: Any, limit: int = 80) -> str:
+    """A value for a one-line reason: text quoted, numbers and lists as written, cut at `limit` characters."""
+    text = " ".join(str(value).split())
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return repr(text) if isinstance(value, str) else text
+
+
+def turn_grades(traj: Trajectory, case: FailureCase) -> "list[TurnGrade]":
+    """Each user turn of a conversation case that says what its answer should be (`meta["turns"][k]
+    ["expected"]`), graded on its own; [] for a case without such turns or graded by its calls or by state."""
+    turns = (case.meta or {}).get("turns")
+    kind = case.grader.get("kind") if isinstance(case.grader, dict) else None
+    if not isinstance(turns, list) or kind in ("calls", "state"):
+        return []
     answers = turn_answers(traj)
+    out: list = []
     for k, turn in enumerate(turns):
         if not isinstance(turn, dict) or "expected" not in turn:
             continue
         answer = answers[k] if k < len(answers) else None
         if k == len(answers) - 1 and traj.final_answer is not None:
             answer = traj.final_answer  # the loop's reading of the last answer (a one-turn case has no span's)
-        if answer is None or grade(answer, turn["expected"], turn.get("grader")) is not Label.PASS:
-            return Label.FAIL
-    return Label.PASS
+        ok = answer is not None and grade(answer, turn["expected"], turn.get("grader")) is Label.PASS
+        out.append(TurnGrade(k, turn["expected"], answer, Label.PASS if ok else Label.FAIL))
+    return out
 
 
 __all__ = [
@@ -221,4 +254,5 @@ __all__ = [
     "grade",
     "grade_trajectory",
     "normalize_text",
+    "turn_grades",
 ]

@@ -527,9 +527,11 @@ def run_case(
             if trajectory.outcome is Label.FAIL:
                 from evalrx.grade import grade_explanation
 
-                why = grade_explanation(trajectory, case)  # calls or state: why, in one line (and where)
+                why = grade_explanation(trajectory, case)  # calls, state or turns: why, in one line (and where)
                 if why is not None:
                     trajectory.metrics["grade_reason"] = why["reason"]
+                    if "turn" in why:  # the conversation's failing user turn (0-based), for the lists
+                        trajectory.metrics["grade_turn"] = why["turn"]
                     if "diff" in why:
                         trajectory.metrics["grade_diff"] = why["diff"]
         except Exception as exc:  # a bad grader spec is the case's problem, recorded on it

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional, Sequence
 
-from evalrx.core.case import FailureCase, Inputs, Trajectory
+from evalrx.core.case import FailureCase, Trajectory
 from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses, tool_marks
 from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store.runs import run_config
@@ -19,13 +19,7 @@ JUDGE = "judge"  # the source a judge model's verdicts are stored as
 
 def stored_case(c: dict) -> FailureCase:
     """A stored case (`TrajectoryDetail.case`) as the diagnosis reads it: prompt, id, expected, grader, meta."""
-    return FailureCase(
-        inputs=Inputs(prompt=c.get("prompt") or ""),
-        id=c.get("id") or "",
-        expected=c.get("expected"),
-        grader=c.get("grader"),
-        meta=c.get("meta") or {},
-    )
+    return FailureCase.from_dict(c)
 
 
 def rediagnose(

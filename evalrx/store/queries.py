@@ -57,10 +57,16 @@ _ROW_COLUMNS = (
     t.Trajectory.attempt,
     t.Trajectory.diagnosis_agent,
 )
+# Where a conversation failed its grade (`metrics["grade_turn"]`): read from the JSON for the rows of one page only.
+_GRADE_TURN = t.Trajectory.metrics["grade_turn"].as_integer()
 
 
 def _row(r: Any) -> TrajectoryRow:
     return TrajectoryRow(*r)
+
+
+def _turn(v: Any) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _as_list(v: Any) -> Optional[list]:
@@ -284,7 +290,7 @@ def _list(
     with_total: bool,
     filters: dict,
 ) -> Page:
-    q = filter_trajectories(select(*_ROW_COLUMNS), session=s, **filters)
+    q = filter_trajectories(select(*_ROW_COLUMNS, _GRADE_TURN), session=s, **filters)
     if after:
         value, last_id = _decode_cursor(after)
         if sort == "id":
@@ -401,7 +407,7 @@ def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) ->
         trajectory = convert.trajectory_from_rows(row, steps)
         trajectory.offered_tools = offered_tools_in(s, trajectory_id)
         return TrajectoryDetail(
-            row=_row(tuple(getattr(row, c.key) for c in _ROW_COLUMNS)),
+            row=_row((*(getattr(row, c.key) for c in _ROW_COLUMNS), _turn((row.metrics or {}).get("grade_turn")))),
             trajectory=trajectory,
             case=convert.case_dict(case) if case else {},
             labels=current_labels_in(s, trajectory_id),

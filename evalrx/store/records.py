@@ -64,6 +64,7 @@ class TrajectoryRow:
     diagnosis_kind: Optional[str] = None  # the top diagnosis's kind (None: passing or not diagnosed)
     attempt: int = 1  # which of the run's repeated attempts at the case
     diagnosis_agent: Optional[str] = None  # the agent the top diagnosis blames, in a team
+    grade_turn: Optional[int] = None  # a conversation's user turn (0-based) whose grade failed it
 
 
 @dataclass

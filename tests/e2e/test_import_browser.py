@@ -54,6 +54,9 @@ def test_import_an_eval_log_open_a_failure_and_export_the_run_as_atif(app_server
     page.wait_for_url(re.compile(r"/trajectory\?id=\d+"))
     # the tool's error, shown on its step (the page may still be drawing the steps when it goes quiet)
     page.get_by_text("no such key: missing").first.wait_for(timeout=30_000)
+    # Its target is an expected answer, not reference calls: the card says so, not "no reference".
+    why = page.locator(".st-key-why-it-failed").inner_text()
+    assert "expected answer grades the run but names no step" in why and "(no reference)" not in why
 
     goto(page, f"{app_server.url}/?run={run_id}")
     page.get_by_text("Export this run").click()

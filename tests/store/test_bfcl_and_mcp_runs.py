@@ -291,4 +291,5 @@ def test_a_bfcl_multi_turn_run_on_an_api_model_gives_each_turn_after_the_answer_
     assert {t["source"] for t in good.trajectory.offered_tools} == {"environment"}
     bad = S.get_trajectory(rows[cases[1].id].id, store=store)
     assert rows[cases[1].id].outcome == "fail" and bad.trajectory.metrics["grade_reason"].startswith("user turn 1: ")
+    assert rows[cases[1].id].grade_turn == 0  # the list says "fail (turn 1)"
     assert rows[cases[1].id].diagnosis_kind in ("no_tool_call", "wrong_tool", "bad_arguments")

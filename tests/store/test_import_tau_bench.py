@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 import evalrx.store as S
+from evalrx.core import FailureCase
+from evalrx.diagnosis import reference_of
 from evalrx.interop import import_file, import_labels
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "agentrx_tau_retail"
@@ -33,6 +35,11 @@ def test_the_failed_agentrx_runs_import_as_conversations_with_their_gold_actions
     assert detail.case["meta"]["system"].startswith("# Retail agent policy")
     calls = [c for s in detail.trajectory.steps for c in s.tool_calls]
     assert calls and all(isinstance(c["args"], dict) for c in calls)  # the repr'd call lists were read back
+    # Every case keeps its gold actions as the reference the diagnosis compares with; where the run made the same
+    # state-changing calls, the reference finds no divergence and the rules say why (not "no reference").
+    for r in rows:
+        assert reference_of(FailureCase.from_dict(S.get_trajectory(r.id, store=sqlite_url).case)) == "calls"
+    assert {S.get_diagnoses(r.id, store=sqlite_url)[0].source for r in rows} == {"reference", "heuristic"}
 
 
 def test_the_passing_runs_are_graded_pass_and_agentrx_labels_land_on_their_message(sqlite_url):

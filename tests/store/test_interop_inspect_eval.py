@@ -22,7 +22,8 @@ from sqlalchemy import text
 
 import evalrx.interop as X
 import evalrx.store as S
-from evalrx.core.case import StepRole
+from evalrx.core.case import FailureCase, StepRole
+from evalrx.diagnosis import reference_of
 from evalrx.runner.commands import import_main
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
@@ -117,6 +118,11 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
     assert tool_step.span["tool_error"] is True and tool_step.observation == "no such key: missing"
     assert missing.outcome.value == "fail" and missing.metrics["grade"]["value"] == "I"
     assert rows["missing#2"].diagnosis_kind  # diagnosed on import, like every import
+    # Its target is the case's expected answer, the reference it has: that grades the run but names no step
+    # (no reference calls), so the model-free rules say why (the card's source line says so, not "no reference").
+    assert details["missing#2"].case["expected"] == "7"
+    assert reference_of(FailureCase.from_dict(details["missing#2"].case)) == "answer"
+    assert S.get_diagnoses(rows["missing#2"].id, store=sqlite_url)[0].source == "heuristic"
 
 
 def _raw_samples(log: Path) -> dict:

@@ -177,6 +177,22 @@ def test_nul_characters_are_stored_as_replacement_characters(store_url):
     assert got.final_answer == "a\ufffdb"
 
 
+def test_a_conversation_lists_the_user_turn_that_failed_its_grade(store_url):
+    store = S.connect(store_url)
+    cases = [make_case(1), make_case(2)]
+    with store.write() as s:
+        run_id = runs.create_run(s, cases=cases)
+        ids = [
+            runs.save_trajectory(
+                s, run_id, row_id, Trajectory(sample_id=c.id, goal="g", outcome=Label.FAIL, metrics=metrics)
+            )
+            for (_, row_id, _), c, metrics in zip(pending_cases(s, run_id), cases, [{"grade_turn": 1}, {}])
+        ]
+    rows = {r.id: r for r in S.list_trajectories(run_id=run_id, store=store).rows}
+    assert (rows[ids[0]].grade_turn, rows[ids[1]].grade_turn) == (1, None)
+    assert S.get_trajectory(ids[0], store=store).row == rows[ids[0]]  # the page's row and the list's agree
+
+
 def test_a_case_is_never_stored_twice_in_a_run(store_url):
     store = S.connect(store_url)
     case = make_case(3)

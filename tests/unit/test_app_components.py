@@ -21,7 +21,7 @@ from components.diagnosis_card import diagnosis_view  # noqa: E402
 from components.filters import carry, describe, neighbours, sort_args, store_filters  # noqa: E402
 from components.labelling import proposal_of, shortcut_rows  # noqa: E402
 from components.safe import collapse, md_escape  # noqa: E402
-from components.viewmodel import actor_steps, step_views, token_rows, waterfall_rows  # noqa: E402
+from components.viewmodel import actor_steps, grade_text, step_views, token_rows, waterfall_rows  # noqa: E402
 
 import evalrx.store as S  # noqa: E402
 from evalrx.core import Step, StepRole, Trajectory  # noqa: E402
@@ -122,6 +122,29 @@ def test_diagnosis_card_sets_expected_against_actual_and_answer_against_observat
     assert ignored["pairs"] == [("Final answer", "24", "Observation it contradicts", "42")]
 
 
+def test_the_source_line_says_what_the_case_gave_the_diagnosis_to_compare_with():
+    from evalrx.core import Diagnosis
+
+    rules = Diagnosis("ignored_tool_error", 3, {"text": "answered as if the call had succeeded"}, 0.6, "heuristic")
+    calls = {"prompt": "refund", "meta": {"reference_calls": [{"name": "refund", "arguments": {}}]}}
+    target = {"prompt": "Find missing", "expected": "7", "meta": {}}  # an Inspect sample's target
+    talk = {"prompt": "hi", "meta": {"turns": [{"prompt": "hi", "expected": 4}, {"prompt": "and?", "expected": 5}]}}
+
+    def line(d, case, outcome="fail"):
+        return diagnosis_view(d, {}, case=case, outcome=outcome)["source_text"]
+
+    assert line(rules, {"prompt": "hi", "meta": {}}) == "model-free rules on the steps (no reference)"
+    assert "reference calls were compared and show no divergence" in line(rules, calls)
+    assert "expected answer grades the run but names no step" in line(rules, target)
+    assert "no reference" not in line(rules, target, "unknown") and "not compared" in line(rules, calls, "unknown")
+    turn = Diagnosis(
+        "wrong_final_answer", 7, {"user_turn": 1, "answer": "3", "expected_answer": "5"}, 0.95, "reference"
+    )
+    view = diagnosis_view(turn, {}, case=talk, outcome="fail")
+    assert view["source_text"] == "compared with each user turn's expected answer"
+    assert view["pairs"] == [("Answer (turn 2)", "3", "Expected answer (turn 2)", "5")]
+
+
 def test_the_label_form_proposes_model_failures_only_and_lists_every_key():
     from types import SimpleNamespace
 
@@ -177,6 +200,33 @@ def test_step_views_carry_calls_observations_and_badges():
     assert views[4].title == "Feedback to the model" and views[4].badges == ["parse error"]
     assert views[5].badges == ["forced final answer"]
     assert actor_steps(_traj()) == [1, 3, 5]
+
+
+def test_a_conversations_user_turns_carry_their_expected_answer_and_grade():
+    from types import SimpleNamespace
+
+    case = {
+        "prompt": "a",
+        "meta": {"turns": [{"prompt": "a", "expected": 4}, {"prompt": "b"}, {"prompt": "c", "expected": 9}]},
+    }
+    steps = [
+        Step(0, StepRole.USER, "a", span={"user_turn": 0}),
+        Step(1, StepRole.ACTOR, "It is 4.", span={"user_turn": 0}),
+        Step(2, StepRole.USER, "b", span={"user_turn": 1}),
+        Step(3, StepRole.ACTOR, "Fine.", span={"user_turn": 1}),
+        Step(4, StepRole.USER, "c", span={"user_turn": 2}),
+        Step(5, StepRole.ACTOR, "It is 8.", span={"user_turn": 2}),
+    ]
+    traj = Trajectory("talk", "a", steps=steps, final_answer="It is 8.")
+    users = [v for v in step_views(traj, case) if v.role == "user"]
+    assert [(v.title, v.expected, v.turn_grade) for v in users] == [
+        ("User, turn 1", "4", "pass"),
+        ("User, turn 2", None, None),  # a turn that says no expected answer is not graded
+        ("User, turn 3", "9", "fail"),
+    ]
+    assert all(v.expected is None for v in step_views(traj)), "without its case a trajectory shows no grades"
+    row = SimpleNamespace(outcome="fail", grade_turn=2)
+    assert grade_text(row) == "fail (turn 3)" and grade_text(SimpleNamespace(outcome="fail", grade_turn=None)) == "fail"
 
 
 def test_waterfall_lays_steps_end_to_end():

@@ -10,7 +10,8 @@ import pytest
 from test_bfcl_cases import Scripted, call
 
 from evalrx.core import ContextOverflow, FailureCase, Label, StepRole, Termination, Tool
-from evalrx.grade import turn_answers
+from evalrx.diagnosis import diagnose
+from evalrx.grade import grade_explanation, turn_answers, turn_grades
 from evalrx.models.agent import Agent, run_case
 from evalrx.suites import CaseFileError, load_case_file
 
@@ -63,6 +64,54 @@ def test_each_user_turn_is_a_step_and_comes_after_the_agents_answer(tmp_path):
     assert traj.outcome is Label.PASS
     wrong = run_case(Scripted("It is 5.", "It is 10.", "Bye!"), case, [ADD], grade=True)
     assert wrong.outcome is Label.FAIL, "the second turn's answer is graded on its own"
+
+
+def test_a_failed_turn_is_named_by_its_grade_and_is_the_reference_of_its_diagnosis(tmp_path):
+    case = _conversation(
+        tmp_path,
+        [
+            {"prompt": "What is 2 + 3?", "expected": 5},
+            {"prompt": "Which city is the capital of France?", "expected": "Paris", "grader": {"kind": "contains"}},
+            {"prompt": "And that plus 4?", "expected": 9},
+        ],
+    )
+    traj = run_case(Scripted(call("add", a=2, b=3), "It is 5.", "It is Lyon.", "It is 9."), case, [ADD], grade=True)
+    assert [(g.turn, g.expected, g.outcome) for g in turn_grades(traj, case)] == [
+        (0, 5, Label.PASS),
+        (1, "Paris", Label.FAIL),
+        (2, 9, Label.PASS),
+    ]
+    assert traj.outcome is Label.FAIL
+    assert traj.metrics["grade_turn"] == 1  # 0-based, as the state grade's turn; the pages say "turn 2"
+    assert traj.metrics["grade_reason"] == "turn 2: answered 'It is Lyon.', expected 'Paris'"
+    top = diagnose(traj, case=case, tools=[ADD])[0]
+    answer = next(s.idx for s in traj.steps if s.content == "It is Lyon.")
+    # No sign in turn 2 but its answer: the answer is the wrong step, against the turn's expected answer.
+    assert (top.source, top.kind, top.first_wrong_step) == ("reference", "wrong_final_answer", answer)
+    assert (top.evidence["user_turn"], top.evidence["answer"], top.evidence["expected_answer"]) == (
+        1,
+        "It is Lyon.",
+        "Paris",
+    )
+
+    # A sign the rules see inside the failing turn gives the kind; one in a turn that passed does not.
+    wrong = run_case(
+        Scripted(call("add", a=2, b=3), "It is 5.", "Paris.", call("add", a=5, b=4), "It is 10."),
+        case,
+        [ADD],
+        grade=True,
+    )
+    assert wrong.metrics["grade_turn"] == 2 and wrong.metrics["grade_reason"].startswith("turn 3: answered 'It is 10.'")
+    top = diagnose(wrong, case=case, tools=[ADD])[0]
+    assert (top.source, top.kind, top.evidence["user_turn"]) == ("reference", "ignored_observation", 2)
+    assert wrong.steps[top.first_wrong_step].span["user_turn"] == 2 and top.evidence["observation"] == "9"
+
+    # A turn the conversation never reached has no answer; a pass grades nothing wrong.
+    short = run_case(Scripted(call("add", a=2, b=3), "It is 5."), case, [ADD], grade=True, max_turns=1)
+    assert short.metrics["grade_reason"].startswith("turn 1: got no answer, expected 5")
+    passed = run_case(Scripted(call("add", a=2, b=3), "It is 5.", "Paris.", "It is 9."), case, [ADD], grade=True)
+    assert passed.outcome is Label.PASS and grade_explanation(passed, case) is None
+    assert "grade_turn" not in passed.metrics and diagnose(passed, case=case) == []
 
 
 def test_a_turn_that_runs_out_of_model_turns_ends_the_conversation(tmp_path):
