@@ -186,7 +186,8 @@ class JudgeEstimate:
     def line(self) -> str:
         """The estimate in one line of plain text."""
         ask = self.trajectories - self.cached
-        bits = [f"about {self.tokens:,} tokens for {self.trajectories:,} trajectories"]
+        many = "trajectory" if self.trajectories == 1 else "trajectories"
+        bits = [f"about {self.tokens:,} tokens for {self.trajectories:,} {many}"]
         if self.cached:
             bits.append(f"{self.cached:,} already judged by this judge (free, from the cache)")
         bits.append(
@@ -216,15 +217,19 @@ def judge_list_targets(
     *,
     run_id: Optional[int] = None,
     filters: Optional[dict] = None,
+    trajectory_ids: Optional[Sequence[int]] = None,
     include_passing: bool = False,
     store: "Store | str | None" = None,
 ) -> "list[int]":
-    """The trajectories a judge reads: a run's failed ones (`judge_targets`), or those of a filtered list
-    (`list_trajectories` filters) that failed; with `include_passing`, the passing ones too. Never errored ones."""
+    """The trajectories a judge reads: a run's failed ones (`judge_targets`), those of a filtered list
+    (`list_trajectories` filters) or of `trajectory_ids` that failed; with `include_passing`, the passing ones too.
+    Never errored ones."""
     from evalrx.runner.judging import judge_targets
     from evalrx.store import matching_ids
 
     st = resolve(store)
+    if trajectory_ids is not None:
+        return judge_targets(run_id, trajectory_ids=trajectory_ids, include_passing=include_passing, store=st)
     if filters is None:
         return judge_targets(run_id, include_passing=include_passing, store=st)
     chosen = matching_ids(store=st, **filters)
@@ -440,6 +445,8 @@ def _judge_all(
                         failed=failed,
                         cached=bool(done is not None and done.cached),
                         note=scrub(note, key) if note else None,
+                        trajectory_id=tid,
+                        answer=scrub(done.answer, key) if done is not None and note else "",
                     )
                     or cancel
                 )
