@@ -350,6 +350,20 @@ def test_dashboard_counts_labels_over_grades(seeded):
     assert len(at.get("vega_lite_chart")) >= 3
 
 
+def test_dashboard_shows_an_old_labelled_run_beside_the_newest_ten(seeded):
+    url = seeded["url"]
+    failed = S.list_trajectories(run_id=seeded["run"], outcome="fail", store=url).rows[0].id
+    S.set_label(failed, "fail", failure_kind="wrong_tool", store=url)  # the only labelled run is the oldest
+    newer = [fill_run(url, 1, seed=i, name=f"newer {i}")[0] for i in range(10)]
+    at = open_page("dashboard")
+    # The ten newest runs and the labelled one; an older unlabelled run stays out.
+    assert set(at.multiselect(key="dash-runs").value) == {*newer, seeded["run"]}
+    assert "No failure kinds labelled" not in texts(at)
+    # Left out by hand, it is named with the way back.
+    at.multiselect(key="dash-runs").set_value(newer).run()
+    assert f"labelled in run {seeded['run']} (1): add it" in texts(at)
+
+
 def test_dashboard_counts_failures_by_diagnosed_kind_with_links_to_the_list(seeded):
     from evalrx.runner import rediagnose
 
