@@ -270,7 +270,26 @@ def aligned_rows(trajectory_a: Any, trajectory_b: Any) -> dict:
                 "changed": list(al.changed_keys.get(r, [])),
             }
         )
+    for side, trajectory in (("a", trajectory_a), ("b", trajectory_b)):
+        _add_malformed(rows, side, trajectory)
     return {"rows": rows, "first_divergence": al.first_divergence}
+
+
+def _add_malformed(rows: list, side: str, trajectory: Any) -> None:
+    """Put each malformed model turn of one side (a call that did not parse: no action, so not aligned) in the
+    rows where its step falls, so that a first wrong step there is shown too."""
+    shown = {row[side]["step"] for row in rows if row[side] is not None}
+    for step in trajectory.steps:
+        if getattr(step.role, "value", step.role) != "actor" or not step.parse_error or step.idx in shown:
+            continue
+        cell = {"kind": "malformed", "name": None, "args": step.content, "step": step.idx, "error": step.parse_error}
+        later = (  # an answer without a step of its own comes last
+            n
+            for n, row in enumerate(rows)
+            if row[side] is not None and (row[side]["step"] is None or row[side]["step"] > step.idx)
+        )
+        row = {"row": f"{side}-{step.idx}", "status": "malformed", "first": False, "a": None, "b": None, "changed": []}
+        rows.insert(next(later, len(rows)), {**row, side: cell})
 
 
 def arg_lines(args: Any, changed: list[str]) -> Optional[list[tuple[str, str, bool]]]:

@@ -43,6 +43,23 @@ def run_row(run: Any, stats: Any = None) -> dict:
     return row
 
 
+def run_suite(run: Any) -> Optional[str]:
+    """The suite a run ran (its config's), None for an import."""
+    return (run.config or {}).get("suite") or None
+
+
+def run_title(run: Any) -> str:
+    """A run as a picker shows it (plain text): id, name, model, suite and date."""
+    bits = [str(run.id), run.name or "", run.spec_key or "", run_suite(run) or "", f"{run.created_at:%Y-%m-%d}"]
+    return " · ".join(b for b in bits if b)
+
+
+def baseline_run(run: Any, runs: list) -> Optional[int]:
+    """The run to compare `run` with: the newest older run of its suite (of no suite, for an import), or None."""
+    suite = run_suite(run)
+    return next((o.id for o in runs if o.id < run.id and run_suite(o) == suite), None)
+
+
 def progress_text(run: Any) -> str:
     """Plain text under a live progress bar."""
     bits = [f"{run.n_done}/{run.n_cases} cases", f"{run.n_pass} pass", f"{run.n_fail} fail"]

@@ -7,7 +7,7 @@ from components.export_panel import export_controls
 from components.judge_form import judge_job_live, run_judge_panel
 from components.labelling import flash
 from components.runlevel_panels import render_agreement, render_predictors, render_reliability
-from components.runs_view import is_active, progress_text, run_row
+from components.runs_view import baseline_run, is_active, progress_text, run_row
 from components.safe import md_escape, show_pre
 
 from evalrx.store import list_judge_jobs, list_runs, request_cancel, run_stats
@@ -129,7 +129,7 @@ def details(r, runs: list) -> None:
     links[3].page_link(
         "views/dashboard.py", label="Dashboard", icon=":material/monitoring:", query_params={"run": str(r.id)}
     )
-    older = next((o.id for o in runs if o.id < r.id), None)  # the run before it, the natural baseline
+    older = baseline_run(r, runs)  # the run of its suite before it, the natural baseline
     if older is not None:
         links[4].page_link(
             "views/compare.py",
