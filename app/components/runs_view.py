@@ -37,10 +37,18 @@ def run_row(run: Any, stats: Any = None) -> dict:
         "created": run.created_at.strftime("%Y-%m-%d %H:%M"),
     }
     if stats is not None:
-        row["p50 ms"] = None if stats.latency_p50_ms is None else round(stats.latency_p50_ms, 1)
-        row["p95 ms"] = None if stats.latency_p95_ms is None else round(stats.latency_p95_ms, 1)
-        row["tokens"] = stats.prompt_tokens + stats.completion_tokens
+        row["p50 ms"] = measured(stats.latency_p50_ms, 1)
+        row["p95 ms"] = measured(stats.latency_p95_ms, 1)
+        row["tokens"] = measured(stats.prompt_tokens + stats.completion_tokens)
     return row
+
+
+def measured(value: Optional[float], digits: Optional[int] = None) -> Optional[float]:
+    """A run's time or token figure, None where nothing was measured: the store keeps 0 then (an imported log
+    without timings or token counts), which the pages show as "—", not "0 ms"."""
+    if not value:
+        return None
+    return round(value, digits) if digits is not None else value
 
 
 def run_suite(run: Any) -> Optional[str]:

@@ -340,6 +340,24 @@ def test_runs_page_details_show_stats(seeded):
     assert metrics["cases"] == "12/12"
 
 
+def test_runs_page_shows_a_dash_for_times_and_tokens_an_import_did_not_record(store_url):
+    from appdata import fill_run
+
+    from evalrx.store import schema as t
+
+    rid, ids = fill_run(store_url, 2, name="imported")
+    with S.connect(store_url).write() as s:  # what an import without timings or token counts stores
+        for tid in ids:
+            s.get(t.Trajectory, tid).latency_ms = 0.0
+            row = s.get(t.Trajectory, tid)
+            row.prompt_tokens = row.completion_tokens = 0
+    at = open_page("runs", run=rid)
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["latency p50"], metrics["latency p95"], metrics["tokens"]) == ("—", "—", "—")
+    (table,) = [d.value for d in at.dataframe if "p50 ms" in d.value.columns]
+    assert table["p50 ms"].isna().all() and table["tokens"].isna().all()  # shown as the table's "-"
+
+
 def test_dashboard_counts_labels_over_grades(seeded):
     url = seeded["url"]
     passed = S.list_trajectories(run_id=seeded["run"], outcome="pass", store=url).rows[0].id

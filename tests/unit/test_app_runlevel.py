@@ -337,6 +337,9 @@ def test_reliability_tab_shows_rates_pass_at_k_and_flaky_cases(repeated):
     strip = chart_rows(charts["Success rate per case (worst first)"])
     assert list(strip["case"]) == ["q00002", "q00003", "q00001", "q00000"]  # worst first
     assert list(strip["rate"].round(3)) == [0.0, 0.333, 0.667, 1.0]
+    spec = json.loads(next(c.spec for c in charts.values() if "worst first" in json.loads(c.spec).get("title", "")))
+    assert spec["encoding"]["x"]["title"] == "4 cases"  # the shared "q0000" start is no separator's: kept
+    assert spec["autosize"]["type"] == "fit-x"  # the case labels go below the plot, not into its 220 px
     curve = chart_rows(charts["pass@k and pass^k"])
     at_k = dict(zip(curve[curve["measure"] == "pass@k"]["k"], curve[curve["measure"] == "pass@k"]["value"]))
     assert at_k[1] == pytest.approx(0.5) and at_k[3] == pytest.approx(0.75)  # three of four cases pass once
@@ -364,6 +367,9 @@ def test_predictors_tab_offers_no_diagnosed_kind_and_warns_on_a_small_class(two_
     assert set(table["n minority"]) == {3} and all("only 3" in w for w in table["warning"])
     warned = [w.value for w in at.warning]
     assert any("fewer than 10" in w and "3 passed" in w for w in warned), warned
+    # A cell without a value (no interval, no split) is a dash, not the word "None".
+    (grid,) = [d for d in at.dataframe if "signal" in d.value.columns]
+    assert grid.proto.placeholder == "—"
 
 
 def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
