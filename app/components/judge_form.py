@@ -18,8 +18,7 @@ from components.access import ENV_COMMANDS, commands_allowed
 from components.labelling import flash
 from components.safe import counted, md_escape, short, show_pre
 from evalrx.diagnosis import JUDGE_STRATEGIES
-from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, MAX_STEP_CHARS, MAX_STEPS
-from evalrx.runner import JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
+from evalrx.runner import JUDGE_BUDGET, JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
 from evalrx.store import cancel_judge_job, list_judge_jobs
 
 BACKENDS = ("api", "hf_local")
@@ -33,12 +32,12 @@ STRATEGY_TITLES = {
 }
 
 
-# (field, label, min, max, default, help): `JudgeConfig.checked`'s ranges; empty keeps the judge's default.
-BUDGET = (
-    ("max_new_tokens", "Answer tokens at most", 8, 8192, MAX_ANSWER_TOKENS, "the judge's answer is cut here"),
-    ("max_steps", "Steps shown at most", 2, 10_000, MAX_STEPS, "a longer log keeps its first and last steps"),
-    ("max_step_chars", "Characters a step at most", 40, 100_000, MAX_STEP_CHARS, "a longer step keeps its ends"),
-)
+# The budget's fields (`JUDGE_BUDGET`'s ranges, `evalrx diagnose --judge`'s flags): empty keeps the judge's default.
+BUDGET = {
+    "max_new_tokens": ("Answer tokens at most", "the judge's answer is cut here"),
+    "max_steps": ("Steps shown at most", "a longer log keeps its first and last steps"),
+    "max_step_chars": ("Characters a step at most", "a longer step keeps its start and end"),
+}
 
 
 def _pending(key: str) -> str:
@@ -103,16 +102,16 @@ def judge_action(
     budget = {
         name: col.number_input(
             label,
-            min_value=low,
-            max_value=high,
+            min_value=JUDGE_BUDGET[name][0],
+            max_value=JUDGE_BUDGET[name][1],
             value=None,
             step=1,
-            placeholder=f"{default:,} (default)",
+            placeholder=f"{JUDGE_BUDGET[name][2]:,} (default)",
             help=help_,
             key=f"{key}-{name}",
             **off,
         )
-        for col, (name, label, low, high, default, help_) in zip(st.columns(len(BUDGET)), BUDGET)
+        for col, (name, (label, help_)) in zip(st.columns(len(BUDGET)), BUDGET.items())
     }
     one = trajectory_ids is not None  # the given trajectories: no passing ones to add, no calls to spread
     e, f, g = st.columns(3, vertical_alignment="bottom")

@@ -24,6 +24,7 @@ _EXPORTS = {
     "ensure_worker": "evalrx.runner.spawn",
     "start_keyed_worker": "evalrx.runner.keyed_worker",
     "rediagnose": "evalrx.runner.diagnose",
+    "JUDGE_BUDGET": "evalrx.runner.judge_jobs",
     "JudgeConfig": "evalrx.runner.judge_jobs",
     "JudgeEstimate": "evalrx.runner.judge_jobs",
     "estimate_judge": "evalrx.runner.judge_jobs",

@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Optional, Sequence
 
 from evalrx.core.secrets import is_env_name
+from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, MAX_STEP_CHARS, MAX_STEPS
 from evalrx.store import Store, resolve
 from evalrx.store import judge_jobs as store_jobs
 from evalrx.store.jobs import LeaseLost
@@ -34,6 +35,12 @@ BACKENDS = ("api", "hf_local")
 MAX_CONCURRENCY = 64  # RunConfig's range
 ESTIMATE_SAMPLE = 200  # prompts built for an estimate; a longer list is extrapolated from an even sample
 CHARS_PER_TOKEN = 4  # rough, for any tokenizer: an estimate, said so
+# What a job may set of the judge's budget: each setting's (lowest, highest, the judge's default where unset).
+JUDGE_BUDGET = {
+    "max_new_tokens": (8, 8192, MAX_ANSWER_TOKENS),
+    "max_steps": (2, 10_000, MAX_STEPS),
+    "max_step_chars": (40, 100_000, MAX_STEP_CHARS),
+}
 
 
 @dataclasses.dataclass
@@ -134,7 +141,7 @@ class JudgeConfig:
             check_call_budget(self.timeout, 0)
         if self.retries is not None:
             check_call_budget(1.0, self.retries)
-        for name, low, high in (("max_new_tokens", 8, 8192), ("max_steps", 2, 10_000), ("max_step_chars", 40, 100_000)):
+        for name, (low, high, _) in JUDGE_BUDGET.items():
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
@@ -463,6 +470,7 @@ def _judge_all(
 
 
 __all__ = [
+    "JUDGE_BUDGET",
     "JudgeConfig",
     "JudgeEstimate",
     "estimate_judge",
