@@ -76,6 +76,7 @@ ROW_PX, MIN_PLOT_PX, MAX_PLOT_PX = 18, 150, 900
 # the plot one pixel tall; fit-x keeps the container width and adds labels below the plot.
 FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 TICK_CHARS = 8  # a decision token's text on the axis; the full label is in the tooltip
+LENS_ALL_LABELS = 24  # decision tokens whose labels are all drawn; a longer turn drops those that overlap
 
 
 def heatmap_height(n_layers: int) -> int:
@@ -135,6 +136,9 @@ def lens_chart(rows: list[dict]) -> "alt.Chart":
 
     order = [t for _, t in sorted({(r["order"], r["token"]) for r in rows})]
     n_layers = 1 + max(r["layer"] for r in rows)
+    # A long turn's labels cannot all fit side by side: upright, and those that would overlap left out (the
+    # tooltip names every column); a short turn's are all drawn, slanted.
+    long_turn = len(order) > LENS_ALL_LABELS
     return (
         alt.Chart(alt.Data(values=rows))
         .mark_rect()
@@ -143,7 +147,9 @@ def lens_chart(rows: list[dict]) -> "alt.Chart":
                 "token:N",
                 sort=order,
                 title="decision token (chosen)",
-                axis=alt.Axis(labelAngle=-45, labelLimit=90, labelOverlap=False),
+                axis=alt.Axis(
+                    labelAngle=-90 if long_turn else -45, labelLimit=90, labelOverlap="greedy" if long_turn else False
+                ),
             ),
             y=alt.Y("layer:O", sort="descending", title="layer (0 = embeddings)"),
             color=alt.Color("p_chosen:Q", scale=alt.Scale(domain=[0, 1], scheme="viridis"), title="p(chosen)"),

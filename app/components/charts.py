@@ -5,9 +5,15 @@ from __future__ import annotations
 import altair as alt
 
 from components.filters import OUTCOMES
+from components.runlevel_view import common_stem
+from components.safe import counted
 
 OUTCOME_COLORS = alt.Scale(domain=list(OUTCOMES), range=["#54a24b", "#e45756", "#f58518", "#bab0ac"])
 COUNT_AXIS = alt.Axis(tickMinStep=1, format="d")  # counts of trajectories are whole numbers
+NAME_AXIS = alt.Axis(labelLimit=260)  # a failure kind's or run's whole name (the default cut them at 180 px)
+# Streamlit's default autosize "fit" squeezes axis labels into the chart's height (the plot shrank to a strip);
+# fit-x keeps the container's width and puts the labels below the plot.
+FIT_WIDTH = {"type": "fit-x", "contains": "padding"}
 
 
 def latency_boxplot(rows: list[dict], group: str, title: str) -> alt.Chart:
@@ -30,7 +36,7 @@ def counts_chart(rows: list[dict], *, x: str, color: str, title: str) -> alt.Cha
         alt.Chart(alt.Data(values=rows), title=title)
         .mark_bar()
         .encode(
-            y=alt.Y(f"{x}:N", title=None),
+            y=alt.Y(f"{x}:N", title=None, axis=NAME_AXIS),
             x=alt.X("n:Q", title="trajectories", axis=COUNT_AXIS),
             color=alt.Color(f"{color}:N", title=None, scale=OUTCOME_COLORS if color == "outcome" else alt.Undefined),
             tooltip=[f"{x}:N", f"{color}:N", "n:Q"],
@@ -49,7 +55,7 @@ def failure_kind_chart(rows: list[dict]) -> alt.Chart:
         alt.Chart(alt.Data(values=rows), title="Why they failed (diagnosis)")
         .mark_bar(cursor="pointer")
         .encode(
-            y=alt.Y("kind:N", title=None, sort="-x"),
+            y=alt.Y("kind:N", title=None, sort="-x", axis=NAME_AXIS),
             x=alt.X("n:Q", title="failed trajectories", axis=COUNT_AXIS),
             color=alt.Color("run:N", title=None),
             opacity=alt.condition(pick, alt.value(1.0), alt.value(0.6)),
@@ -63,15 +69,16 @@ def failure_kind_chart(rows: list[dict]) -> alt.Chart:
 def case_rate_strip(rows: list[dict]) -> alt.Chart:
     """Each case's success rate over its attempts, one bar per case, worst first (see `case_rate_rows`)."""
     many = len(rows) > 60  # past this the case names are unreadable: the tooltip names each bar
+    stem = common_stem([r["case"] for r in rows])
     return (
         alt.Chart(alt.Data(values=rows), title="Success rate per case (worst first)")
         .mark_bar()
         .encode(
             x=alt.X(
-                "case:N",
+                "tick:N",
                 sort=alt.SortField("order"),
-                title=f"{len(rows)} cases",
-                axis=alt.Axis(labels=not many, ticks=not many, labelAngle=-60),
+                title=counted(len(rows), "case") + (f" ({stem}…)" if stem else ""),
+                axis=alt.Axis(labels=not many, ticks=not many, labelAngle=-60, labelLimit=0, labelOverlap=False),
             ),
             y=alt.Y("rate:Q", title="success rate", scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
             color=alt.Color("rate:Q", scale=alt.Scale(domain=[0, 1], range=["#e45756", "#54a24b"]), legend=None),
@@ -82,7 +89,7 @@ def case_rate_strip(rows: list[dict]) -> alt.Chart:
                 alt.Tooltip("rate:Q", format=".0%"),
             ],
         )
-        .properties(height=220)
+        .properties(height=220, autosize=FIT_WIDTH)
     )
 
 

@@ -205,8 +205,8 @@ def label_panel(
     elif detail.row.outcome == "error" and not blind:
         st.caption("This case errored (server or harness): not a model failure, so nothing is proposed.")
     graded_fail = detail.row.outcome == "fail" and not blind  # the primary button would give the grade away
-    c1, c2, c3 = st.columns(3)
-    c1.button(
+    verdicts = st.container(horizontal=True, wrap=True, gap="small", key=f"{key}-verdicts")  # whole words
+    verdicts.button(
         "Pass",
         key=f"{key}-pass",
         shortcut="P",
@@ -214,19 +214,17 @@ def label_panel(
         type="secondary" if graded_fail or proposal is not None or blind else "primary",
         on_click=save,
         args=("pass", None),
-        width="stretch",
     )
-    c2.button(
+    verdicts.button(
         "Fail",
         key=f"{key}-fail",
         shortcut="F",
         icon=":material/close:",
         on_click=save_selected_kind,
-        width="stretch",
         type="primary" if graded_fail and proposal is None else "secondary",
         help="fail, with the failure kind chosen below",
     )
-    c3.button("Unknown", key=f"{key}-unknown", shortcut="U", on_click=save, args=("unknown", None), width="stretch")
+    verdicts.button("Unknown", key=f"{key}-unknown", shortcut="U", on_click=save, args=("unknown", None))
     definitions = {k.key: k.definition for k in kinds}
     st.selectbox(
         "Failure kind",
@@ -239,17 +237,18 @@ def label_panel(
     bound = [k for k in kinds if k.hotkey]
     if bound:
         st.caption("Fail with a kind (one key):")
-        grid = st.columns(2)
-        for i, k in enumerate(sorted(bound, key=lambda k: k.hotkey)):
-            grid[i % 2].button(
-                f"{k.hotkey} · {md_escape(k.key)}",
-                key=f"{key}-mode-{k.hotkey}",
-                shortcut=k.hotkey,
-                help=k.definition or None,
-                on_click=save,
-                args=("fail", k.key),
-                width="stretch",
-            )
+        # Each button as wide as its kind, wrapping: a fixed grid cut the longer kinds' names.
+        with st.container(horizontal=True, wrap=True, gap="small", key=f"{key}-modes"):
+            for k in sorted(bound, key=lambda k: k.hotkey):
+                st.button(
+                    f"{k.hotkey} · {md_escape(k.key)}",
+                    key=f"{key}-mode-{k.hotkey}",
+                    shortcut=k.hotkey,
+                    help=k.definition or None,
+                    on_click=save,
+                    args=("fail", k.key),
+                    width="content",
+                )
     s1, s2 = st.columns([3, 2], vertical_alignment="bottom")
     s1.selectbox(
         "First wrong step",

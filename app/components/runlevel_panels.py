@@ -23,6 +23,7 @@ from components.runlevel_view import (
 from components.safe import md_escape
 
 LINK = st.column_config.LinkColumn("open", display_text="open", width="small")
+EMPTY = "—"  # a cell with no value (no interval yet, no warning): not the word "None"
 
 
 @st.cache_data(ttl=600, show_spinner="Ranking the signals…", max_entries=200)
@@ -64,6 +65,7 @@ def render_reliability(run_id: int, *, url: str) -> None:
         st.dataframe(
             flaky_rows(rel, attempts, run_id),
             hide_index=True,
+            placeholder=EMPTY,
             width="stretch",
             key=f"flaky-{run_id}",
             column_config={"open": LINK},
@@ -93,6 +95,7 @@ def render_predictors(run_ids: Sequence[int], *, url: str, link_run: int, stamp:
     st.dataframe(
         rows,
         hide_index=True,
+        placeholder=EMPTY,
         width="stretch",
         key="predictors-" + "-".join(map(str, run_ids)),
         column_config={"list": st.column_config.LinkColumn("list", display_text="list", width="small")},
@@ -135,7 +138,7 @@ def render_agreement(run_id: int, *, url: str) -> None:
     pairs = pair_rows(agree)
     if pairs:
         st.markdown("**Annotator pairs** (Cohen's κ on the trajectories both labelled)")
-        st.dataframe(pairs, hide_index=True, width="stretch", key=f"agree-pairs-{run_id}")
+        st.dataframe(pairs, hide_index=True, placeholder=EMPTY, width="stretch", key=f"agree-pairs-{run_id}")
     else:
         st.caption("One annotator so far: a second opinion gives the first pair.")
     for field in ("outcome", "kind"):
@@ -145,7 +148,7 @@ def render_agreement(run_id: int, *, url: str) -> None:
     auto = auto_rows(agree)
     if auto:
         st.markdown("**The diagnosis against each annotator** (trajectories they labelled failed)")
-        st.dataframe(auto, hide_index=True, width="stretch", key=f"agree-auto-{run_id}")
+        st.dataframe(auto, hide_index=True, placeholder=EMPTY, width="stretch", key=f"agree-auto-{run_id}")
         if agree.get("teams"):
             st.caption(
                 "A team's run: *same agent* counts the labels naming the agent a person blames where the diagnosis "

@@ -9,6 +9,7 @@ other pages use, so every comparison and case is shareable.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from typing import Any, Optional
 from urllib.parse import urlencode
@@ -27,11 +28,36 @@ def compare_link(a: int, b: int, case: Optional[str] = None, **extra: Any) -> st
 
 
 def case_rate_rows(rel: Any) -> list[dict]:
-    """One row per case, worst first (the order `run_reliability` gives): success rate and attempts."""
+    """One row per case, worst first (the order `run_reliability` gives): success rate, attempts, and the case's
+    axis label (`tick`: what tells it from the others, see `case_ticks`)."""
+    names = [str(r.sample_id) for r in rel.case_rates]
+    ticks = case_ticks(names)
     return [
-        {"case": str(r.sample_id), "rate": r.rate, "passes": r.passes, "n": r.n, "order": i}
-        for i, r in enumerate(rel.case_rates)
+        {"case": name, "tick": tick, "rate": r.rate, "passes": r.passes, "n": r.n, "order": i}
+        for i, (name, tick, r) in enumerate(zip(names, ticks, rel.case_rates))
     ]
+
+
+TICK_CHARS = 18  # an axis label of a case; the tooltip names it whole
+
+
+def common_stem(names: "list[str]") -> str:
+    """The start every name shares, up to its last separator ("-", "_", "/", ".", ":" or a space): "" for one name."""
+    if len(names) < 2:
+        return ""
+    stem = os.path.commonprefix(names)
+    cut = max(stem.rfind(c) for c in "-_/.: ")
+    return stem[: cut + 1] if cut >= 0 else ""
+
+
+def case_ticks(names: "list[str]") -> "list[str]":
+    """Short distinct axis labels for case ids: the shared start dropped, a long rest kept at both ends
+    (ids that differ only at their end, cut at their end, all read alike)."""
+    stem = common_stem(names)
+    rest = [n[len(stem) :] or n for n in names]
+    half = (TICK_CHARS - 1) // 2
+    ticks = [r if len(r) <= TICK_CHARS else f"{r[:half]}…{r[-half:]}" for r in rest]
+    return ticks if len(set(ticks)) == len(ticks) else rest  # never two bars under one label
 
 
 def pass_k_rows(rel: Any) -> list[dict]:
@@ -270,7 +296,26 @@ def aligned_rows(trajectory_a: Any, trajectory_b: Any) -> dict:
                 "changed": list(al.changed_keys.get(r, [])),
             }
         )
+    for side, trajectory in (("a", trajectory_a), ("b", trajectory_b)):
+        _add_malformed(rows, side, trajectory)
     return {"rows": rows, "first_divergence": al.first_divergence}
+
+
+def _add_malformed(rows: list, side: str, trajectory: Any) -> None:
+    """Put each malformed model turn of one side (a call that did not parse: no action, so not aligned) in the
+    rows where its step falls, so that a first wrong step there is shown too."""
+    shown = {row[side]["step"] for row in rows if row[side] is not None}
+    for step in trajectory.steps:
+        if getattr(step.role, "value", step.role) != "actor" or not step.parse_error or step.idx in shown:
+            continue
+        cell = {"kind": "malformed", "name": None, "args": step.content, "step": step.idx, "error": step.parse_error}
+        later = (  # an answer without a step of its own comes last
+            n
+            for n, row in enumerate(rows)
+            if row[side] is not None and (row[side]["step"] is None or row[side]["step"] > step.idx)
+        )
+        row = {"row": f"{side}-{step.idx}", "status": "malformed", "first": False, "a": None, "b": None, "changed": []}
+        rows.insert(next(later, len(rows)), {**row, side: cell})
 
 
 def arg_lines(args: Any, changed: list[str]) -> Optional[list[tuple[str, str, bool]]]:

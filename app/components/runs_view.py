@@ -37,10 +37,35 @@ def run_row(run: Any, stats: Any = None) -> dict:
         "created": run.created_at.strftime("%Y-%m-%d %H:%M"),
     }
     if stats is not None:
-        row["p50 ms"] = None if stats.latency_p50_ms is None else round(stats.latency_p50_ms, 1)
-        row["p95 ms"] = None if stats.latency_p95_ms is None else round(stats.latency_p95_ms, 1)
-        row["tokens"] = stats.prompt_tokens + stats.completion_tokens
+        row["p50 ms"] = measured(stats.latency_p50_ms, 1)
+        row["p95 ms"] = measured(stats.latency_p95_ms, 1)
+        row["tokens"] = measured(stats.prompt_tokens + stats.completion_tokens)
     return row
+
+
+def measured(value: Optional[float], digits: Optional[int] = None) -> Optional[float]:
+    """A run's time or token figure, None where nothing was measured: the store keeps 0 then (an imported log
+    without timings or token counts), which the pages show as "—", not "0 ms"."""
+    if not value:
+        return None
+    return round(value, digits) if digits is not None else value
+
+
+def run_suite(run: Any) -> Optional[str]:
+    """The suite a run ran (its config's), None for an import."""
+    return (run.config or {}).get("suite") or None
+
+
+def run_title(run: Any) -> str:
+    """A run as a picker shows it (plain text): id, name, model, suite and date."""
+    bits = [str(run.id), run.name or "", run.spec_key or "", run_suite(run) or "", f"{run.created_at:%Y-%m-%d}"]
+    return " · ".join(b for b in bits if b)
+
+
+def baseline_run(run: Any, runs: list) -> Optional[int]:
+    """The run to compare `run` with: the newest older run of its suite (of no suite, for an import), or None."""
+    suite = run_suite(run)
+    return next((o.id for o in runs if o.id < run.id and run_suite(o) == suite), None)
 
 
 def progress_text(run: Any) -> str:

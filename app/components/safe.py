@@ -69,6 +69,11 @@ def short(text: Any, n: int = 80) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def counted(n: int, word: str, many: Optional[str] = None) -> str:
+    """`n` and `word`, plural unless one ("1 case", "3 cases", "1 trajectory"; `many` for an irregular plural)."""
+    return f"{n:,} {word if n == 1 else many or word + 's'}"
+
+
 def collapse(text: str, *, chars: int = INLINE_CHARS, lines: int = INLINE_LINES) -> tuple[str, bool]:
     """The inline part of `text` and whether the rest was cut off."""
     cut = text

@@ -20,6 +20,7 @@ _STATUS = {  # alignment status -> badge
     "changed": ":orange-badge[changed]",
     "inserted": ":blue-badge[only in B]",
     "deleted": ":violet-badge[only in A]",
+    "malformed": ":red-badge[malformed call]",
 }
 # Fixed CSS, no user text: the first divergence and the changed arguments stand out.
 _STYLE = (
@@ -61,6 +62,11 @@ def _cell(cell: Optional[dict], changed: list[str], status: str, side: str, r: i
         return
     where = f"step {cell['step']}" if cell["step"] is not None else "no step"
     flag = " :red-badge[first wrong step]" if wrong is not None and cell["step"] == wrong else ""
+    if cell["kind"] == "malformed":  # a call that did not parse: nothing was called
+        st.markdown(f"**malformed call** · {where}{flag}")
+        st.caption(md_escape(short(cell["error"], 300)))
+        show_text(cell["args"])
+        return
     if cell["kind"] == "answer":
         mark = " :orange-badge[answer differs]" if status == "changed" else ""
         st.markdown(f"**final answer** · {where}{mark}{flag}")

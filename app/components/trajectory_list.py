@@ -21,6 +21,11 @@ WIDTHS = {"id": 64, "grade": 96, "why": 210, "numbers": 230}
 _GRADE = {"pass": "green", "fail": "red"}
 
 
+def page_count(total: int, per: int) -> int:
+    """Pages of `per` rows that `total` rows fill: at least one (an empty list is one empty page)."""
+    return max(1, -(-total // per))
+
+
 def _why(r: Any) -> str:
     """The diagnosis (in a team, with the agent it blames) and the person's label, as badges (escaped)."""
     bits = []

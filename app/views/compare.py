@@ -13,6 +13,7 @@ import streamlit as st
 from components.data import store
 from components.runlevel_panels import render_predictors
 from components.runlevel_view import change_rows, default_attempts, kind_shift_rows, only_cases
+from components.runs_view import run_title
 from components.safe import md_escape, show_pre
 from components.side_by_side import render_side_by_side
 
@@ -87,15 +88,13 @@ if st.session_state.get("a") not in runs or st.session_state.get("b") not in run
         url_a = _partner(url_b, older[0])
     st.session_state["a"], st.session_state["b"] = url_a, url_b
 pick_a, pick_b = st.columns(2)
-a = pick_a.selectbox("Run A (before)", ids, key="a")
-b = pick_b.selectbox("Run B (after)", ids, key="b")
+a = pick_a.selectbox("Run A (before)", ids, key="a", format_func=lambda i: run_title(runs[i]))
+b = pick_b.selectbox("Run B (after)", ids, key="b", format_func=lambda i: run_title(runs[i]))
 # Both runs always in the URL, defaults included (a bound widget drops its default from it, and a shared
 # `compare?a=4&case=...` would then pair run 4 with whatever run is newest when it is opened). Written only
 # when they change: a rewrite on every rerun raced the case picker's own `?case=` update.
 if (st.query_params.get("a"), st.query_params.get("b")) != (str(a), str(b)):
     st.query_params["a"], st.query_params["b"] = str(a), str(b)
-pick_a.caption(md_escape(runs[a].name or runs[a].spec_key or ""))
-pick_b.caption(md_escape(runs[b].name or runs[b].spec_key or ""))
 att_a, att_b = _attempts(a, runs[a].n_done, S.url), _attempts(b, runs[b].n_done, S.url)
 
 

@@ -17,6 +17,7 @@ from evalrx.store import (
     list_runs,
     list_trajectories,
     run_stats,
+    runs_with_label_kinds,
     step_latency_sample,
 )
 
@@ -51,8 +52,15 @@ runs = _runs(S.url)
 if not runs:
     st.info("No runs yet.")
     st.stop()
+NEWEST = 10  # runs shown by default, besides every run with labelled failure kinds
+labelled = {r: n for r, n in runs_with_label_kinds(store=S).items() if r in runs}
 wanted = st.query_params.get("run")
-default = [int(wanted)] if wanted and wanted.isdigit() and int(wanted) in runs else list(runs)[:10]
+newest = list(runs)[:NEWEST]
+default = (
+    [int(wanted)]
+    if wanted and wanted.isdigit() and int(wanted) in runs
+    else newest + [r for r in labelled if r not in newest]  # a labelled run is never hidden for being old
+)
 chosen = st.multiselect(
     "Runs",
     list(runs),
@@ -129,6 +137,9 @@ with right:
         st.altair_chart(
             counts_chart(mode_rows, x="failure kind", color="run", title="Failure kinds (labels)"), width="stretch"
         )
+    elif labelled:
+        elsewhere = ", ".join(f"run {r} ({n})" for r, n in list(labelled.items())[:5])
+        st.caption(f"No failure kinds labelled in these runs; labelled in {elsewhere}: add it to Runs above.")
     else:
         st.caption("No failure kinds labelled yet: the Label queue assigns them.")
 

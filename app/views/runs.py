@@ -7,7 +7,7 @@ from components.export_panel import export_controls
 from components.judge_form import judge_job_live, run_judge_panel
 from components.labelling import flash
 from components.runlevel_panels import render_agreement, render_predictors, render_reliability
-from components.runs_view import is_active, progress_text, run_row
+from components.runs_view import baseline_run, is_active, measured, progress_text, run_row
 from components.safe import md_escape, show_pre
 
 from evalrx.store import list_judge_jobs, list_runs, request_cancel, run_stats
@@ -106,12 +106,17 @@ def details(r, runs: list) -> None:
     c[0].metric("status", r.status)
     c[1].metric("cases", f"{r.n_done}/{r.n_cases}")
     c[2].metric("success", "—" if stats.success_rate is None else f"{100 * stats.success_rate:.1f}%")
-    c[3].metric("latency p50", "—" if stats.latency_p50_ms is None else f"{stats.latency_p50_ms:,.0f} ms")
-    c[4].metric("latency p95", "—" if stats.latency_p95_ms is None else f"{stats.latency_p95_ms:,.0f} ms")
+    p50, p95, tokens = (
+        measured(stats.latency_p50_ms),
+        measured(stats.latency_p95_ms),
+        measured(stats.prompt_tokens + stats.completion_tokens),
+    )
+    c[3].metric("latency p50", "—" if p50 is None else f"{p50:,.0f} ms")
+    c[4].metric("latency p95", "—" if p95 is None else f"{p95:,.0f} ms")
     c[5].metric(
         "tokens",
-        f"{stats.prompt_tokens + stats.completion_tokens:,}",
-        help=f"prompt {stats.prompt_tokens:,}, completion {stats.completion_tokens:,}",
+        "—" if tokens is None else f"{tokens:,}",
+        help=f"prompt {stats.prompt_tokens:,}, completion {stats.completion_tokens:,}" if tokens else "not recorded",
     )
     links = st.columns(5)
     links[0].page_link(
@@ -129,7 +134,7 @@ def details(r, runs: list) -> None:
     links[3].page_link(
         "views/dashboard.py", label="Dashboard", icon=":material/monitoring:", query_params={"run": str(r.id)}
     )
-    older = next((o.id for o in runs if o.id < r.id), None)  # the run before it, the natural baseline
+    older = baseline_run(r, runs)  # the run of its suite before it, the natural baseline
     if older is not None:
         links[4].page_link(
             "views/compare.py",

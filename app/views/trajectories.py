@@ -16,7 +16,7 @@ from components.filters import (
 )
 from components.judge_form import judge_action
 from components.safe import md_escape
-from components.trajectory_list import render_list
+from components.trajectory_list import page_count, render_list
 
 from evalrx.store import (
     blamed_agents,
@@ -107,6 +107,8 @@ with st.container(border=True):
     )
     h.selectbox("Sort by", sorts, key="sort", **BOUND)
     i.toggle("Ascending", key="asc", **BOUND)
+    if "page-last" in st.session_state:  # a page past the end was asked for: its last page (set before the widget)
+        st.session_state["page"] = st.session_state.pop("page-last")
     page_no = int(j.number_input("Page", min_value=1, step=1, key="page", bind="query-params") or 1)
     k, m, n, o, p, q = st.columns(6, vertical_alignment="bottom")
     k.selectbox(
@@ -166,7 +168,10 @@ result = list_trajectories(
     sort=sort, descending=desc, limit=per, offset=(page_no - 1) * per, with_total=True, store=S, **filters
 )
 total = result.total or 0
-n_pages = max(1, -(-total // per))
+n_pages = page_count(total, per)
+if page_no > n_pages:  # an old link or a narrower filter: never "page 99 of 2"
+    st.session_state["page-last"] = n_pages
+    st.rerun()
 st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
 
 keep = as_context(params)  # prev/next on the Trajectory page walk this filter

@@ -5,6 +5,7 @@ from components.analysis_panels import render_analysis
 from components.data import store
 from components.diagnosis_card import highlight_step, render_diagnosis
 from components.filters import as_context, describe, from_context, neighbours
+from components.judge_form import trajectory_judge_panel
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape, short, show_pre
 from components.team import render_team
@@ -121,6 +122,8 @@ wrong_step = render_diagnosis(
     if len({d.source for d in detail.diagnoses or []}) > 1
     else None,
 )
+with st.expander("Ask a judge about this trajectory", icon=":material/gavel:"):
+    trajectory_judge_panel(row.id, row.run_id, S)
 main, side = st.columns([3, 2], gap="large")
 with side:
     with st.container(border=True):

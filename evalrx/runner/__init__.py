@@ -26,6 +26,7 @@ _EXPORTS = {
     "run_tools": "evalrx.runner.toolset",
     "tool_list": "evalrx.runner.toolset",
     "rediagnose": "evalrx.runner.diagnose",
+    "JUDGE_BUDGET": "evalrx.runner.judge_jobs",
     "JudgeConfig": "evalrx.runner.judge_jobs",
     "JudgeEstimate": "evalrx.runner.judge_jobs",
     "estimate_judge": "evalrx.runner.judge_jobs",

@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, Optional, Sequence
 
 from evalrx.core.secrets import is_env_name
+from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, MAX_STEP_CHARS, MAX_STEPS
 from evalrx.store import Store, resolve
 from evalrx.store import judge_jobs as store_jobs
 from evalrx.store.jobs import LeaseLost
@@ -34,6 +35,12 @@ BACKENDS = ("api", "hf_local")
 MAX_CONCURRENCY = 64  # RunConfig's range
 ESTIMATE_SAMPLE = 200  # prompts built for an estimate; a longer list is extrapolated from an even sample
 CHARS_PER_TOKEN = 4  # rough, for any tokenizer: an estimate, said so
+# What a job may set of the judge's budget: each setting's (lowest, highest, the judge's default where unset).
+JUDGE_BUDGET = {
+    "max_new_tokens": (8, 8192, MAX_ANSWER_TOKENS),
+    "max_steps": (2, 10_000, MAX_STEPS),
+    "max_step_chars": (40, 100_000, MAX_STEP_CHARS),
+}
 
 
 @dataclasses.dataclass
@@ -134,7 +141,7 @@ class JudgeConfig:
             check_call_budget(self.timeout, 0)
         if self.retries is not None:
             check_call_budget(1.0, self.retries)
-        for name, low, high in (("max_new_tokens", 8, 8192), ("max_steps", 2, 10_000), ("max_step_chars", 40, 100_000)):
+        for name, (low, high, _) in JUDGE_BUDGET.items():
             value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high
@@ -186,7 +193,8 @@ class JudgeEstimate:
     def line(self) -> str:
         """The estimate in one line of plain text."""
         ask = self.trajectories - self.cached
-        bits = [f"about {self.tokens:,} tokens for {self.trajectories:,} trajectories"]
+        many = "trajectory" if self.trajectories == 1 else "trajectories"
+        bits = [f"about {self.tokens:,} tokens for {self.trajectories:,} {many}"]
         if self.cached:
             bits.append(f"{self.cached:,} already judged by this judge (free, from the cache)")
         bits.append(
@@ -216,15 +224,19 @@ def judge_list_targets(
     *,
     run_id: Optional[int] = None,
     filters: Optional[dict] = None,
+    trajectory_ids: Optional[Sequence[int]] = None,
     include_passing: bool = False,
     store: "Store | str | None" = None,
 ) -> "list[int]":
-    """The trajectories a judge reads: a run's failed ones (`judge_targets`), or those of a filtered list
-    (`list_trajectories` filters) that failed; with `include_passing`, the passing ones too. Never errored ones."""
+    """The trajectories a judge reads: a run's failed ones (`judge_targets`), those of a filtered list
+    (`list_trajectories` filters) or of `trajectory_ids` that failed; with `include_passing`, the passing ones too.
+    Never errored ones."""
     from evalrx.runner.judging import judge_targets
     from evalrx.store import matching_ids
 
     st = resolve(store)
+    if trajectory_ids is not None:
+        return judge_targets(run_id, trajectory_ids=trajectory_ids, include_passing=include_passing, store=st)
     if filters is None:
         return judge_targets(run_id, include_passing=include_passing, store=st)
     chosen = matching_ids(store=st, **filters)
@@ -440,6 +452,8 @@ def _judge_all(
                         failed=failed,
                         cached=bool(done is not None and done.cached),
                         note=scrub(note, key) if note else None,
+                        trajectory_id=tid,
+                        answer=scrub(done.answer, key) if done is not None and note else "",
                     )
                     or cancel
                 )
@@ -456,6 +470,7 @@ def _judge_all(
 
 
 __all__ = [
+    "JUDGE_BUDGET",
     "JudgeConfig",
     "JudgeEstimate",
     "estimate_judge",

@@ -32,6 +32,7 @@ class Judged:
     refusal: Optional[str] = None
     cached: bool = False
     failed: bool = False  # the call failed: nothing stored
+    answer: str = ""  # what the judge wrote (untrusted): read a refusal by it
 
     def line(self) -> str:
         """One inert line: the kind and step, or why there is none."""
@@ -126,7 +127,7 @@ def judge_trajectories(
         key = verdict_key(traj, build_prompt(traj, case, kinds, findings=findings, **shown), judge_id, strategy)
         hit = cached_verdict(key, store=st)
         if hit is not None:
-            done = Judged(tid, traj.sample_id, hit.diagnosis, hit.refusal, cached=True)
+            done = Judged(tid, traj.sample_id, hit.diagnosis, hit.refusal, cached=True, answer=hit.answer)
         else:
             result = judge(
                 traj,
@@ -142,7 +143,9 @@ def judge_trajectories(
             )
             if result.meta.get("json_schema") is False:
                 json_schema = False  # the server refused the response format once: do not ask it again
-            done = Judged(tid, traj.sample_id, result.diagnosis, result.refusal, failed=result.failed)
+            done = Judged(
+                tid, traj.sample_id, result.diagnosis, result.refusal, failed=result.failed, answer=result.answer
+            )
             if not result.failed:
                 save_verdict(
                     JudgeVerdict(

@@ -2,7 +2,8 @@
 
 `evalrx diagnose RUN --judge SPEC --queue` and the app's "Diagnose with a judge" queue one
 (`enqueue_judge_job`); a worker claims it (`claim_judge_job`), records each trajectory's outcome as it goes
-(`record_judged`: progress, counts, one line per refusal or failed call, and the cancel flag back) and ends it
+(`record_judged`: progress, counts, one line per refusal or failed call with what the judge wrote, and the cancel
+flag back) and ends it
 (`finish_judge_job`). A job whose worker died goes back to the queue (`requeue_stale_judge_jobs`); the judge's
 cache makes the trajectories judged before free the second time. No key is ever stored: only the name of the
 environment variable the worker reads it from.
@@ -10,6 +11,7 @@ environment variable the worker reads it from.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional, Sequence
@@ -24,6 +26,28 @@ from evalrx.store.jobs import LeaseLost
 ACTIVE = ("queued", "running")
 MAX_NOTES = 200  # one line each: a job over thousands of trajectories keeps its first reasons and the counts
 MAX_NOTE_CHARS = 300
+MAX_NOTE_ANSWER_CHARS = 2000  # what the judge wrote, kept with its refusal to read it by; a long one is cut
+
+
+@dataclass
+class JudgeNote:
+    """One refusal or failed call of a judge job: its one-line reason, the trajectory and what the judge wrote
+    (untrusted text: the pages show it inert)."""
+
+    line: str
+    trajectory_id: Optional[int] = None
+    answer: str = ""
+
+    @classmethod
+    def from_json(cls, value: Any) -> "JudgeNote":
+        if isinstance(value, dict):  # a note with its trajectory and answer
+            tid = value.get("trajectory_id")
+            return cls(
+                str(value.get("line") or ""), tid if isinstance(tid, int) else None, str(value.get("answer") or "")
+            )
+        line = str(value)  # a job recorded before notes kept the answer: its line, which names the trajectory
+        named = re.match(r"trajectory (\d+) ", line)
+        return cls(line, int(named.group(1)) if named else None)
 
 
 @dataclass
@@ -49,7 +73,8 @@ class JudgeJobInfo:
     n_refused: int
     n_failed: int
     n_cached: int
-    notes: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # the lines of `note_details`
+    note_details: list = field(default_factory=list)  # JudgeNote per refusal or failed call
     cancel_requested: bool = False
     error: Optional[str] = None
     created_at: Optional[datetime] = None
@@ -67,6 +92,7 @@ class JudgeJobInfo:
 
 
 def _info(row: t.JudgeJob) -> JudgeJobInfo:
+    noted = [JudgeNote.from_json(n) for n in row.notes or []]
     return JudgeJobInfo(
         id=row.id,
         run_id=row.run_id,
@@ -87,7 +113,8 @@ def _info(row: t.JudgeJob) -> JudgeJobInfo:
         n_refused=row.n_refused or 0,
         n_failed=row.n_failed or 0,
         n_cached=row.n_cached or 0,
-        notes=list(row.notes or []),
+        notes=[n.line for n in noted],
+        note_details=noted,
         cancel_requested=bool(row.cancel_requested),
         error=row.error,
         created_at=row.created_at,
@@ -188,8 +215,11 @@ def record_judged(
     failed: bool = False,
     cached: bool = False,
     note: Optional[str] = None,
+    trajectory_id: Optional[int] = None,
+    answer: str = "",
 ) -> bool:
-    """Count one judged trajectory on an owned job (and keep its one-line `note`); returns the cancel flag.
+    """Count one judged trajectory on an owned job (and keep its one-line `note`, with the trajectory and what the
+    judge wrote, cut at `MAX_NOTE_ANSWER_CHARS`); returns the cancel flag.
 
     Raises:
         LeaseLost: the job is no longer this worker's.
@@ -202,7 +232,12 @@ def record_judged(
         row.n_failed = (row.n_failed or 0) + int(failed)
         row.n_cached = (row.n_cached or 0) + int(cached)
         if note and len(row.notes or []) < MAX_NOTES:
-            row.notes = [*(row.notes or []), one_line(note)]  # a new list: JSON columns see assignment only
+            kept = {
+                "line": one_line(note),
+                "trajectory_id": trajectory_id,
+                "answer": str(answer)[:MAX_NOTE_ANSWER_CHARS],
+            }
+            row.notes = [*(row.notes or []), kept]  # a new list: JSON columns see assignment only
         return bool(row.cancel_requested)
 
 
@@ -293,6 +328,7 @@ def list_judge_jobs(
 
 __all__ = [
     "JudgeJobInfo",
+    "JudgeNote",
     "cancel_judge_job",
     "claim_judge_job",
     "enqueue_judge_job",

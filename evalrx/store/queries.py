@@ -647,6 +647,20 @@ def step_latency_sample(
         ]
 
 
+def runs_with_label_kinds(*, store: "Store | str | None" = None) -> dict[int, int]:
+    """{run id: trajectories whose current label names a failure kind}, for every run that has one, newest first
+    (the Dashboard adds them to its newest runs: a labelled run is never hidden for being old)."""
+    T = t.Trajectory
+    q = (
+        select(T.run_id, func.count())
+        .where(T.label_kind.is_not(None), T.label_kind != "none")
+        .group_by(T.run_id)
+        .order_by(T.run_id.desc())
+    )
+    with resolve(store).read() as s:
+        return {int(r): int(n) for r, n in s.execute(q)}
+
+
 def label_counts_by_annotator(
     *, store: "Store | str | None" = None, run_ids: Optional[Sequence[int]] = None
 ) -> list[dict]:

@@ -512,7 +512,7 @@ class JudgeJob(Base):
     n_refused: Mapped[int] = mapped_column(default=0)
     n_failed: Mapped[int] = mapped_column(default=0)
     n_cached: Mapped[int] = mapped_column(default=0)
-    notes: Mapped[list] = mapped_column(default=list)  # one line per refusal or failed call
+    notes: Mapped[list] = mapped_column(default=list)  # per refusal or failed call: its line, trajectory, answer
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     error: Mapped[Optional[str]] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -31,6 +31,15 @@ def test_trajectory_opens_by_url_with_steps_and_charts(app_server, seeded, page)
         poll(lambda c=chart: c.evaluate("i => i.complete && i.naturalWidth > 100"), what=f"{name} drawn")
     text = main_text(page)
     assert detail.row.goal in text
+    # A private research tool: Streamlit's "Deploy" is not offered (.streamlit/config.toml's toolbarMode).
+    assert page.get_by_role("button", name="Deploy").count() == 0
+    # The label panel's buttons are shown whole, the longest failure kind too (a fixed grid cut "misread_obs…").
+    assert page.locator("[class*='st-key-tl-mode-'] button").count() >= 9
+    cut = page.locator("[class*='st-key-tl-'] button").evaluate_all(
+        "bs => bs.filter(b => [b, ...b.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))"
+        ".map(b => b.innerText)"
+    )
+    assert cut == []
 
 
 def test_row_click_opens_the_trajectory_and_keys_walk_the_filter(app_server, seeded, page):
@@ -67,6 +76,10 @@ def test_the_page_size_is_the_users_and_lives_in_the_url(app_server, seeded, pag
     page.get_by_role("option", name="200", exact=True).click()
     page.wait_for_url(re.compile(r"per=200"))
     page.get_by_text(f"{total} trajectories · page 1 of 1").wait_for()
+    # A page past the end (an old link) opens the last page, the page field saying so.
+    goto(page, f"{app_server.url}/trajectories?per=25&page=99")
+    page.get_by_text(f"{total} trajectories · page 2 of 2").wait_for()
+    assert page.get_by_role("spinbutton", name="Page").input_value() == "2"
 
 
 def test_label_queue_takes_one_or_two_keys_and_labels_survive_reload(app_server, seeded, page):

@@ -107,6 +107,10 @@ def test_a_queued_judge_job_runs_in_a_worker_process_and_the_key_stays_out_of_th
     assert len(job.notes) == 2 and all("\n" not in n for n in job.notes)
     assert job.notes[0].startswith(f"trajectory {tids[1]} (two_step-001): refused: step 42 is not a step")
     assert job.notes[1].startswith(f"trajectory {tids[2]} (two_step-002): failed: the judge's call failed")
+    # A refusal keeps what the judge wrote (its last answer), for the pages to show; a failed call wrote nothing.
+    refused, failed = job.note_details
+    assert (refused.trajectory_id, json.loads(refused.answer)) == (tids[1], NO_STEP)
+    assert (failed.trajectory_id, failed.answer) == (tids[2], "")
     assert [r["headers"].get("authorization") for r in server.requests] == [f"Bearer {KEY}"] * 4
     assert [(d.kind, d.first_wrong_step) for d in judged(sqlite_url, tids[0])] == [("misread_observation", 3)]
     assert judged(sqlite_url, tids[1]) == judged(sqlite_url, tids[2]) == []

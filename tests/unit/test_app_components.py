@@ -442,6 +442,49 @@ def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short(an
     assert {"label", "chosen", "p_chosen", "alternative", "p_alternative"} <= tooltip
 
 
+def test_a_long_turns_lens_labels_stand_upright_and_leave_out_those_that_would_overlap():
+    from components.analysis_panels import LENS_ALL_LABELS, lens_chart
+
+    def axis(n_tokens: int) -> dict:
+        rows = [
+            {"layer": layer, "order": i, "token": f"{i:02d} tok{i}", "label": f"{i:02d} tok{i}", "p_chosen": 0.5}
+            for i in range(n_tokens)
+            for layer in range(2)
+        ]
+        return lens_chart(rows).to_dict()["encoding"]["x"]["axis"]
+
+    short, long = axis(LENS_ALL_LABELS), axis(80)
+    assert (short["labelAngle"], short["labelOverlap"]) == (-45, False)  # every label drawn
+    assert (long["labelAngle"], long["labelOverlap"]) == (-90, "greedy")  # not drawn over each other
+
+
+def test_case_ticks_tell_cases_apart_when_their_ids_share_a_long_start():
+    from components.runlevel_view import case_rate_rows, case_ticks, common_stem
+    from components.safe import counted
+
+    names = [f"two_step_paraphrase_distractor-{i:03d}" for i in (7, 12, 30)]
+    assert common_stem(names) == "two_step_paraphrase_distractor-"
+    assert case_ticks(names) == ["007", "012", "030"]
+    long = [f"shared/{'x' * 30}{i}" for i in range(3)]  # differ only at their very end
+    ticks = case_ticks(long)
+    assert len(set(ticks)) == 3 and all(len(t) <= 18 and t.endswith(str(i)) for i, t in enumerate(ticks))
+    assert case_ticks(["only-one"]) == ["only-one"]
+
+    class Rate:
+        def __init__(self, name):
+            self.sample_id, self.rate, self.passes, self.n = name, 0.5, 1, 2
+
+    class Rel:
+        case_rates = [Rate(n) for n in names]
+
+    assert [r["tick"] for r in case_rate_rows(Rel())] == ["007", "012", "030"]
+    assert (counted(1, "case"), counted(2, "case"), counted(1, "trajectory", "trajectories")) == (
+        "1 case",
+        "2 cases",
+        "1 trajectory",
+    )
+
+
 def _decision_result(tool_candidates: tuple = ("calculator", "lookup", "search")):
     from evalrx.analyzers import RUNNER_UP, ToolDecisionResult
 

@@ -13,9 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
 from appdata import fill_run  # noqa: E402
-from apppages import listed, open_page, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import listed, open_page, pre_texts, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
+import evalrx.store.judge_jobs as J  # noqa: E402
 from evalrx.core.failures import Diagnosis  # noqa: E402
 
 OUTCOMES = ["fail", "fail", "pass", "fail", "pass", "fail"]
@@ -159,3 +160,44 @@ def test_the_judge_form_queues_the_strategy_chosen(run):
     at.button(key=f"{key}-confirm").click().run()
     (job,) = S.list_judge_jobs(store=url)
     assert job.options.get("strategy") == "binary_search"
+
+
+def test_the_judge_form_queues_its_budget_and_the_estimate_counts_it(run):
+    url, rid = run["url"], run["run"]
+    key = f"judge-run-{rid}"
+    at = open_page("runs", run=rid)
+    _fill(at, key, spec="gpt-4o-mini", **{"base-url": "http://127.0.0.1:9/v1"})
+    for name, value in (("max_new_tokens", 96), ("max_steps", 12), ("max_step_chars", 200)):
+        at.number_input(key=f"{key}-{name}").set_value(value)
+    at.button(key=f"{key}-estimate").click().run()
+    assert not at.exception and not at.error
+    assert "(96 each)" in _plain(at.info[0].value)  # the answer's limit, as the CLI's --max-new-tokens
+    at.button(key=f"{key}-confirm").click().run()
+    (job,) = S.list_judge_jobs(store=url)
+    assert job.options == {"max_new_tokens": 96, "max_steps": 12, "max_step_chars": 200}
+
+
+def test_the_trajectory_page_queues_a_judge_for_that_trajectory_and_shows_a_refusal_inert(run):
+    url, rid, ids = run["url"], run["run"], run["ids"]
+    tid, key = ids[2], f"judge-traj-{ids[2]}"  # a passing one: a single trajectory is judged whatever its grade
+    at = open_page("trajectory", id=tid)
+    _fill(at, key, spec="gpt-4o-mini", **{"base-url": "http://127.0.0.1:9/v1"})
+    at.button(key=f"{key}-estimate").click().run()
+    assert "tokens for 1 trajectory;" in _plain(at.info[0].value)
+    at.button(key=f"{key}-confirm").click().run()
+    (job,) = S.list_judge_jobs(store=url)
+    assert (job.trajectory_ids, job.run_id, job.scope) == ([tid], rid, f"trajectory {tid}")
+    # A worker's refusal, with what the judge wrote: hostile text, shown as text.
+    said = '{"kind": "nope"} <img src=x onerror=alert(1)> **bold**'
+    store = S.connect(url)
+    J.claim_judge_job(store, "w1")
+    note = f"trajectory {tid} (c): refused: unknown kind"
+    J.record_judged(store, job.id, "w1", refused=True, note=note, trajectory_id=tid, answer=said)
+    J.finish_judge_job(store, job.id, "w1", "done")
+    at.run()
+    assert f"Judge job {job.id}" in _plain(texts(at)) and "refused" in _plain(texts(at))
+    (box,) = [e for e in at.expander if "unknown kind" in _plain(e.label)]
+    assert said in pre_texts(box)  # escaped into a <pre>, unescaped here: the very words, not markup
+    # The run's panel shows the same refusal with its answer.
+    at = open_page("runs", run=rid)
+    assert said in pre_texts(at)

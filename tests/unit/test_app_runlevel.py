@@ -168,6 +168,46 @@ def test_compare_page_counts_pairs_and_never_drops_unpaired_cases(two_runs):
     assert dict(zip(shift["kind"], shift["change"])) == {"bad_arguments": 1, "repeated_calls": 1, "wrong_tool": -1}
 
 
+def test_compare_run_pickers_name_each_run_by_name_model_suite_and_date(two_runs):
+    url, a = two_runs["url"], two_runs["a"]
+    _set_config(url, a, suite="demo/x")
+    run = S.get_run(a, store=url)
+    at = open_page("compare", a=a, b=two_runs["b"])
+    want = f"{a} · before · {run.spec_key} · demo/x · {run.created_at:%Y-%m-%d}"
+    assert run.spec_key and want in at.selectbox(key="a").options and want in at.selectbox(key="b").options
+
+
+def test_side_by_side_shows_a_first_wrong_step_that_is_a_malformed_call(store_url):
+    """A call that did not parse is no action to align, yet it is where B went wrong: it is shown in its place."""
+    import dataclasses
+
+    from evalrx.core import Step, StepRole
+
+    case = make_case(0)
+
+    def make_a(pos, attempt):
+        return call_trajectory(case, [CALC], outcome="pass")
+
+    def make_b(pos, attempt):
+        t = call_trajectory(case, [CALC], outcome="fail")
+        bad = Step(1, StepRole.ACTOR, '<tool_call>{"name": "calculator", <b>oops</b>', parse_error="not JSON at 31")
+        later = [dataclasses.replace(x, idx=x.idx + 1) for x in t.steps[1:]]
+        return dataclasses.replace(t, steps=[t.steps[0], bad, *later])
+
+    ra, _ = fill_attempts(store_url, [case], make_a, name="clean")
+    rb, _ = fill_attempts(store_url, [case], make_b, name="malformed", diagnose=lambda p, a: diag("malformed_call", 1))
+    at = open_page("compare", a=ra, b=rb, case=case.id)
+    shown = texts(at)
+    assert "**malformed call** · step 1 :red-badge[first wrong step]" in shown
+    assert ":red-badge[malformed call]" in shown and "not JSON at 31" in shown
+    assert '<tool_call>{"name": "calculator", <b>oops</b>' in pre_texts(at)  # its raw text, inert
+    # It sits before B's calculator call (now step 2), which still pairs with A's.
+    rows = [m.value for m in at.markdown if m.value.startswith(("**malformed call**", "calls **calculator**"))]
+    assert rows[:3] == ["**malformed call** · step 1 :red-badge[first wrong step]", "calls **calculator** · step 1"] + [
+        "calls **calculator** · step 2"
+    ]
+
+
 def test_compare_defaults_to_the_two_most_recent_runs(two_runs):
     at = open_page("compare")
     assert (at.selectbox(key="a").value, at.selectbox(key="b").value) == (two_runs["a"], two_runs["b"])
@@ -212,6 +252,11 @@ def test_compare_pairs_a_run_with_the_latest_run_of_its_suite_and_shows_their_co
     assert list(diff["key"]) == ["temperature"]  # suite and model agree; the api key is never a row
     assert (diff["A"][0], diff["B"][0]) == ("0\\.0", "0\\.8")  # Markdown-escaped: st.table renders Markdown
     assert "sk-" not in texts(at) and not any("sk-" in str(d.value) for d in [*at.dataframe, *at.table])
+    # The Runs page suggests comparing a run with the run of its suite before it, not the run before it.
+    at = open_page("runs", run=r3)
+    assert {link.proto.label for link in at.get("page_link") if link.proto.page == "compare"} == {
+        f"Compare with run {r1}"
+    }
     at = open_page("compare", a=r2)  # no other run of demo/y: B falls back to the newest run
     assert at.selectbox(key="b").value == r3
     # No suite in the configs (imports): the same case set decides.
@@ -292,6 +337,9 @@ def test_reliability_tab_shows_rates_pass_at_k_and_flaky_cases(repeated):
     strip = chart_rows(charts["Success rate per case (worst first)"])
     assert list(strip["case"]) == ["q00002", "q00003", "q00001", "q00000"]  # worst first
     assert list(strip["rate"].round(3)) == [0.0, 0.333, 0.667, 1.0]
+    spec = json.loads(next(c.spec for c in charts.values() if "worst first" in json.loads(c.spec).get("title", "")))
+    assert spec["encoding"]["x"]["title"] == "4 cases"  # the shared "q0000" start is no separator's: kept
+    assert spec["autosize"]["type"] == "fit-x"  # the case labels go below the plot, not into its 220 px
     curve = chart_rows(charts["pass@k and pass^k"])
     at_k = dict(zip(curve[curve["measure"] == "pass@k"]["k"], curve[curve["measure"] == "pass@k"]["value"]))
     assert at_k[1] == pytest.approx(0.5) and at_k[3] == pytest.approx(0.75)  # three of four cases pass once
@@ -319,6 +367,9 @@ def test_predictors_tab_offers_no_diagnosed_kind_and_warns_on_a_small_class(two_
     assert set(table["n minority"]) == {3} and all("only 3" in w for w in table["warning"])
     warned = [w.value for w in at.warning]
     assert any("fewer than 10" in w and "3 passed" in w for w in warned), warned
+    # A cell without a value (no interval, no split) is a dash, not the word "None".
+    (grid,) = [d for d in at.dataframe if "signal" in d.value.columns]
+    assert grid.proto.placeholder == "—"
 
 
 def test_agreement_tab_shows_kappa_steps_and_the_diagnosis_confusion(two_runs):
