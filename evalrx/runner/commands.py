@@ -386,18 +386,20 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     judging.add_argument("--timeout", type=call_timeout, metavar="SECONDS", help="api backend: budget of one call")
     judging.add_argument("--retries", type=retries, metavar="N", help="api backend: tries after the first")
     judging.add_argument("--limit", type=whole(1), metavar="N", help="judge at most N trajectories")
-    judging.add_argument(
-        "--max-new-tokens", type=whole(8, 8192), metavar="N", help="the judge's answer limit (default 512)"
-    )
-    judging.add_argument(
-        "--max-steps", type=whole(2, 10_000), metavar="N", help="steps of a trajectory the prompt shows (default 60)"
-    )
-    judging.add_argument(
-        "--max-step-chars",
-        type=whole(40, 100_000),
-        metavar="N",
-        help="characters of each step's text the prompt shows (default 1500): smaller for a small local judge",
-    )
+    from evalrx.runner.judge_jobs import JUDGE_BUDGET  # the form's fields read the same ranges and defaults
+
+    budget_help = {
+        "max_new_tokens": "the judge's answer limit",
+        "max_steps": "steps of a trajectory the prompt shows",
+        "max_step_chars": "characters of each step's text the prompt shows; smaller for a small local judge",
+    }
+    for name, (low, high, default) in JUDGE_BUDGET.items():
+        judging.add_argument(
+            "--" + name.replace("_", "-"),
+            type=whole(low, high),
+            metavar="N",
+            help=f"{budget_help[name]} ({low}-{high}, default {default})",
+        )
     judging.add_argument("--all", action="store_true", help="judge the passing trajectories too (false alarms)")
     judging.add_argument(
         "--judge-strategy",
