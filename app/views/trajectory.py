@@ -142,4 +142,4 @@ with main:
     seen = st.session_state.setdefault("scrolled-to", set())
     highlight_step(marked, scroll=row.id not in seen)  # scroll once per trajectory, not on every rerun
     seen.add(row.id)
-    render_analysis(detail, store=S)
+    render_analysis(detail, store=S, open_step=marked)  # after the steps, which show first
