@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 import pytest
-from apphelpers import goto, main_text, poll, settle, wait_idle
+from apphelpers import goto, main_text, model_turns, open_turns, poll, settle, wait_idle
 
 import evalrx.store as S
 
@@ -36,23 +36,6 @@ def analysed(app_env):
 
 
 DRAWN = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
-
-
-def model_turns(page):
-    """The analysis section's expanders, one per model turn."""
-    return page.locator("[data-testid='stExpander']").filter(has_text="Model turn at step")
-
-
-def open_turns(page) -> None:
-    """Open every model turn's panels (only the diagnosed turn's open by default)."""
-    turns = model_turns(page)
-    for i in range(turns.count()):
-        details = turns.nth(i).locator("details").first
-        if details.get_attribute("open") is None:
-            details.locator("summary").click()
-            body = details.locator("[data-testid='stExpanderDetails']")
-            poll(lambda b=body: b.count() and b.inner_text().strip(), what="the opened turn's panels")
-            settle(page)
 
 
 def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, analysed, page):
