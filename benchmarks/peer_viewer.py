@@ -29,7 +29,8 @@ and not counted, and each repeat records the load average:
   the page), `ours_panels_shown` until the panels it shows without a click are drawn and the script is done,
   `ours_panels_all` until every model turn is opened and all its panels are drawn (from navigation start);
 - `*_over_floor_s`: each of this app's fresh-tab times less the floor's of the same repeat (median);
-- server memory: each server process's peak RSS (VmHWM) after its phase; the first page after starting
+- server memory: each server process's peak RSS (VmHWM) after its phase (the analysed trajectory is served by
+  a second server of this app, so that Altair's charts stay out of the figure compared with the peer's); the first page after starting
   the server, and after `make run` itself (its schema check, the server, and the local worker it starts);
 - each page's own script time on the server (`server_script_s`: Streamlit's AppTest, no browser, only the
   script's execution timed): the rest of a page's time is Streamlit's own and the browser's.
@@ -483,6 +484,10 @@ def measure_size(n: int, work: Path, browser, reps: int, bare: BareServer, cache
         + open_fresh(browser, f"{ours.url}/trajectories?run={run_id}", READY_JS, ["Trajectories", LIST_READY])
     )
     peer = PeerServer(log.parent, work)
+    # The analysed trajectory on a server of its own: Altair's charts would raise the list server's peak RSS,
+    # which is compared with the peer's (whose samples have no such panels).
+    (work / "panels").mkdir(exist_ok=True)
+    panels_server = AppServer(env, work / "panels")
     times: dict = {
         k: []
         for k in (
@@ -549,7 +554,7 @@ def measure_size(n: int, work: Path, browser, reps: int, bare: BareServer, cache
 
     def ours_panels(k: int) -> None:
         nonlocal panels
-        steps, shown, every, panels = open_analysed(browser, f"{ours.url}/trajectory?id={analysed}", last_step)
+        steps, shown, every, panels = open_analysed(browser, f"{panels_server.url}/trajectory?id={analysed}", last_step)
         times["ours_panels_steps"].append(steps)
         times["ours_panels_shown"].append(shown)
         times["ours_panels_all"].append(every)
@@ -572,8 +577,10 @@ def measure_size(n: int, work: Path, browser, reps: int, bare: BareServer, cache
             print(f"  {n}: repeat {rep} done (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
         memory = {"peer_server_peak_mb": round(peak_rss_mb(peer.proc.pid), 1)}
         memory["ours_server_peak_mb"] = round(peak_rss_mb(ours.proc.pid), 1)
+        memory["ours_panels_server_peak_mb"] = round(peak_rss_mb(panels_server.proc.pid), 1)
     finally:
         ours.stop()
+        panels_server.stop()
         peer.stop()
     out: dict = {name: summary(v) for name, v in times.items()}
     for name in ("ours_list", "ours_url", "ours_list_200", "ours_search", "ours_panels_steps", "peer_list", "peer_url"):
