@@ -605,8 +605,23 @@ def _active(trajectory_id: int, store: Any) -> bool:
     return bool(reqs) and reqs[0]["status"] in ACTIVE
 
 
-def render_analysis(detail: Any, *, store: Any) -> None:
-    """The whole analysis section of one trajectory."""
+def render_analysis(detail: Any, *, store: Any, open_step: Optional[int] = None) -> None:
+    """The whole analysis section of one trajectory; the page calls it after the steps, so they show first.
+
+    A model turn's panels are computed only while its expander is open: by default the turn of `open_step`
+    (the first wrong step), else the first. The section is a fragment: opening a turn reruns only it.
+    """
+    _analysis_section(detail, store, open_step)
+
+
+def open_turn(turns: list, open_step: Optional[int]) -> Optional[int]:
+    """The model turn whose panels show without a click: the last one at or before `open_step`, else the first."""
+    before = [t for t in turns if open_step is not None and t <= open_step]
+    return before[-1] if before else (turns[0] if turns else None)
+
+
+@st.fragment
+def _analysis_section(detail: Any, store: Any, open_step: Optional[int]) -> None:
     from evalrx.core import StepRole
 
     tid = detail.row.id
@@ -633,9 +648,14 @@ def render_analysis(detail: Any, *, store: Any) -> None:
     focus = diagnosed_token(getattr(detail, "diagnoses", None))
     attention = results.get("attention")
     pictures = _pictures(detail, store) if attention is not None and attention.images else None
+    first = open_turn(turns, open_step)
     for idx in turns:
-        with st.expander(f"Model turn at step {idx}", expanded=True):
-            _turn(results, idx, focus, pictures)
+        turn = st.expander(
+            f"Model turn at step {idx}", expanded=idx == first, key=f"turn-{tid}-{idx}", on_change="rerun"
+        )
+        with turn:
+            if turn.open:  # a closed turn costs nothing: its charts are built when it is opened
+                _turn(results, idx, focus, pictures)
 
 
 def cheaper_settings(results: dict) -> list:

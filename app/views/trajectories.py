@@ -2,7 +2,6 @@
 
 import streamlit as st
 from components.data import store
-from components.export_panel import export_controls
 from components.filters import (
     FILTER_KEYS,
     LABEL_CHOICES,
@@ -14,7 +13,6 @@ from components.filters import (
     sort_args,
     store_filters,
 )
-from components.judge_form import judge_action
 from components.safe import md_escape
 from components.trajectory_list import page_count, render_list
 
@@ -180,6 +178,10 @@ if not result.rows:
     st.stop()
 render_list(result.rows, keep)
 st.caption("Click an id to open its trajectory (J/K there walk this list); a middle click opens a new tab.")
+# Imported after the rows are on screen: the export formats and the judge's runner are slow to import cold.
+from components.export_panel import export_controls  # noqa: E402
+from components.judge_form import judge_action  # noqa: E402
+
 with st.expander("Export this list", icon=":material/download:"):
     export_controls("export-list", "trajectories", trajectory_ids=lambda: matching_ids(store=S, **filters), store=S)
 with st.expander("Diagnose with a judge", icon=":material/gavel:"):

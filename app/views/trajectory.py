@@ -1,7 +1,6 @@
 """Trajectory: one trajectory at its own URL (`?id=`), with previous/next in the filter."""
 
 import streamlit as st
-from components.analysis_panels import render_analysis
 from components.data import store
 from components.diagnosis_card import highlight_step, render_diagnosis
 from components.filters import as_context, describe, from_context, neighbours
@@ -145,4 +144,6 @@ with main:
     seen = st.session_state.setdefault("scrolled-to", set())
     highlight_step(marked, scroll=row.id not in seen)  # scroll once per trajectory, not on every rerun
     seen.add(row.id)
-    render_analysis(detail, store=S)
+    from components.analysis_panels import render_analysis  # numpy and the analyzers: after the steps
+
+    render_analysis(detail, store=S, open_step=marked)  # after the steps, which show first

@@ -155,6 +155,23 @@ def open_listed(page, trajectory_id: "int | None" = None) -> None:
     row.locator("[data-testid='stPageLink-NavLink']").first.click()
 
 
+def model_turns(page):
+    """The analysis section's expanders, one per model turn."""
+    return page.locator("[data-testid='stExpander']").filter(has_text="Model turn at step")
+
+
+def open_turns(page) -> None:
+    """Open every model turn's panels (only the diagnosed turn's open by default)."""
+    turns = model_turns(page)
+    for i in range(turns.count()):
+        details = turns.nth(i).locator("details").first
+        if details.get_attribute("open") is None:
+            details.locator("summary").click()
+            body = details.locator("[data-testid='stExpanderDetails']")
+            poll(lambda b=body: b.count() and b.inner_text().strip(), what="the opened turn's panels")
+            settle(page)
+
+
 def main_text(page) -> str:
     return page.locator("[data-testid='stMain']").inner_text()
 

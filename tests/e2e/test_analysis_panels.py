@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 import pytest
-from apphelpers import goto, main_text, poll, settle, wait_idle
+from apphelpers import goto, main_text, model_turns, open_turns, poll, settle, wait_idle
 
 import evalrx.store as S
 
@@ -35,21 +35,20 @@ def analysed(app_env):
     return store, run_id, row.id
 
 
+DRAWN = "[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg"
+
+
 def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, analysed, page):
     store, run_id, tid = analysed
     goto(page, f"{app_server.url}/trajectory?id={tid}")
+    open_turns(page)
     main = page.locator("[data-testid='stMain']")
     for heading in ("Logit lens", "Tool decision", "Attention by segment", "Generated tokens"):
         assert main.get_by_text(heading, exact=False).first.is_visible(), heading
     charts = page.locator("[data-testid='stVegaLiteChart']")
     poll(lambda: charts.count() >= 3, what="lens, tool-decision and attention charts")
     # Vega draws each chart into a canvas or svg once its data is in.
-    poll(
-        lambda: (
-            page.locator("[data-testid='stVegaLiteChart'] canvas, [data-testid='stVegaLiteChart'] svg").count() >= 3
-        ),
-        what="charts drawn",
-    )
+    poll(lambda: page.locator(DRAWN).count() >= 3, what="charts drawn")
     text = main_text(page)
     assert "margin" in text and "calculator" in text
     assert page.locator(".evalrx-uncertainty span").count() > 5  # generated tokens, one span each
@@ -81,6 +80,7 @@ def test_lens_heatmap_is_drawn_tall_enough_to_read(app_server, analysed, page):
     assert drawn.bounding_box()["height"] >= 100
     # The plot itself, not only its canvas: rotated labels once squeezed the cells to one pixel row.
     assert poll(lambda: _heatmap_rows(chart.screenshot()) >= 100, what="heatmap cells 100 px tall")
+    open_turns(page)
     text = main_text(page)
     assert "bright at the top only" in text and "a bright column is what the model was reading" in text
     assert "vs alternative" in text  # the tool decision names what it was chosen over
@@ -106,7 +106,23 @@ def test_requesting_an_analysis_from_the_page_reaches_done(app_server, analysed,
         what="the page shows the request done",
     )
     settle(page)
+    open_turns(page)
     assert page.locator("[data-testid='stVegaLiteChart']").count() >= 3
+
+
+def test_a_model_turn_builds_its_panels_only_when_opened(app_server, analysed, page):
+    """The steps come first; of the panels only the diagnosed turn's are built with the page, the others
+    when their turn is opened (a page never waits on charts it does not show)."""
+    store, run_id, tid = analysed
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    assert page.locator("[class*='st-key-step-']").count() >= 3  # the steps are on the page
+    turns = model_turns(page)
+    is_open = [turns.nth(i).locator("details").first.get_attribute("open") is not None for i in range(turns.count())]
+    assert len(is_open) >= 2 and is_open.count(True) == 1, is_open
+    closed = turns.nth(is_open.index(False))
+    assert closed.locator("[data-testid='stVegaLiteChart']").count() == 0  # nothing built for it
+    closed.locator("summary").first.click()
+    poll(lambda: closed.locator(DRAWN).count() >= 1, what="the opened turn's charts drawn")
 
 
 def test_trajectories_filter_by_tool_margin(app_server, analysed, page):

@@ -5,7 +5,7 @@ case the pictures tinted by the attention the written value gave their patches."
 from __future__ import annotations
 
 import pytest
-from apphelpers import goto, main_text
+from apphelpers import goto, main_text, open_turns
 
 import evalrx.store as S
 from evalrx.demo.vision_data import VISION_TOOLS
@@ -62,6 +62,7 @@ def test_a_failed_case_shows_where_its_answer_looked_in_both_pictures(app_server
     assert not stored["attention"]["meta"].get("error")
     assert [img["step"] for img in stored["attention"]["meta"]["images"]] == [0, 2]  # the case, then the zoom
     goto(page, f"{app_server.url}/trajectory?id={tid}")
+    open_turns(page)  # each model turn's panels: only the diagnosed one opens by default
     page.get_by_text("Where it looked in the pictures").first.wait_for()
     # The answer turn comes after both pictures: each is drawn with its patches tinted, with its share.
     captions = page.get_by_text("of the token's attention")

@@ -56,6 +56,22 @@ def listed(at) -> list[tuple[int, dict]]:
     ]
 
 
+def row_htmls(at) -> list[str]:
+    """The Trajectories list's rows as the page sends them: each row's HTML (`components.trajectory_list`)."""
+    return [h.proto.body for h in at.get("html") if h.proto.body.startswith('<div class="evx-row">')]
+
+
+def list_cells(at) -> list[list[str]]:
+    """The Trajectories list's rows as a reader sees them: case, grade, diagnosed · labelled, numbers (plain text)."""
+    import html
+    import re
+
+    return [
+        [html.unescape(re.sub(r"<[^>]+>", "", cell)).strip() for cell in re.findall(r"<div>(.*?)</div>", body, re.S)]
+        for body in row_htmls(at)
+    ]
+
+
 def pre_texts(node) -> list[str]:
     """The untrusted texts a page (or a block of it) shows preformatted (`components.safe.show_pre`), unescaped."""
     import html

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # appdata
 
 from appdata import XSS_IMG, XSS_SCRIPT, add_xss_run, fill_run  # noqa: E402
-from apppages import MAIN, listed, open_page, pre_texts, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
+from apppages import MAIN, list_cells, listed, open_page, pre_texts, row_htmls, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
 
@@ -65,10 +65,10 @@ def test_trajectories_filter_comes_from_the_url(seeded):
     assert all(
         q["id"] == str(tid) and q["in_outcome"] == "fail" and q["in_run"] == str(seeded["run"]) for tid, q in rows
     )
-    assert ":red-badge[fail]" in texts(at) and ":green-badge[pass]" not in texts(at)
+    assert [cells[1] for cells in list_cells(at)] == ["fail"] * 6  # each row's grade
     at.selectbox(key="outcome").set_value("pass").run()
     passed = {r.id for r in S.list_trajectories(outcome="pass", store=seeded["url"]).rows}
-    assert {tid for tid, _ in listed(at)} == passed and ":red-badge[fail]" not in texts(at)
+    assert {tid for tid, _ in listed(at)} == passed and {cells[1] for cells in list_cells(at)} == {"pass"}
 
 
 def test_trajectories_text_search_and_sort(seeded):
@@ -99,6 +99,9 @@ def test_trajectories_list_is_inert_and_loads_no_table_library(seeded):
         v = str(m.value)
         assert not re.search(r"(?<!\\)<", v), v
         assert "](javascript" not in v and ":red[red]" not in v, v
+    (row,) = row_htmls(at)  # the hostile goal and answer are text in the row's HTML, never a tag
+    assert "<script" not in row and "<img" not in row and "&lt;script&gt;" in row, row
+    assert XSS_SCRIPT[:20] in list_cells(at)[0][0]
     assert not at.dataframe and not at.table
 
 
