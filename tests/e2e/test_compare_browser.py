@@ -75,7 +75,8 @@ def test_a_regression_opens_aligned_with_the_first_divergence_and_the_changed_ar
     page.wait_for_url(re.compile(r"case=cmp00000"))
     first = page.locator(".st-key-cmp-first-divergence")
     first.wait_for()
-    assert "first divergence" in first.inner_text()
+    # the keyed container is on the page before the script has filled it
+    poll(lambda: "first divergence" in first.inner_text(), timeout=10, what="the first divergence's text")
     # outlined in red (the page's style block may land a moment after the element)
     poll(
         lambda: first.evaluate("e => getComputedStyle(e).borderTopColor") == "rgb(221, 51, 51)",
