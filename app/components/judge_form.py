@@ -59,7 +59,9 @@ def _queue(key: str, store: Any, run_id: Optional[int], scope: str) -> None:
     except ValueError as exc:
         st.session_state[f"{key}-error"] = str(exc)
         return
-    flash(f"Queued judge job {job}: {len(pending['ids'])} trajectories with {config.spec}; its progress is on Runs.")
+    flash(
+        f"Queued judge job {job}: {counted(len(pending['ids']), 'trajectory', 'trajectories')} with {config.spec}; its progress is on Runs."
+    )
 
 
 def judge_action(

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import streamlit as st
 
+from evalrx.core import counted  # noqa: F401  (the pages say counts through this module)
+
 # Shown inline up to this many characters / lines; longer content is collapsed.
 INLINE_CHARS = 1500
 INLINE_LINES = 25
@@ -67,11 +69,6 @@ def short(text: Any, n: int = 80) -> str:
     """One line of at most `n` characters (for table cells and titles; not escaped)."""
     s = " ".join(str(text if text is not None else "").split())
     return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def counted(n: int, word: str, many: Optional[str] = None) -> str:
-    """`n` and `word`, plural unless one ("1 case", "3 cases", "1 trajectory"; `many` for an irregular plural)."""
-    return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
 def collapse(text: str, *, chars: int = INLINE_CHARS, lines: int = INLINE_LINES) -> tuple[str, bool]:

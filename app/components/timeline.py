@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import streamlit as st
 
-from components.safe import MAX_CHARS, md_escape, short, show_json, show_pre, show_text
+from components.safe import MAX_CHARS, counted, md_escape, short, show_json, show_pre, show_text
 from components.team import agent_badge, edge_style, who_acted
 from components.tool_effects import render_tool_effects
 from components.viewmodel import (
@@ -252,7 +252,7 @@ def facts_line(row: Any, label: Any = None, *, blind: bool = False) -> str:
         bits.append(":gray-badge[not labelled]")
     bits.append(f":blue-badge[ended by {md_escape(row.terminated or '?')}]")
     bits.append(
-        f"{row.n_steps} steps · {row.n_tool_calls} tool calls"
+        f"{counted(row.n_steps, 'step')} · {counted(row.n_tool_calls, 'tool call')}"
         + (f" · **{row.n_parse_errors} parse error{'s' * (row.n_parse_errors != 1)}**" if row.n_parse_errors else "")
     )
     # The store keeps 0 where nothing was measured (an imported run without timings): "-", not "0 ms".

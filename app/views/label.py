@@ -9,7 +9,7 @@ import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
 from components.labelling import current_label, history_table, label_panel
-from components.safe import md_escape
+from components.safe import counted, md_escape
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 
 from evalrx.store import (
@@ -94,7 +94,7 @@ if second:
     queue = [t for t in second_opinion_queue(int(run_key), me, store=S) if t not in ss.so_skipped]
     tid = queue[0] if queue else None
     st.caption(
-        f"{len(queue):,} trajectories wait for your second opinion in run {run_key}"
+        f"{counted(len(queue), 'trajectory', 'trajectories')} {'waits' if len(queue) == 1 else 'wait'} for your second opinion in run {run_key}"
         + (f" · {len(ss.so_skipped)} skipped" if ss.so_skipped else "")
     )
     if tid is None:

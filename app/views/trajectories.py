@@ -13,7 +13,7 @@ from components.filters import (
     sort_args,
     store_filters,
 )
-from components.safe import md_escape
+from components.safe import counted, md_escape
 from components.trajectory_list import page_count, render_list
 
 from evalrx.store import (
@@ -170,7 +170,9 @@ n_pages = page_count(total, per)
 if page_no > n_pages:  # an old link or a narrower filter: never "page 99 of 2"
     st.session_state["page-last"] = n_pages
     st.rerun()
-st.markdown(f"**{total:,}** trajectories · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}")
+st.markdown(
+    f"**{counted(total, 'trajectory', 'trajectories')}** · page {page_no:,} of {n_pages:,} · {md_escape(describe(params))}"
+)
 
 keep = as_context(params)  # prev/next on the Trajectory page walk this filter
 if not result.rows:

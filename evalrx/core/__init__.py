@@ -25,8 +25,10 @@ from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
 from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
+from evalrx.core.words import counted
 
 __all__ = [
+    "counted",
     "EFFECT_FIELD",
     "READ",
     "WRITE",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from evalrx.core.case import FailureCase, StepRole, Termination, Trajectory
+from evalrx.core.words import counted
 
 # BFCL's type names as Python types; "any" is a string to BFCL (anything else must match the answers' type).
 _PY_TYPES: "dict[str, type]" = {
@@ -70,10 +71,6 @@ def standardize(text: str) -> str:
 def _options(values: list) -> str:
     shown = ", ".join(repr(v) for v in values[:_SHOWN_VALUES])
     return shown + (", ..." if len(values) > _SHOWN_VALUES else "")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _same_name(got: Any, want: str) -> bool:
@@ -160,7 +157,7 @@ def _list_of_dicts_problem(label: str, value: list, answers: list) -> Optional[s
         if not isinstance(answer, list):
             continue
         if len(value) != len(answer):
-            problems.append(f"`{label}`: {_plural(len(value), 'item')}, want {len(answer)}")
+            problems.append(f"`{label}`: {counted(len(value), 'item')}, want {len(answer)}")
             continue
         problem = None
         for i, (got, want) in enumerate(zip(value, answer)):
@@ -349,7 +346,7 @@ def check_calls(calls: list, tools: list, expected: Any, *, category: Optional[s
     if not calls:
         return CallCheck(False, "no_tool_call", None, f"no call, want {names}")
     if len(calls) != len(wanted):
-        reason = f"{_plural(len(calls), 'call')}, want {len(wanted)}"
+        reason = f"{counted(len(calls), 'call')}, want {len(wanted)}"
         if len(calls) < len(wanted):
             # Too few calls: a call the task needed was not made.
             return CallCheck(False, "no_tool_call", None, reason)

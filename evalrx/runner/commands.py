@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Callable, Optional, Sequence
 
+from evalrx.core import counted
 from evalrx.core.failures import NOT_AGENT_KINDS
 from evalrx.runner.argtypes import call_timeout, env_var_name, retries, whole
 
@@ -264,7 +265,7 @@ def import_main(argv: Optional[Sequence[str]] = None) -> int:
             return 0
         for note in res.notes:
             print(f"evalrx import: note: {note}", file=sys.stderr)
-        print(f"imported {res.n_trajectories} trajectories ({res.format}) as run(s) {runs}")
+        print(f"imported {counted(res.n_trajectories, 'trajectory', 'trajectories')} ({res.format}) as run(s) {runs}")
         return 0
 
     return _guard(go, "evalrx import")
@@ -317,7 +318,7 @@ def export_main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"evalrx export: error: {exc}", file=sys.stderr)
             return 2
         where = " and ".join(x for x in (args.out, args.otel_endpoint) if x)
-        print(f"wrote {n} trajectories of run {args.run_id} to {where}")
+        print(f"wrote {counted(n, 'trajectory', 'trajectories')} of run {args.run_id} to {where}")
         return 0
 
     return _guard(go, "evalrx export")
@@ -457,7 +458,10 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
 
         n = rediagnose(args.trajectory, run_id=args.run_id, store=store)
         counts = S.failure_kind_counts(args.run_id, store=store)
-        print(f"diagnosed {n} trajectories; by kind: " + (", ".join(f"{k} {v}" for k, v in counts.items()) or "none"))
+        print(
+            f"diagnosed {counted(n, 'trajectory', 'trajectories')}; by kind: "
+            + (", ".join(f"{k} {v}" for k, v in counts.items()) or "none")
+        )
         return 0
 
     return _guard(go, "evalrx diagnose")
@@ -516,7 +520,9 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
     # Where the judge runs is part of who it is; a URL's user:password and query never leave this process.
     server = redact_url(getattr(model, "base_url", None)).split("?")[0].split("#")[0] or None
     how = f", {args.judge_strategy}" if args.judge_strategy else ""
-    print(f"judging {len(ids)} trajectories with {spec.key} ({backend}{', ' + server if server else ''}{how})")
+    print(
+        f"judging {counted(len(ids), 'trajectory', 'trajectories')} with {spec.key} ({backend}{', ' + server if server else ''}{how})"
+    )
     from tqdm import tqdm
 
     bar = tqdm(total=len(ids), unit="trajectory", disable=args.no_progress, file=sys.stderr)
@@ -548,7 +554,7 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
     failed = sum(r.failed for r in results)
     cached = sum(r.cached for r in results)
     print(
-        f"judged {len(results)} trajectories: {verdicts} verdicts, {refused} refused, {cached} from the cache"
+        f"judged {counted(len(results), 'trajectory', 'trajectories')}: {counted(verdicts, 'verdict')}, {refused} refused, {cached} from the cache"
         + (f", {failed} failed calls (nothing stored for them; run again to retry)" if failed else "")
     )
     return 1 if failed else 0
@@ -587,7 +593,9 @@ def _queue_judge(args: argparse.Namespace, spec: str, backend: str, store) -> in
     job = queue_judge(config, ids, run_id=args.run_id, scope=scope, store=store)
     where = f"{backend}, {config.base_url}" if config.base_url else backend
     key = f"; its key from ${config.api_key_env} in the worker's environment" if config.api_key_env else ""
-    print(f"queued judge job {job}: {len(ids)} trajectories with {spec} ({where}){key}; `evalrx worker` runs it")
+    print(
+        f"queued judge job {job}: {counted(len(ids), 'trajectory', 'trajectories')} with {spec} ({where}){key}; `evalrx worker` runs it"
+    )
     return 0
 
 

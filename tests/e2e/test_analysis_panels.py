@@ -128,6 +128,6 @@ def test_a_model_turn_builds_its_panels_only_when_opened(app_server, analysed, p
 def test_trajectories_filter_by_tool_margin(app_server, analysed, page):
     store, run_id, tid = analysed
     goto(page, f"{app_server.url}/trajectories?run={run_id}&margin=1000.0")
-    assert f"1 trajectories · page 1 of 1 · run {run_id}, tool margin < 1000" in main_text(page).replace("**", "")
+    assert f"1 trajectory · page 1 of 1 · run {run_id}, tool margin < 1000" in main_text(page).replace("**", "")
     goto(page, f"{app_server.url}/trajectories?run={run_id}&margin=0.0")  # the greedy choice has margin >= 0
     assert "No trajectory matches" in main_text(page)

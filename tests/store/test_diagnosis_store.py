@@ -300,7 +300,7 @@ def test_evalrx_diagnose_one_trajectory(store_url, capsys):
             S.save_diagnoses(s, tid, [])
     tid = tids["arithmetic_easy-001"]
     assert main(["diagnose", "--trajectory", str(tid), "--url", store_url]) == 0
-    assert "diagnosed 1 trajectories; by kind: bad_arguments 1" in capsys.readouterr().out
+    assert "diagnosed 1 trajectory; by kind: bad_arguments 1" in capsys.readouterr().out
     assert S.get_diagnoses(tids["two_step-001"], store=store) == []
     assert S.get_diagnoses(tid, store=store)[0].kind == "bad_arguments"
 

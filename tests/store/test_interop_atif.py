@@ -202,7 +202,7 @@ def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_
     f = tmp_path / "trajectory.json"
     f.write_text(json.dumps(FOREIGN, indent=2))  # a pretty-printed single document, as Harbor writes it
     assert import_main([str(f), "--url", sqlite_url]) == 0
-    assert "imported 1 trajectories (atif) as run(s) 1" in capsys.readouterr().out
+    assert "imported 1 trajectory (atif) as run(s) 1" in capsys.readouterr().out
     row = S.list_trajectories(run_id=1, store=sqlite_url).rows[0]
     detail = S.get_trajectory(row.id, store=sqlite_url)
     tr = detail.trajectory

@@ -121,7 +121,7 @@ def _attrs(holder) -> dict:
 def test_otlp_json_spans_names_attributes_parents(run_id, sqlite_url, tmp_path, capsys):
     out = tmp_path / "run.otlp.json"
     assert export_main([str(run_id), str(out), "--url", sqlite_url]) == 0
-    assert capsys.readouterr().out.strip() == f"wrote 1 trajectories of run {run_id} to {out}"
+    assert capsys.readouterr().out.strip() == f"wrote 1 trajectory of run {run_id} to {out}"
     raw = json.loads(out.read_text())
     raw_span = raw["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert len(raw_span["traceId"]) == 32 and len(raw_span["spanId"]) == 16  # OTLP/JSON: hex, not base64
@@ -272,7 +272,7 @@ def test_otlp_http_endpoint_gets_protobuf(run_id, sqlite_url, tmp_path, capsys):
     try:
         out = tmp_path / "also.otlp.json"
         assert export_main([str(run_id), str(out), "--otel-endpoint", collector.url, "--url", sqlite_url]) == 0
-        assert capsys.readouterr().out.strip() == f"wrote 1 trajectories of run {run_id} to {out} and {collector.url}"
+        assert capsys.readouterr().out.strip() == f"wrote 1 trajectory of run {run_id} to {out} and {collector.url}"
         ((path, ctype, body),) = collector.got
         assert path == "/v1/traces" and ctype == "application/x-protobuf"
         sent = ExportTraceServiceRequest.FromString(body)

@@ -65,7 +65,7 @@ def test_a_valid_verdict_is_stored_as_source_judge_shown_and_exported(sqlite_url
         assert judge_cli(sqlite_url, run_id, server) == 0
     out = capsys.readouterr().out
     assert f"trajectory {tid} (two_step-001): misread_observation at step 3" in out
-    assert "judged 1 trajectories: 1 verdicts, 0 refused, 0 from the cache" in out
+    assert "judged 1 trajectory: 1 verdict, 0 refused, 0 from the cache" in out
     assert len(server.requests) == 1  # only the failed trajectory; the passing one needs --all
     sent = server.requests[0]["body"]
     assert sent["response_format"]["type"] == "json_schema"  # the api backend asks for the schema
@@ -141,7 +141,7 @@ def test_a_bad_answer_is_asked_again_once_then_refused_with_its_reason(sqlite_ur
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith(f"trajectory {tid}"))
     assert f"refused: {reason}" in line
-    assert "judged 1 trajectories: 0 verdicts, 1 refused, 0 from the cache" in out
+    assert "judged 1 trajectory: 0 verdicts, 1 refused, 0 from the cache" in out
     assert len(server.requests) == 2  # asked once more, with the reason
     retry = server.requests[1]["body"]["messages"]
     assert retry[-2]["role"] == "assistant" and retry[-1]["role"] == "user"

@@ -262,7 +262,7 @@ def test_a_quote_not_in_the_step_is_asked_again_once_then_refused_in_one_line(
     out = capsys.readouterr().out
     (line,) = [x for x in out.splitlines() if x.startswith(f"trajectory {tid}")]
     assert line.endswith(f"refused: {reason}")
-    assert "judged 1 trajectories: 0 verdicts, 1 refused, 0 from the cache" in out
+    assert "judged 1 trajectory: 0 verdicts, 1 refused, 0 from the cache" in out
     assert [d.to_dict() for d in S.get_diagnoses(tid, store=sqlite_url)] == before  # nothing stored
 
 

@@ -397,7 +397,7 @@ def test_dashboard_counts_failures_by_diagnosed_kind_with_links_to_the_list(seed
     assert dict(zip(table["kind"], table["failures"])) == counts
     assert all(link == f"trajectories?run={run}&kind={k}" for link, k in zip(table["open"], table["kind"]))
     at = open_page("trajectories", run=run, kind=next(iter(counts)))
-    assert f"**{counts[next(iter(counts))]}** trajectories" in texts(at)
+    assert f"**{counts[next(iter(counts))]} trajectories**" in texts(at)
 
 
 def test_long_output_is_collapsed_and_errors_shown(store_url):

@@ -411,7 +411,7 @@ def test_second_opinion_is_blind_and_saves_under_my_name(two_runs):
     assert S.second_opinion_queue(rid, "cy", store=url) == [tid]
     at = open_page("label", run=rid, second="true", annotator="cy")
     shown = texts(at)
-    assert f"Trajectory {tid}" in shown and "1 trajectories wait for your second opinion" in shown
+    assert f"Trajectory {tid}" in shown and "1 trajectory waits for your second opinion" in shown
     assert "graded" not in shown and "by ann" not in shown and "bad\\_arguments" not in shown.split("Failure kind")[0]
     assert not [b for b in at.button if b.key == "lq-accept"]  # no proposal to accept
     assert at.selectbox(key=f"lq-kind-{tid}").value is None  # nothing preselected
