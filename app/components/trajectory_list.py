@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import streamlit as st
 
-from components.safe import short
+from components.safe import counted, short
 from components.viewmodel import grade_text
 from evalrx.core import Termination
 
@@ -61,7 +61,7 @@ def _why(r: Any) -> str:
 
 
 def _numbers(r: Any) -> str:
-    parts = [f"{r.n_steps} steps", f"{r.n_tool_calls} calls"]
+    parts = [counted(r.n_steps, "step"), counted(r.n_tool_calls, "call")]
     if r.n_parse_errors:
         parts.append(f"<b>{r.n_parse_errors} parse err.</b>")
     parts.append(f"{r.latency_ms:,.0f} ms" if r.latency_ms else "- ms")

@@ -800,3 +800,18 @@ def test_serving_beyond_loopback_needs_a_login_or_an_explicit_yes():
     assert "EVALRX_ALLOW_UNAUTHENTICATED=1" in exposure_problem("0.0.0.0", auth=False, allowed=False)
     assert exposure_problem("0.0.0.0", auth=True, allowed=False) is None
     assert exposure_problem("0.0.0.0", auth=False, allowed=True) is None
+
+
+def test_a_list_row_says_one_step_and_one_call_in_the_singular():
+    from types import SimpleNamespace
+
+    from components.trajectory_list import row_html
+
+    row = SimpleNamespace(
+        sample_id="c1", run_id=1, goal="g", final_answer=None, outcome="fail", grade_turn=None,
+        diagnosis_kind=None, diagnosis_agent=None, label=None, label_kind=None, terminated="final",
+        n_steps=1, n_tool_calls=1, n_parse_errors=0, latency_ms=0, prompt_tokens=0, completion_tokens=0,
+    )  # fmt: skip
+    html = row_html(row)
+    assert "1 step · 1 call ·" in html and "calls" not in html and "steps" not in html
+    assert "3 steps · 2 calls" in row_html(SimpleNamespace(**{**vars(row), "n_steps": 3, "n_tool_calls": 2}))
