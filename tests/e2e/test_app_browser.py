@@ -188,3 +188,25 @@ def test_a_hub_model_without_its_weights_is_said_before_launch_with_the_local_we
     field.fill(DEMO_MODEL_DIR)
     field.press("Tab")
     poll(lambda: page.locator("[data-testid='stAlert']", has_text=repo).count() == 0, what="the line to clear")
+
+
+def test_the_trajectory_page_queues_a_judge_for_that_trajectory_with_its_budget(app_server, seeded, page):
+    tid, run = seeded["ids"][2], seeded["run"]
+    goto(page, f"{app_server.url}/trajectory?id={tid}")
+    page.get_by_text("Ask a judge about this trajectory").click()
+    page.get_by_label("Judge model spec").fill("gpt-4o-mini")
+    page.get_by_label("Base URL (api)").fill("http://127.0.0.1:9/v1")
+    page.get_by_role("spinbutton", name="Answer tokens at most").fill("64")
+    page.get_by_role("spinbutton", name="Answer tokens at most").press("Enter")
+    settle(page)
+    page.get_by_role("button", name="Estimate the cost").click()
+    page.get_by_role("button", name="Queue the judge for 1 trajectory").click()
+    settle(page)
+    job = poll(
+        lambda: next(
+            (j for j in S.list_judge_jobs(run_id=run, store=seeded["url"]) if j.trajectory_ids == [tid]), None
+        ),
+        what="a judge job for this one trajectory",
+    )
+    assert job.spec == "gpt-4o-mini" and job.options.get("max_new_tokens") == 64
+    page.get_by_text(f"Judge job {job.id}", exact=True).wait_for()  # the page follows the job it queued

@@ -66,6 +66,13 @@ def two_runs(app_env):
 def test_a_regression_opens_aligned_with_the_first_divergence_and_the_changed_argument(app_server, two_runs, page):
     run_a, run_b = two_runs
     goto(page, f"{app_server.url}/compare?a={run_a}&b={run_b}")
+    pickers = page.locator("[data-testid='stSelectbox']")
+    shown = [
+        pickers.nth(i).evaluate("e => e.innerText + ' ' + [...e.querySelectorAll('input')].map(i => i.value).join(' ')")
+        for i in (0, 1)
+    ]
+    assert f"{run_a} · compare A · evalrx-tiny" in shown[0]  # a run by its name, not a bare id
+    assert f"{run_b} · compare B · evalrx-tiny" in shown[1]
     regressions = page.locator("[data-testid='stMetric']", has_text="regressions")
     assert regressions.inner_text().split()[-1] == "1"
     assert page.locator("[data-testid='stMetric']", has_text="fixes").inner_text().split()[-1] == "1"
