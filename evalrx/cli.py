@@ -111,12 +111,16 @@ def _enqueue(args: argparse.Namespace) -> int:
     import time
 
     from evalrx.config import ModelConfig, RunConfig
+    from evalrx.models import weights_problem
     from evalrx.runner import enqueue_run
     from evalrx.store import connect, get_run
     from evalrx.suites import load_cases
 
     store = connect(args.url)
     cases = load_cases(args.cases or args.suite)[: args.limit or None]
+    problem = weights_problem(args.spec, backend=args.backend, checkpoint=args.checkpoint, how="--checkpoint DIR")
+    if problem:  # as New run says it; a worker on another machine may hold them, so queue all the same
+        print(f"evalrx: warning: {problem}", file=sys.stderr)
     cfg = RunConfig(
         model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
         tools=run_tools(tool_list(args.tools), cases, spec=args.spec),

@@ -51,6 +51,7 @@ def run_to_jsonl(args: Any) -> int:
 
     import evalrx
     from evalrx.core.case import Label
+    from evalrx.models import weights_problem
     from evalrx.models.agent import error_trajectory, run_batch, run_case
     from evalrx.suites import load_cases
     from evalrx.tools import get_tools
@@ -70,6 +71,9 @@ def run_to_jsonl(args: Any) -> int:
     )
     get_tools(run.tools)  # fail on an unknown tool before loading weights
     hooks = analysis.resolve(run.analyzers)  # an unknown analyzer too
+    problem = weights_problem(args.spec, backend=args.backend, checkpoint=args.checkpoint, how="--checkpoint DIR")
+    if problem:  # said as New run says it, before an MCP server starts
+        raise ValueError(problem)
     sessions = mcp_sessions(run)
     runtime = {"base_url": args.base_url} if args.base_url else {}
     runtime.update(

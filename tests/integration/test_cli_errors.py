@@ -49,7 +49,7 @@ def test_unknown_tool_lists_known_tools(tmp_path):
     out = run_cli(
         "run",
         "--spec",
-        "qwen2.5-0.5b-instruct",
+        "evalrx-tiny",
         "--suite",
         "demo",
         "--tools",
@@ -59,6 +59,26 @@ def test_unknown_tool_lists_known_tools(tmp_path):
         tmp_path=tmp_path,
     )
     assert_one_clear_line(out, "teleport", "calculator", "lookup")
+
+
+def test_a_hub_model_without_its_weights_is_one_line_before_a_local_run_and_a_warning_on_a_queued_one(tmp_path):
+    out = run_cli(
+        "run",
+        "--spec",
+        "qwen2.5-0.5b-instruct",
+        "--suite",
+        "demo",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+        tmp_path=tmp_path,
+    )
+    assert_one_clear_line(out, "Qwen/Qwen2.5-0.5B-Instruct", "--checkpoint DIR")
+    assert not (tmp_path / "o.jsonl").exists()
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    assert run_cli("db", "upgrade", "--url", url, tmp_path=tmp_path).returncode == 0
+    queued = run_cli("run", "--spec", "qwen2.5-0.5b-instruct", "--suite", "demo", "--url", url, tmp_path=tmp_path)
+    assert queued.returncode == 0 and "queued run 1" in queued.stdout  # a worker elsewhere may hold the weights
+    assert "evalrx: warning:" in queued.stderr and "--checkpoint DIR" in queued.stderr
 
 
 def test_missing_checkpoint_path_says_which_path(tmp_path):
