@@ -44,7 +44,7 @@ def test_failed_trajectory_shows_lens_tool_decision_and_attention(app_server, an
     open_turns(page)
     main = page.locator("[data-testid='stMain']")
     for heading in ("Logit lens", "Tool decision", "Attention by segment", "Generated tokens"):
-        assert main.get_by_text(heading, exact=False).first.is_visible(), heading
+        main.get_by_text(heading, exact=False).first.wait_for()  # panels draw after the steps (a fragment)
     charts = page.locator("[data-testid='stVegaLiteChart']")
     poll(lambda: charts.count() >= 3, what="lens, tool-decision and attention charts")
     # Vega draws each chart into a canvas or svg once its data is in.

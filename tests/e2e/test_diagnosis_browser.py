@@ -66,8 +66,8 @@ def test_a_failure_says_why_and_one_key_accepts_the_proposal(app_server, misread
 
     goto(page, f"{app_server.url}/label?run={run_id}&annotator=rev")
     page.get_by_role("heading", name=f"Trajectory {tid}").wait_for()
-    accept = page.get_by_role("button", name=f"Accept: misread_observation at step {step}")
-    assert accept.is_visible()
+    # The heading can paint before the rest of the same script run: wait for the button, not a snapshot.
+    page.get_by_role("button", name=f"Accept: misread_observation at step {step}").wait_for(timeout=15_000)
     assert page.get_by_role("button", name="Pass").get_attribute("data-testid") != "stBaseButton-primary"
     press(page, "Enter")
     lab = poll(lambda: current(store, tid), what="label saved by Enter")
