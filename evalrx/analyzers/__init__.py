@@ -28,6 +28,7 @@ The mechanism they share: `_conversation` (rebuild the conversation a trajectory
 from), `_passes` (plan the teacher-forced passes over it), `_shared_pass` (run each
 pass once for every analyzer that reads it), `_capture` (build a pass from the
 generation captures instead), `_compute` (the torch side).
+`panel_rows` turns each result into the rows the Trajectory page's panels draw, one turn at a time.
 Failure signs read from the steps alone are `evalrx.diagnosis`. Importing this package does not import torch.
 """
 
@@ -50,6 +51,15 @@ from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan, plan_pas
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult, analyze
 from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, AttentionResult
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
+from evalrx.analyzers.panel_rows import (
+    attention_rows,
+    decision_rows,
+    diagnosed_token,
+    lens_rows,
+    picture_choices,
+    pictures_before,
+    uncertainty_rows,
+)
 from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
 from evalrx.analyzers.replay import ReplayAnalyzer, ReplayResult
 from evalrx.analyzers.scores import analysis_scores, min_tool_margin
@@ -85,6 +95,13 @@ __all__ = [
     "ToolDecisionResult",
     "TrajectoryPlan",
     "analyze",
+    "attention_rows",
+    "decision_rows",
+    "diagnosed_token",
+    "lens_rows",
+    "picture_choices",
+    "pictures_before",
+    "uncertainty_rows",
     "analyzer_class",
     "conversation_from_trajectory",
     "find_decision_points",

@@ -412,7 +412,7 @@ def test_panels_decode_stored_records_into_their_result_classes(analysis_store):
 
 
 def test_lens_rows_carry_the_top_alternative_to_the_chosen_token(analysis_store):
-    from components.analysis_panels import lens_rows
+    from evalrx.analyzers import lens_rows
 
     rows = lens_rows(_decoded(analysis_store, _lens_result(5)), 3)
     assert len(rows) == 2 * 5 and {r["order"] for r in rows} == {0, 1}
@@ -426,7 +426,10 @@ def test_lens_rows_carry_the_top_alternative_to_the_chosen_token(analysis_store)
 
 
 def test_lens_heatmap_height_grows_with_the_layer_count_and_labels_stay_short(analysis_store):
-    from components.analysis_panels import TICK_CHARS, lens_chart, lens_rows
+    from components.analysis_panels import lens_chart
+
+    from evalrx.analyzers import lens_rows
+    from evalrx.analyzers.panel_rows import TICK_CHARS
 
     long_name = _lens_result(5, vocab=dict(_VOCAB, **{"1": " a_very_long_tool_name_that_would_eat_the_plot"}))
     small, large = (
@@ -529,7 +532,9 @@ def _decision_result(tool_candidates: tuple = ("calculator", "lookup", "search")
 
 def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store):
     """Decisions shaped as results stored before they named their token (no `token`, `piece`) still draw."""
-    from components.analysis_panels import decision_chart, decision_rows, decision_summary
+    from components.analysis_panels import decision_chart, decision_summary
+
+    from evalrx.analyzers import decision_rows
 
     rows = decision_rows(_decoded(analysis_store, _decision_result()), 1)
     tool = [r for r in rows if r["decision"] == 0]
@@ -552,9 +557,9 @@ def test_decision_rows_and_caption_name_the_strongest_alternative(analysis_store
 def test_decision_rows_label_the_token_a_value_was_measured_at(analysis_store):
     """A result naming its decided tokens: the argument's line and caption are that token (its place in the
     value), not the whole value; a tool name says where the names part. Older results read as above."""
-    from components.analysis_panels import decision_chart, decision_rows, decision_summary
+    from components.analysis_panels import decision_chart, decision_summary
 
-    from evalrx.analyzers import RUNNER_UP
+    from evalrx.analyzers import RUNNER_UP, decision_rows
 
     result = _decision_result()
     result.decisions[0].update(token="calc", piece=0)
@@ -570,7 +575,9 @@ def test_decision_rows_label_the_token_a_value_was_measured_at(analysis_store):
 
 
 def test_decision_without_alternatives_says_so(analysis_store):
-    from components.analysis_panels import decision_rows, decision_summary
+    from components.analysis_panels import decision_summary
+
+    from evalrx.analyzers import decision_rows
 
     rows = decision_rows(_decoded(analysis_store, _decision_result(("calculator",))), 1)
     tool = [r for r in rows if r["decision"] == 0]
@@ -579,9 +586,9 @@ def test_decision_without_alternatives_says_so(analysis_store):
 
 
 def test_attention_chart_labels_every_segment_in_conversation_order(analysis_store):
-    from components.analysis_panels import attention_chart, attention_rows
+    from components.analysis_panels import attention_chart
 
-    from evalrx.analyzers import AttentionResult
+    from evalrx.analyzers import AttentionResult, attention_rows
 
     segs = [
         {"kind": k, "step": None, "label": x}
@@ -607,9 +614,7 @@ def test_attention_chart_labels_every_segment_in_conversation_order(analysis_sto
 
 def test_attention_lists_only_the_segments_before_the_step(analysis_store):
     """A decision at step 1 cannot attend to step 2's observation or step 3's turn: they are not its columns."""
-    from components.analysis_panels import attention_rows
-
-    from evalrx.analyzers import AttentionResult
+    from evalrx.analyzers import AttentionResult, attention_rows
 
     segs = [
         {"kind": "system", "step": None, "label": "system"},
@@ -683,7 +688,9 @@ def _token_diagnosis(token_index: int = 22):
 
 def test_tool_decision_shows_the_alternatives_at_the_diagnosed_token(analysis_store):
     """The diagnosis names token 22 of argument `city`: the panel reads the lens there, not the first token (20)."""
-    from components.analysis_panels import decision_rows, decision_summary, diagnosed_token
+    from components.analysis_panels import decision_summary
+
+    from evalrx.analyzers import decision_rows, diagnosed_token
 
     decision = _decoded(analysis_store, _decision_result())
     lens = _decoded(analysis_store, _diagnosed_lens())
@@ -761,10 +768,10 @@ def test_uncertainty_shades_the_turns_tokens_with_their_text_escaped(analysis_st
 
 def test_a_real_analysis_of_a_demo_trajectory_fills_every_panel(analysis_store):
     """The four analyzers on the bundled demo model, stored and decoded as the page does, give each panel rows."""
-    from components.analysis_panels import attention_rows, decision_rows, lens_rows, panel_results, uncertainty_html
+    from components.analysis_panels import panel_results, uncertainty_html
 
     import evalrx
-    from evalrx.analyzers import analyze
+    from evalrx.analyzers import analyze, attention_rows, decision_rows, lens_rows
     from evalrx.models.agent import Agent
     from evalrx.suites import load_cases
     from evalrx.tools import get_tools

@@ -12,10 +12,9 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
 
-from components.analysis_panels import picture_choices  # noqa: E402
 from components.patch_heatmap import WIDTH, heatmap_png  # noqa: E402
 
-from evalrx.analyzers import KINDS, AttentionResult  # noqa: E402
+from evalrx.analyzers import KINDS, AttentionResult, picture_choices  # noqa: E402
 
 
 def _white(w: int = 96, h: int = 96) -> bytes:
