@@ -19,15 +19,14 @@ prompt, answer and checks are as they always were.
 `strategy` is how the judge reads the log (the three of Who&When, arXiv 2505.00212): `all_at_once` (the whole
 log, one answer: this module), `step_by_step` and `binary_search` (`evalrx.diagnosis.judge_strategies`).
 
-Imports only `evalrx.core` and the team's definition (`evalrx.diagnosis.team.is_team`): no store, no model
-code; the caller passes any `Model`.
+Imports only `evalrx.core`, the team's definition (`evalrx.diagnosis.team.is_team`) and the answer's reader
+(`evalrx.diagnosis.verdict`): no store, no model code; the caller passes any `Model`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -36,6 +35,7 @@ from evalrx.core import Diagnosis, FailureCase, Model, StepRole, Trajectory, can
 from evalrx.core.case import agent_name
 from evalrx.core.tool import normalize_call
 from evalrx.diagnosis.team import is_team
+from evalrx.diagnosis.verdict import inert_repr, parse_verdict
 
 # Bumped whenever the prompt or the checks change: a cached verdict of another version is not reused.
 PROMPT_VERSION = 1
@@ -332,80 +332,6 @@ def agent_schema(agents: Sequence[str]) -> dict:
     }
 
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
-
-
-def parse_verdict(text: str) -> dict:
-    """The answer's JSON object: the whole text, a fenced block, or the first `{...}` in it.
-
-    Raises:
-        ValueError: one line saying what is wrong (not JSON, not an object, a field missing or mistyped).
-    """
-    return verdict_fields(json_object(text))
-
-
-def json_object(text: str) -> dict:
-    """The JSON object an answer holds: the whole text, a fenced block, or the first `{...}` in it.
-
-    Raises:
-        ValueError: one line: empty, not JSON, or not an object.
-    """
-    text = (text or "").strip()
-    if not text:
-        raise ValueError("the answer is empty")
-    fenced = _FENCE.search(text)
-    body = fenced.group(1).strip() if fenced else text
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError as exc:
-        start = body.find("{")
-        if start < 0:
-            raise ValueError(f"the answer is not JSON ({exc.msg} at char {exc.pos})") from None
-        try:
-            value, _ = json.JSONDecoder().raw_decode(body, start)
-        except json.JSONDecodeError as inner:
-            raise ValueError(f"the answer is not JSON ({inner.msg} at char {inner.pos})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"the answer is a JSON {type(value).__name__}, not an object")
-    return value
-
-
-def verdict_fields(value: dict) -> dict:
-    """A verdict's fields from an answer's JSON object, checked for presence and type.
-
-    Raises:
-        ValueError: one line naming the field missing or mistyped.
-    """
-    missing = [k for k in ("kind", "first_wrong_step", "evidence", "confidence") if k not in value]
-    if missing:
-        raise ValueError(f"the answer has no {', '.join(repr(k) for k in missing)}")
-    kind, step, evidence = value["kind"], value["first_wrong_step"], value["evidence"]
-    if kind is not None and not isinstance(kind, str):
-        raise ValueError(f"'kind' must be a string or null, not {_short(kind)}")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-        raise ValueError(f"'first_wrong_step' must be a step number or null, not {_short(step)}")
-    if not isinstance(evidence, str):
-        raise ValueError(f"'evidence' must be a quote (a string), not {_short(evidence)}")
-    explanation = value.get("explanation", "")
-    if not isinstance(explanation, str):
-        raise ValueError(f"'explanation' must be a string, not {_short(explanation)}")
-    confidence = value["confidence"]
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
-        raise ValueError(f"'confidence' must be a number from 0 to 1, not {_short(confidence)}")
-    out = {
-        "kind": kind,
-        "first_wrong_step": step,
-        "evidence": evidence,
-        "explanation": explanation,
-        "confidence": float(confidence),
-    }
-    if "agent" in value:  # a team's answer names the agent (a single agent's never needs to)
-        if value["agent"] is not None and not isinstance(value["agent"], str):
-            raise ValueError(f"'agent' must be an agent's name or null, not {_short(value['agent'])}")
-        out["agent"] = value["agent"]
-    return out
-
-
 def check_verdict(verdict: dict, trajectory: Trajectory, kinds: Iterable[Any]) -> Diagnosis:
     """The verdict as a `Diagnosis` (source `judge`) once it holds up against the trajectory.
 
@@ -424,21 +350,21 @@ def check_verdict(verdict: dict, trajectory: Trajectory, kinds: Iterable[Any]) -
     keys = [key for key, _ in kind_pairs(kinds)]
     kind = canonical_kind(verdict["kind"])
     if kind not in keys:
-        raise ValueError(f"the kind {_short(verdict['kind'])} is not in the vocabulary ({', '.join(keys)})")
+        raise ValueError(f"the kind {inert_repr(verdict['kind'])} is not in the vocabulary ({', '.join(keys)})")
     step_idx = verdict.get("first_wrong_step")
     if step_idx is None:
         raise ValueError(f"the kind {kind} needs the step where it first went wrong, not null")
     by_idx = {s.idx: s for s in trajectory.steps}
     if step_idx not in by_idx:
         span = f"its steps are {min(by_idx)}-{max(by_idx)}" if by_idx else "it has no steps"
-        raise ValueError(f"step {_short(step_idx)} is not a step of this trajectory ({span})")
+        raise ValueError(f"step {inert_repr(step_idx)} is not a step of this trajectory ({span})")
     agent = _checked_agent(verdict, trajectory, by_idx[step_idx])
     quote = _flat(str(verdict.get("evidence") or ""))
     if not quote:
         raise ValueError("the evidence is empty: quote the step")
     where = _found_in(by_idx[step_idx], quote)
     if where is None:
-        raise ValueError(f"the evidence {_short(quote)} is not a quote from step {step_idx}")
+        raise ValueError(f"the evidence {inert_repr(quote)} is not a quote from step {step_idx}")
     evidence = {"text": quote, "quote_in": where, "explanation": explanation}
     return Diagnosis(kind, step_idx, evidence, confidence, "judge", agent=agent)
 
@@ -459,7 +385,7 @@ def _checked_agent(verdict: dict, trajectory: Trajectory, step: Any) -> Optional
         raise ValueError(f"a team's verdict must name the agent to blame (one of {team}), not null")
     name = agent_name(named) if isinstance(named, str) else None
     if name not in agents:
-        raise ValueError(f"the agent {_short(named)} is not an agent of this team ({team})")
+        raise ValueError(f"the agent {inert_repr(named)} is not an agent of this team ({team})")
     if step.agent != name:
         taker = _flat(step.agent) if step.agent else f"no agent of the team (a {_ROLE_WORDS.get(step.role, 'step')})"
         raise ValueError(f"step {step.idx} was taken by {_cut(taker, 120)}, not {_cut(_flat(name), 120)}")
@@ -487,12 +413,6 @@ def _found_in(step: Any, quote: str) -> Optional[str]:
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    """A value as one inert line for an error: repr'd (quotes and escapes shown), cut."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 # ---------------------------------------------------------------- one call
@@ -697,7 +617,6 @@ __all__ = [
     "context_parts",
     "findings_parts",
     "judge",
-    "json_object",
     "judge_info",
     "kind_pairs",
     "observation_text",
@@ -706,7 +625,6 @@ __all__ = [
     "team_agents",
     "transcript_part",
     "variant_of",
-    "verdict_fields",
     "verdict_key",
     "vocabulary_text",
 ]

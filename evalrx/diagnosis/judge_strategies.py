@@ -35,14 +35,13 @@ from evalrx.diagnosis.judge import (
     check_verdict,
     context_parts,
     findings_parts,
-    json_object,
     kind_pairs,
     response_format,
     team_agents,
     transcript_part,
-    verdict_fields,
     vocabulary_text,
 )
+from evalrx.diagnosis.verdict import inert_repr, json_object, verdict_fields
 
 # Bumped whenever these strategies' prompts or checks change: part of their verdicts' cache key.
 STRATEGY_VERSION = 1
@@ -174,7 +173,7 @@ def _decisive(value: dict) -> bool:
         return said
     if isinstance(said, str) and said.strip().lower() in _DECISIVE_WORDS:
         return _DECISIVE_WORDS[said.strip().lower()]
-    raise ValueError(f"'decisive' must be true or false, not {_short(said)}")
+    raise ValueError(f"'decisive' must be true or false, not {inert_repr(said)}")
 
 
 def _confidence(value: dict) -> Optional[float]:
@@ -189,11 +188,6 @@ def _with_agent(fields: dict, step: Any, team: bool) -> dict:
     if team and fields.get("kind") is not None and not fields.get("agent"):
         return {**fields, "agent": step.agent}
     return fields
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 def _result(info: dict, diagnosis: Optional[Diagnosis], answer: str) -> JudgeResult:
@@ -349,7 +343,7 @@ def _half(text: str) -> str:
         raise ValueError('the answer has no \'half\' ("first" or "second")')
     half = value["half"]
     if not isinstance(half, str) or half.strip().lower() not in ("first", "second"):
-        raise ValueError(f'\'half\' must be "first" or "second", not {_short(half)}')
+        raise ValueError(f'\'half\' must be "first" or "second", not {inert_repr(half)}')
     return half.strip().lower()
 
 
@@ -361,7 +355,9 @@ def _final_check(trajectory: Trajectory, kinds: Sequence[Any], step: Any, team: 
         fields = verdict_fields(value)
         named = fields["first_wrong_step"]
         if fields["kind"] is not None and named != step.idx:
-            raise ValueError(f"the search narrowed the decisive mistake to step {step.idx}, not step {_short(named)}")
+            raise ValueError(
+                f"the search narrowed the decisive mistake to step {step.idx}, not step {inert_repr(named)}"
+            )
         return check_verdict(_with_agent(fields, step, team), trajectory, kinds)
 
     return check
