@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from evalrx.core import SCORES_OF
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store.engine import Store, changed_rows, resolve
 
 REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
@@ -220,7 +220,7 @@ def requeue_stale_requests(store: Store, live_workers: Sequence[str]) -> int:
         q = update(t.AnalysisRequest).where(t.AnalysisRequest.status == "running")
         if live_workers:
             q = q.where(t.AnalysisRequest.worker_id.not_in(list(live_workers)))
-        return s.execute(q.values(status="queued", worker_id=None, started_at=None)).rowcount or 0
+        return changed_rows(s.execute(q.values(status="queued", worker_id=None, started_at=None))) or 0
 
 
 def get_request(request_id: int, *, store: "Store | str | None" = None) -> Optional[dict]:

@@ -83,7 +83,7 @@ def failure_kind_counts(run_id: Optional[int] = None, *, store: "Store | str | N
         q = select(T.diagnosis_kind, func.count()).where(T.diagnosis_kind.is_not(None)).group_by(T.diagnosis_kind)
         if run_id is not None:
             q = q.where(T.run_id == run_id)
-        counts = dict(s.execute(q).all())
+        counts = {str(kind): n for kind, n in s.execute(q).all()}
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -14,10 +14,10 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, cast
 
 from sqlalchemy import create_engine, event, inspect, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import CursorResult, Engine, Result, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from evalrx.store.schema import SCHEMA_VERSION
@@ -210,6 +210,11 @@ def resolve(store: "Store | str | None") -> Store:
     return connect(store)
 
 
+def changed_rows(result: Result) -> int:
+    """How many rows an UPDATE or DELETE changed (`Session.execute` types its CursorResult as a plain Result)."""
+    return cast(CursorResult, result).rowcount
+
+
 @contextmanager
 def migration_connection(engine: Engine) -> Iterator[Any]:
     """A connection in one write transaction for migrations (`BEGIN IMMEDIATE` on SQLite).
@@ -222,7 +227,7 @@ def migration_connection(engine: Engine) -> Iterator[Any]:
     sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as conn:
         if sqlite:
-            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+            conn.connection.cursor().execute("PRAGMA foreign_keys=OFF")
         try:
             with conn.execution_options(evalrx_write=True).begin():
                 yield conn
@@ -232,7 +237,7 @@ def migration_connection(engine: Engine) -> Iterator[Any]:
                         raise SchemaError(f"migration left rows with broken foreign keys: {broken[:5]}")
         finally:
             if sqlite:
-                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+                conn.connection.cursor().execute("PRAGMA foreign_keys=ON")
 
 
 def upgrade(url: Optional[str] = None, revision: str = "head") -> str:

@@ -86,7 +86,7 @@ def iter_export_rows(
             for tid in chunk:
                 row = trajs[tid]
                 if row.run_id not in runs_info:
-                    run = s.get(t.Run, row.run_id)
+                    run = s.get_one(t.Run, row.run_id)
                     runs_info[row.run_id] = {"name": run.name, "config": run.config or {}}
                 run_info = runs_info[row.run_id]
                 case = case_rows[row.case_row_id]
@@ -95,7 +95,7 @@ def iter_export_rows(
                 case_out = convert.case_dict(case)
                 sha = case_out.pop("image_sha256")
                 if sha:
-                    blob = s.get(t.Blob, sha)
+                    blob = s.get_one(t.Blob, sha)
                     case_out["image"] = _picture(sha, blob.mime, blob.data)
                 body = traj.to_dict()
                 for step in body["steps"]:
@@ -156,7 +156,7 @@ def current_label_rows(
         q = q.where(L.trajectory_id.in_(list(trajectory_ids)))
     with resolve(store).read() as s:
         rows = s.execute(q).all()
-    return rows
+    return list(rows)
 
 
 LABEL_COLUMNS = (

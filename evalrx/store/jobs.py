@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from evalrx.core.case import Label, Termination
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store.engine import Store, changed_rows, resolve
 from evalrx.store.records import JobInfo
 
 DEFAULT_MAX_ATTEMPTS = 10
@@ -155,7 +155,7 @@ def claim_next(
             job = s.execute(q.with_for_update(skip_locked=True, of=t.Job)).scalar_one_or_none()
             if job is None:
                 return None
-            run = s.get(t.Run, job.run_id)
+            run = s.get_one(t.Run, job.run_id)
             if job.cancel_requested:
                 job.status, job.finished_at = "cancelled", now
                 run.status, run.finished_at = "cancelled", now
@@ -187,7 +187,7 @@ def heartbeat(store: Store, worker_id: str, job_id: Optional[int] = None) -> boo
                 .where(t.Job.id == job_id, t.Job.worker_id == worker_id, t.Job.status == "running")
                 .values(heartbeat_at=now)
             )
-            owned = bool(res.rowcount)
+            owned = bool(changed_rows(res))
         s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(heartbeat_at=now))
     return owned
 
@@ -219,7 +219,7 @@ def finish_job(store: Store, job_id: int, worker_id: str, status: str, *, error:
         except LeaseLost:
             return False
         job.status, job.finished_at, job.error = status, now, error
-        run = s.get(t.Run, job.run_id)
+        run = s.get_one(t.Run, job.run_id)
         if status == "done" and run.n_done and run.n_error == run.n_done:
             # Nothing the model did was judged: the server or the harness failed on every case.
             status, error = "failed", error or f"all {run.n_done} cases errored (see their trajectories' errors)"
@@ -248,7 +248,7 @@ def request_cancel(run_id: int, *, store: "Store | str | None" = None) -> str:
                 status = "cancelled"
             elif job.status == "running":
                 job.cancel_requested = True
-        run = s.get(t.Run, run_id)
+        run = s.get_one(t.Run, run_id)
         if status == "cancelled" and run.status == "queued":
             run.status, run.finished_at = "cancelled", now
         return status
@@ -283,7 +283,7 @@ def requeue_stale(store: Store, *, stale_after_s: float = 60.0, max_attempts: in
             who = job.worker_id
             if worker is not None:
                 worker.status, worker.job_id = "stopped", None
-            run = s.get(t.Run, job.run_id)
+            run = s.get_one(t.Run, job.run_id)
             if job.cancel_requested:  # it was asked to stop anyway
                 job.status, job.finished_at, job.worker_id = "cancelled", now, None
                 run.status, run.finished_at = "cancelled", now

@@ -20,7 +20,7 @@ from sqlalchemy import select, update
 
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store.engine import Store, changed_rows, resolve
 from evalrx.store.jobs import LeaseLost
 
 ACTIVE = ("queued", "running")
@@ -278,7 +278,7 @@ def requeue_stale_judge_jobs(store: Store, live_workers: Sequence[str]) -> int:
                 status="queued", worker_id=None, error="requeued: its worker stopped heartbeating"
             )
         )
-        return res.rowcount or 0
+        return changed_rows(res) or 0
 
 
 def cancel_judge_job(job_id: int, *, store: "Store | str | None" = None) -> str:

@@ -19,7 +19,7 @@ from evalrx.core.case import Label, agent_name
 from evalrx.core.failures import canonical_kind
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store.engine import Store, changed_rows, resolve
 from evalrx.store.records import LabelInfo
 from evalrx.store.taxonomy import ensure_kind
 
@@ -262,12 +262,12 @@ def label_targets(
         if messages:
             ids = sorted(found)
             for start in range(0, len(ids), _CHUNK):
-                q = (
+                steps_q = (
                     select(t.Step.trajectory_id, t.Step.idx, t.Step.span)
                     .where(t.Step.trajectory_id.in_(ids[start : start + _CHUNK]))
                     .order_by(t.Step.trajectory_id, t.Step.idx)  # the first step that names a message keeps it
                 )
-                for tid, idx, span in s.execute(q):
+                for tid, idx, span in s.execute(steps_q):
                     msg = (span or {}).get("message")
                     if isinstance(msg, int) and not isinstance(msg, bool):
                         found[tid].messages.setdefault(msg, idx)
@@ -276,10 +276,10 @@ def label_targets(
                             found[tid].spans.setdefault(sid, idx)
         ids = sorted(found)
         for start in range(0, len(ids), _CHUNK):
-            q = select(t.TrajectoryAgent.trajectory_id, t.TrajectoryAgent.agent).where(
+            agents_q = select(t.TrajectoryAgent.trajectory_id, t.TrajectoryAgent.agent).where(
                 t.TrajectoryAgent.trajectory_id.in_(ids[start : start + _CHUNK])
             )
-            for tid, agent in s.execute(q):
+            for tid, agent in s.execute(agents_q):
                 found[tid].agents.append(agent)
     return sorted(found.values(), key=lambda x: (x.run_id, x.sample_id, x.attempt, x.trajectory_id))
 
@@ -378,7 +378,7 @@ def remove_tag(trajectory_id: int, name: str, *, store: "Store | str | None" = N
                 t.TrajectoryTag.trajectory_id == trajectory_id, t.TrajectoryTag.tag_id == tag_id
             )
         )
-        return bool(res.rowcount)
+        return bool(changed_rows(res))
 
 
 def tags_in(session: Session, trajectory_id: int) -> list[str]:
@@ -415,4 +415,4 @@ def label_kinds(*, store: "Store | str | None" = None) -> list[str]:
             .group_by(t.LabelRow.failure_kind)
             .order_by(func.count().desc(), t.LabelRow.failure_kind)
         ).all()
-        return [r[0] for r in rows]
+        return [str(r[0]) for r in rows]

@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from evalrx.core.secrets import has_env_reference, is_secret_name
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store.engine import Store, changed_rows, resolve
 
 
 def _check_no_secret(name: str, config: dict) -> None:
@@ -55,7 +55,7 @@ def list_mcp_servers(*, store: "Store | str | None" = None) -> "list[dict]":
 
 def delete_mcp_server(name: str, *, store: "Store | str | None" = None) -> bool:
     with resolve(store).write() as s:
-        return bool(s.execute(delete(t.McpServer).where(t.McpServer.name == name)).rowcount)
+        return bool(changed_rows(s.execute(delete(t.McpServer).where(t.McpServer.name == name))))
 
 
 __all__ = ["delete_mcp_server", "list_mcp_servers", "save_mcp_server"]

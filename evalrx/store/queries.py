@@ -386,7 +386,7 @@ def blamed_agents(run_id: "int | Sequence[int] | None" = None, *, store: "Store 
         q = q.where(T.run_id.in_(runs))
     with resolve(store).read() as s:
         rows = s.execute(q).all()
-    return [a for a, _ in sorted(rows, key=lambda r: (-r[1], r[0]))]
+    return [str(a) for a, _ in sorted(rows, key=lambda r: (-r[1], r[0]))]
 
 
 def get_trajectory(trajectory_id: int, *, store: "Store | str | None" = None) -> Optional[TrajectoryDetail]:
@@ -634,15 +634,15 @@ def step_latency_sample(
     recent = select(T.id).order_by(T.id.desc())
     if run_ids:
         recent = recent.where(T.run_id.in_(list(run_ids)))
-    recent = recent.limit(max(1, limit // 3)).subquery()
+    newest = recent.limit(max(1, limit // 3)).subquery()
     q = (
         select(S.role, S.tool_name, S.latency_ms, S.flags)
-        .where(S.trajectory_id.in_(select(recent.c.id)), S.latency_ms.is_not(None))
+        .where(S.trajectory_id.in_(select(newest.c.id)), S.latency_ms.is_not(None))
         .limit(limit)
     )
     with resolve(store).read() as s:
         return [
-            {"role": role, "tool_name": tool, "latency_ms": float(lat), "flags": flags or ""}
+            {"role": role, "tool_name": tool, "latency_ms": float(lat or 0.0), "flags": flags or ""}
             for role, tool, lat, flags in s.execute(q)
         ]
 

@@ -20,7 +20,7 @@ from evalrx.core.content import sniff_mime
 from evalrx.core.secrets import has_env_reference, is_secret_name
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store.engine import Store, changed_rows, resolve
 
 
 def insert_ignore(session: Session, model: Any, values: dict, key: Sequence[str]) -> None:
@@ -99,10 +99,12 @@ def _case_ids(session: Session, digests: Sequence[str]) -> dict:
 
 def _dialect_insert(dialect: str) -> Any:
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    return dialect_insert
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert
 
 
 # What a queued run's stored config may hold: an allow-list (RunConfig's and ModelConfig's fields), so a
@@ -147,7 +149,7 @@ def config_dict(run_config: Any) -> dict:
     """A RunConfig (or dict) as a JSON dict, with anything that looks like a secret removed (imports' configs)."""
     import dataclasses
 
-    if dataclasses.is_dataclass(run_config):
+    if dataclasses.is_dataclass(run_config) and not isinstance(run_config, type):
         data = dataclasses.asdict(run_config)
     else:
         data = dict(run_config or {})
@@ -213,7 +215,8 @@ def create_run(
     `n_cases` counts attempts. (An import adds its cases and attempts as it reads them: `io._RunWriter`.)
     """
     cfg = config_dict(config)
-    model = cfg.get("model") if isinstance(cfg.get("model"), dict) else {}
+    given = cfg.get("model")
+    model: dict = given if isinstance(given, dict) else {}
     run = t.Run(
         name=name,
         status=status,
@@ -404,7 +407,7 @@ def delete_run(run_id: int, *, store: "Store | str | None" = None) -> bool:
     """Delete a run with its jobs, trajectories, steps, labels and analyses. False if absent."""
     with resolve(store).write() as s:
         res = s.execute(delete(t.Run).where(t.Run.id == run_id))
-        return bool(res.rowcount)
+        return bool(changed_rows(res))
 
 
 def rename_run(run_id: int, name: str, *, store: "Store | str | None" = None) -> None:
@@ -424,7 +427,7 @@ def run_config(run_id: int, *, store: "Store | str | None" = None) -> dict:
 def update_run_meta(run_id: int, *, store: "Store | str | None" = None, **meta: Any) -> None:
     """Merge `meta` into a run's meta (e.g. the model's load time)."""
     with resolve(store).write() as s:
-        run = s.get(t.Run, run_id)
+        run = s.get_one(t.Run, run_id)
         run.meta = convert.jsonable(dict(run.meta or {}, **meta))
 
 
@@ -435,7 +438,7 @@ def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[d
     from evalrx.store.queries import pending_cases
 
     with resolve(store).read() as s:
-        cfg = dict(s.get(t.Run, run_id).config or {})
+        cfg = dict(s.get_one(t.Run, run_id).config or {})
         todo = pending_cases(s, run_id)
         rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_({cid for _, cid, _ in todo}))).scalars()}
         shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
@@ -446,7 +449,7 @@ def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[d
         )
         # Each attempt gets its own case object: tools and the worker may change it while it runs.
         cases = [
-            (cid, attempt, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256)))
+            (cid, attempt, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256 or "")))
             for _, cid, attempt in todo
         ]
         return cfg, cases, case_starts(s, run_id)

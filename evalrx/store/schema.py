@@ -9,7 +9,7 @@ lower-cased search text) exist so the pages' filters hit an index, not a JSON pa
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from sqlalchemy import (
     JSON,
@@ -21,6 +21,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -75,6 +76,7 @@ class UTCDateTime(TypeDecorator):
 
 
 class Base(DeclarativeBase):
+    __table__: ClassVar[Table]  # every model here is mapped to a Table (declarative types it as any FromClause)
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {dict: JSONType, list: JSONType, datetime: UTCDateTime}
 

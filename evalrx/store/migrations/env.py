@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from evalrx.store.engine import make_engine, migration_connection
+from evalrx.store.engine import SchemaError, make_engine, migration_connection
 from evalrx.store.schema import include_object, metadata
 
 config = context.config
@@ -39,7 +39,10 @@ def run_migrations_online() -> None:
     if connection is not None:
         _run(connection)
         return
-    engine = make_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SchemaError("the migration config names no sqlalchemy.url; migrate with `evalrx db upgrade`")
+    engine = make_engine(url)
     with migration_connection(engine) as conn:  # what `evalrx db upgrade` does too
         _run(conn)
     engine.dispose()

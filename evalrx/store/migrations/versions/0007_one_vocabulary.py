@@ -44,8 +44,8 @@ def _rename(down: bool) -> None:
         with op.batch_alter_table(table, schema=None) as batch_op:
             for ix_table, before, after in INDEXES:
                 if ix_table == table:
-                    old = after if down else before
-                    batch_op.drop_index(_index_name(table, old))
+                    columns = after if down else before
+                    batch_op.drop_index(_index_name(table, columns))
             for r_table, old, new, length in RENAMES:
                 if r_table != table:
                     continue
