@@ -95,7 +95,7 @@ def result_from_arrays(arrays: "dict[str, np.ndarray]", meta: dict) -> AnalysisR
         ValueError: the meta names no known result type.
     """
     kind = meta.get("result_type")
-    cls = RESULT_TYPES.get(kind)
+    cls = RESULT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"Unknown result_type {kind!r}; known: {', '.join(sorted(RESULT_TYPES))}.")
     return cls.from_arrays(arrays, meta)
@@ -156,7 +156,7 @@ class HookAnalyzer(Analyzer):
 
     def run_case(self, ctx: Any) -> Any:
         """Run the hook on one finished case: an iterable of `AnalysisRecord` (or None)."""
-        return self.hook(ctx)
+        return type(self).hook(ctx)  # a staticmethod: the class gives the plain function
 
     def run_trajectory(
         self,
@@ -176,7 +176,7 @@ class HookAnalyzer(Analyzer):
 ANALYZERS: "dict[str, Type[Analyzer]]" = {}
 
 
-def register_analyzer(cls: "Type[Analyzer]" = None, *, replace: bool = False) -> Any:
+def register_analyzer(cls: "Optional[Type[Analyzer]]" = None, *, replace: bool = False) -> Any:
     """Register an analyzer class under its `name` (usable as a plain call or a decorator).
 
     Args:

@@ -168,6 +168,7 @@ def capture_pass(plan: TrajectoryPlan, index: int, requests: Sequence[Any], capt
         tensor = torch.cat(blocks, dim=1).to(device=device, dtype=dtype)
         states = CapturedStates(tensor, held, n_tokens)
     if logit_positions:
+        assert states is not None  # want_states holds whenever logit_positions does
         parts = local.parts
         with torch.inference_mode():
             final = states.rows(len(states) - 1, torch.tensor(logit_positions, dtype=torch.long, device=device))

@@ -171,7 +171,7 @@ def teacher_forced(
 
     mods = attention_modules(local.parts.layers)
     pos = torch.tensor(list(attention), dtype=torch.long, device=local.device)
-    rows: list = [None] * len(mods)
+    rows = [None] * len(mods)
 
     def hook(layer: int):
         def fn(module: Any, args: Any, output: Any) -> None:
@@ -293,7 +293,7 @@ def lens_stats(
     tgt_all = torch.tensor(list(targets), dtype=torch.long, device=dev)
     n_gather = max((len(g) for g in gather_ids), default=0) if gather_ids is not None else 0
     if n_gather:
-        padded = [list(g) + [-1] * (n_gather - len(g)) for g in gather_ids]
+        padded = [list(g) + [-1] * (n_gather - len(g)) for g in gather_ids or []]
         gat_all = torch.tensor(padded, dtype=torch.long, device=dev)
 
     n_out = n_layers + 1
@@ -325,7 +325,7 @@ def lens_stats(
             st = _block_stats(block, tgt_all[c0:c1].to(block.device), k, gat)
             entropy[:, c0:c1], topk_lp[:, c0:c1], topk_ids[:, c0:c1] = st[0], st[1], st[2]
             t_lp[:, c0:c1], t_rank[:, c0:c1] = st[3], st[4]
-            if n_gather:
+            if gathered is not None:
                 gathered[:, c0:c1] = st[5]
     return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
 
@@ -413,7 +413,7 @@ def final_margins(final_logits: Any, rows: Sequence[int], targets: Sequence[int]
 _PIECES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> {id: text}, filled as ids appear
 
 
-def decode_pieces(tokenizer: Any, ids: Sequence[int]) -> dict:
+def decode_pieces(tokenizer: Any, ids: "Sequence[int] | np.ndarray") -> dict:
     """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer).
 
     A token's text never changes, so each tokenizer's pieces are decoded once per process.

@@ -251,9 +251,9 @@ def conversation_from_trajectory(
             if native:
                 for i, c in enumerate(calls):
                     c["id"] = c["id"] or f"call_{s.idx}_{i}"
-            tc = [ToolCall(name=c["name"], args=c["args"], id=c["id"]) for c in calls]
-            built.assistant(chat, tc, native=native, step=s.idx)
-            for c, t in zip(calls, tc):  # an id the codec gave a call goes to its results too
+            turn_calls = [ToolCall(name=c["name"], args=c["args"], id=c["id"]) for c in calls]
+            built.assistant(chat, turn_calls, native=native, step=s.idx)
+            for c, t in zip(calls, turn_calls):  # an id the codec gave a call goes to its results too
                 c["id"] = t.id
             turns.append(
                 ActorTurn(

@@ -44,7 +44,7 @@ class ImageSpan:
 
 def conversation_images(conversation: Any) -> "list[tuple[Any, Optional[int]]]":
     """`(image, step)` of every image block of the conversation, in the order the template writes them."""
-    out = []
+    out: "list[tuple[Any, Optional[int]]]" = []
     for k, message in enumerate(conversation.messages):
         content = message.get("content")
         if isinstance(content, list):
@@ -160,7 +160,9 @@ def expand_images(
     processed = process_images(local, [im for im, _ in images])
     out = []
     for tf_pass in passes:
-        ids, offsets, spans = [], [], []
+        ids: "list[int]" = []
+        offsets: list = []
+        spans: "list[ImageSpan]" = []
         shift = []  # per original token: its index in the expanded pass
         for tok, off in zip(tf_pass.ids, tf_pass.offsets):
             shift.append(len(ids))

@@ -170,8 +170,8 @@ class PassAnalyzer(Analyzer):
             info["source"] = source
             if notes:
                 info["source_notes"] = list(notes)
-        if isinstance(getattr(result, "source", None), str):
-            result.source = source
+        if isinstance(getattr(result, "source", None), str):  # a result that names its source (uncertainty)
+            setattr(result, "source", source)
 
     def run_trajectory(
         self,
@@ -360,7 +360,7 @@ def pass_result(
         result.notes.append(("all", f"pass {index}: {problem}"))
         return result
     attention = [p for r in requests for p in r.attention]
-    problem = attention and capture_problem(plan, index, captures, attention=True, positions=attention)
+    problem = capture_problem(plan, index, captures, attention=True, positions=attention) if attention else None
     try:
         if not problem:
             return capture_pass(plan, index, requests, captures)

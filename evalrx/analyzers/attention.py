@@ -61,7 +61,9 @@ class AttentionResult(AnalysisResult):
         self.token_ids = np.asarray(token_ids, dtype=np.int32)
         self.mass = np.asarray(mass, dtype=np.float32)
         self.segments = list(segments)
-        self.labels = {k: (np.asarray(v) if k != "label_arg" else list(v)) for k, v in (labels or {}).items()}
+        self.labels: "dict[str, Any]" = {
+            k: (np.asarray(v) if k != "label_arg" else list(v)) for k, v in (labels or {}).items()
+        }
         self.info = dict(info or {})
         n_p, n_l = self.mass.shape[:2]
         self.patches = np.zeros((n_p, n_l, 0), dtype=np.float32) if patches is None else np.asarray(patches, np.float32)
@@ -99,7 +101,7 @@ class AttentionResult(AnalysisResult):
         return float((share / even[:, None]).mean())
 
     def to_arrays(self) -> dict:
-        arrays = {"positions": self.positions, "token_ids": self.token_ids, "mass": self.mass}
+        arrays: "dict[str, Any]" = {"positions": self.positions, "token_ids": self.token_ids, "mass": self.mass}
         if self.images:  # half precision: a real VLM's pictures are ~1k tokens each, at every position and layer
             arrays["patches"] = self.patches.astype(np.float16)
         for k, v in self.labels.items():
@@ -289,7 +291,9 @@ def _merge(results: Sequence[tuple], info: dict, images: Sequence[dict] = ()) ->
     n_l = results[0][2].shape[1]
     mass = np.zeros((n_p, n_l, len(segments)), dtype=np.float32)
     patches = np.zeros((n_p, n_l, sum(img["n"] for img in images)), dtype=np.float32)
-    positions, token_ids, labels = [], [], {}
+    positions: "list[int]" = []
+    token_ids: "list[int]" = []
+    labels: "dict[str, list]" = {}
     row = 0
     for pos, toks, m, segs, lab, pat in results:
         for s, seg in enumerate(segs):

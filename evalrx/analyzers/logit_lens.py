@@ -63,7 +63,7 @@ def settle_layer(top1: np.ndarray, target: np.ndarray) -> np.ndarray:
     return out
 
 
-_ARRAY_FIELDS = (
+_ARRAY_FIELDS: "tuple[tuple[str, Any], ...]" = (
     ("positions", np.int32),
     ("token_ids", np.int32),
     ("target_ids", np.int32),
@@ -77,7 +77,7 @@ _ARRAY_FIELDS = (
 )
 # Arrays shaped [layers, positions, ...]; the others are [positions].
 _PER_LAYER = frozenset({"topk_ids", "topk_logprobs", "entropy", "target_logprob", "target_rank", "hidden_norm"})
-_LABEL_FIELDS = (
+_LABEL_FIELDS: "tuple[tuple[str, Any], ...]" = (
     ("label_step", np.int32),
     ("label_kind", np.int8),
     ("label_call", np.int16),
@@ -108,6 +108,17 @@ class LensResult(AnalysisResult):
     """
 
     result_type = "logit_lens"
+    positions: np.ndarray
+    token_ids: np.ndarray
+    target_ids: np.ndarray
+    target_is_actual: np.ndarray
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    entropy: np.ndarray
+    target_logprob: np.ndarray
+    target_rank: np.ndarray
+    hidden_norm: np.ndarray
+    labels: "dict[str, Any]"
 
     def __init__(
         self,
@@ -252,11 +263,11 @@ class LensResult(AnalysisResult):
         """Join results along positions (e.g. the passes of one trajectory)."""
         if len(results) == 1 and info is None:
             return results[0]
-        arrays = {}
+        arrays: "dict[str, Any]" = {}
         for name, _ in _ARRAY_FIELDS:
             axis = 1 if name in _PER_LAYER else 0
             arrays[name] = np.concatenate([getattr(r, name) for r in results], axis=axis)
-        labels = None
+        labels: "Optional[dict[str, Any]]" = None
         if all(r.labels for r in results) and results:
             labels = {n: np.concatenate([r.labels[n] for r in results]) for n, _ in _LABEL_FIELDS}
             labels["label_arg"] = [a for r in results for a in r.labels["label_arg"]]
@@ -411,6 +422,8 @@ class LogitLensAnalyzer(PassAnalyzer):
             pos = list(range(n))
         elif positions == "last":
             pos = [n - 1]
+        elif isinstance(positions, str):
+            raise ValueError(f'positions must be "last" or a list of indices, not {positions!r}')
         else:
             pos = [p + n if p < 0 else p for p in positions]
             bad = [p for p in pos if not 0 <= p < n]

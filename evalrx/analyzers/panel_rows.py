@@ -108,7 +108,7 @@ def decision_rows(
     no decision sits there, that call's decision (tool name or the argument) is read off the logit
     lens at that token instead of at its first token.
     """
-    rows = []
+    rows: list[dict] = []
     replaced, at_token = _at_diagnosed_token(decision, step, lens, focus)
     for d_i in decision.for_step(step):
         d = decision.decisions[d_i]
@@ -296,7 +296,8 @@ def _not_after(segment: dict, step: int) -> bool:
 def segment_names(labels: list) -> list[str]:
     """Column names for the segments, numbered where a label repeats (a nominal axis would merge them)."""
     labels = [str(label) for label in labels]
-    total, count = Counter(labels), Counter()
+    total: Counter[str] = Counter(labels)
+    count: Counter[str] = Counter()
     out = []
     for label in labels:
         count[label] += 1

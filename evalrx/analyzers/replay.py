@@ -10,7 +10,7 @@ here imports torch at module level.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import numpy as np
 
@@ -161,6 +161,7 @@ class ReplayAnalyzer(Analyzer):
         """
         from evalrx.analyzers._base import get_analyzer
         from evalrx.analyzers._shared_pass import analyze
+        from evalrx.analyzers.uncertainty import TokenUncertaintyResult
 
         self.check(model)
         analyzers = {}
@@ -172,7 +173,7 @@ class ReplayAnalyzer(Analyzer):
         # One teacher-forced pass per planned pass, read by every part.
         results = analyze(model, trajectory, list(analyzers.values()), tools=tools, system=system, images=images)
         parts = {name: results[analyzer.name.strip().lower()] for name, analyzer in analyzers.items()}
-        unc = parts["token_uncertainty"]
+        unc = cast(TokenUncertaintyResult, parts["token_uncertainty"])
         steps, n, total, mean, low = [], [], [], [], []
         for step in unc.steps():
             lp = unc.logprob[unc.step == step]

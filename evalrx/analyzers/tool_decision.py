@@ -90,7 +90,7 @@ def _splits(
     """
     r0, r1 = region
     base_ids, base_off = tokenize_with_offsets(tokenizer, text[r0:r1])
-    out = []
+    out: "list[Optional[tuple[int, int]]]" = []
     for alt in alternatives:
         alt_text = text[r0 : span[0]] + _escape(alt) + text[span[1] : r1]
         alt_ids, _ = tokenize_with_offsets(tokenizer, alt_text)
@@ -352,10 +352,12 @@ def _score(
     targets = [int(ids[i]) for i in order]
     stats = lens_stats(local, hidden, logits, positions, targets, max(2, top_k), gather, precision=precision)
     row = {idx: r for r, idx in enumerate(order)}
+    gathered = stats.gathered
+    assert gathered is not None  # lens_stats was given `gather`
 
     def lp(idx: int, tok: int) -> np.ndarray:
         r = row[idx]
-        return stats.gathered[:, r, gather[r].index(int(tok))]
+        return gathered[:, r, gather[r].index(int(tok))]
 
     def runner_up(r: int, chosen_tok: int) -> "tuple[np.ndarray, np.ndarray]":
         """Per layer, the best token other than the chosen one at row `r`, and its log-prob."""

@@ -12,7 +12,7 @@ one outcome).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
@@ -210,7 +210,8 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
         """
         if not self.reads_passes(model, trajectory):
             return uncertainty_from_logprobs(trajectory)
-        return super().run_trajectory(model, trajectory, tools=tools, system=system, images=images)
+        result = super().run_trajectory(model, trajectory, tools=tools, system=system, images=images)
+        return cast(TokenUncertaintyResult, result)  # the pass builds this class's result (`from_passes`)
 
     def requests(self, plan: TrajectoryPlan) -> list:
         """Per pass, the logits that predict each generated token."""

@@ -72,8 +72,9 @@ def _diagnosis(d: dict, strongest: str, final: float, peak: float, collapsed: bo
     alt = strongest or next(iter(cands[1:]), "another token")
     what = "tool name" if d.get("kind") == "tool_name" else f"argument {d.get('arg', '')!s}"
     piece = d.get("piece")
-    at_token = chosen != written and isinstance(piece, int) and piece >= 0
-    if at_token:  # a value measured at one of its tokens: say which, so the near miss reads as one
+    at_token = False
+    if chosen != written and isinstance(piece, int) and piece >= 0:  # a value measured at one of its tokens:
+        at_token = True  # say which, so the near miss reads as one
         what += f", token {piece + 1} of {written!r}"
     if collapsed:
         how = f"led by {peak:.2f} nats at a middle layer, {final:.2f} at the last"
