@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from evalrx.core.capability import Capability
 from evalrx.core.tool import ChatTurn
@@ -24,11 +24,18 @@ class Model(Protocol):
     hidden states and, when asked, attentions.
     """
 
-    spec: Any
-    capabilities: frozenset[Capability]
-    backend: str
+    # Read-only: a handle may hold each as an attribute or compute it (hf_local's capabilities).
+    @property
+    def spec(self) -> Any: ...
+    @property
+    def capabilities(self) -> frozenset[Capability]: ...
+    @property
+    def backend(self) -> str: ...
 
-    def chat(self, messages: list[dict], tools: Optional[list[dict]] = None, **kw: Any) -> ChatTurn: ...
+    # `chat(messages, tools=None, **options)`: each backend names the options it takes (max_new_tokens,
+    # temperature, logprobs; hf_local's capture and prefill, api's response_format).
+    @property
+    def chat(self) -> Callable[..., ChatTurn]: ...
 
 
 @runtime_checkable

@@ -34,7 +34,7 @@ def attention_modules(layers: Any) -> list:
 
 def attention_implementation_of(model: Any) -> Optional[str]:
     """The attention implementation the model's language layers run (``eager``, ``sdpa``, ...)."""
-    cfg = getattr(model, "config", None)
+    cfg: Any = getattr(model, "config", None)
     impl = getattr(cfg, "_attn_implementation", None)
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
     text_impl = getattr(text_cfg, "_attn_implementation", impl)
@@ -44,7 +44,7 @@ def attention_implementation_of(model: Any) -> Optional[str]:
 
 def _language_configs(model: Any) -> list:
     """The model's config and its text config (one entry when they are the same object)."""
-    cfg = getattr(model, "config", None)
+    cfg: Any = getattr(model, "config", None)
     text_cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else None
     return list({id(c): c for c in (cfg, text_cfg) if c is not None}.values())
 

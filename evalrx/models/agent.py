@@ -107,7 +107,7 @@ class ToolExecutor:
         sig = self._signatures.get(tool.name, False)
         if sig is False:
             try:
-                sig = inspect.signature(tool.fn)
+                sig = inspect.signature(tool.fn) if tool.fn is not None else None
             except (TypeError, ValueError):  # builtins without a signature: let the call decide
                 sig = None
             self._signatures[tool.name] = sig
@@ -221,7 +221,7 @@ class Agent:
         except Exception as exc:  # the failed call's real time goes with the error (0 would be a lie)
             if getattr(exc, "elapsed_ms", None) is None:
                 try:
-                    exc.elapsed_ms = _ms(time.perf_counter() - t0)
+                    setattr(exc, "elapsed_ms", _ms(time.perf_counter() - t0))
                 except AttributeError:  # an exception type that takes no attributes
                     pass
             raise
@@ -378,20 +378,20 @@ class Agent:
         if self.force_final_answer and final_answer is None and terminated == Termination.MAX_TURNS.value:
             # The codec places the nudge: a user turn may break the family's template (Mistral's alternation).
             conversation.final_nudge()
+            final: Optional[ChatTurn] = None
             try:
-                chat, span = self._chat(messages, None)  # no tools: the reply is the answer
+                final, span = self._chat(messages, None)  # no tools: the reply is the answer
             except Exception as exc:  # the steps so far are kept, as when a turn's call fails
                 failure, terminated = f"{type(exc).__name__}: {exc}", Termination.ERROR.value
-                chat = None
-            if chat is not None:
+            if final is not None:
                 span["forced_final"] = True
-                parsed = codec.parse(chat)
+                parsed = codec.parse(final)
                 if parsed.calls or parsed.errors:  # the model still tried to call: recorded, not executed
                     span["ignored_calls"] = len(parsed.calls) + len(parsed.errors)
                 final_answer = parsed.text
-                if chat.capture is not None:
-                    captures[len(steps)] = chat.capture
-                steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=chat.text or "", span=span))
+                if final.capture is not None:
+                    captures[len(steps)] = final.capture
+                steps.append(Step(idx=len(steps), role=StepRole.ACTOR, content=final.text or "", span=span))
                 terminated = Termination.FORCED_FINAL.value
 
         actor = [s for s in steps if s.role is StepRole.ACTOR]
@@ -480,8 +480,9 @@ def error_trajectory(case: FailureCase, exc: BaseException) -> Trajectory:
     A failed model call's real time (`exc.elapsed_ms`) is kept as the trajectory's latency.
     """
     metrics: dict = {"terminated": Termination.ERROR.value, "error": f"{type(exc).__name__}: {exc}"}
-    if getattr(exc, "elapsed_ms", None) is not None:
-        metrics["total_latency_ms"] = float(exc.elapsed_ms)
+    elapsed = getattr(exc, "elapsed_ms", None)
+    if elapsed is not None:
+        metrics["total_latency_ms"] = float(elapsed)
     return Trajectory(
         sample_id=case.id,
         goal=case.inputs.prompt,

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, TypeVar
 
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.model import Model
 from evalrx.models.toolcodec import missing_codec
 from evalrx.specs import ModelSpec
 
+H = TypeVar("H", bound=Model)
 
-def negotiate(handle: Model, want: Iterable[Capability], *, model_id: str, where: str) -> Model:
+
+def negotiate(handle: H, want: Iterable[Capability], *, model_id: str, where: str) -> H:
     """Check a live handle provides `want`; return it unchanged or raise CapabilityError."""
     missing = frozenset(want) - frozenset(getattr(handle, "capabilities", frozenset()))
     if missing:

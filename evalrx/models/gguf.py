@@ -140,7 +140,7 @@ def _convert(src: Path, out: Path) -> dict:
         )
     # The weights are de-quantized float32 tensors by now; the quantizer left on the model only
     # makes save_pretrained refuse ("quantized with gguf and is not serializable").
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # typed by torch's Module.__setattr__ as a tensor or module only
     for cfg in (model.config, getattr(model.config, "get_text_config", lambda: None)()):
         if cfg is not None and hasattr(cfg, "quantization_config"):
             delattr(cfg, "quantization_config")

@@ -254,7 +254,9 @@ def batch_threads(handle: Any) -> Iterator[int]:
     info = getattr(handle, "cpu_threads", None)
     before = torch.get_num_threads()
     default = int(info.get("default") or before) if isinstance(info, dict) else before
-    if default <= before or info.get("how") in ("asked", "OMP_NUM_THREADS"):  # nothing to widen: no reading
+    if (
+        not isinstance(info, dict) or default <= before or info.get("how") in ("asked", "OMP_NUM_THREADS")
+    ):  # nothing to widen: no reading
         yield before
         return
     wanted = free_cpus(default)

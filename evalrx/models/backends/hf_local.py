@@ -156,7 +156,7 @@ class HFLocalModel:
             raise ValueError("HFLocalModel needs a tokenizer (or a processor) next to the model.")
         self.model = model
         self.processor = processor
-        self.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", None)
+        self.tokenizer: Any = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", None)
         self.spec = spec
         self.runtime = runtime or RuntimeConfig()
         self.load_ms: Optional[float] = None
@@ -204,6 +204,7 @@ class HFLocalModel:
         if device == "auto":
             kwargs["device_map"] = "auto"
         common = dict(where, trust_remote_code=runtime.trust_remote_code)
+        model: Any  # a causal LM or an image-text-to-text one
         try:
             processor = None
             if spec.vision:

@@ -104,7 +104,7 @@ def call_from_object(
         return None, f'{where}: "name" must be a non-empty string, got {name!r}'
     raw_args = obj["arguments"] if "arguments" in obj else obj.get("parameters")
     args, error = coerce_args(raw_args, where)
-    if error is not None:
+    if args is None:
         return None, error
     return ToolCall(name=name.strip(), args=args, id=call_id, raw=raw), None
 

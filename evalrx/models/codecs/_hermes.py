@@ -32,7 +32,7 @@ class QwenToolCodec(ToolCallCodec):
     """
 
     name = "qwen"
-    control_tokens = ("<tool_call>", "</tool_call>")
+    control_tokens: "tuple[str, ...]" = ("<tool_call>", "</tool_call>")
 
     def parse(self, chat: ChatTurn) -> ParsedTurn:
         """Read every `<tool_call>` block; malformed ones become errors, never exceptions."""

@@ -61,7 +61,7 @@ class Llama3ToolCodec(ToolCallCodec):
     """
 
     name = "llama3"
-    control_tokens = (PYTHON_TAG,)
+    control_tokens: "tuple[str, ...]" = (PYTHON_TAG,)
 
     def parse(self, chat: ChatTurn) -> ParsedTurn:
         """Read every call; malformed ones become errors with a snippet, never exceptions."""
@@ -89,7 +89,8 @@ class Llama3ToolCodec(ToolCallCodec):
         pos = i = 0
         while True:
             if strict:
-                i = _SEPARATORS.match(text, i).end()
+                sep = _SEPARATORS.match(text, i)  # `*`: it always matches
+                i = sep.end() if sep else i
                 if i >= len(text):
                     break
                 if text[i] != "{":  # built-in tool syntax or code: not a JSON call

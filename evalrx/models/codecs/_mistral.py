@@ -26,7 +26,7 @@ import json
 import re
 import string
 import threading
-from typing import Optional
+from typing import Optional, TypeGuard
 
 from evalrx.core.tool import ChatTurn, ToolCall
 from evalrx.models.codecs._base import (
@@ -48,7 +48,7 @@ _EOS = re.compile(r"</s>")
 _BARE_LIST = re.compile(r'\s*\[\s*\{\s*"name"\s*:')
 
 
-def is_mistral_id(value: object) -> bool:
+def is_mistral_id(value: object) -> TypeGuard[str]:
     """True for an id Mistral's template accepts: 9 ASCII letters or digits."""
     return isinstance(value, str) and len(value) == ID_LENGTH and all(c in _ALPHANUMERIC for c in value)
 

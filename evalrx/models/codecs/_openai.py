@@ -43,7 +43,7 @@ class OpenAIToolCodec(ToolCallCodec):
                 continue
             raw_args = _field(fn, "arguments")
             args, error = coerce_args(raw_args, f"{where} ({name})")
-            if error is not None:
+            if args is None:
                 errors.append(error)
                 continue
             call_id = _field(wire, "id") or f"call_{next(self._ids)}"
