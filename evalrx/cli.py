@@ -113,7 +113,7 @@ def _enqueue(args: argparse.Namespace) -> int:
     from evalrx.config import ModelConfig, RunConfig
     from evalrx.models import weights_problem
     from evalrx.runner import enqueue_run
-    from evalrx.store import connect, get_run
+    from evalrx.store import RunInfo, connect, get_run
     from evalrx.suites import load_cases
 
     store = connect(args.url)
@@ -160,11 +160,17 @@ def _enqueue(args: argparse.Namespace) -> int:
         return 0
     from tqdm import tqdm
 
-    run = get_run(run_id, store=store)
+    def current() -> RunInfo:
+        run = get_run(run_id, store=store)
+        if run is None:
+            raise UserError(f"run {run_id} was deleted while --wait watched it")
+        return run
+
+    run = current()
     bar = tqdm(total=run.n_cases, unit="case", disable=args.no_progress, file=sys.stderr)
     while run.status not in ("done", "failed", "cancelled"):
         time.sleep(0.5)
-        run = get_run(run_id, store=store)
+        run = current()
         bar.update(run.n_done - bar.n)
         bar.set_postfix(passed=run.n_pass, failed=run.n_fail, status=run.status)
     bar.close()

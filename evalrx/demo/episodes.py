@@ -295,7 +295,7 @@ class Generator:
 
 
 # Training mix: (weight, generator method, kwargs).
-TRAIN_MIX = [
+TRAIN_MIX: "list[tuple[float, str, dict[str, Any]]]" = [
     (0.23, "arithmetic", {"digits": (1, 4), "three": 0.15}),
     (0.04, "arithmetic", {"digits": (4, 5)}),
     (0.04, "arithmetic", {"digits": (1, 4), "distractor": True}),

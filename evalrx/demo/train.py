@@ -64,7 +64,9 @@ def render_plain(template: str, messages: list[dict], tools: list[dict], add_gen
     """Render with the bare template, before any tokenizer exists (to train the tokenizer on)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, _ = render_jinja_template(
+    # Annotated `-> str` in transformers 5, it returns (rendered conversations, generation indices).
+    render_jinja: Any = render_jinja_template
+    rendered, _ = render_jinja(
         [messages], tools=tools, chat_template=template, add_generation_prompt=add_generation_prompt
     )
     return rendered[0]
@@ -158,8 +160,9 @@ def prefix_cached_loss(model: Any, prefix: Any, input_ids: Any, attn: Any, label
     cache = DynamicCache(config=model.config.get_text_config())
     model(input_ids=prefix, past_key_values=cache, use_cache=True)
     for layer in cache.layers:
-        layer.keys = layer.keys.expand(batch, -1, -1, -1)
-        layer.values = layer.values.expand(batch, -1, -1, -1)
+        kv: Any = layer  # a full-attention layer, its keys and values set by the prefix's forward
+        kv.keys = kv.keys.expand(batch, -1, -1, -1)
+        kv.values = kv.values.expand(batch, -1, -1, -1)
     n_prefix = prefix.shape[1]
     full_mask = torch.cat([torch.ones((batch, n_prefix), dtype=attn.dtype), attn], dim=1)
     positions = torch.arange(n_prefix, n_prefix + input_ids.shape[1]).unsqueeze(0).expand(batch, -1)
@@ -227,7 +230,7 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
         num_attention_heads=cfg["num_attention_heads"],
         num_key_value_heads=cfg["num_key_value_heads"],
         max_position_embeddings=cfg["max_position_embeddings"],
-        rope_theta=cfg["rope_theta"],
+        rope_parameters={"rope_type": "default", "rope_theta": cfg["rope_theta"]},  # what rope_theta= became
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),

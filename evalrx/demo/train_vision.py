@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from evalrx.demo.data import DEMO_DIR
 from evalrx.demo.train import _lr_at, encode_episode, prefix_cached_loss, run_command, shared_prefix
@@ -51,13 +51,14 @@ def build_processor(tokenizer: Any, cfg: dict) -> Any:
     """The LLaVA processor: a CLIP image processor (Pillow, no torchvision) and the demo tokenizer."""
     from transformers import LlavaProcessor
 
+    processor_class: Any
     try:  # the PIL backend by name: the default one wants torchvision
-        from transformers import CLIPImageProcessorPil as CLIPImageProcessor
+        from transformers import CLIPImageProcessorPil as processor_class
     except ImportError:  # older transformers
-        from transformers import CLIPImageProcessor
+        from transformers import CLIPImageProcessor as processor_class
 
     size = int(cfg["image_size"])
-    image_processor = CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    image_processor = processor_class(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
     return LlavaProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
@@ -73,7 +74,7 @@ def build_model(cfg: dict, text_dir: Path = TEXT_MODEL_DIR) -> tuple[Any, Any]:
     """A LLaVA whose language model is the trained text demo's (weights copied) and whose vision
     tower and projector are new (seeded); returns `(model, tokenizer)`."""
     import torch
-    from transformers import AutoConfig, AutoTokenizer, LlavaForConditionalGeneration, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoTokenizer, LlavaConfig, LlavaForConditionalGeneration, Qwen2ForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(str(text_dir))
     text = Qwen2ForCausalLM.from_pretrained(str(text_dir), dtype=torch.float32)
@@ -99,7 +100,7 @@ def build_model(cfg: dict, text_dir: Path = TEXT_MODEL_DIR) -> tuple[Any, Any]:
         **ids,
     )
     torch.manual_seed(int(cfg["seed"]))
-    model = LlavaForConditionalGeneration(config)
+    model = LlavaForConditionalGeneration(cast(LlavaConfig, config))  # for_model("llava") builds a LlavaConfig
     missing = model.model.language_model.load_state_dict(text.model.state_dict())
     if missing.missing_keys or missing.unexpected_keys:
         raise RuntimeError(f"the text demo's weights do not fit: {missing}")

@@ -149,7 +149,7 @@ def fresh_countries(pool: int) -> tuple:
     """(country, its world) for every card-fitting country of `pool` freshly drawn worlds whose name is
     none of the bundled world's: facts that exist only in training, so they cannot be held in weights."""
     bundled = world_names(load_kb())
-    out = []
+    out: "list[tuple[dict, dict]]" = []
     for i in range(pool):
         world = make_world(seed=FRESH_WORLD_SEED + i)
         out.extend((e, world) for e in world["entities"] if _fits_card(e) and e["name"].lower() not in bundled)

@@ -32,7 +32,7 @@ from evalrx.core.case import FailureCase, StepRole, Termination, Trajectory
 from evalrx.core.words import counted
 
 # BFCL's type names as Python types; "any" is a string to BFCL (anything else must match the answers' type).
-_PY_TYPES: "dict[str, type]" = {
+_PY_TYPES: "dict[str, type[Any]]" = {
     "string": str,
     "integer": int,
     "float": float,
@@ -383,7 +383,7 @@ def grade_calls(traj: Trajectory, case: FailureCase) -> CallCheck:
             return CallCheck(
                 False, "malformed_call", None, f"a call could not be parsed: {_first_line(step.parse_error)}"
             )
-    calls = next((s.tool_calls for s in actor if s.tool_calls), [])
+    calls: list = next((s.tool_calls for s in actor if s.tool_calls), [])
     meta = case.meta or {}
     tools = meta.get("tools") or traj.offered_tools
     return check_calls(calls, tools, case.expected, category=meta.get("task_type"))

@@ -247,6 +247,7 @@ def resolve(entries: Iterable[Any]) -> list[tuple[str, Hook]]:
             at = len(out) if at is None else at
             shared.append((name, kwargs))
     if shared:
+        assert at is not None  # set with the first shared entry
         out.insert(at, ("+".join(name for name, _ in shared), _shared_pass_hook(shared)))
     return out
 

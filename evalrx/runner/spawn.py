@@ -41,7 +41,8 @@ def ensure_worker(
             return None
         worker_id = f"{socket.gethostname()}:spawned:{uuid.uuid4().hex[:8]}"
         env = dict(os.environ, EVALRX_DATABASE_URL=st.url)
-        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        log = open(log_path, "ab") if log_path else None
+        out = log if log is not None else subprocess.DEVNULL
         proc = subprocess.Popen(
             [sys.executable, "-m", "evalrx.runner", "--worker-id", worker_id, "--parent-pid", str(os.getpid())],
             env=env,
@@ -50,8 +51,8 @@ def ensure_worker(
             stderr=out,
             start_new_session=True,
         )
-        if log_path:
-            out.close()  # the worker holds its own copy
+        if log is not None:
+            log.close()  # the worker holds its own copy
         now = t.utcnow()
         s.add(
             t.Worker(

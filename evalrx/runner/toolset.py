@@ -64,7 +64,7 @@ def run_tools(asked: Optional[Iterable[str]], cases: Sequence[Any], *, spec: Opt
         from evalrx.models import resolve_spec_key
         from evalrx.specs import get_spec
 
-        names = default_tools(cases, vision=bool(spec) and get_spec(resolve_spec_key(spec)).vision)
+        names = default_tools(cases, vision=get_spec(resolve_spec_key(spec)).vision if spec else False)
     else:
         names = [str(t).strip() for t in asked]
     wanted = list(dict.fromkeys(t for t in names if t))
@@ -120,6 +120,7 @@ def case_toolset(run: RunConfig, case: Any, sessions: Optional[Any] = None) -> I
         return
     owned = sessions is None
     pool = sessions if sessions is not None else mcp_sessions(run)
+    assert pool is not None  # run.mcp_servers is not empty
     try:
         box = pool.open_case()
         try:

@@ -138,7 +138,7 @@ def predictors(
         for row, outcome in zip(rows, outcomes):
             if outcome is None:
                 continue
-            v = row.get(signal)
+            v: Any = row.get(signal)
             # Plain numbers are read inline (a function call per row and signal is most of the time on 100k rows).
             value = (None if v != v else float(v)) if type(v) in plain else signal_value(row, signal)
             if value is not None:

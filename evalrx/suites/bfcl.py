@@ -172,7 +172,7 @@ def _multi_turn_case(entry: dict, ground_truth: list, category: str, root: Path)
     classes = list(entry["involved_classes"])
     excluded = set(entry.get("excluded_function") or ())
     functions = [f for c in classes for f in _class_functions(root, doc_files[c]) if f["name"] not in excluded]
-    turns = [
+    turns: "list[dict[str, Any]]" = [
         {"prompt": _turn_text(messages), "expected": list(ground_truth[k]) if k < len(ground_truth) else []}
         for k, messages in enumerate(entry["question"])
     ]
