@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from evalrx.config import ModelConfig, RunConfig
 from evalrx.core.capability import CapabilityError
 from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
@@ -98,11 +99,33 @@ def _cmd_serve(argv: Sequence[str]) -> int:
     return serve_main(list(argv)) or 0
 
 
+def run_config(args: argparse.Namespace, cases: Sequence) -> RunConfig:
+    """The run `evalrx run` asks for: what a queued run stores, and what a run to a file records as its run."""
+    return RunConfig(
+        model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
+        tools=run_tools(tool_list(args.tools), cases, spec=args.spec),
+        mcp_servers=mcp_server_entries(args.mcp_config),
+        suite=args.suite,
+        case_file=args.cases,
+        max_turns=args.max_turns,
+        system=args.system,
+        block_repeat_calls=args.block_repeat_calls,
+        force_final_answer=args.force_final_answer,
+        concurrency=args.concurrency or RunConfig.concurrency,
+        base_url=args.base_url,
+        repeats=args.repeats,
+        seed=args.seed,
+        analyzers=list(args.analyzers or []),
+    )
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.out:  # straight to a file, no store or worker involved
         from evalrx.runner.offline import run_to_jsonl
+        from evalrx.suites import load_cases
 
-        return run_to_jsonl(args)
+        cases = load_cases(args.cases or args.suite)[: args.limit or None]
+        return run_to_jsonl(args, run_config(args, cases), cases, _call_budget(args))
     return _enqueue(args)
 
 
@@ -110,7 +133,6 @@ def _enqueue(args: argparse.Namespace) -> int:
     """Queue the run for a worker; with --wait, follow its progress until it ends."""
     import time
 
-    from evalrx.config import ModelConfig, RunConfig
     from evalrx.models import weights_problem
     from evalrx.runner import enqueue_run
     from evalrx.store import RunInfo, connect, get_run
@@ -121,22 +143,7 @@ def _enqueue(args: argparse.Namespace) -> int:
     problem = weights_problem(args.spec, backend=args.backend, checkpoint=args.checkpoint, how="--checkpoint DIR")
     if problem:  # as New run says it; a worker on another machine may hold them, so queue all the same
         print(f"evalrx: warning: {problem}", file=sys.stderr)
-    cfg = RunConfig(
-        model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
-        tools=run_tools(tool_list(args.tools), cases, spec=args.spec),
-        mcp_servers=mcp_server_entries(args.mcp_config),
-        suite=args.suite,
-        case_file=args.cases,
-        max_turns=args.max_turns,
-        system=args.system,
-        block_repeat_calls=args.block_repeat_calls,
-        force_final_answer=args.force_final_answer,
-        concurrency=args.concurrency,
-        base_url=args.base_url,
-        repeats=args.repeats,
-        seed=args.seed,
-        analyzers=list(args.analyzers or []),
-    )
+    cfg = run_config(args, cases)
     key = None
     if args.api_key_env:
         import os
@@ -222,7 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--limit", type=whole(1, 10_000_000), help="run only the first N cases")
     run.add_argument("--block-repeat-calls", action="store_true")
     run.add_argument("--force-final-answer", action="store_true")
-    run.add_argument("--concurrency", type=whole(1, 64), default=4, help="concurrent cases (API backends only)")
+    run.add_argument(
+        "--concurrency",
+        type=whole(1, 64),
+        help=f"api backend: cases run at once (default {RunConfig.concurrency}); any other runs one at a time",
+    )
     run.add_argument("--base-url", help="OpenAI-compatible server URL (api backend)")
     run.add_argument(
         "--api-key-env",
@@ -288,6 +299,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         api_only = args.command == "run" and (args.timeout is not None or args.retries is not None)
         if api_only and args.backend != "api":  # a sampling temperature applies to every backend
             parser.error(f"--timeout and --retries apply to the api backend only, not {args.backend!r}")
+        if args.command == "run" and (args.concurrency or 1) > 1 and args.backend != "api":
+            parser.error(
+                f"--concurrency applies to the api backend only: {args.backend!r} runs one case at a time; "
+                "drop --concurrency"
+            )
         if args.command == "specs":
             return _cmd_specs(args)
         if args.command == "suites":

@@ -10,12 +10,12 @@ handed over as one file is a zip of the document and its pictures (`bundle`), un
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from evalrx.core.content import IMAGE_SUFFIXES, sniff_mime
+from evalrx.store import export_picture
 
 PICTURES_DIR = "images"
 MAX_PICTURE_BYTES = 64 * 1024 * 1024  # a picture file read back on import; larger ones are gaps
@@ -59,11 +59,7 @@ def write_pictures(pictures: Iterable[dict], out_dir: Path) -> int:
 
 def picture_of(data: bytes) -> dict:
     """The export-row form of picture bytes read back."""
-    return {
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "mime": sniff_mime(data, "application/octet-stream"),
-        "base64": base64.b64encode(data).decode(),
-    }
+    return export_picture(data)
 
 
 def data_url_bytes(uri: str) -> Optional[bytes]:

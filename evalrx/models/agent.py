@@ -17,6 +17,7 @@ import time
 import warnings
 from typing import Any, Callable, Iterable, Optional
 
+from evalrx.config import RunConfig
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.model import ContextOverflow, Model
@@ -549,7 +550,7 @@ def run_batch(
     system: Optional[str] = None,
     max_turns: int = 10,
     codec: Optional[ToolCallCodec] = None,
-    concurrency: int = 4,
+    concurrency: Optional[int] = None,
     on_result: "Optional[Callable[[FailureCase, Trajectory], None]]" = None,
     agent_kwargs: Optional[dict] = None,
     grade: bool = False,
@@ -557,7 +558,7 @@ def run_batch(
     """Run the agent loop over many cases.
 
     Threads are used only for API handles (HTTP calls are reentrant); any other
-    backend runs one case at a time, with a warning if more was asked for. A case
+    backend runs one case at a time, with a warning only if more was asked for. A case
     whose run raises (endpoint down, a failing `tools_factory`) gets a stub
     trajectory with `metrics["terminated"] == "error"` instead of stopping the batch.
 
@@ -568,7 +569,8 @@ def run_batch(
         system: optional system prompt.
         max_turns: per-case turn budget.
         codec: codec shared by every case; `codec_for(handle)` per case when None.
-        concurrency: worker threads for API handles.
+        concurrency: worker threads for API handles; None: `RunConfig.concurrency` (4) for an API handle, one
+            otherwise. More than one for any other handle warns (it cannot be honoured) and runs one at a time.
         on_result: called with (case, trajectory) as each case finishes.
         agent_kwargs: extra `Agent` keyword arguments (loop policies ...).
         grade: grade each trajectory as `run_case` does (a call or state grade says why, in its metrics).
@@ -579,7 +581,10 @@ def run_batch(
     from concurrent.futures import ThreadPoolExecutor
 
     normalized = [_as_case(c) for c in cases]
-    if concurrency > 1 and getattr(handle, "backend", None) != "api":
+    api = getattr(handle, "backend", None) == "api"
+    if concurrency is None:  # not asked: as many as the handle allows
+        concurrency = RunConfig.concurrency if api else 1
+    if concurrency > 1 and not api:
         warnings.warn(
             f"run_batch: {type(handle).__name__} (backend {getattr(handle, 'backend', None)!r}) is not an API "
             "handle; running cases one at a time (local backends are not thread-safe).",

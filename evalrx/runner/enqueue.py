@@ -45,6 +45,11 @@ def _check(run: RunConfig) -> None:
                 raise ValueError(f"analyzer {name}: {str(exc).split(') ', 1)[-1]}") from None
 
 
+def run_name(run: RunConfig, name: Optional[str] = None) -> str:
+    """A run's display name: `name`, or for none (or a blank one) its model on its suite."""
+    return (name or "").strip() or f"{run.model.name} on {run.suite or run.case_file or 'cases'}"
+
+
 def enqueue_run(
     run_config: Any,
     cases: Optional[Sequence[FailureCase]] = None,
@@ -94,7 +99,7 @@ def enqueue_run(
     from evalrx.runner.toolset import run_tools
 
     cfg["tools"] = run.tools = run_tools(run.tools, cases)  # one order for every caller: the prompt depends on it
-    name = (name or "").strip() or f"{run.model.name} on {run.suite or run.case_file or 'cases'}"
+    name = run_name(run, name)
     st = resolve(store)
     with st.write() as s:
         run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=run.repeats)

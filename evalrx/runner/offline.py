@@ -6,28 +6,32 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 
-def analyses_of(hooks: list, handle: Any, run: Any, case: Any, traj: Any, system: Any) -> list:
-    """The case's analyses as JSON (`{"analyzer", "step_idx", "meta", "scores", "arrays"}`, each array as
-    `{"dtype", "shape", "data"}`), run as the worker runs them."""
+def run_analyses(hooks: list, handle: Any, run: Any, case: Any, traj: Any, tools: list) -> list:
+    """The case's analysis records, run as the worker runs them (after the case, reading its generation's
+    captures)."""
     from evalrx.models.agent import case_system
     from evalrx.runner import analysis
-    from evalrx.runner.toolset import static_tools
 
-    tools = static_tools(run, case)
     ctx = analysis.CaseContext(
         handle=handle,
         case=case,
         trajectory=traj,
         tools=tools,
         tool_schemas=[t.to_openai() for t in tools],
-        system=case_system(system, case.meta),
+        system=case_system(run.system, case.meta),
         run_config=run,
     )
+    return analysis.run_all(hooks, ctx)
+
+
+def analyses_json(records: list) -> list:
+    """Analysis records as JSON (`{"analyzer", "step_idx", "meta", "scores", "arrays"}`, each array as
+    `{"dtype", "shape", "data"}`)."""
     out = []
-    for rec in analysis.run_all(hooks, ctx):
+    for rec in records:
         arrays = {
             name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.tolist()}
             for name, a in (rec.arrays or {}).items()
@@ -45,45 +49,40 @@ def analyses_of(hooks: list, handle: Any, run: Any, case: Any, traj: Any, system
     return out
 
 
-def run_to_jsonl(args: Any) -> int:
-    """Load the model, run every case with the agent loop, grade it and append it to `args.out`."""
+def run_to_jsonl(args: Any, run: Any, cases: list, runtime: Optional[dict] = None) -> int:
+    """Load the model, run every case of `run` (`evalrx.config.RunConfig`) with the agent loop, grade and
+    diagnose it, and write it to `args.out` as `evalrx export` writes a stored one (`evalrx.store.export_row`);
+    `runtime`: the `RuntimeConfig` settings asked for (timeout, retries, temperature)."""
     from tqdm import tqdm
 
     import evalrx
     from evalrx.core.case import Label
     from evalrx.models import weights_problem
     from evalrx.models.agent import error_trajectory, run_batch, run_case
-    from evalrx.suites import load_cases
+    from evalrx.runner import analysis
+    from evalrx.runner.diagnose import diagnose_case
+    from evalrx.runner.enqueue import run_name
+    from evalrx.runner.toolset import case_toolset, mcp_sessions, static_tools
+    from evalrx.store import export_case, export_row
+    from evalrx.store.runs import queued_config
     from evalrx.tools import get_tools
 
-    cases = load_cases(args.cases or args.suite)
-    if args.limit:
-        cases = cases[: args.limit]
-    from evalrx.config import ModelConfig, RunConfig
-    from evalrx.runner import analysis
-    from evalrx.runner.toolset import case_toolset, mcp_server_entries, mcp_sessions, run_tools, static_tools, tool_list
-
-    run = RunConfig(
-        model=ModelConfig(args.spec),
-        tools=run_tools(tool_list(args.tools), cases, spec=args.spec),
-        mcp_servers=mcp_server_entries(args.mcp_config),
-        analyzers=list(getattr(args, "analyzers", None) or []),
-    )
     get_tools(run.tools)  # fail on an unknown tool before loading weights
     hooks = analysis.resolve(run.analyzers)  # an unknown analyzer too
     problem = weights_problem(args.spec, backend=args.backend, checkpoint=args.checkpoint, how="--checkpoint DIR")
     if problem:  # said as New run says it, before an MCP server starts
         raise ValueError(problem)
+    runtime = dict(runtime or {})
+    # The run as a queued one stores it: what each record's `run` says.
+    run_info = {"name": run_name(run), "config": queued_config(run, runtime)}
     sessions = mcp_sessions(run)
-    runtime = {"base_url": args.base_url} if args.base_url else {}
-    runtime.update(
-        {
-            k: v
-            for k, v in (("timeout", getattr(args, "timeout", None)), ("max_retries", getattr(args, "retries", None)))
-            if v is not None
-        }
+    handle = evalrx.load(
+        args.spec,
+        backend=args.backend,
+        checkpoint=args.checkpoint,
+        **({"base_url": run.base_url} if run.base_url else {}),
+        **runtime,
     )
-    handle = evalrx.load(args.spec, backend=args.backend, checkpoint=args.checkpoint, **runtime)
     if handle.backend == "api":
         # One tiny request first, so an unreachable server is one clear error, not N error rows.
         handle.chat([{"role": "user", "content": "ping"}], max_new_tokens=1)
@@ -95,36 +94,45 @@ def run_to_jsonl(args: Any) -> int:
     t0 = time.perf_counter()
     with out.open("w", encoding="utf-8") as fh:
 
-        def on_result(case: Any, traj: Any) -> None:
+        def on_result(case: Any, traj: Any, tools: list) -> None:
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
-            row = {"case_id": case.id, "meta": case.meta, **traj.to_dict()}
-            if hooks:  # as the worker runs them: after the case, reading its generation's captures
-                row["analyses"] = analyses_of(hooks, handle, run, case, traj, args.system)
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+            records = run_analyses(hooks, handle, run, case, traj, tools) if hooks else []
+            diagnoses = diagnose_case(traj, case, tools, records)  # as the worker diagnoses a finished case
+            row = export_row(traj, export_case(case), run=run_info, diagnoses=diagnoses)
+            if hooks:  # a file has no store to hold them: they go with their record
+                row["analyses"] = analyses_json(records)
+            fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) + "\n")
             fh.flush()  # each case is on disk as soon as it finishes
             bar.update(1)
             bar.set_postfix(passed=counts["pass"], failed=counts["fail"])
 
         agent_kwargs = analysis.with_capture(
-            {"block_repeat_calls": args.block_repeat_calls, "force_final_answer": args.force_final_answer},
+            {"block_repeat_calls": run.block_repeat_calls, "force_final_answer": run.force_final_answer},
             handle,
             run.analyzers,
         )
         if sessions is None:
+            made: dict = {}  # id(case) -> the tools its run was given, for its analyses and diagnosis
+
+            def tools_for(case: Any) -> list:
+                made[id(case)] = tools = static_tools(run, case)
+                return tools
+
             run_batch(
                 handle,
                 cases,
-                tools_factory=lambda case: static_tools(run, case),
-                system=args.system,
-                max_turns=args.max_turns,
+                tools_factory=tools_for,
+                system=run.system,
+                max_turns=run.max_turns,
                 concurrency=args.concurrency,
-                on_result=on_result,
+                on_result=lambda case, traj: on_result(case, traj, made.pop(id(case), [])),
                 agent_kwargs=agent_kwargs,
                 grade=True,  # as the worker grades: a bad grader is the case's grade error, not the run's end
             )
         else:
             try:
                 for case in cases:  # one at a time: each case's MCP servers start and stop around it
+                    tools: list = []
                     try:
                         with case_toolset(run, case, sessions) as tools:
                             traj = run_case(
@@ -132,14 +140,14 @@ def run_to_jsonl(args: Any) -> int:
                                 case,
                                 tools,
                                 grade=True,
-                                system=args.system,
-                                max_turns=args.max_turns,
+                                system=run.system,
+                                max_turns=run.max_turns,
                                 **agent_kwargs,
                             )
                     except Exception as exc:  # a server that did not start fails the case, not the run
                         traj = error_trajectory(case, exc)
                         traj.outcome = Label.ERROR
-                    on_result(case, traj)
+                    on_result(case, traj, list(tools))
             finally:
                 sessions.close()
     bar.close()

@@ -25,7 +25,15 @@ from evalrx.store.engine import (
     resolve,
     upgrade,
 )
-from evalrx.store.exports import LABEL_COLUMNS, current_label_rows, export_diagnosis, iter_export_rows
+from evalrx.store.exports import (
+    LABEL_COLUMNS,
+    current_label_rows,
+    export_case,
+    export_diagnosis,
+    export_picture,
+    export_row,
+    iter_export_rows,
+)
 from evalrx.store.imports import ImportedRun, ImportTransaction, importing, runs_from_source
 from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
 from evalrx.store.judge_jobs import JudgeJobInfo, cancel_judge_job, get_judge_job, list_judge_jobs
@@ -113,7 +121,10 @@ __all__ = [
     "ImportTransaction",
     "canonical_json",
     "current_label_rows",
+    "export_case",
     "export_diagnosis",
+    "export_picture",
+    "export_row",
     "importing",
     "jsonable",
     "observation_text",

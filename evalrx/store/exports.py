@@ -1,15 +1,17 @@
-"""Stored trajectories as export rows: plain dicts of a trajectory with its case, grade, labels, tags,
-diagnosis (the top one, and `diagnoses`: every source's candidate) and run, the one shape every export format
-(`evalrx.interop`) is written from. Pictures go with them by hash, with their bytes: the case's as
-`case.image`, the ones a tool returned as `images` on their step."""
+"""Trajectories as export rows: plain dicts of a trajectory with its case, grade, labels, tags, diagnosis (the
+top one, and `diagnoses`: every source's candidate) and run, the one shape every export format (`evalrx.interop`)
+is written from and `evalrx run --out` writes (`export_row`). Pictures go with them by hash, with their bytes:
+the case's as `case.image`, the ones a tool returned as `images` on their step."""
 
 from __future__ import annotations
 
 import base64
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from sqlalchemy import select
 
+from evalrx.core.case import FailureCase, Trajectory
+from evalrx.core.content import sniff_mime
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.diagnoses import diagnoses_in
@@ -19,9 +21,62 @@ from evalrx.store.labels import history_in, tags_in
 EXPORT_BATCH = 500
 
 
-def _picture(sha: str, mime: str, data: bytes) -> dict:
-    """A stored picture as an export carries it: its hash, its type and its bytes."""
-    return {"sha256": sha, "mime": mime, "base64": base64.b64encode(bytes(data)).decode()}
+def export_picture(data: bytes, mime: Optional[str] = None, sha: Optional[str] = None) -> dict:
+    """Picture bytes as an export carries them: their hash, their type (sniffed as the store does when not
+    given) and their bytes."""
+    data = bytes(data)
+    return {
+        "sha256": sha or convert.sha256(data),
+        "mime": mime or sniff_mime(data, "application/octet-stream"),
+        "base64": base64.b64encode(data).decode(),
+    }
+
+
+def export_case(case: FailureCase) -> dict:
+    """A case as an export row carries it (`case`): what the store keeps of it, and its picture."""
+    data = convert.image_bytes(case.inputs.image)
+    fields = convert.case_fields(case, None)
+    out = {k: fields[k] for k in ("prompt", "expected", "grader", "meta")}
+    return {"id": case.id, **out, **({"image": export_picture(data)} if data else {})}
+
+
+def export_row(
+    traj: Trajectory,
+    case: dict,
+    *,
+    run: dict,
+    diagnoses: Sequence[Any],
+    labels: Sequence[dict] = (),
+    tags: Sequence[str] = (),
+    pictures: Optional[dict] = None,
+) -> dict:
+    """The one exported record of a trajectory: `evalrx export` writes it for stored ones, `evalrx run --out`
+    for the ones it runs.
+
+    Args:
+        traj: the trajectory.
+        case: its case as `export_case` gives it (`{"id", "prompt", "expected", "grader", "meta"}`, `image`).
+        run: `{"name", "config"}` of its run.
+        diagnoses: its diagnoses, best first (`evalrx.core.Diagnosis`).
+        labels: its label history, as `LabelInfo.to_dict` gives each.
+        tags: its tags.
+        pictures: step idx -> the pictures (`export_picture`) its tool returned.
+    """
+    body = traj.to_dict()
+    for step in body["steps"]:
+        if pictures and step["idx"] in pictures:
+            step["images"] = pictures[step["idx"]]
+    return {
+        "case_id": case["id"],
+        "meta": case["meta"] or {},
+        **body,
+        "case": case,
+        "labels": list(labels),
+        "tags": list(tags),
+        "run": run,
+        "diagnosis": export_diagnosis(diagnoses),
+        "diagnoses": [d.to_dict() for d in diagnoses],  # every source's candidate, best first
+    }
 
 
 def iter_export_rows(
@@ -70,7 +125,7 @@ def iter_export_rows(
                 .where(t.Step.trajectory_id.in_(chunk))
                 .order_by(t.Step.trajectory_id, t.Step.idx, t.StepMedia.position)
             ):
-                pictures[tid_].setdefault(idx, []).append(_picture(sha, mime, data))
+                pictures[tid_].setdefault(idx, []).append(export_picture(data, mime, sha))
             case_rows = {
                 c.id: c
                 for c in s.execute(select(t.Case).where(t.Case.id.in_({trajs[i].case_row_id for i in chunk}))).scalars()
@@ -88,7 +143,6 @@ def iter_export_rows(
                 if row.run_id not in runs_info:
                     run = s.get_one(t.Run, row.run_id)
                     runs_info[row.run_id] = {"name": run.name, "config": run.config or {}}
-                run_info = runs_info[row.run_id]
                 case = case_rows[row.case_row_id]
                 traj = convert.trajectory_from_rows(row, steps[tid])
                 traj.offered_tools = offered[tid]
@@ -96,30 +150,23 @@ def iter_export_rows(
                 sha = case_out.pop("image_sha256")
                 if sha:
                     blob = s.get_one(t.Blob, sha)
-                    case_out["image"] = _picture(sha, blob.mime, blob.data)
-                body = traj.to_dict()
-                for step in body["steps"]:
-                    if step["idx"] in pictures[tid]:
-                        step["images"] = pictures[tid][step["idx"]]
-                out = {
-                    "case_id": case.sample_id,
-                    "meta": case.meta or {},
-                    **body,
-                    "case": case_out,
-                    "labels": [lab.to_dict() for lab in history_in(s, tid)],
-                    "tags": tags_in(s, tid),
-                    "run": run_info,
-                }
-                found = diagnoses_in(s, tid)
-                out["diagnosis"] = export_diagnosis(found)
-                out["diagnoses"] = [d.to_dict() for d in found]  # every source's candidate, best first
+                    case_out["image"] = export_picture(blob.data, blob.mime, sha)
+                out = export_row(
+                    traj,
+                    case_out,
+                    run=runs_info[row.run_id],
+                    diagnoses=diagnoses_in(s, tid),
+                    labels=[lab.to_dict() for lab in history_in(s, tid)],
+                    tags=tags_in(s, tid),
+                    pictures=pictures[tid],
+                )
                 if with_ids:
                     out["_trajectory_id"], out["_run_id"], out["_created_at"] = tid, row.run_id, row.created_at
                 yield out
             s.expunge_all()  # rows of finished chunks need not stay in the session's identity map
 
 
-def export_diagnosis(diagnoses: list) -> dict:
+def export_diagnosis(diagnoses: Sequence[Any]) -> dict:
     """The exported `diagnosis` object: the top diagnosis (`kind` None for a passing trajectory)."""
     if not diagnoses:
         return {"kind": None, "first_wrong_step": None, "evidence": {}, "confidence": 0.0, "source": None}

@@ -173,6 +173,17 @@ def test_call_budget_flags_refused_for_a_local_backend(capsys):
     assert info.value.code == 2 and "--timeout and --retries apply to the api backend only" in err
 
 
+def test_concurrency_refused_for_a_local_backend_that_runs_one_case_at_a_time(capsys):
+    from evalrx.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--spec", "evalrx-tiny", "--suite", "demo", "--concurrency", "4", "--out", "x.jsonl"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert "--concurrency applies to the api backend only" in line and "drop --concurrency" in line
+
+
 def test_call_budget_flags_reach_the_queued_run_config(tmp_path, capsys):
     import evalrx.store as S
     from evalrx.cli import main

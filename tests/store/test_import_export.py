@@ -77,7 +77,8 @@ def test_round_trip_is_identical(store_url, tmp_path, sqlite_url):
 
 
 def test_import_of_evalrx_run_out_rows(sqlite_url, tmp_path):
-    """The rows `evalrx run --out` writes (case_id, meta and the trajectory) import as a run."""
+    """Bare rows (case_id, meta and the trajectory, as `evalrx run --out` wrote them before it wrote export
+    records) import as a run."""
     rng = random.Random(0)
     f = tmp_path / "run.jsonl"
     with f.open("w") as fh:

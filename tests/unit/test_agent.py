@@ -336,9 +336,7 @@ def test_run_batch_keeps_order_and_stubs_crashing_cases():
 
     seen = []
     h = ScriptedHandle([prompt_echo] * 3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = run_batch(h, cases, tools_factory=factory, on_result=lambda c, t: seen.append(c.inputs.prompt))
+    out = run_batch(h, cases, tools_factory=factory, on_result=lambda c, t: seen.append(c.inputs.prompt))
     assert [t.goal for t in out] == cases
     assert [t.final_answer for t in out] == ["answer to a", "answer to b", None, "answer to d"]
     assert out[2].metrics == {"terminated": "error", "error": "RuntimeError: tool setup failed"}
@@ -346,8 +344,8 @@ def test_run_batch_keeps_order_and_stubs_crashing_cases():
     assert sorted(seen) == cases
 
 
-def test_run_batch_forces_sequential_for_local_handles():
-    h = ScriptedHandle([prompt_echo] * 4, backend="hf_local", delay=0.01)
+def _tracking_overlap(h):
+    """Counts the handle's calls in flight at once (`["max"]`)."""
     active = {"now": 0, "max": 0}
     original = h.chat
 
@@ -360,13 +358,30 @@ def test_run_batch_forces_sequential_for_local_handles():
             active["now"] -= 1
 
     h.chat = tracking
+    return active
+
+
+def test_run_batch_runs_a_local_handle_one_case_at_a_time_without_a_warning():
+    h = ScriptedHandle([prompt_echo] * 4, backend="hf_local", delay=0.01)
+    active = _tracking_overlap(h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an ordinary local run asked for no parallelism: nothing to warn about
+        out = run_batch(h, ["1", "2", "3", "4"], tools_factory=lambda c: [])
+    assert active["max"] == 1
+    assert [t.final_answer for t in out] == ["answer to 1", "answer to 2", "answer to 3", "answer to 4"]
+
+
+def test_run_batch_warns_when_asked_for_threads_a_local_handle_cannot_take():
+    h = ScriptedHandle([prompt_echo] * 4, backend="hf_local", delay=0.01)
+    active = _tracking_overlap(h)
     with pytest.warns(UserWarning, match="one at a time"):
         out = run_batch(h, ["1", "2", "3", "4"], tools_factory=lambda c: [], concurrency=4)
     assert active["max"] == 1
     assert [t.final_answer for t in out] == ["answer to 1", "answer to 2", "answer to 3", "answer to 4"]
 
 
-def test_run_batch_runs_api_handles_concurrently_in_order():
+@pytest.mark.parametrize("concurrency", [4, None], ids=["asked", "default"])
+def test_run_batch_runs_api_handles_concurrently_in_order(concurrency):
     h = ScriptedHandle([prompt_echo] * 8, backend="api", delay=0.05)
     threads = set()
     original = h.chat
@@ -379,7 +394,7 @@ def test_run_batch_runs_api_handles_concurrently_in_order():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an API handle must not trigger the sequential warning
         t0 = time.perf_counter()
-        out = run_batch(h, [str(i) for i in range(8)], tools_factory=lambda c: [], concurrency=4)
+        out = run_batch(h, [str(i) for i in range(8)], tools_factory=lambda c: [], concurrency=concurrency)
         elapsed = time.perf_counter() - t0
     assert [t.goal for t in out] == [str(i) for i in range(8)]
     assert all(t.final_answer == f"answer to {t.goal}" for t in out)
