@@ -34,7 +34,7 @@ def exposure_problem(address: Optional[str], auth: bool, allowed: bool) -> Optio
     where = address or "every network interface"
     return (
         f"evalrx is being served on {where} without a login. Serve it on 127.0.0.1 "
-        "(`make run` does), configure a login ([auth] in .streamlit/secrets.toml, see the README), "
+        "(`make run` does), configure a login ([auth] in .streamlit/secrets.toml, see docs/security.md), "
         f"or, behind an authenticating proxy, set {ENV_OPEN}=1."
     )
 

@@ -220,7 +220,7 @@ def test_call_budget_flags_reach_the_queued_run_config(tmp_path, capsys):
 
 
 def test_repeats_with_a_temperature_queue_on_a_local_model(tmp_path, capsys):
-    """The README's own example: sampling is not an API call budget, so a local backend takes it."""
+    """docs/cli.md's own example: sampling is not an API call budget, so a local backend takes it."""
     import evalrx.store as S
     from evalrx.cli import main
 

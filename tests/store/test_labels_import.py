@@ -118,7 +118,7 @@ def test_agentrx_tau_retail_ground_truth_maps_every_failure_to_our_vocabulary():
             assert map_category(f["failure_category"], "agentrx") in FAILURE_KINDS, f["failure_category"]
     assert len(roots) == 29 and set(roots) <= set(FAILURE_KINDS)
     assert Counter(roots) == {
-        "user_error": 8,  # with the System Failure at a user message, the README's 9 roots on the user's turns
+        "user_error": 8,  # with the System Failure at a user message, docs/diagnosis.md's 9 roots on the user's turns
         "misread_observation": 7,
         "wrong_goal": 7,
         "policy_violation": 3,
