@@ -14,7 +14,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from evalrx.internals import cache_argument, output_cache, takes_argument
-from evalrx.models.backends import RuntimeConfig
+from evalrx.models.backends.registry import RuntimeConfig
 
 _DTYPES = {
     "float32": "float32",

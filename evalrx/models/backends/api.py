@@ -21,7 +21,6 @@ from typing import Any, Optional
 from evalrx.core.capability import Capability
 from evalrx.core.content import has_image
 from evalrx.core.tool import ChatTurn
-from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
 from evalrx.models.backends.api_errors import (
     APIAuthenticationFailed,
     APIConnectionFailed,
@@ -42,6 +41,7 @@ from evalrx.models.backends.api_http import (
 )
 from evalrx.models.backends.api_secrets import PLACEHOLDER_KEY, redact_url, scrub
 from evalrx.models.backends.api_wire import chat_turn, to_wire_messages
+from evalrx.models.backends.registry import BackendInfo, RuntimeConfig, register_backend
 from evalrx.specs import ModelSpec
 
 INSTALL_HINT = "pip install 'evalrx[api]'"

@@ -31,7 +31,7 @@ from evalrx.internals import (
     set_attention_implementation,
     teacher_forced_forward,
 )
-from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
+from evalrx.models.backends.registry import BackendInfo, RuntimeConfig, register_backend
 from evalrx.models.checkpoints import CheckpointNotFoundError, fix_hint, locate_checkpoint
 from evalrx.models.runtime_tuning import page_in, resolve_device, resolve_dtype, settle_cpu_threads
 from evalrx.specs import ModelSpec, WeightsNotInstalledError, resolve_weights

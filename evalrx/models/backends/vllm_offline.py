@@ -8,7 +8,7 @@ from typing import Any
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model
 from evalrx.core.tool import ChatTurn
-from evalrx.models.backends import BackendInfo, RuntimeConfig, register_backend
+from evalrx.models.backends.registry import BackendInfo, RuntimeConfig, register_backend
 from evalrx.specs import ModelSpec
 
 
