@@ -28,7 +28,7 @@ import math
 from typing import Any, Callable, Optional, Sequence
 
 from evalrx.core import Diagnosis, FailureCase, Model, Trajectory
-from evalrx.diagnosis.judge import (
+from evalrx.diagnosis.judge_parts import (
     JudgeResult,
     agent_schema,
     ask_checked,
