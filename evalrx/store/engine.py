@@ -1,4 +1,4 @@
-"""Engines, sessions and the schema-version check.
+"""Engines, sessions, the schema-version check and the dialect-aware statements (`insert_ignore`).
 
 SQLite (DESIGN.md §4): Python 3.11's sqlite3 runs in legacy transaction mode, so the
 driver's own BEGIN is switched off (`isolation_level = None`) and SQLAlchemy's `begin`
@@ -14,9 +14,9 @@ import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional, cast
+from typing import Any, Iterator, Optional, Sequence, cast
 
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, event, insert, inspect, select, text
 from sqlalchemy.engine import CursorResult, Engine, Result, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -213,6 +213,28 @@ def resolve(store: "Store | str | None") -> Store:
 def changed_rows(result: Result) -> int:
     """How many rows an UPDATE or DELETE changed (`Session.execute` types its CursorResult as a plain Result)."""
     return cast(CursorResult, result).rowcount
+
+
+def dialect_insert(dialect: str) -> Any:
+    """The dialect's own `insert` (PostgreSQL's or SQLite's), which has `on_conflict_do_nothing`."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert
+
+
+def insert_ignore(session: Session, model: Any, values: dict, key: Sequence[str]) -> None:
+    """INSERT a row unless one with the same `key` columns exists (race-free on PostgreSQL too)."""
+    dialect = session.get_bind().dialect.name
+    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - other databases are not supported targets
+        if session.execute(select(model).filter_by(**{k: values[k] for k in key})).first() is None:
+            session.execute(insert(model), [values])
+        return
+    stmt = dialect_insert(dialect)(model).values(**values).on_conflict_do_nothing(index_elements=list(key))
+    session.execute(stmt)
 
 
 @contextmanager

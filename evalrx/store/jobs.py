@@ -17,8 +17,10 @@ from sqlalchemy.orm import Session
 
 from evalrx.core.case import Label, Termination
 from evalrx.store import schema as t
+from evalrx.store.analyses import save_analyses
 from evalrx.store.engine import Store, changed_rows, resolve
 from evalrx.store.records import JobInfo
+from evalrx.store.runs import save_step_media, save_trajectory
 
 DEFAULT_MAX_ATTEMPTS = 10
 
@@ -322,9 +324,6 @@ def record_case(
         LeaseLost: the job is no longer this worker's (nothing is written).
         IntegrityError: the case is already stored (the transaction rolls back).
     """
-    from evalrx.store.analyses import save_analyses
-    from evalrx.store.runs import save_step_media, save_trajectory
-
     outcome = traj.outcome.value
     error = outcome == Label.ERROR or traj.terminated == Termination.ERROR
     with store.write() as s:
@@ -364,14 +363,6 @@ def start_case(store: Store, run_id: int, case_row_id: int, attempt: int = 1) ->
     with store.write() as s:
         s.execute(update(R).where(*key).values(starts=R.starts + 1))
         return s.execute(select(R.starts).where(*key)).scalar_one()
-
-
-def case_starts(session: Session, run_id: int) -> dict:
-    """{(case id, attempt): starts} of a run's work list."""
-    R = t.RunCase
-    return {
-        (c, a): n for c, a, n in session.execute(select(R.case_row_id, R.attempt, R.starts).where(R.run_id == run_id))
-    }
 
 
 def get_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[JobInfo]:

@@ -19,7 +19,7 @@ from evalrx.core.case import Label, agent_name
 from evalrx.core.failures import canonical_kind
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, changed_rows, resolve
+from evalrx.store.engine import Store, changed_rows, insert_ignore, resolve
 from evalrx.store.records import LabelInfo
 from evalrx.store.taxonomy import ensure_kind
 
@@ -347,8 +347,6 @@ def set_labels(labels: Sequence[dict], *, store: "Store | str | None" = None) ->
 
 
 def tag_in_session(session: Session, trajectory_id: int, name: str) -> None:
-    from evalrx.store.runs import insert_ignore
-
     name = convert.clean(name.strip())[:100]
     if not name:
         raise ValueError("a tag needs a name")

@@ -20,18 +20,10 @@ from evalrx.core.content import sniff_mime
 from evalrx.core.secrets import has_env_reference, is_secret_name
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, changed_rows, resolve
-
-
-def insert_ignore(session: Session, model: Any, values: dict, key: Sequence[str]) -> None:
-    """INSERT a row unless one with the same `key` columns exists (race-free on PostgreSQL too)."""
-    dialect = session.get_bind().dialect.name
-    if dialect not in ("postgresql", "sqlite"):  # pragma: no cover - other databases are not supported targets
-        if session.execute(select(model).filter_by(**{k: values[k] for k in key})).first() is None:
-            session.execute(insert(model), [values])
-        return
-    stmt = _dialect_insert(dialect)(model).values(**values).on_conflict_do_nothing(index_elements=list(key))
-    session.execute(stmt)
+from evalrx.store.diagnoses import save_diagnoses
+from evalrx.store.engine import Store, changed_rows, dialect_insert, insert_ignore, resolve
+from evalrx.store.labels import restore_labels, tag_in_session
+from evalrx.store.queries import pending_cases
 
 
 def put_blob(session: Session, data: bytes, mime: Optional[str] = None) -> str:
@@ -79,7 +71,7 @@ def upsert_cases(session: Session, cases: Sequence[FailureCase]) -> list:
     if missing:
         dialect = session.get_bind().dialect.name
         if dialect in ("postgresql", "sqlite"):
-            insert_for = _dialect_insert(dialect)
+            insert_for = dialect_insert(dialect)
             stmt = insert_for(t.Case.__table__).on_conflict_do_nothing(index_elements=["digest"])
             session.execute(stmt, missing)
         else:  # pragma: no cover - other databases are not supported targets
@@ -95,16 +87,6 @@ def _case_ids(session: Session, digests: Sequence[str]) -> dict:
         q = select(t.Case.digest, t.Case.id).where(t.Case.digest.in_(digests[i : i + _IN_CHUNK]))
         found.update((digest, case_id) for digest, case_id in session.execute(q).all())
     return found
-
-
-def _dialect_insert(dialect: str) -> Any:
-    if dialect == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        return postgresql.insert
-    from sqlalchemy.dialects import sqlite
-
-    return sqlite.insert
 
 
 # What a queued run's stored config may hold: an allow-list (RunConfig's and ModelConfig's fields), so a
@@ -330,16 +312,10 @@ def save_trajectories(session: Session, items: Sequence[NewTrajectory]) -> list:
         if i.media:
             save_step_media(session, tid, i.media)
         if i.diagnoses:
-            from evalrx.store.diagnoses import save_diagnoses
-
             save_diagnoses(session, tid, i.diagnoses)
         if i.labels:
-            from evalrx.store.labels import restore_labels
-
             restore_labels(session, tid, i.labels)
         for tag in i.tags:
-            from evalrx.store.labels import tag_in_session
-
             tag_in_session(session, tid, tag)
     return ids
 
@@ -431,12 +407,17 @@ def update_run_meta(run_id: int, *, store: "Store | str | None" = None, **meta: 
         run.meta = convert.jsonable(dict(run.meta or {}, **meta))
 
 
+def case_starts(session: Session, run_id: int) -> dict:
+    """{(case id, attempt): starts} of a run's work list."""
+    R = t.RunCase
+    return {
+        (c, a): n for c, a, n in session.execute(select(R.case_row_id, R.attempt, R.starts).where(R.run_id == run_id))
+    }
+
+
 def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[dict, list, dict]":
     """What a worker needs to run a job: (run config, [(case id, attempt, FailureCase with image bytes)] of the
     attempts without a trajectory, in run order, {(case id, attempt): starts so far})."""
-    from evalrx.store.jobs import case_starts
-    from evalrx.store.queries import pending_cases
-
     with resolve(store).read() as s:
         cfg = dict(s.get_one(t.Run, run_id).config or {})
         todo = pending_cases(s, run_id)
