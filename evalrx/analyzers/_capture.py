@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._passes import PassResult, TrajectoryPlan
 
 __all__ = ["CapturedStates", "capture_pass", "capture_problem"]
 
@@ -141,8 +141,6 @@ def capture_pass(plan: TrajectoryPlan, index: int, requests: Sequence[Any], capt
     unembedding of the captured last layer.
     """
     import torch
-
-    from evalrx.analyzers._shared_pass import PassResult
 
     local = plan.local
     tf_pass = plan.passes[index]

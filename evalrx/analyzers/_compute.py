@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import model_id
+from evalrx.analyzers._precision import LENS_DTYPES, checked_precision
 from evalrx.core.model import Model
 from evalrx.internals import (
     attention_modules,
@@ -41,9 +42,6 @@ from evalrx.internals import (
 # comparisons make a few temporaries of its size). Smaller blocks cost no speed down to ~5 positions of
 # SmolLM2 (16-18 ms a position either way on 2 cores) and halve a white-box case's peak memory.
 MAX_BLOCK_ELEMS = 1 << 24
-
-# The torch dtype of the lens' unembedding product per precision (`logit_lens.PRECISIONS`; None: the model's own).
-_LENS_DTYPES = {"exact": None, "bfloat16": "bfloat16"}
 
 
 @dataclass
@@ -268,7 +266,7 @@ def lens_stats(
         top_k: how many top tokens to keep.
         gather_ids: optional extra token ids per position whose log-probs are wanted
             (ragged; padded internally).
-        precision: "exact", or a cheaper name of `logit_lens.PRECISIONS` for layers 0..L-1
+        precision: "exact", or a cheaper name of `PRECISIONS` for layers 0..L-1
             (layer L, the model's own logits, stays exact).
 
     Returns:
@@ -277,9 +275,7 @@ def lens_stats(
     import torch
 
     parts = local.parts
-    from evalrx.analyzers.logit_lens import checked_precision
-
-    cast = _LENS_DTYPES[checked_precision(precision)]
+    cast = LENS_DTYPES[checked_precision(precision)]
     n_layers = parts.num_layers
     if len(hidden_states) != n_layers + 1:
         raise RuntimeError(

@@ -30,6 +30,7 @@ from evalrx.core.case import Trajectory
 from evalrx.core.content import has_image
 
 __all__ = [
+    "PassResult",
     "PassTurn",
     "TeacherForcedPass",
     "TrajectoryPlan",
@@ -353,3 +354,72 @@ class TrajectoryPlan:
         if self.images:
             info["pictures"] = len(self.images)  # the pictures the passes saw (none: scored on the text alone)
         return info
+
+
+@dataclass
+class PassResult:
+    """One teacher-forced forward over a planned pass, as every analyzer of the trajectory reads it.
+
+    Attributes:
+        plan: the trajectory's plan.
+        index: the pass's index in `plan.passes`.
+        logit_positions: the positions `logits` holds, in order.
+        logits: `[len(logit_positions), V]` final logits, in the model's dtype.
+        hidden_states: `L + 1` tensors `[1, T, D]` (None when no analyzer read them).
+        attention_positions: the query positions `attention` holds, in order.
+        attention: `[L, P, T]` fp32 attention rows averaged over heads (None when none were read).
+    """
+
+    plan: TrajectoryPlan
+    index: int
+    logit_positions: list
+    logits: Any
+    hidden_states: Any = None
+    attention_positions: list = field(default_factory=list)
+    attention: Any = None
+    source: str = "teacher_forced"  # where logits and hidden states came from: or "generation"
+    attention_source: str = "teacher_forced"
+    notes: list = field(default_factory=list)  # (what, why) for each part that fell back to the teacher-forced pass
+
+    @property
+    def tf_pass(self) -> TeacherForcedPass:
+        return self.plan.passes[self.index]
+
+    @property
+    def ids(self) -> list:
+        """Token ids of the pass."""
+        return self.tf_pass.ids
+
+    @property
+    def offsets(self) -> list:
+        """Character offsets of the pass's tokens in its rendered text."""
+        return self.tf_pass.offsets
+
+    @property
+    def text(self) -> str:
+        return self.tf_pass.text
+
+    def decisions(self, **caps: Any) -> list:
+        """Decision points of this pass (shared across analyzers; see `TrajectoryPlan.decisions`)."""
+        return self.plan.decisions(self.index, **caps)
+
+    def logits_at(self, positions: Sequence[int]) -> Any:
+        """Final logits `[len(positions), V]` at `positions` (each one must have been requested)."""
+        return _rows(self.logits, 0, self.logit_positions, positions, "logits")
+
+    def attention_at(self, positions: Sequence[int]) -> Any:
+        """Attention rows `[L, len(positions), T]` at query `positions` (each one must have been requested)."""
+        if self.attention is None:
+            raise KeyError("no attention was requested for this pass")
+        return _rows(self.attention, 1, self.attention_positions, positions, "attention rows")
+
+
+def _rows(tensor: Any, dim: int, held: Sequence[int], positions: Sequence[int], what: str) -> Any:
+    import torch
+
+    row = {p: r for r, p in enumerate(held)}
+    missing = [int(p) for p in positions if int(p) not in row]
+    if missing:
+        raise KeyError(f"{what} at positions {missing[:5]} were not requested for this pass")
+    index = torch.tensor([row[int(p)] for p in positions], dtype=torch.long, device=tensor.device)
+    return tensor.index_select(dim, index)

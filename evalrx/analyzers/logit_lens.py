@@ -20,27 +20,13 @@ import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
 from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._precision import checked_precision
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import KINDS
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model
 
 __all__ = ["LensResult", "LogitLensAnalyzer", "checked_precision", "settle_layer"]
-
-# The lens' unembedding: "exact" (the model's own dtype) or a named cheaper setting (its product's dtype).
-PRECISIONS = ("exact", "bfloat16")
-
-
-def checked_precision(value: Any) -> str:
-    """A lens precision's name ("exact" when None), checked against `PRECISIONS`.
-
-    Raises:
-        ValueError: another name (the message lists the known ones).
-    """
-    name = str(value or "exact").strip().lower()
-    if name not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
-    return name
 
 
 def settle_layer(top1: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ import numpy as np
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
 from evalrx.analyzers._conversation import normalize_call, normalize_tools, tool_names
 from evalrx.analyzers._passes import TrajectoryPlan
+from evalrx.analyzers._precision import checked_precision
 from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
 from evalrx.analyzers.positions import (
     MAX_VALUE_TOKENS,
@@ -409,8 +410,6 @@ class ToolDecisionAnalyzer(PassAnalyzer):
     generation_capture = frozenset({"hidden_states"})
 
     def __init__(self, top_k: int = 5, *, mode: str = "auto", arguments: bool = True, precision: str = "exact") -> None:
-        from evalrx.analyzers.logit_lens import checked_precision
-
         self.top_k = max(2, int(top_k))
         self.precision = checked_precision(precision)
         self.mode = mode
