@@ -32,7 +32,7 @@ class StepView:
     text: str = ""
     calls: list = field(default_factory=list)  # [(name, args)]
     observation: Optional[str] = None
-    n_images: int = 0
+    n_pictures: int = 0
     parse_error: Optional[str] = None
     badges: list = field(default_factory=list)
     latency_ms: Optional[float] = None
@@ -125,7 +125,7 @@ def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
             name = s.content or ""
             v.title = f"Tool {name}" if name else "Feedback to the model"
             v.observation = None if s.observation is None else observation_text(s.observation)
-            v.n_images = picture_count(s.observation)
+            v.n_pictures = picture_count(s.observation)
         views.append(v)
     return views
 
