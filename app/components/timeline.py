@@ -29,18 +29,18 @@ _BADGE_COLOR = {
 }
 
 
-def _image(store: Any, sha: str, caption: str) -> None:
+def _picture(store: Any, sha: str, caption: str) -> None:
     from evalrx.store import get_blob
 
     blob = get_blob(sha, store=store)
     if blob is None:
-        st.caption(f"image {sha[:12]} is missing from the store")
+        st.caption(f"picture {sha[:12]} is missing from the store")
         return
     data, mime = blob
     if mime.startswith("image/"):
         st.image(data, caption=caption, width=320)
     else:
-        st.caption(f"attachment {sha[:12]} ({mime}, {len(data):,} bytes) is not an image")
+        st.caption(f"attachment {sha[:12]} ({mime}, {len(data):,} bytes) is not a picture")
 
 
 def system_prompt(detail: Any, *, store: Any) -> Optional[str]:
@@ -66,13 +66,13 @@ def render_system_prompt(detail: Any, *, store: Any) -> None:
 
 
 def render_case(detail: Any, *, store: Any, blind: bool = False) -> None:
-    """The system prompt (collapsed), the goal, the expected and the final answer, and the case image if any."""
+    """The system prompt (collapsed), the goal, the expected and the final answer, and the case's picture if any."""
     row, case = detail.row, detail.case or {}
     render_system_prompt(detail, store=store)
     st.markdown("**Goal**")
     show_text(row.goal or case.get("prompt"))
     if case.get("image_sha256"):
-        _image(store, case["image_sha256"], "case image")
+        _picture(store, case["image_sha256"], "the case's picture")
     left, right = st.columns(2)
     turns = turn_checks(detail.trajectory, case)
     with left:
@@ -170,13 +170,13 @@ def render_timeline(
     detail: Any,
     *,
     store: Any,
-    media: Optional[dict] = None,
+    pictures: Optional[dict] = None,
     first_wrong: Optional[int] = None,
     show_user: bool = True,
 ) -> None:
     """Every step as a card: who, timing, tokens, text, tool calls and arguments,
-    observations (with images), parse errors and loop-policy badges."""
-    media = media or {}
+    observations (with pictures), parse errors and loop-policy badges."""
+    pictures = pictures or {}
     offered = {spec.get("name"): spec for spec in detail.trajectory.offered_tools or []}
     views = step_views(detail.trajectory, detail.case)
     colours = agent_colours(detail.trajectory)  # empty for one agent: its steps look as they always did
@@ -209,11 +209,11 @@ def render_timeline(
             if v.parse_error:
                 st.markdown(":red[**Parse error**]")
                 show_text(v.parse_error)
-            shas = media.get(v.idx, [])
+            shas = pictures.get(v.idx, [])
             for i, sha in enumerate(shas):
-                _image(store, sha, f"image {i + 1} {'returned' if v.role == 'tool' else 'shown'} at step {v.idx}")
-            if v.n_images and not shas:
-                st.caption(f"the tool returned {v.n_images} image(s); none were stored")
+                _picture(store, sha, f"picture {i + 1} {'returned' if v.role == 'tool' else 'shown'} at step {v.idx}")
+            if v.n_pictures and not shas:
+                st.caption(f"the tool returned {counted(v.n_pictures, 'picture')}; none were stored")
 
 
 def render_charts(detail: Any) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from evalrx.core import observation_text, picture_count
+
 # Loop-policy and error markers from `Step.span`, with the badge text the timeline shows.
 FLAG_BADGES = {
     "parse_error": "parse error",
@@ -30,7 +32,7 @@ class StepView:
     text: str = ""
     calls: list = field(default_factory=list)  # [(name, args)]
     observation: Optional[str] = None
-    n_images: int = 0
+    n_pictures: int = 0
     parse_error: Optional[str] = None
     badges: list = field(default_factory=list)
     latency_ms: Optional[float] = None
@@ -42,18 +44,6 @@ class StepView:
     aside: Optional[str] = None  # what kind of message the log calls it ("thought", "final answer")
     expected: Optional[str] = None  # a user turn's expected answer, as text (None: the turn says none)
     turn_grade: Optional[str] = None  # that turn's answer graded on its own: "pass" / "fail"
-
-
-def _observation_text(obs: Any) -> tuple[Optional[str], int]:
-    if obs is None:
-        return None, 0
-    if isinstance(obs, dict) and "text" in obs:
-        return str(obs.get("text") or ""), int(obs.get("n_images") or 0)
-    if isinstance(obs, str):
-        return obs, 0
-    import json
-
-    return json.dumps(obs, ensure_ascii=False, default=str), 0
 
 
 def _num(v: Any, kind: type = float) -> Any:
@@ -134,7 +124,8 @@ def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
         else:
             name = s.content or ""
             v.title = f"Tool {name}" if name else "Feedback to the model"
-            v.observation, v.n_images = _observation_text(s.observation)
+            v.observation = None if s.observation is None else observation_text(s.observation)
+            v.n_pictures = picture_count(s.observation)
         views.append(v)
     return views
 

@@ -105,7 +105,7 @@ st.caption(f"Keys: 1–{len(names)} keep that annotator's label · N skip")
 detail = get_trajectory(tid, store=S)
 render_diagnosis(detail, {k.key: k.definition for k in list_kinds(store=S)})
 render_case(detail, store=S)
-render_timeline(detail, store=S, media=step_media(tid, store=S), show_user=False)
+render_timeline(detail, store=S, pictures=step_media(tid, store=S), show_user=False)
 
 with st.expander(f"All open disagreements ({len(items)})"):
     st.dataframe(

@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 from evalrx.core.case import Step, StepRole, Trajectory
 from evalrx.core.content import content_text
+from evalrx.core.observation import observation_text, picture_count
 from evalrx.core.tool import normalize_call
 from evalrx.models.conversation import ConversationBuilder  # the agent loop's own builder
 
@@ -107,22 +108,6 @@ class Conversation:
         if key not in self._renders:
             self._renders[key] = render_conversation(renderer, self.messages[:upto], tools, add_generation_prompt)
         return self._renders[key]
-
-
-def _observation_text(observation: Any) -> str:
-    """The text the loop put in the tool message for a stored observation record."""
-    if isinstance(observation, dict) and "text" in observation and "n_images" in observation:
-        return str(observation["text"])
-    return str(observation)
-
-
-def _n_images(observation: Any) -> int:
-    if isinstance(observation, dict) and "n_images" in observation:
-        try:
-            return int(observation.get("n_images") or 0)
-        except (TypeError, ValueError):
-            return 0
-    return 0
 
 
 def _detect_style(steps: Sequence[Step]) -> str:
@@ -268,7 +253,7 @@ def conversation_from_trajectory(
             )
             last_calls = calls
         elif s.role is StepRole.TOOL:
-            text = _observation_text(s.observation)
+            text = observation_text(s.observation, shown=True)
             if s.span.get("parse_error"):
                 built.feedback(text, step=s.idx)
                 continue
@@ -276,7 +261,7 @@ def conversation_from_trajectory(
             call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
             returned = list((images or {}).get(s.idx) or [])
-            n = max(_n_images(s.observation), int(s.span.get("n_images") or 0), len(returned))
+            n = max(picture_count(s.observation), int(s.span.get("n_images") or 0), len(returned))
             built.tool(tc, text, returned[:n] + [None] * (n - len(returned)), step=s.idx)  # placeholders if unknown
     built.end_turn()
     messages, info = built.messages, built.info

@@ -22,6 +22,7 @@ from evalrx.core.failures import (
     canonical_kind,
 )
 from evalrx.core.model import ContextOverflow, Model
+from evalrx.core.observation import PICTURE_MARKER, canonical_json, observation_text, picture_count
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
 from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
@@ -57,6 +58,10 @@ __all__ = [
     "Inputs",
     "Label",
     "Model",
+    "PICTURE_MARKER",
+    "canonical_json",
+    "observation_text",
+    "picture_count",
     "Step",
     "StepRole",
     "Termination",

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from evalrx.core.case import StepRole, Trajectory
 from evalrx.core.effects import name_words
+from evalrx.core.observation import observation_text
 from evalrx.core.tool import normalize_call
 from evalrx.grade import extract_numbers
 
@@ -39,19 +40,13 @@ class Call:
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(self.args.items()))})"
 
 
-def obs_text(observation: Any) -> str:
-    if isinstance(observation, dict) and "text" in observation:
-        return str(observation["text"])
-    return "" if observation is None else str(observation)
-
-
 def quote(text: Any, limit: int = _QUOTE) -> str:
     text = " ".join(str(text or "").split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def is_tool_error(step: Any) -> bool:
-    text = obs_text(step.observation).lstrip()
+    text = observation_text(step.observation).lstrip()
     return bool(step.span.get("tool_error")) or text.startswith("[tool error") or text.lower().startswith("error:")
 
 
@@ -70,12 +65,12 @@ def calls_of(traj: Trajectory) -> "list[Call]":
         elif s.role is StepRole.TOOL and not s.span.get("parse_error"):
             i = int(s.span.get("call", 0) or 0)
             if i < len(pending) and pending[i].observation is None:
-                pending[i].observation = obs_text(s.observation)
+                pending[i].observation = observation_text(s.observation)
                 pending[i].error = is_tool_error(s)
             elif pending:  # imports may not number their tool results: first unanswered call
                 free = next((c for c in pending if c.observation is None), None)
                 if free is not None:
-                    free.observation, free.error = obs_text(s.observation), is_tool_error(s)
+                    free.observation, free.error = observation_text(s.observation), is_tool_error(s)
     return out
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from evalrx.core import Diagnosis, FailureCase, Model, StepRole, Trajectory, canonical_kind
+from evalrx.core import Diagnosis, FailureCase, Model, StepRole, Trajectory, canonical_kind, observation_text
 from evalrx.core.case import agent_name
 from evalrx.core.tool import normalize_call
 from evalrx.diagnosis.team import is_team
@@ -178,17 +178,6 @@ def _cut(text: str, limit: int) -> str:
     head = limit * 2 // 3
     tail = limit - head
     return f"{text[:head]} [... {len(text) - limit:,} characters cut ...] {text[len(text) - tail :]}"
-
-
-def observation_text(observation: Any) -> str:
-    """A tool's output as the judge reads it (and as its quote is checked against)."""
-    if observation is None:
-        return ""
-    if isinstance(observation, str):
-        return observation
-    if isinstance(observation, dict) and isinstance(observation.get("text"), str):
-        return observation["text"]
-    return json.dumps(observation, ensure_ascii=False, default=str)
 
 
 def _call_parts(call: Any) -> "tuple[str, str]":
@@ -388,7 +377,6 @@ __all__ = [
     "context_parts",
     "findings_parts",
     "kind_pairs",
-    "observation_text",
     "response_format",
     "team_agents",
     "transcript_part",

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 from evalrx.core.case import Label, StepRole, Termination, Trajectory
 from evalrx.core.effects import ToolEffect, is_handoff
 from evalrx.core.failures import Diagnosis
+from evalrx.core.observation import observation_text
 from evalrx.diagnosis._evidence import (
     answer_step,
     arg_values,
@@ -20,7 +21,6 @@ from evalrx.diagnosis._evidence import (
     garbles,
     is_number,
     known_values,
-    obs_text,
     quote,
     values_in,
 )
@@ -249,7 +249,7 @@ def _prose_misreads(traj: Trajectory) -> "list[Diagnosis]":
         if s.role is StepRole.USER:
             observations = []  # a new question: what the agent says next rests on what it reads next
         elif s.role is StepRole.TOOL:
-            data = parsed_json(obs_text(s.observation))
+            data = parsed_json(observation_text(s.observation))
             if data is not None:
                 observations.append(data)
         elif s.role is StepRole.ACTOR and s.content and observations:
@@ -264,7 +264,7 @@ def _prose_misreads(traj: Trajectory) -> "list[Diagnosis]":
 def _argument_signs(traj: Trajectory, calls: list) -> "list[Diagnosis]":
     """The first call with an argument value found nowhere before it: misread if it garbles an observation's value."""
     context = [traj.goal or ""]
-    user = [obs_text(s.content) for s in traj.steps if s.role is StepRole.USER]
+    user = [observation_text(s.content) for s in traj.steps if s.role is StepRole.USER]
     context += user
     observations: list = []
     for c in calls:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from evalrx.core.failures import Diagnosis
+from evalrx.core.observation import observation_text, picture_count
 
 # Nats. A lead of 1 nat is ~2.7x the alternative's probability; under 0.1 the model was nearly undecided.
 LED_MIDWAY = 1.0
@@ -121,7 +122,7 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
 
     from evalrx.analyzers import LensResult
     from evalrx.core.case import StepRole
-    from evalrx.diagnosis._evidence import obs_text, values_in
+    from evalrx.diagnosis._evidence import values_in
 
     rec = analyses.get("logit_lens")
     if not rec or (rec.get("meta") or {}).get("error"):
@@ -137,7 +138,7 @@ def _from_lens(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]
     def before(step: int) -> set:
         if step not in stated:
             parts = [trajectory.goal or ""] + [
-                obs_text(s.observation) for s in trajectory.steps if s.role is StepRole.TOOL and s.idx < step
+                observation_text(s.observation) for s in trajectory.steps if s.role is StepRole.TOOL and s.idx < step
             ]
             stated[step] = {v.lower() for part in parts for v in values_in(part)}
         return stated[step]
@@ -205,8 +206,7 @@ def _returns_pictures(trajectory: Any, step_idx: int, call: int) -> bool:
 
     for s in trajectory.steps:
         if s.idx > step_idx and s.role is StepRole.TOOL and int((s.span or {}).get("call", 0) or 0) == call:
-            n = s.observation.get("n_images") if isinstance(s.observation, dict) else None
-            return bool(n or (s.span or {}).get("n_images"))
+            return bool(picture_count(s.observation) or (s.span or {}).get("n_images"))
         if s.idx > step_idx and s.role is StepRole.ACTOR:
             break
     return False
@@ -215,7 +215,7 @@ def _returns_pictures(trajectory: Any, step_idx: int, call: int) -> bool:
 def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list[Diagnosis]":
     from evalrx.analyzers import KINDS, AttentionResult
     from evalrx.core.case import StepRole
-    from evalrx.diagnosis._evidence import obs_text, quote, values_in
+    from evalrx.diagnosis._evidence import quote, values_in
 
     rec = analyses.get("attention")
     if not rec or (rec.get("meta") or {}).get("error") or not (rec.get("meta") or {}).get("images"):
@@ -245,7 +245,7 @@ def _from_image_attention(analyses: "dict[str, dict]", trajectory: Any) -> "list
             continue  # a call that fetches a picture takes where to look, not a value read
         written = _written(step, call, arg)
         before = [trajectory.goal or ""] + [
-            obs_text(s.observation) if s.role is StepRole.TOOL else str(s.content or "")
+            observation_text(s.observation) if s.role is StepRole.TOOL else str(s.content or "")
             for s in trajectory.steps
             if s.role in (StepRole.TOOL, StepRole.USER) and s.idx < step_idx
         ]

@@ -16,7 +16,8 @@ from typing import Any, Callable, Optional
 from evalrx.core.case import FailureCase, StepRole, Trajectory
 from evalrx.core.effects import ToolEffect, tool_documents, tool_effect
 from evalrx.core.failures import Diagnosis
-from evalrx.diagnosis._evidence import Call, answer_step, calls_of, is_prose, obs_text, quote
+from evalrx.core.observation import observation_text
+from evalrx.diagnosis._evidence import Call, answer_step, calls_of, is_prose, quote
 
 CONFIDENCE = 0.9
 
@@ -84,7 +85,7 @@ def _step_texts(step: Any, calls: bool = True) -> str:
     """What a step states: a user's or the agent's words, an observation; with `calls`, the agent's call
     arguments too."""
     if step.role is StepRole.TOOL:
-        return obs_text(step.observation)
+        return observation_text(step.observation)
     text = str(step.content or "")
     if step.role is StepRole.ACTOR and calls:
         text += " " + json.dumps([c.get("args") for c in step.tool_calls or []], default=str)
@@ -145,7 +146,7 @@ def _chosen_by_user(before: list, values: "list[str]") -> Optional[tuple[int, st
     that record has (in the observations before it) than any other record's."""
     from evalrx.diagnosis.prose import parsed_json
 
-    observations = [parsed_json(obs_text(s.observation)) for s in before if s.role is StepRole.TOOL]
+    observations = [parsed_json(observation_text(s.observation)) for s in before if s.role is StepRole.TOOL]
     observations = [o for o in observations if o is not None]
     for value in values:
         mine = set().union(*(_record_words(o, value) for o in observations)) if observations else set()

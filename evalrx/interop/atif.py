@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from evalrx.core.case import Termination
 from evalrx.core.content import content_text
+from evalrx.core.observation import observation_text
 from evalrx.interop.evalrx_jsonl import record_of_row
 from evalrx.interop.files import write_lines
 from evalrx.interop.limits import DEFAULT_MAX_RECORD_BYTES
@@ -30,7 +31,6 @@ from evalrx.interop.messages import as_dict
 from evalrx.interop.pictures import as_file, picture_of, picture_path, read_picture, row_pictures, write_pictures
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import ExportOptions, Format, register
-from evalrx.store import observation_text
 
 SCHEMA_VERSION = "ATIF-v1.4"
 PICTURES_VERSION = "ATIF-v1.6"  # the first with image content parts

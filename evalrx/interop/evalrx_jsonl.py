@@ -34,7 +34,7 @@ def record_of_row(row: dict) -> Record:
             raise ValueError(f"step {i}: {exc}") from None
         if s.get("idx") != i:
             raise ValueError(f"step {i} has idx {s.get('idx')!r}; steps must be numbered 0, 1, 2, ... in order")
-    media = {}
+    by_step: dict = {}
     for i, s in enumerate(data["steps"]):
         pictures = s.get("images")
         if pictures is None:
@@ -42,7 +42,7 @@ def record_of_row(row: dict) -> Record:
         if not isinstance(pictures, list) or not all(isinstance(p, dict) and p.get("base64") for p in pictures):
             raise ValueError(f"step {i}: `images` must be a list of pictures with `base64`")
         try:
-            media[i] = [base64.b64decode(p["base64"], validate=True) for p in pictures]
+            by_step[i] = [base64.b64decode(p["base64"], validate=True) for p in pictures]
         except ValueError:
             raise ValueError(f"step {i}: a picture is not valid base64") from None
     if data.get("outcome") not in (None, *Label._value2member_map_):
@@ -112,7 +112,7 @@ def record_of_row(row: dict) -> Record:
         run_name=run.get("name"),
         run_config=run.get("config"),
         diagnoses=diagnoses,
-        media=media,
+        media=by_step,
     )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional
 
 from evalrx.interop.errors import ImportFormatError
-from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info, sample_media
+from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info, sample_pictures
 from evalrx.interop.limits import ImportLimits, check_size, parse_json
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
@@ -217,11 +217,11 @@ def read_eval_log(reading: Reading) -> Iterator[Record]:
     for entry, sample in log.iter_samples():
         try:
             case, traj = from_inspect_sample(sample)
-            media = sample_media(sample, traj)
+            pictures = sample_pictures(sample, traj)
         except (ValueError, TypeError, KeyError) as exc:
             raise ImportFormatError(path, entry.name, str(exc)) from None
         yield Record(
-            case=case, traj=traj, where=entry.name, run_name=name, run_config=config, run_meta=meta, media=media
+            case=case, traj=traj, where=entry.name, run_name=name, run_config=config, run_meta=meta, media=pictures
         )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from evalrx.interop.errors import EncodingError, ImportFormatError
-from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info, sample_media
+from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info, sample_pictures
 from evalrx.interop.json_array_items import array_items
 from evalrx.interop.limits import UTF8_BOM, parse_json
 from evalrx.interop.records import Reading, Record
@@ -104,12 +104,12 @@ def read_inspect_json(reading: Reading, header: dict) -> Iterator[Record]:
         at = f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
         try:
             case, traj = from_inspect_sample(sample)
-            media = sample_media(sample, traj)
+            pictures = sample_pictures(sample, traj)
         except (ValueError, TypeError, KeyError) as exc:
             raise ImportFormatError(path, at, str(exc)) from None
         del sample, raw  # this sample's objects go before the next is read
         found = True
-        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=media)
+        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=pictures)
     if not found:
         raise ImportFormatError(path, 1, "the log has no samples (was it written with log_samples=False?)")
 

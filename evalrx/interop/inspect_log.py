@@ -191,7 +191,7 @@ def sample_messages(sample: dict) -> list:
     return inp if isinstance(inp, list) else [{"role": "user", "content": inp or ""}]
 
 
-def sample_media(sample: dict, traj: Trajectory) -> dict:
+def sample_pictures(sample: dict, traj: Trajectory) -> dict:
     """`{step: [picture bytes]}` the pictures a sample's messages hold beyond the case's (`message_pictures`)."""
     attachments = sample.get("attachments") if isinstance(sample.get("attachments"), dict) else None
     return message_pictures(sample_messages(sample), traj.steps, attachments)[1]
@@ -228,11 +228,11 @@ def read_inspect_log(log: dict, where: Any, reading: Reading) -> Iterator[Record
         at = f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
         try:
             case, traj = from_inspect_sample(sample)
-            media = sample_media(sample, traj)
+            pictures = sample_pictures(sample, traj)
         except (ValueError, TypeError, KeyError) as exc:
             raise ImportFormatError(path, at, str(exc)) from None
         samples[i] = None  # each sample's memory goes once it is stored
-        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=media)
+        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=pictures)
 
 
 register(

@@ -12,6 +12,7 @@ from typing import Any, Optional
 from evalrx.core.case import Label, Step, StepRole, Termination
 from evalrx.core.content import content_text, is_image_block
 from evalrx.core.effects import is_handoff
+from evalrx.core.observation import PICTURE_MARKER
 from evalrx.interop.pictures import data_url_bytes
 
 
@@ -53,7 +54,7 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        text = content_text(content, sep="\n", image="[image]")
+        text = content_text(content, sep="\n", image=PICTURE_MARKER)
         if text or not content:
             return text
     return json.dumps(content, ensure_ascii=False, default=str)
@@ -186,7 +187,7 @@ def messages_to_steps(
         text = content_text(
             msg.get("content"),
             sep="\n",
-            image="[image]",
+            image=PICTURE_MARKER,
             reasoning=True,
             resolve=lambda t: resolve_attachment(t, attachments),
             strict=True,

@@ -48,18 +48,18 @@ def _is_openai(obj: dict, whole: bool) -> bool:
     return "messages" in obj
 
 
-def row_media(row: dict, traj: Trajectory) -> dict:
+def step_pictures(row: dict, traj: Trajectory) -> dict:
     """`{step: [picture bytes]}` the pictures a row's messages hold beyond the case's (`message_pictures`)."""
     return message_pictures(row.get("messages"), traj.steps)[1]
 
 
 def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
     case, traj = from_openai_row(obj, where if isinstance(where, int) else 1)
-    media = row_media(obj, traj)
+    pictures = step_pictures(obj, traj)
     # A repeated id is the case's next attempt, numbered in the order the file holds them.
     traj.attempt = traj.attempt or reading.attempts.get(case.id, 0) + 1
     reading.attempts[case.id] = max(reading.attempts.get(case.id, 0), traj.attempt)
-    yield Record(case=case, traj=traj, where=where, media=media)
+    yield Record(case=case, traj=traj, where=where, media=pictures)
 
 
 register(Format(name="openai", title="OpenAI chat JSONL", sniff_rank=40, sniff_record=_is_openai, read_record=_read))

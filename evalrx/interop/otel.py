@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from evalrx.core.case import Label, Termination
+from evalrx.core.observation import observation_text
 from evalrx.interop.atif import session_id
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
 from evalrx.interop.pictures import as_file, picture_path, row_pictures, write_pictures
 from evalrx.interop.registry import ExportOptions, Format, register
-from evalrx.store import observation_text
 
 BATCH = 100  # trajectories per ExportTraceServiceRequest (a line of the file, a POST)
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")

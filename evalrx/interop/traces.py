@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
+from evalrx.core.observation import PICTURE_MARKER
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.messages import CHAT_ROLES, message_text, outcome_of, parse_tool_call, trajectory_metrics
 from evalrx.interop.records import Reading, Record
@@ -126,7 +127,7 @@ def _flat_messages(attrs: dict, which: str) -> list:
                 if rest == "message_content.text" and k.isdigit():
                     parts[int(k)] = message_text(value)
                 elif rest.startswith("message_content.image") and k.isdigit():
-                    parts.setdefault(int(k), "[image]")
+                    parts.setdefault(int(k), PICTURE_MARKER)
             elif key.startswith("tool_calls."):
                 j, _, rest = key[len("tool_calls.") :].partition(".")
                 if j.isdigit():

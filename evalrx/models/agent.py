@@ -21,6 +21,7 @@ from evalrx.config import RunConfig
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.model import ContextOverflow, Model
+from evalrx.core.observation import observation_text
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 from evalrx.grade import ends_at_calls
 from evalrx.models.conversation import FINAL_NUDGE, REPEAT_NUDGE, ConversationBuilder
@@ -353,7 +354,7 @@ class Agent:
                         )
                     )
                     images = observation.images if isinstance(observation, ToolResult) else ()
-                    conversation.tool(wire_call, str(observation), images)
+                    conversation.tool(wire_call, observation_text(observation, shown=True), images)
 
                 if errors:
                     n_parse_errors += len(errors)

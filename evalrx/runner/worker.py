@@ -32,6 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from evalrx.config import RunConfig
 from evalrx.core.capability import Capability
 from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
+from evalrx.core.observation import picture_count
 from evalrx.runner import analysis
 from evalrx.runner.argtypes import interval_seconds, positive_int
 from evalrx.runner.diagnose import diagnose_case, rediagnose
@@ -55,16 +56,16 @@ class JobCancelled(Exception):
 
 @dataclasses.dataclass
 class CaseResult:
-    """A finished case: its trajectory, the tools it had, and the images its tools returned,
+    """A finished case: its trajectory, the tools it had, and the pictures its tools returned,
     by step index (the agent keeps only their count on the step)."""
 
     trajectory: Trajectory
     tools: list
-    images: dict = dataclasses.field(default_factory=dict)
+    pictures: dict = dataclasses.field(default_factory=dict)
 
 
 def _capturing(tool: Any, sink: list) -> Any:
-    """The same tool, recording the images of every result (in call order) into `sink`."""
+    """The same tool, recording the pictures of every result (in call order) into `sink`."""
     from evalrx.core.tool import ToolResult
 
     fn = tool.fn
@@ -81,24 +82,21 @@ def _capturing(tool: Any, sink: list) -> Any:
     return dataclasses.replace(tool, fn=call)
 
 
-def _images_by_step(traj: Trajectory, captured: list) -> dict:
-    """Pair captured image lists with the tool steps that reported images, both in call order."""
-    steps = [
-        s.idx
-        for s in traj.steps
-        if s.role is StepRole.TOOL and isinstance(s.observation, dict) and (s.observation.get("n_images") or 0) > 0
-    ]
+def _pictures_by_step(traj: Trajectory, captured: list) -> dict:
+    """Pair captured picture lists with the tool steps that reported pictures, both in call order."""
+    steps = [s.idx for s in traj.steps if s.role is StepRole.TOOL and picture_count(s.observation) > 0]
     return dict(zip(steps, captured))
 
 
-def shown_images(traj: Trajectory, case: Any, by_step: dict) -> dict:
-    """`{step: [image, ...]}` every picture the conversation showed: the case image on the prompt's step
-    (the first user step), the images a tool returned on its step (what a VLM's analyses need)."""
-    shown = {idx: list(ims) for idx, ims in by_step.items()}
-    image = getattr(getattr(case, "inputs", None), "image", None)
+def shown_pictures(traj: Trajectory, case: Any, by_step: dict) -> dict:
+    """`{step: [picture, ...]}` every picture a finished case's conversation showed: the case's on the prompt's
+    step (the first user step), those a tool returned on its step (what a VLM's analyses need); a stored
+    trajectory's are `evalrx.store.shown_pictures`."""
+    shown = {idx: list(pics) for idx, pics in by_step.items()}
+    picture = getattr(getattr(case, "inputs", None), "image", None)
     prompt = next((s.idx for s in traj.steps if s.role is StepRole.USER), None)
-    if image is not None and prompt is not None:
-        shown[prompt] = [image]
+    if picture is not None and prompt is not None:
+        shown[prompt] = [picture]
     return shown
 
 
@@ -133,7 +131,7 @@ def load_handle(run: RunConfig, run_key: Optional[str] = None) -> Any:
         raise exc.with_fix(RUN_CHECKPOINT_HOW) from None
 
 
-def _case_image(data: Optional[bytes]) -> Any:
+def _case_picture(data: Optional[bytes]) -> Any:
     if data is None:
         return None
     try:
@@ -291,8 +289,8 @@ class Worker:
         from evalrx.store.runs import pending_work
 
         cfg, cases, starts = pending_work(job.run_id, store=self.store)
-        for _, _, case in cases:  # stored image bytes become what tools expect
-            case.inputs.image = _case_image(case.inputs.image)
+        for _, _, case in cases:  # a stored picture's bytes become what tools expect
+            case.inputs.image = _case_picture(case.inputs.image)
         return RunConfig.from_dict(cfg), cases, starts
 
     def _run_job(self, job: Any) -> str:
@@ -381,7 +379,7 @@ class Worker:
         traj.attempt = attempt
         if traj.terminated == Termination.ERROR:
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
-        return CaseResult(traj, tools, _images_by_step(traj, captured))
+        return CaseResult(traj, tools, _pictures_by_step(traj, captured))
 
     def _results_serial(
         self, run_id: int, handle: Any, run: RunConfig, cases: list, sessions: Optional[Any] = None
@@ -445,7 +443,7 @@ class Worker:
         from evalrx.models.agent import case_system
 
         traj, tools = result.trajectory, result.tools
-        media = {idx: [convert.image_bytes(im) for im in ims] for idx, ims in result.images.items()}
+        pictures = {idx: [convert.image_bytes(p) for p in pics] for idx, pics in result.pictures.items()}
         records: list = []
         if hooks:
             schemas = [tool.to_openai() for tool in tools]
@@ -457,7 +455,7 @@ class Worker:
                 tool_schemas=schemas,
                 system=case_system(run.system, case.meta),
                 run_config=run,
-                images=shown_images(traj, case, result.images),
+                images=shown_pictures(traj, case, result.pictures),
             )
             records = analysis.run_all(hooks, ctx)
         diagnoses = diagnose_case(traj, case, tools, records, tool_marks(store=self.store))
@@ -471,7 +469,7 @@ class Worker:
                 traj,
                 diagnoses=diagnoses,
                 records=records,
-                media=media,
+                media=pictures,
             )
         except IntegrityError:  # already stored (cannot happen while we own the job): never twice
             log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)
@@ -525,7 +523,8 @@ class Worker:
         tid = req["trajectory_id"]
         try:
             from evalrx.core.tool import Tool
-            from evalrx.store.queries import get_trajectory, shown_pictures
+            from evalrx.store.queries import get_trajectory
+            from evalrx.store.queries import shown_pictures as stored_pictures
             from evalrx.tools import TOOLS, get_tools
 
             detail = get_trajectory(tid, store=self.store)
@@ -553,7 +552,7 @@ class Worker:
                 system=system,
                 run_config=run,
                 # Only a vision model sees pictures: a text one would drop them, so none are read for it.
-                images=shown_pictures(tid, store=self.store)
+                images=stored_pictures(tid, store=self.store)
                 if Capability.VISION in (getattr(handle, "capabilities", None) or ())
                 else {},
             )

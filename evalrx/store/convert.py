@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
+from evalrx.core.observation import canonical_json, observation_text
 
 # Span keys that mark a step for the pages' badges (loop policies, errors).
 FLAG_KEYS = ("repeat_blocked", "tool_error", "parse_error", "forced_final", "ignored_calls")
@@ -58,10 +58,6 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "item") and getattr(value, "shape", None) == ():
         return jsonable(value.item())
     return clean(str(value))
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- blobs and images
@@ -217,17 +213,6 @@ def agents_of(steps: Iterable[Step]) -> list[dict]:
         row["n_steps"] += 1
         row["latency_ms"] += _num((s.span or {}).get("latency_ms")) or 0.0
     return list(found.values())
-
-
-def observation_text(obs: Any) -> str:
-    """A tool observation as text: its text as is, a `{"text": ...}` observation's text, else canonical JSON."""
-    if obs is None:
-        return ""
-    if isinstance(obs, str):
-        return obs
-    if isinstance(obs, dict) and isinstance(obs.get("text"), str):
-        return obs["text"]
-    return canonical_json(obs)
 
 
 def search_text(traj: Trajectory) -> str:

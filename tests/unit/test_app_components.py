@@ -195,7 +195,7 @@ def test_step_views_carry_calls_observations_and_badges():
     views = step_views(_traj())
     assert [v.role for v in views] == ["user", "actor", "tool", "actor", "tool", "actor"]
     assert views[1].calls == [("calculator", {"expression": "1+1"})] and views[1].title == "Model, turn 1"
-    assert (views[2].observation, views[2].n_images, views[2].badges) == ("2", 1, ["repeat blocked"])
+    assert (views[2].observation, views[2].n_pictures, views[2].badges) == ("2", 1, ["repeat blocked"])
     assert views[3].badges == ["parse error"] and views[3].parse_error == "Expecting value"
     assert views[4].title == "Feedback to the model" and views[4].badges == ["parse error"]
     assert views[5].badges == ["forced final answer"]
