@@ -21,9 +21,9 @@ import re
 import threading
 from typing import Any, Iterable, Mapping, Optional
 
+from evalrx.config.mcp import MIN_START_S, McpServer, load_mcp_config
 from evalrx.core.secrets import ENV_REFERENCE
 from evalrx.core.tool import Tool, ToolResult
-from evalrx.tools.mcp_config import MIN_START_S, McpServer, load_mcp_config
 
 __all__ = [
     "McpServer",
