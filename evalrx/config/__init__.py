@@ -192,7 +192,8 @@ class RunConfig:
         """
         data = dict(data or {})
         version = data.pop("version", 1)  # rows stored before the version was written are version 1
-        if not isinstance(version, int) or version > CONFIG_VERSION:
+        # A version that is not a number is an imported config's own key, not ours.
+        if isinstance(version, int) and version > CONFIG_VERSION:
             raise ValueError(
                 f"run config version {version!r} is newer than this evalrx reads ({CONFIG_VERSION}); upgrade evalrx"
             )
