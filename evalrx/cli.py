@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from evalrx.config import ModelConfig, RunConfig
+from evalrx.config import ModelConfig, RunConfig, RuntimeConfig
+from evalrx.config.mcp import load_mcp_config
 from evalrx.core.capability import CapabilityError
-from evalrx.models.backends import RuntimeConfig
 from evalrx.models.backends.api_errors import APIBackendError
 from evalrx.models.backends.api_http import MAX_RETRIES
 from evalrx.runner.argtypes import analyzer_names, call_timeout, env_var_name, retries, temperature, whole
-from evalrx.runner.toolset import mcp_server_entries, run_tools, tool_list
+from evalrx.runner.toolset import run_tools, tool_list
 from evalrx.store.engine import SchemaError
 
 
@@ -104,7 +104,7 @@ def run_config(args: argparse.Namespace, cases: Sequence) -> RunConfig:
     return RunConfig(
         model=ModelConfig(args.spec, backend=args.backend, checkpoint=args.checkpoint),
         tools=run_tools(tool_list(args.tools), cases, spec=args.spec),
-        mcp_servers=mcp_server_entries(args.mcp_config),
+        mcp_servers=load_mcp_config(args.mcp_config) if args.mcp_config else [],
         suite=args.suite,
         case_file=args.cases,
         max_turns=args.max_turns,
@@ -116,6 +116,7 @@ def run_config(args: argparse.Namespace, cases: Sequence) -> RunConfig:
         repeats=args.repeats,
         seed=args.seed,
         analyzers=list(args.analyzers or []),
+        runtime=RuntimeConfig(**_call_budget(args)),
     )
 
 
@@ -125,7 +126,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from evalrx.suites import load_cases
 
         cases = load_cases(args.cases or args.suite)[: args.limit or None]
-        return run_to_jsonl(args, run_config(args, cases), cases, _call_budget(args))
+        return run_to_jsonl(args, run_config(args, cases), cases)
     return _enqueue(args)
 
 
@@ -153,9 +154,7 @@ def _enqueue(args: argparse.Namespace) -> int:
             raise UserError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
         if args.backend != "api":
             raise UserError("--api-key-env needs --backend api")
-    run_id = enqueue_run(
-        cfg, cases, name=args.name, runtime=_call_budget(args) or None, key_bound=key is not None, store=store
-    )
+    run_id = enqueue_run(cfg, cases, name=args.name, key_bound=key is not None, store=store)
     if key is not None:
         from evalrx.runner.keyed_worker import start_keyed_worker
 

@@ -1,5 +1,5 @@
-"""What the New run page needs besides widgets: case loading from an upload, the run
-config, and handing an API key to a worker without writing it to the store."""
+"""What the New run page needs besides widgets: case loading from an upload, the analyzer entries and
+runtime settings of its run config, and handing an API key to a worker without writing it to the store."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from evalrx.config import ModelConfig, RunConfig
 from evalrx.models import check_call_budget
 
 DEMO_SPEC = "evalrx-tiny"
@@ -52,48 +51,13 @@ def cases_from_upload(name: str, data: bytes) -> list:
 LENS_ANALYZERS = ("logit_lens", "tool_decision")
 
 
-def build_config(
-    *,
-    spec: str,
-    backend: str,
-    tools: list,
-    suite: Optional[str],
-    mcp_servers: Optional[list] = None,
-    case_file: Optional[str],
-    max_turns: int,
-    block_repeat_calls: bool,
-    force_final_answer: bool,
-    analyzers: list,
-    concurrency: int,
-    base_url: Optional[str],
-    system: Optional[str],
-    checkpoint: Optional[str] = None,
-    repeats: int = 1,
-    seed: int = 0,
-    lens_precision: str = "exact",
-) -> RunConfig:
-    """The RunConfig the page's choices describe (never holds an API key).
-
-    `lens_precision` other than "exact" is a named cheaper setting of the analyzers that unembed every
-    layer (`logit_lens`, `tool_decision`): their entries carry it, so the run config says so."""
-    if lens_precision != "exact":
-        analyzers = [{"name": a, "precision": lens_precision} if a in LENS_ANALYZERS else a for a in analyzers]
-    return RunConfig(
-        model=ModelConfig(name=spec, backend=backend, checkpoint=checkpoint or None),
-        tools=list(tools),
-        mcp_servers=[dict(entry) for entry in mcp_servers or []],
-        suite=suite,
-        case_file=case_file,
-        max_turns=int(max_turns),
-        system=system or None,
-        block_repeat_calls=block_repeat_calls,
-        force_final_answer=force_final_answer,
-        concurrency=int(concurrency),
-        analyzers=list(analyzers),
-        base_url=base_url or None,
-        repeats=int(repeats),
-        seed=int(seed),
-    )
+def lens_entries(analyzers: list, lens_precision: str = "exact") -> list:
+    """The analyzer entries the page's choices describe: `lens_precision` other than "exact" is a named
+    cheaper setting of the analyzers that unembed every layer (`logit_lens`, `tool_decision`), so their
+    entries carry it and the run config says so."""
+    if lens_precision == "exact":
+        return list(analyzers)
+    return [{"name": a, "precision": lens_precision} if a in LENS_ANALYZERS else a for a in analyzers]
 
 
 def brings_own_tools(cases: list) -> bool:

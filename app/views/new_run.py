@@ -8,8 +8,8 @@ from components.launch import (
     DEMO_SPEC,
     LENS_ANALYZERS,
     brings_own_tools,
-    build_config,
     cases_from_upload,
+    lens_entries,
     mcp_entry,
     runtime_settings,
     start_api_worker,
@@ -17,6 +17,7 @@ from components.launch import (
 )
 from components.safe import md_escape, md_with_code
 
+from evalrx.config import ModelConfig, RunConfig
 from evalrx.core import Capability
 from evalrx.models import MAX_RETRIES, MAX_TIMEOUT_S, RuntimeConfig, backends_for
 from evalrx.runner import run_tools, tool_list
@@ -303,25 +304,6 @@ with right:
             chosen = cases if cases is not None else load_cases(suite)
             if limit:
                 chosen = chosen[: int(limit)]
-            config = build_config(
-                spec=spec_key,
-                backend=backend,
-                tools=list(tools) + ((tool_list(py_tools) or []) if may_run else []),
-                mcp_servers=[saved[n] for n in mcp_names if n in saved],
-                suite=suite,
-                case_file=(up.name if source == "Upload a case file" and up is not None else None),
-                max_turns=max_turns,
-                block_repeat_calls=block,
-                force_final_answer=force,
-                analyzers=analyzers if local else [],
-                concurrency=concurrency,
-                base_url=base_url,
-                system=system,
-                checkpoint=checkpoint.strip() or None,
-                repeats=repeats,
-                seed=seed,
-                lens_precision=lens_precision,
-            )
             runtime = runtime_settings(
                 max_new_tokens=max_new_tokens,
                 backend=backend,
@@ -329,9 +311,24 @@ with right:
                 retries=retries,
                 temperature=temperature,
             )
-            run_id = enqueue_run(
-                config, cases=chosen, name=name or None, store=S, runtime=runtime, key_bound=bool(api_key)
+            run = RunConfig(  # never holds the API key: that goes to the run's own worker
+                model=ModelConfig(name=spec_key, backend=backend, checkpoint=checkpoint.strip() or None),
+                tools=list(tools) + ((tool_list(py_tools) or []) if may_run else []),
+                mcp_servers=[saved[n] for n in mcp_names if n in saved],
+                suite=suite,
+                case_file=(up.name if source == "Upload a case file" and up is not None else None),
+                max_turns=int(max_turns),
+                system=system or None,
+                block_repeat_calls=block,
+                force_final_answer=force,
+                concurrency=int(concurrency),
+                analyzers=lens_entries(analyzers, lens_precision) if local else [],
+                base_url=base_url or None,
+                runtime=RuntimeConfig(**runtime),
+                repeats=int(repeats),
+                seed=int(seed),
             )
+            run_id = enqueue_run(run, cases=chosen, name=name or None, store=S, key_bound=bool(api_key))
         except (CaseFileError, ValueError) as exc:
             st.error(md_escape(exc))
         else:

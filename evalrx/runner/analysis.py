@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 @dataclass
 class CaseContext:
     """What an analysis gets: the live handle, the case, its trajectory and the run's setup
-    (`run_config`: the run's `RunConfig`, as the worker holds it), and the pictures the conversation
+    (`run`: the run's `RunConfig`, as the worker holds it), and the pictures the conversation
     showed (`images`: `{step: [image, ...]}`, the case image on the prompt's step, a tool's on its own)."""
 
     handle: Any
@@ -52,7 +52,7 @@ class CaseContext:
     tools: list
     tool_schemas: list
     system: Optional[str]
-    run_config: "RunConfig"
+    run: "RunConfig"
     images: dict = field(default_factory=dict)
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from evalrx.config import RunConfig
-from evalrx.core.analyzer_entry import parse_analyzer_entry
 from evalrx.core.case import FailureCase
 from evalrx.store import jobs as store_jobs
 from evalrx.store import runs as store_runs
@@ -22,27 +21,20 @@ def _check(run: RunConfig) -> None:
     run.validate()
     from evalrx.specs import get_spec
 
-    backend = run.model.backend or "hf_local"
     spec = get_spec(resolve_spec_key(run.model.name))
-    get_backend(backend)
-    if spec.api_only and backend != "api":
+    get_backend(run.model.backend)
+    if spec.api_only and run.model.backend != "api":
         raise ValueError(f"{spec.key} is API-only: run it on the api backend (with a base_url for your server)")
     get_tools(run.tools)  # unknown names and bad Python paths: one line each
-    if run.mcp_servers:
-        from evalrx.tools.mcp_servers import McpServer
-
-        for entry in run.mcp_servers:
-            McpServer.from_dict(entry)  # a malformed entry, or a secret written as a value
     from evalrx.analyzers import analyzer_class
 
-    for entry in run.analyzers:
-        name, kwargs = parse_analyzer_entry(entry)
-        cls = analyzer_class(name)  # unknown: lists the known
-        if kwargs:  # settings are checked now, not on every case by the worker
+    for entry in run.analyzers:  # MCP servers and analyzer entries were parsed when the RunConfig was made
+        cls = analyzer_class(entry.name)  # unknown: lists the known
+        if entry.kwargs:  # settings are checked now, not on every case by the worker
             try:
-                cls(**kwargs)
+                cls(**entry.kwargs)
             except TypeError as exc:
-                raise ValueError(f"analyzer {name}: {str(exc).split(') ', 1)[-1]}") from None
+                raise ValueError(f"analyzer {entry.name}: {str(exc).split(') ', 1)[-1]}") from None
 
 
 def run_name(run: RunConfig, name: Optional[str] = None) -> str:
@@ -51,7 +43,7 @@ def run_name(run: RunConfig, name: Optional[str] = None) -> str:
 
 
 def enqueue_run(
-    run_config: Any,
+    run: RunConfig,
     cases: Optional[Sequence[FailureCase]] = None,
     *,
     name: Optional[str] = None,
@@ -66,26 +58,27 @@ def enqueue_run(
     environment (`OPENAI_API_KEY`).
 
     Args:
-        run_config: an `evalrx.config.RunConfig` (or the same as a dict).
-        cases: the cases; None loads `run_config.suite` or `run_config.case_file`.
+        run: the run (left as it is: what is queued is a copy).
+        cases: the cases; None loads `run.suite` or `run.case_file`.
         name: a display name (default, and for a blank one: spec and suite).
-        runtime: extra `RuntimeConfig` settings for the model (max_new_tokens, temperature, ...).
+        runtime: `RuntimeConfig` settings to apply over `run.runtime` (max_new_tokens, temperature, ...).
         key_bound: the run has an API key of its own, held by a worker started for it
             (`start_keyed_worker`); no other worker claims it. Its base_url is fixed now.
         store: the store (default when None).
 
     Raises:
-        ValueError: unknown spec, backend, tool or analyzer; no cases.
+        ValueError: unknown spec, backend, tool, analyzer or runtime setting; no cases.
     """
-    cfg = store_runs.queued_config(run_config, runtime)  # what is stored: the allowed keys, no secret
-    run = RunConfig.from_dict(cfg)
+    import dataclasses
+
+    run = dataclasses.replace(run, runtime=run.runtime.updated(runtime))
     _check(run)
     if key_bound:
-        if (run.model.backend or "hf_local") != "api":
+        if run.model.backend != "api":
             raise ValueError("an API key can be bound only to a run on the api backend")
         from evalrx.models.backends.api import DEFAULT_BASE_URL
 
-        cfg["base_url"] = run.base_url = run.base_url or DEFAULT_BASE_URL  # the key goes to this URL, no other
+        run.base_url = run.base_url or DEFAULT_BASE_URL  # the key goes to this URL, no other
     if cases is None:
         source = run.case_file or run.suite
         if not source:
@@ -98,8 +91,9 @@ def enqueue_run(
         raise ValueError("the run has no cases")
     from evalrx.runner.toolset import run_tools
 
-    cfg["tools"] = run.tools = run_tools(run.tools, cases)  # one order for every caller: the prompt depends on it
+    run.tools = run_tools(run.tools, cases)  # one order for every caller: the prompt depends on it
     name = run_name(run, name)
+    cfg = store_runs.queued_config(run)  # what is stored: the allowed keys, no secret
     st = resolve(store)
     with st.write() as s:
         run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=run.repeats)

@@ -209,13 +209,12 @@ class JudgeEstimate:
 
 def run_concurrency(run_id: Optional[int], *, store: "Store | str | None" = None) -> int:
     """The run's own concurrency (its API calls in flight), what its judge uses by default; 1 without a run."""
-    from evalrx.config import RunConfig
-    from evalrx.store.runs import run_config
+    from evalrx.store.runs import stored_run
 
     if run_id is None:
         return 1
     try:
-        return max(1, min(MAX_CONCURRENCY, int(RunConfig.from_dict(run_config(run_id, store=store)).concurrency)))
+        return max(1, min(MAX_CONCURRENCY, int(stored_run(run_id, store=store).concurrency)))
     except Exception:  # an imported run's config: no concurrency of its own
         return 1
 

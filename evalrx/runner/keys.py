@@ -35,7 +35,7 @@ def api_key_for(run: RunConfig, run_key: Optional[str]) -> "tuple[Optional[str],
     from evalrx.models.backends.api import DEFAULT_BASE_URL
     from evalrx.models.backends.api_secrets import PLACEHOLDER_KEY
 
-    url = run.base_url or run.runtime.get("base_url") or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    url = run.base_url or run.runtime.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     if run_key:
         return run_key, url
     host = (urlsplit(url).hostname or "").lower()

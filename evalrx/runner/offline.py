@@ -6,10 +6,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
+
+from evalrx.config import RunConfig
 
 
-def run_analyses(hooks: list, handle: Any, run: Any, case: Any, traj: Any, tools: list) -> list:
+def run_analyses(hooks: list, handle: Any, run: RunConfig, case: Any, traj: Any, tools: list) -> list:
     """The case's analysis records, run as the worker runs them (after the case, reading its generation's
     captures)."""
     from evalrx.models.agent import case_system
@@ -22,7 +24,7 @@ def run_analyses(hooks: list, handle: Any, run: Any, case: Any, traj: Any, tools
         tools=tools,
         tool_schemas=[t.to_openai() for t in tools],
         system=case_system(run.system, case.meta),
-        run_config=run,
+        run=run,
     )
     return analysis.run_all(hooks, ctx)
 
@@ -49,10 +51,9 @@ def analyses_json(records: list) -> list:
     return out
 
 
-def run_to_jsonl(args: Any, run: Any, cases: list, runtime: Optional[dict] = None) -> int:
+def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     """Load the model, run every case of `run` (`evalrx.config.RunConfig`) with the agent loop, grade and
-    diagnose it, and write it to `args.out` as `evalrx export` writes a stored one (`evalrx.store.export_row`);
-    `runtime`: the `RuntimeConfig` settings asked for (timeout, retries, temperature)."""
+    diagnose it, and write it to `args.out` as `evalrx export` writes a stored one (`evalrx.store.export_row`)."""
     from tqdm import tqdm
 
     import evalrx
@@ -72,9 +73,9 @@ def run_to_jsonl(args: Any, run: Any, cases: list, runtime: Optional[dict] = Non
     problem = weights_problem(args.spec, backend=args.backend, checkpoint=args.checkpoint, how="--checkpoint DIR")
     if problem:  # said as New run says it, before an MCP server starts
         raise ValueError(problem)
-    runtime = dict(runtime or {})
+    runtime = run.runtime.to_dict()  # the settings asked for (timeout, retries, temperature)
     # The run as a queued one stores it: what each record's `run` says.
-    run_info = {"name": run_name(run), "config": queued_config(run, runtime)}
+    run_info = {"name": run_name(run), "config": queued_config(run)}
     sessions = mcp_sessions(run)
     handle = evalrx.load(
         args.spec,

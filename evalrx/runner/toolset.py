@@ -72,15 +72,6 @@ def run_tools(asked: Optional[Iterable[str]], cases: Sequence[Any], *, spec: Opt
     return named + sorted(t for t in wanted if t not in named)
 
 
-def mcp_server_entries(path: Optional[str]) -> list:
-    """An `mcpServers` file's servers as a run config stores them (secrets only as `${VAR}` names)."""
-    if not path:
-        return []
-    from evalrx.tools.mcp_servers import load_mcp_config
-
-    return [server.to_dict() for server in load_mcp_config(path)]
-
-
 def static_tools(run: RunConfig, case: Any) -> list:
     """The run's registry and Python tools, then the case's own: its documents, bound to a fresh environment
     (built from the case's `meta["environment"]`, for this case and attempt alone) when it has one."""
@@ -102,9 +93,9 @@ def mcp_sessions(run: RunConfig) -> Optional[Any]:
     the others open per case), or None for a run without servers."""
     if not run.mcp_servers:
         return None
-    from evalrx.tools.mcp_servers import McpServer, McpSessionPool
+    from evalrx.tools.mcp_servers import McpSessionPool
 
-    return McpSessionPool([McpServer.from_dict(d) for d in run.mcp_servers])
+    return McpSessionPool(list(run.mcp_servers))
 
 
 @contextlib.contextmanager
@@ -136,7 +127,6 @@ __all__ = [
     "DEFAULT_TOOLS",
     "case_toolset",
     "default_tools",
-    "mcp_server_entries",
     "mcp_sessions",
     "run_tools",
     "static_tools",

@@ -43,7 +43,7 @@ from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs, tool_marks
 from evalrx.store import judge_jobs as judge_store
 from evalrx.store.engine import SchemaError, Store, connect
-from evalrx.store.runs import run_config, update_run_meta
+from evalrx.store.runs import stored_run, update_run_meta
 
 log = logging.getLogger("evalrx.worker")
 
@@ -102,10 +102,7 @@ def shown_pictures(traj: Trajectory, case: Any, by_step: dict) -> dict:
 
 def _runtime_kwargs(run: RunConfig) -> dict:
     """RuntimeConfig settings of a run (never an API key; the model's device and dtype come with `load_model`)."""
-    from evalrx.models.backends import RuntimeConfig
-
-    allowed = {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
-    runtime = {k: v for k, v in run.runtime.items() if k in allowed}
+    runtime = run.runtime.to_dict()
     if run.base_url:
         runtime.setdefault("base_url", run.base_url)
     return runtime
@@ -120,7 +117,7 @@ def load_handle(run: RunConfig, run_key: Optional[str] = None) -> Any:
     from evalrx.models import CheckpointNotFoundError, load_model
 
     runtime = _runtime_kwargs(run)
-    if (run.model.backend or "hf_local") == "api":
+    if run.model.backend == "api":
         key, url = api_key_for(run, run_key)
         runtime["base_url"] = url  # explicit: the environment's OPENAI_BASE_URL cannot redirect a key
         if key is not None:
@@ -288,10 +285,10 @@ class Worker:
         its pending attempts and their start counts."""
         from evalrx.store.runs import pending_work
 
-        cfg, cases, starts = pending_work(job.run_id, store=self.store)
+        run, cases, starts = pending_work(job.run_id, store=self.store)
         for _, _, case in cases:  # a stored picture's bytes become what tools expect
             case.inputs.image = _case_picture(case.inputs.image)
-        return RunConfig.from_dict(cfg), cases, starts
+        return run, cases, starts
 
     def _run_job(self, job: Any) -> str:
         run, cases, starts = self._load_job(job)
@@ -454,7 +451,7 @@ class Worker:
                 tools=tools,
                 tool_schemas=schemas,
                 system=case_system(run.system, case.meta),
-                run_config=run,
+                run=run,
                 images=shown_pictures(traj, case, result.pictures),
             )
             records = analysis.run_all(hooks, ctx)
@@ -504,7 +501,7 @@ class Worker:
     def _local_handle(self, name: str, run: Optional[RunConfig] = None) -> Any:
         """A local model to analyse on, loaded once and kept for the next request on the same spec."""
         if self._replay_handle is None or self._replay_handle[0] != name:
-            if run is not None and run.model.name == name and (run.model.backend or "hf_local") != "api":
+            if run is not None and run.model.name == name and run.model.backend != "api":
                 handle = load_handle(run)
             else:
                 import evalrx
@@ -530,9 +527,8 @@ class Worker:
             detail = get_trajectory(tid, store=self.store)
             if detail is None:
                 raise ValueError(f"trajectory {tid} no longer exists")
-            run = RunConfig.from_dict(run_config(detail.row.run_id, store=self.store))  # imported runs' too
-            backend = run.model.backend or "hf_local"
-            local = backend == "hf_local" and run.model.name
+            run = stored_run(detail.row.run_id, store=self.store)  # imported runs' too
+            local = run.model.backend == "hf_local" and run.model.name
             name = req.get("model") or (run.model.name if local else analysis_store.default_replay_model())
             handle = self._local_handle(name, run)
             # The tools the model was offered, as stored with the trajectory (a case's own, an MCP server's);
@@ -550,14 +546,14 @@ class Worker:
                 tools=tools,
                 tool_schemas=[tool.to_openai() for tool in tools],
                 system=system,
-                run_config=run,
+                run=run,
                 # Only a vision model sees pictures: a text one would drop them, so none are read for it.
                 images=stored_pictures(tid, store=self.store)
                 if Capability.VISION in (getattr(handle, "capabilities", None) or ())
                 else {},
             )
             records = analysis.run_all(analysis.resolve(req["analyzers"]), ctx)
-            source = f"{run.model.name or None} on {backend}"
+            source = f"{run.model.name or None} on {run.model.backend}"
             for rec in records:
                 rec.meta = dict(rec.meta or {}, requested=req["id"], scored_on=name, source_model=source)
             failed = [r for r in records if (r.meta or {}).get("error")]

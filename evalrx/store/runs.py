@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional, Sequence
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
 
-from evalrx.config import MODEL_CONFIG_FIELDS, RUN_CONFIG_FIELDS
+from evalrx.config import MODEL_CONFIG_FIELDS, RUN_CONFIG_FIELDS, RUNTIME_SETTINGS, RunConfig, RuntimeConfig
 from evalrx.core.case import FailureCase, Trajectory
 from evalrx.core.content import sniff_mime
 from evalrx.core.secrets import has_env_reference, is_secret_name
@@ -93,22 +93,6 @@ def _case_ids(session: Session, digests: Sequence[str]) -> dict:
 # header, token or key never gets in.
 RUN_CONFIG_KEYS = RUN_CONFIG_FIELDS
 MODEL_KEYS = MODEL_CONFIG_FIELDS
-# RuntimeConfig's fields less the key (a test keeps the two lists in step).
-RUNTIME_KEYS = frozenset(
-    {
-        "device",
-        "dtype",
-        "max_new_tokens",
-        "temperature",
-        "base_url",
-        "timeout",
-        "max_retries",
-        "attn_implementation",
-        "trust_remote_code",
-        "prefix_cache",
-        "extra",
-    }
-)
 # Query parameters that carry credentials in URLs people paste (`?api-key=`, `?token=`, signed URLs).
 _SECRET_PARAM = re.compile(r"(key|token|secret|passw|auth|signature|sig|credential|session|cookie)", re.I)
 
@@ -131,7 +115,9 @@ def config_dict(run_config: Any) -> dict:
     """A RunConfig (or dict) as a JSON dict, with anything that looks like a secret removed (imports' configs)."""
     import dataclasses
 
-    if dataclasses.is_dataclass(run_config) and not isinstance(run_config, type):
+    if isinstance(run_config, RunConfig):
+        data = run_config.to_dict()
+    elif dataclasses.is_dataclass(run_config) and not isinstance(run_config, type):
         data = dataclasses.asdict(run_config)
     else:
         data = dict(run_config or {})
@@ -148,10 +134,8 @@ def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
     cfg = {k: v for k, v in config_dict(run_config).items() if k in RUN_CONFIG_KEYS}
     cfg["model"] = {k: v for k, v in (cfg.get("model") or {}).items() if k in MODEL_KEYS}
     rt = {**(cfg.get("runtime") or {}), **(runtime or {})}
-    unknown = sorted(k for k in rt if k not in RUNTIME_KEYS and k != "api_key")
-    if unknown:
-        raise ValueError(f"unknown runtime setting(s) {unknown}; known: {', '.join(sorted(RUNTIME_KEYS))}")
-    rt = {k: v for k, v in rt.items() if k in RUNTIME_KEYS}
+    RuntimeConfig.from_dict(rt)  # an unknown setting: one line naming the known ones
+    rt = {k: v for k, v in rt.items() if k in RUNTIME_SETTINGS}
     if rt:
         cfg["runtime"] = convert.jsonable(_strip_secrets(rt))
     else:
@@ -415,11 +399,16 @@ def case_starts(session: Session, run_id: int) -> dict:
     }
 
 
-def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[dict, list, dict]":
+def stored_run(run_id: int, *, store: "Store | str | None" = None) -> RunConfig:
+    """A run's stored config as the `RunConfig` it was queued as (an imported run's, as far as it says)."""
+    return RunConfig.from_dict(run_config(run_id, store=store))
+
+
+def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[RunConfig, list, dict]":
     """What a worker needs to run a job: (run config, [(case id, attempt, FailureCase with image bytes)] of the
     attempts without a trajectory, in run order, {(case id, attempt): starts so far})."""
     with resolve(store).read() as s:
-        cfg = dict(s.get_one(t.Run, run_id).config or {})
+        run = RunConfig.from_dict(s.get_one(t.Run, run_id).config)
         todo = pending_cases(s, run_id)
         rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_({cid for _, cid, _ in todo}))).scalars()}
         shas = {r.image_sha256 for r in rows.values() if r.image_sha256}
@@ -433,7 +422,7 @@ def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[d
             (cid, attempt, convert.case_from_row(rows[cid], blobs.get(rows[cid].image_sha256 or "")))
             for _, cid, attempt in todo
         ]
-        return cfg, cases, case_starts(s, run_id)
+        return run, cases, case_starts(s, run_id)
 
 
 def trajectory_ids(run_id: Optional[int] = None, *, store: "Store | str | None" = None) -> "list[int]":

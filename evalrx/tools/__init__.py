@@ -70,8 +70,8 @@ def get_tools(names: Iterable[str] | str, case: Any = None) -> list[Tool]:
 
 # MCP support loads the `mcp` SDK's models only when asked for (`from evalrx.tools import McpServer`).
 _LAZY = {
-    "McpServer": "evalrx.tools.mcp_config",
-    "load_mcp_config": "evalrx.tools.mcp_config",
+    "McpServer": "evalrx.config.mcp",
+    "load_mcp_config": "evalrx.config.mcp",
     "open_mcp_tools": "evalrx.tools.mcp_servers",
 }
 

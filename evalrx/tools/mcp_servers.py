@@ -1,6 +1,6 @@
 """Tools from MCP servers: a session per case (or shared), and each call's observation.
 
-The servers come from an `mcpServers` config (`McpServer`, `load_mcp_config`: `evalrx.tools.mcp_config`).
+The servers come from an `mcpServers` config (`McpServer`, `load_mcp_config`: `evalrx.config.mcp`).
 A `${VAR}` in an `env` or `headers` value is expanded only when a session starts, from the environment of
 the process that starts it (the worker). The SDK is async: each `McpToolbox` runs one event loop on a daemon
 thread and its tools' `fn` submit calls to it, so the agent loop calls them like any other tool. A failed call
@@ -21,9 +21,9 @@ import re
 import threading
 from typing import Any, Iterable, Mapping, Optional
 
+from evalrx.config.mcp import MIN_START_S, McpServer, load_mcp_config
 from evalrx.core.secrets import ENV_REFERENCE
 from evalrx.core.tool import Tool, ToolResult
-from evalrx.tools.mcp_config import MIN_START_S, McpServer, load_mcp_config
 
 __all__ = [
     "McpServer",

@@ -10,26 +10,27 @@ import pytest
 
 import evalrx.interop as X
 import evalrx.store as S
-from evalrx.config import ModelConfig, RunConfig
+from evalrx.config import RUNTIME_SETTINGS, ModelConfig, RunConfig, RuntimeConfig
 from evalrx.runner import enqueue_run
-from evalrx.store.runs import RUNTIME_KEYS, clean_url, queued_config
+from evalrx.store.runs import clean_url, queued_config
 from evalrx.suites import load_cases
 
 SECRET = "sk-evalrx-LEAK-CHECK-0123456789"
 
 
-def test_the_runtime_allow_list_is_runtime_config_less_the_key():
-    from evalrx.models.backends import RuntimeConfig
-
-    assert RUNTIME_KEYS == {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
+def test_the_stored_runtime_is_runtime_config_less_the_key():
+    assert RUNTIME_SETTINGS == {f.name for f in dataclasses.fields(RuntimeConfig)} - {"api_key"}
+    assert RuntimeConfig(api_key=SECRET, max_new_tokens=8).to_dict() == {"max_new_tokens": 8}
+    run = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), runtime=RuntimeConfig(api_key=SECRET))
+    assert SECRET not in json.dumps(run.to_dict())
 
 
 def test_the_run_config_allow_list_is_the_run_configs_fields_none_of_them_secret():
     from evalrx.store.runs import MODEL_KEYS, RUN_CONFIG_KEYS, is_secret_name
 
-    assert RUN_CONFIG_KEYS == {f.name for f in dataclasses.fields(RunConfig)}
+    assert RUN_CONFIG_KEYS == {f.name for f in dataclasses.fields(RunConfig)} | {"version"}
     assert MODEL_KEYS == {f.name for f in dataclasses.fields(ModelConfig)}
-    assert not [k for k in RUN_CONFIG_KEYS | MODEL_KEYS | RUNTIME_KEYS if is_secret_name(k)]
+    assert not [k for k in RUN_CONFIG_KEYS | MODEL_KEYS | RUNTIME_SETTINGS if is_secret_name(k)]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from sqlalchemy import select, text, update
 from workerhelpers import cases, integrity_report, scripted_config
 
 import evalrx.store as S
+from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import AnalysisRecord, Worker, cancel_run, enqueue_run, register_hook, retry_run, worker_main
 from evalrx.runner import worker as worker_mod
 from evalrx.store import jobs
@@ -138,7 +139,9 @@ def test_cancel_stops_a_running_job_between_cases(store_url):
     run_ids = []
 
     def cancel_after_two(ctx):
-        assert ctx.run_config.analyzers == ["cancel_after_two"]  # the run's RunConfig, as the worker holds it
+        assert [e.name for e in ctx.run.analyzers] == [
+            "cancel_after_two"
+        ]  # the run's RunConfig, as the worker holds it
         seen.append(ctx.case.id)
         if len(seen) == 2:
             cancel_run(run_ids[0], store=store)
@@ -297,7 +300,7 @@ def test_enqueue_refuses_bad_configs(store_url):
             scripted_config().__class__(model=scripted_config().model, tools=["teleport"]), cases(1), store=store
         )
     with pytest.raises(ValueError, match="Unknown model"):
-        enqueue_run({"model": {"name": "no-such-model"}}, cases(1), store=store)
+        enqueue_run(RunConfig(model=ModelConfig("no-such-model")), cases(1), store=store)
     with pytest.raises(ValueError, match="Unknown analyzer 'nope'"):
         enqueue_run(scripted_config(analyzers=["nope"]), cases(1), store=store)
     with pytest.raises(ValueError, match="no cases"):

@@ -17,6 +17,7 @@ import torch  # noqa: E402  (the local extra is part of `make test`; a missing t
 import evalrx  # noqa: E402
 from evalrx.analyzers import TrajectoryPlan, analyze  # noqa: E402
 from evalrx.analyzers._compute import local_model  # noqa: E402
+from evalrx.config import ModelConfig, RunConfig  # noqa: E402
 from evalrx.core.case import Trajectory  # noqa: E402
 from evalrx.models.agent import Agent, drop_generation_captures, generation_captures  # noqa: E402
 from evalrx.runner import analysis  # noqa: E402
@@ -356,7 +357,13 @@ def test_the_runners_analyzers_read_the_captures_then_release_them(eager):
     assert generation_captures(traj)
     schemas = [t.to_openai() for t in tools]
     ctx = analysis.CaseContext(
-        handle=eager, case=case, trajectory=traj, tools=tools, tool_schemas=schemas, system=None, run_config={}
+        handle=eager,
+        case=case,
+        trajectory=traj,
+        tools=tools,
+        tool_schemas=schemas,
+        system=None,
+        run=RunConfig(model=ModelConfig("evalrx-tiny")),
     )
     records = analysis.run_all(analysis.resolve(ALL_FOUR), ctx)
     assert [r.analyzer for r in records] == ALL_FOUR and not any("error" in r.meta for r in records)

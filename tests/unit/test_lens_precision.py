@@ -84,24 +84,9 @@ def test_the_cli_and_the_queue_take_and_check_settings(tmp_path):
 
 def test_the_page_says_when_a_result_is_cheaper():
     from components.analysis_panels import cheaper_settings
-    from components.launch import build_config
+    from components.launch import lens_entries
 
-    cfg = build_config(
-        spec="evalrx-tiny",
-        backend="hf_local",
-        tools=[],
-        suite="demo",
-        case_file=None,
-        max_turns=2,
-        block_repeat_calls=False,
-        force_final_answer=False,
-        analyzers=["logit_lens", "attention", "tool_decision"],
-        concurrency=1,
-        base_url=None,
-        system=None,
-        lens_precision="bfloat16",
-    )
-    assert cfg.analyzers == [
+    assert lens_entries(["logit_lens", "attention", "tool_decision"], "bfloat16") == [
         {"name": "logit_lens", "precision": "bfloat16"},
         "attention",
         {"name": "tool_decision", "precision": "bfloat16"},

@@ -1,43 +1,16 @@
-"""The backend registry and what a backend's `build` takes: `RuntimeConfig`, `BackendInfo`, `register_backend`.
+"""The backend registry and what a backend's `build` takes (`RuntimeConfig`, from `evalrx.config`): `BackendInfo`, `register_backend`.
 
 Below the backend modules, which register themselves here; `evalrx.models.backends` re-exports it all.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable
 
+from evalrx.config import RuntimeConfig  # what a run says about how to run its model
 from evalrx.core.model import Model
 from evalrx.specs import ModelSpec
-
-
-@dataclass
-class RuntimeConfig:
-    """How to run a model: device and dtype locally, URL and key for APIs, decoding limits."""
-
-    device: Optional[str] = None
-    dtype: Optional[str] = None
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    base_url: Optional[str] = None
-    api_key: Optional[str] = field(default=None, repr=False)  # never printed
-    timeout: float = 60.0  # api: seconds for one model call, every try, wait and byte included
-    max_retries: int = 3  # api: tries after the first, while that budget lasts
-    attn_implementation: Optional[str] = None
-    trust_remote_code: bool = False
-    # hf_local: keep the last conversation's KV cache and prefill only what a new prompt adds to it
-    # (a conversation's next turn, a suite's shared system prompt). Greedy text can differ from a
-    # cold prefill only where two tokens tie within float rounding; False prefills every prompt whole.
-    prefix_cache: bool = True
-    extra: dict = field(default_factory=dict)
-
-    def resolved_base_url(self) -> Optional[str]:
-        return self.base_url or os.environ.get("OPENAI_BASE_URL")
-
-    def resolved_api_key(self) -> Optional[str]:
-        return self.api_key or os.environ.get("OPENAI_API_KEY")
 
 
 @dataclass(frozen=True)
