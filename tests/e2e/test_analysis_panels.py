@@ -107,7 +107,11 @@ def test_requesting_an_analysis_from_the_page_reaches_done(app_server, analysed,
     )
     settle(page)
     open_turns(page)
-    assert page.locator("[data-testid='stVegaLiteChart']").count() >= 3
+    poll(
+        lambda: page.locator("[data-testid='stVegaLiteChart']").count() >= 3,
+        timeout=15,
+        what="three charts drawn",
+    )
 
 
 def test_a_model_turn_builds_its_panels_only_when_opened(app_server, analysed, page):
@@ -115,7 +119,7 @@ def test_a_model_turn_builds_its_panels_only_when_opened(app_server, analysed, p
     when their turn is opened (a page never waits on charts it does not show)."""
     store, run_id, tid = analysed
     goto(page, f"{app_server.url}/trajectory?id={tid}")
-    assert page.locator("[class*='st-key-step-']").count() >= 3  # the steps are on the page
+    poll(lambda: page.locator("[class*='st-key-step-']").count() >= 3, timeout=15, what="the steps are on the page")
     turns = model_turns(page)
     is_open = [turns.nth(i).locator("details").first.get_attribute("open") is not None for i in range(turns.count())]
     assert len(is_open) >= 2 and is_open.count(True) == 1, is_open

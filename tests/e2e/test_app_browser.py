@@ -23,7 +23,11 @@ def test_trajectory_opens_by_url_with_steps_and_charts(app_server, seeded, page)
     goto(page, f"{app_server.url}/trajectory?id={tid}")
     page.get_by_role("heading", name=f"Trajectory {tid}").wait_for()
     steps = page.locator("[class*='st-key-step-']")
-    assert steps.count() == len(detail.trajectory.steps)
+    poll(
+        lambda: steps.count() == len(detail.trajectory.steps),
+        timeout=15,
+        what="a card for each step",
+    )
     # Both charts are drawn: SVG pictures the browser decoded.
     for name in ("latency waterfall", "tokens per model turn"):
         chart = page.get_by_role("img", name=name)
@@ -34,7 +38,11 @@ def test_trajectory_opens_by_url_with_steps_and_charts(app_server, seeded, page)
     # A private research tool: Streamlit's "Deploy" is not offered (.streamlit/config.toml's toolbarMode).
     assert page.get_by_role("button", name="Deploy").count() == 0
     # The label panel's buttons are shown whole, the longest failure kind too (a fixed grid cut "misread_obs…").
-    assert page.locator("[class*='st-key-tl-mode-'] button").count() >= 9
+    poll(
+        lambda: page.locator("[class*='st-key-tl-mode-'] button").count() >= 9,
+        timeout=15,
+        what="the step-view buttons",
+    )
     cut = page.locator("[class*='st-key-tl-'] button").evaluate_all(
         "bs => bs.filter(b => [b, ...b.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth + 1))"
         ".map(b => b.innerText)"

@@ -138,7 +138,11 @@ def test_new_user_launches_watches_opens_a_failure_and_labels_it(fresh_app, chec
     page.get_by_role("heading", name=f"Trajectory {fails[0].id}").wait_for()
     settle(page)
     detail = S.get_trajectory(fails[0].id, store=url)
-    assert page.locator("[class*='st-key-step-']").count() == len(detail.trajectory.steps)
+    poll(
+        lambda: page.locator("[class*='st-key-step-']").count() == len(detail.trajectory.steps),
+        timeout=15,
+        what="a card for each step",
+    )
     page.get_by_role("img", name="latency waterfall").wait_for()
 
     top = S.get_diagnoses(fails[0].id, store=url)[0]  # the worker diagnosed it

@@ -91,7 +91,8 @@ def test_a_regression_opens_aligned_with_the_first_divergence_and_the_changed_ar
         what="the first divergence's red outline",
     )
     changed = page.locator("[class*='st-key-cmp-argdiff-']")
-    assert changed.count() == 2  # the query on each side; `limit` is the same
+    # the query on each side (`limit` is the same); drawn after the divergence card, in the same script run
+    poll(lambda: changed.count() == 2, timeout=10, what="the changed argument on each side")
     left, right = changed.nth(0).inner_text(), changed.nth(1).inner_text()
     assert "query" in left and QUERY_A in left and QUERY_B in right and "changed" in right
     poll(

@@ -5,7 +5,7 @@ case the pictures tinted by the attention the written value gave their patches."
 from __future__ import annotations
 
 import pytest
-from apphelpers import goto, main_text, open_turns
+from apphelpers import goto, main_text, open_turns, poll
 
 import evalrx.store as S
 from evalrx.demo.vision_data import VISION_TOOLS
@@ -42,12 +42,14 @@ def test_a_zoom_case_shows_the_case_picture_and_the_zoomed_one(app_server, visio
     assert zoomed, "the model zoomed on neither case"
     tid = zoomed[0].id
     goto(page, f"{app_server.url}/trajectory?id={tid}")
-    case_img = page.get_by_text("case image")
+    case_img = page.get_by_text("the case's picture")
     case_img.wait_for()
     shown = page.locator("[data-testid='stImage'] img")
-    assert shown.count() >= 2  # the case picture and the zoomed one (the charts are pictures too)
+    poll(
+        lambda: shown.count() >= 2, timeout=15, what="the case picture and the zoomed one (the charts are pictures too)"
+    )
     step = next(iter(S.step_media(tid, store=url)))
-    page.get_by_text(f"image 1 returned at step {step}").wait_for()
+    page.get_by_text(f"picture 1 returned at step {step}").wait_for()
     for img in shown.all():
         assert img.evaluate("i => i.complete && i.naturalWidth > 0")
     assert "image_zoom" in main_text(page)
@@ -67,7 +69,9 @@ def test_a_failed_case_shows_where_its_answer_looked_in_both_pictures(app_server
     # The answer turn comes after both pictures: each is drawn with its patches tinted, with its share.
     captions = page.get_by_text("of the token's attention")
     captions.first.wait_for()
-    assert captions.count() >= 3  # the case picture before the zoom call; both before the answer
+    poll(
+        lambda: captions.count() >= 3, timeout=15, what="the case picture before the zoom call; both before the answer"
+    )
     heat = page.locator("[data-testid='stImage'] img")
     for img in heat.all():
         assert img.evaluate("i => i.complete && i.naturalWidth > 0")
