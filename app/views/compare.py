@@ -17,6 +17,7 @@ from components.runs_view import run_title
 from components.safe import md_escape, show_pre
 from components.side_by_side import render_side_by_side
 
+from evalrx.config import comparable_config
 from evalrx.reports import compare_attempts
 from evalrx.store import annotator_labels, attempts_of, get_trajectory, is_secret_name, list_runs
 
@@ -124,7 +125,7 @@ def _shown(v: object) -> str:
 
 def config_differences(cfg_a: dict, cfg_b: dict) -> list[dict]:
     """The config keys (dotted paths) whose values differ between two runs, with both values as text."""
-    fa, fb = _flat(cfg_a), _flat(cfg_b)
+    fa, fb = _flat(comparable_config(cfg_a)), _flat(comparable_config(cfg_b))
     keys = sorted(k for k in set(fa) | set(fb) if fa.get(k, None) != fb.get(k, None))
     return [{"key": md_escape(k), "A": _shown(fa.get(k)), "B": _shown(fb.get(k))} for k in keys]
 

@@ -180,15 +180,17 @@ class RunConfig:
         return self
 
     @classmethod
-    def from_dict(cls, data: "dict | None") -> "RunConfig":
+    def from_dict(cls, data: "dict | None", *, strict: bool = False) -> "RunConfig":
         """Rebuild from `to_dict` output: a stored run's config, of this version or an older one.
 
         Keys it does not know are ignored, and so are an imported config's entries that do not parse
-        (its analyzers, MCP servers, runtime settings). Nothing else is checked here (`validate` does):
-        a config without a model name gets the name "".
+        (its analyzers, MCP servers, runtime settings); with `strict` (a run that is to be run: queued,
+        or given to `enqueue_run`) such an entry is an error instead, never a server or analysis quietly
+        left out. Nothing else is checked here (`validate` does): a config without a model name gets "".
 
         Raises:
-            ValueError: a config written by a newer evalrx (its version is above `CONFIG_VERSION`).
+            ValueError: a config written by a newer evalrx (its version is above `CONFIG_VERSION`); with
+                `strict`, an analyzer or MCP server entry that does not parse, or an unknown runtime setting.
         """
         data = dict(data or {})
         version = data.pop("version", 1)  # rows stored before the version was written are version 1
@@ -202,20 +204,35 @@ class RunConfig:
         model_cfg = ModelConfig(**{"name": "", **{k: v for k, v in model.items() if k in MODEL_CONFIG_FIELDS}})
         known = RUN_CONFIG_FIELDS - {"model", "analyzers", "mcp_servers", "runtime"}
         run = cls(model=model_cfg, **{k: v for k, v in data.items() if k in known and v is not None})
-        run.analyzers = _parsed(AnalyzerEntry.parse, data.get("analyzers"))
-        run.mcp_servers = _parsed(McpServer.from_dict, data.get("mcp_servers"))
+        run.analyzers = _parsed(AnalyzerEntry.parse, data.get("analyzers"), "analyzer", strict)
+        run.mcp_servers = _parsed(McpServer.from_dict, data.get("mcp_servers"), "MCP server", strict)
         runtime = data.get("runtime")
-        run.runtime = RuntimeConfig.from_dict(runtime if isinstance(runtime, dict) else None, strict=False)
+        run.runtime = RuntimeConfig.from_dict(runtime if isinstance(runtime, dict) else None, strict=strict)
         return run
 
 
-def _parsed(parse: Any, entries: Any) -> list:
-    """The entries of a stored list that parse (an imported run's config may hold anything)."""
+def comparable_config(data: "dict | None") -> dict:
+    """A stored run config as two runs' configs are compared: without its version, and with every runtime
+    setting it left at the default written out (a row stores only the settings that differ, an older row
+    whatever it was given), so two runs that ran the same way compare equal."""
+    out = {k: v for k, v in (data or {}).items() if k != "version"}
+    runtime = out.get("runtime")
+    if isinstance(runtime, dict) or runtime is None:
+        default = RuntimeConfig()
+        out["runtime"] = {k: getattr(default, k) for k in sorted(RUNTIME_SETTINGS)} | dict(runtime or {})
+    return out
+
+
+def _parsed(parse: Any, entries: Any, what: str, strict: bool) -> list:
+    """The entries of a stored list that parse (an imported run's config may hold anything); with `strict`,
+    one that does not is a one-line error."""
     out = []
-    for entry in entries if isinstance(entries, list) else []:
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
         try:
             out.append(parse(entry))
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError) as exc:
+            if strict:  # the entry by its place, not its text: an MCP server's may hold an environment
+                raise ValueError(f"the run config's {what} entry {i + 1} does not parse: {exc}") from None
             continue
     return out
 
@@ -236,4 +253,5 @@ __all__ = [
     "ModelConfig",
     "RunConfig",
     "RuntimeConfig",
+    "comparable_config",
 ]

@@ -55,6 +55,11 @@ class CaseContext:
     run: "RunConfig"
     images: dict = field(default_factory=dict)
 
+    @property
+    def run_config(self) -> "RunConfig":
+        """The run's config under its earlier name (hooks written for earlier releases read it)."""
+        return self.run
+
 
 @dataclass
 class AnalysisRecord:

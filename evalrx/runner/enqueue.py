@@ -58,7 +58,8 @@ def enqueue_run(
     environment (`OPENAI_API_KEY`).
 
     Args:
-        run: the run (left as it is: what is queued is a copy).
+        run: the run (left as it is: what is queued is a copy); a dict as `RunConfig.to_dict` writes one is
+            read with `RunConfig.from_dict`.
         cases: the cases; None loads `run.suite` or `run.case_file`.
         name: a display name (default, and for a blank one: spec and suite).
         runtime: `RuntimeConfig` settings to apply over `run.runtime` (max_new_tokens, temperature, ...).
@@ -71,6 +72,10 @@ def enqueue_run(
     """
     import dataclasses
 
+    if not isinstance(run, RunConfig):  # a dict, as `RunConfig.to_dict` writes one (as earlier releases took)
+        if not isinstance(run, dict):
+            raise TypeError(f"enqueue_run takes a RunConfig (or its dict), not {type(run).__name__}")
+        run = RunConfig.from_dict(run, strict=True).validate()
     run = dataclasses.replace(run, runtime=run.runtime.updated(runtime))
     _check(run)
     if key_bound:

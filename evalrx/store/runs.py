@@ -408,7 +408,7 @@ def pending_work(run_id: int, *, store: "Store | str | None" = None) -> "tuple[R
     """What a worker needs to run a job: (run config, [(case id, attempt, FailureCase with image bytes)] of the
     attempts without a trajectory, in run order, {(case id, attempt): starts so far})."""
     with resolve(store).read() as s:
-        run = RunConfig.from_dict(s.get_one(t.Run, run_id).config)
+        run = RunConfig.from_dict(s.get_one(t.Run, run_id).config, strict=True)  # a run to run: nothing dropped
         todo = pending_cases(s, run_id)
         rows = {c.id: c for c in s.execute(select(t.Case).where(t.Case.id.in_({cid for _, cid, _ in todo}))).scalars()}
         shas = {r.image_sha256 for r in rows.values() if r.image_sha256}

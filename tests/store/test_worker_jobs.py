@@ -124,6 +124,14 @@ def test_resume_runs_only_the_missing_cases(store_url, calls):
     assert integrity_report(store)["duplicate_cases"] == 0
 
 
+def test_a_run_config_given_as_its_dict_is_queued_and_a_wrong_type_is_one_line(store_url):
+    store = S.connect(store_url)
+    run_id = enqueue_run(scripted_config().to_dict(), cases(2), store=store)  # as earlier releases took it
+    assert _worker(store).run() == 1 and S.get_run(run_id, store=store).n_done == 2
+    with pytest.raises(TypeError, match="enqueue_run takes a RunConfig \\(or its dict\\), not str"):
+        enqueue_run("evalrx-tiny", cases(1), store=store)  # type: ignore[arg-type]
+
+
 def test_cancel_a_queued_run(store_url):
     store = S.connect(store_url)
     run_id = enqueue_run(scripted_config(), cases(3), store=store)
@@ -142,6 +150,7 @@ def test_cancel_stops_a_running_job_between_cases(store_url):
         assert [e.name for e in ctx.run.analyzers] == [
             "cancel_after_two"
         ]  # the run's RunConfig, as the worker holds it
+        assert ctx.run_config is ctx.run  # the name hooks of earlier releases read
         seen.append(ctx.case.id)
         if len(seen) == 2:
             cancel_run(run_ids[0], store=store)

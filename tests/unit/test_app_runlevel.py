@@ -509,3 +509,24 @@ def test_run_level_pages_never_import_torch():
     out = subprocess.run([sys.executable, "-c", LIGHT], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "HEAVY []" in out.stdout
+
+
+def test_compare_does_not_count_a_config_version_or_a_default_runtime_setting_as_a_difference(store_url):
+    """A row stored before configs were versioned kept the settings it was given (max_new_tokens 256, the
+    default); one stored now keeps only those that differ and says its version: the same run, no difference."""
+    from appdata import fill_run
+
+    from evalrx.config import ModelConfig, RunConfig
+
+    new = RunConfig(model=ModelConfig("evalrx-tiny"), tools=["calculator"]).to_dict()
+    assert "version" in new and not new["runtime"]
+    old = {k: v for k, v in new.items() if k != "version"} | {"runtime": {"max_new_tokens": 256}}
+    r1, _ = fill_run(store_url, 2, name="old row")
+    r2, _ = fill_run(store_url, 2, name="new row")
+    r3, _ = fill_run(store_url, 2, name="fewer tokens")
+    for run_id, config in ((r1, old), (r2, new), (r3, old | {"runtime": {"max_new_tokens": 64}})):
+        _set_config(store_url, run_id, **config)
+    at = open_page("compare", a=r1, b=r2)
+    assert "The two runs' configs are the same." in texts(at)
+    at = open_page("compare", a=r3, b=r2)
+    assert list(frame_with(at, "key")["key"]) == ["runtime\\.max\\_new\\_tokens"]  # Markdown-escaped

@@ -53,3 +53,14 @@ def test_entries_are_parsed_once_when_the_run_is_made():
         RunConfig(model=ModelConfig("evalrx-tiny"), runtime={"headers": {}})
     with pytest.raises(ValueError, match="has neither"):
         RunConfig(model=ModelConfig("evalrx-tiny"), mcp_servers=[{"name": "x"}])
+
+
+def test_a_run_to_run_never_drops_an_entry_that_does_not_parse_but_an_imported_config_may():
+    stored = RunConfig(model=ModelConfig("evalrx-tiny"), analyzers=["logit_lens"]).to_dict()
+    stored["analyzers"].append({"name": 7})
+    stored["mcp_servers"] = [{"command": ""}]
+    tolerant = RunConfig.from_dict(stored)  # an imported run's config, read as far as it says
+    assert [e.name for e in tolerant.analyzers] == ["logit_lens"] and tolerant.mcp_servers == []
+    with pytest.raises(ValueError, match=r"^the run config's analyzer entry 2 does not parse: ") as err:
+        RunConfig.from_dict(stored, strict=True)
+    assert "\n" not in str(err.value)
