@@ -36,7 +36,8 @@ from evalrx.diagnosis.team import blame, from_team, is_team
 from evalrx.diagnosis.whitebox import from_analyses
 
 # Bumped when the rules change, so stored diagnoses can be told apart and recomputed.
-DIAGNOSIS_VERSION = 1
+# 2: a tool output that is a dict or list is read as JSON (`observation_text`), so the count rules see it.
+DIAGNOSIS_VERSION = 2
 # A diagnosis this unsure is a fallback ("graded wrong, no step shows why"): any real sign outranks it.
 FALLBACK_BELOW = 0.3
 

@@ -51,7 +51,8 @@ from evalrx.diagnosis.judge_strategies import STRATEGY_RUNNERS, STRATEGY_VERSION
 from evalrx.diagnosis.verdict import parse_verdict
 
 # Bumped whenever the prompt or the checks change: a cached verdict of another version is not reused.
-PROMPT_VERSION = 1
+# 2: a tool output without text is shown as compact JSON with sorted keys (`observation_text`).
+PROMPT_VERSION = 2
 # The prompt's variants: the transcript alone, or with what the other sources found (to measure its effect).
 VARIANTS = ("plain", "with_findings")
 MAX_STEP_CHARS = 1500  # per text of a step (its content, a call's arguments, an output)

@@ -16,6 +16,7 @@ from test_diagnosis_store import misread, passing, store_run
 import evalrx.interop as X
 import evalrx.store as S
 from evalrx.cli import main
+from evalrx.diagnosis import PROMPT_VERSION
 from evalrx.runner.diagnose import rediagnose
 
 KEY = "sk-judge-0123456789-secret"
@@ -82,7 +83,7 @@ def test_a_valid_verdict_is_stored_as_source_judge_shown_and_exported(sqlite_url
     assert (meta["spec"], meta["backend"], meta["prompt_version"], meta["variant"]) == (
         "gpt-4o-mini",
         "api",
-        1,
+        PROMPT_VERSION,
         "plain",
     )
     assert (meta["prompt_tokens"], meta["completion_tokens"], meta["tries"]) == (50, 20, 1)
