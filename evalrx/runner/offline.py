@@ -11,9 +11,11 @@ from typing import Any
 from evalrx.config import RunConfig
 
 
-def run_analyses(hooks: list, handle: Any, run: RunConfig, case: Any, traj: Any, tools: list) -> list:
+def run_analyses(
+    hooks: list, handle: Any, run: RunConfig, case: Any, traj: Any, tools: list, pictures: "dict | None" = None
+) -> list:
     """The case's analysis records, run as the worker runs them (after the case, reading its generation's
-    captures)."""
+    captures and the pictures its conversation showed: `shown_pictures`)."""
     from evalrx.models.agent import case_system
     from evalrx.runner import analysis
 
@@ -25,6 +27,7 @@ def run_analyses(hooks: list, handle: Any, run: RunConfig, case: Any, traj: Any,
         tool_schemas=[t.to_openai() for t in tools],
         system=case_system(run.system, case.meta),
         run=run,
+        images=pictures or {},
     )
     return analysis.run_all(hooks, ctx)
 
@@ -57,14 +60,22 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     from tqdm import tqdm
 
     import evalrx
+    from evalrx.core import Capability
     from evalrx.core.case import Label
     from evalrx.models import weights_problem
     from evalrx.models.agent import error_trajectory, run_batch, run_case
     from evalrx.runner import analysis
     from evalrx.runner.diagnose import diagnose_case
     from evalrx.runner.enqueue import run_name
-    from evalrx.runner.toolset import case_toolset, mcp_sessions, static_tools
-    from evalrx.store import export_case, export_row
+    from evalrx.runner.toolset import (
+        capturing,
+        case_toolset,
+        mcp_sessions,
+        pictures_by_step,
+        shown_pictures,
+        static_tools,
+    )
+    from evalrx.store import export_case, export_picture, export_row
     from evalrx.store.runs import queued_config
     from evalrx.tools import get_tools
 
@@ -94,12 +105,16 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     bar = tqdm(total=len(cases), unit="case", disable=args.no_progress, file=sys.stderr)
     t0 = time.perf_counter()
     with out.open("w", encoding="utf-8") as fh:
+        vision = Capability.VISION in (getattr(handle, "capabilities", None) or ())
 
-        def on_result(case: Any, traj: Any, tools: list) -> None:
+        def on_result(case: Any, traj: Any, tools: list, captured: list) -> None:
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
-            records = run_analyses(hooks, handle, run, case, traj, tools) if hooks else []
+            returned = pictures_by_step(traj, captured)  # the pictures its tools returned, as the worker keeps them
+            shown = shown_pictures(traj, case, returned) if vision else {}  # only a VLM's analyses read pictures
+            records = run_analyses(hooks, handle, run, case, traj, tools, shown) if hooks else []
             diagnoses = diagnose_case(traj, case, tools, records)  # as the worker diagnoses a finished case
-            row = export_row(traj, export_case(case), run=run_info, diagnoses=diagnoses)
+            pictures = {idx: [export_picture(p) for p in pics] for idx, pics in returned.items()}
+            row = export_row(traj, export_case(case), run=run_info, diagnoses=diagnoses, pictures=pictures)
             if hooks:  # a file has no store to hold them: they go with their record
                 row["analyses"] = analyses_json(records)
             fh.write(json.dumps(row, ensure_ascii=False, sort_keys=True, default=str) + "\n")
@@ -113,10 +128,12 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
             run.analyzers,
         )
         if sessions is None:
-            made: dict = {}  # id(case) -> the tools its run was given, for its analyses and diagnosis
+            made: dict = {}  # id(case) -> the tools its run was given and the pictures they returned
 
             def tools_for(case: Any) -> list:
-                made[id(case)] = tools = static_tools(run, case)
+                captured: list = []
+                tools = [capturing(tool, captured) for tool in static_tools(run, case)]
+                made[id(case)] = (tools, captured)
                 return tools
 
             run_batch(
@@ -126,7 +143,7 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
                 system=run.system,
                 max_turns=run.max_turns,
                 concurrency=args.concurrency,
-                on_result=lambda case, traj: on_result(case, traj, made.pop(id(case), [])),
+                on_result=lambda case, traj: on_result(case, traj, *made.pop(id(case), ([], []))),
                 agent_kwargs=agent_kwargs,
                 grade=True,  # as the worker grades: a bad grader is the case's grade error, not the run's end
             )
@@ -134,8 +151,10 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
             try:
                 for case in cases:  # one at a time: each case's MCP servers start and stop around it
                     tools: list = []
+                    captured: list = []
                     try:
-                        with case_toolset(run, case, sessions) as tools:
+                        with case_toolset(run, case, sessions) as offered:
+                            tools = [capturing(tool, captured) for tool in offered]
                             traj = run_case(
                                 handle,
                                 case,
@@ -148,7 +167,7 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
                     except Exception as exc:  # a server that did not start fails the case, not the run
                         traj = error_trajectory(case, exc)
                         traj.outcome = Label.ERROR
-                    on_result(case, traj, list(tools))
+                    on_result(case, traj, list(tools), captured)
             finally:
                 sessions.close()
     bar.close()

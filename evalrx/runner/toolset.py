@@ -10,9 +10,13 @@ one session across cases (`mcp_sessions` gives the pool that keeps those open fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from evalrx.config import RunConfig
+from evalrx.core.case import StepRole, Trajectory
+from evalrx.core.observation import picture_count
 
 # The tools a run offers when none are named and its cases bring none of their own (a vision model adds image_zoom).
 DEFAULT_TOOLS = ("calculator", "lookup")
@@ -125,10 +129,52 @@ def case_toolset(run: RunConfig, case: Any, sessions: Optional[Any] = None) -> I
 
 __all__ = [
     "DEFAULT_TOOLS",
+    "capturing",
     "case_toolset",
     "default_tools",
     "mcp_sessions",
+    "pictures_by_step",
+    "shown_pictures",
     "run_tools",
     "static_tools",
     "tool_list",
 ]
+
+
+# ---------------------------------------------------------------- the pictures tools return
+
+
+def capturing(tool: Any, sink: list) -> Any:
+    """The same tool, recording the pictures of every result (in call order) into `sink`."""
+    from evalrx.core.tool import ToolResult
+
+    fn = tool.fn
+    if fn is None:
+        return tool
+
+    @functools.wraps(fn)  # keeps the signature the agent checks arguments against
+    def call(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        if isinstance(result, ToolResult) and result.images:
+            sink.append(list(result.images))
+        return result
+
+    return dataclasses.replace(tool, fn=call)
+
+
+def pictures_by_step(traj: Trajectory, captured: list) -> dict:
+    """Pair captured picture lists with the tool steps that reported pictures, both in call order."""
+    steps = [s.idx for s in traj.steps if s.role is StepRole.TOOL and picture_count(s.observation) > 0]
+    return dict(zip(steps, captured))
+
+
+def shown_pictures(traj: Trajectory, case: Any, by_step: dict) -> dict:
+    """`{step: [picture, ...]}` every picture a finished case's conversation showed: the case's on the prompt's
+    step (the first user step), those a tool returned on its step (what a VLM's analyses need); a stored
+    trajectory's are `evalrx.store.shown_pictures`."""
+    shown = {idx: list(pics) for idx, pics in by_step.items()}
+    picture = getattr(getattr(case, "inputs", None), "image", None)
+    prompt = next((s.idx for s in traj.steps if s.role is StepRole.USER), None)
+    if picture is not None and prompt is not None:
+        shown[prompt] = [picture]
+    return shown

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import importlib
 import logging
 import os
@@ -31,14 +30,13 @@ from sqlalchemy.exc import IntegrityError
 
 from evalrx.config import RunConfig
 from evalrx.core.capability import Capability
-from evalrx.core.case import FailureCase, Label, StepRole, Termination, Trajectory
-from evalrx.core.observation import picture_count
+from evalrx.core.case import FailureCase, Label, Termination, Trajectory
 from evalrx.runner import analysis
 from evalrx.runner.argtypes import interval_seconds, positive_int
 from evalrx.runner.diagnose import diagnose_case, rediagnose
 from evalrx.runner.keys import ENV_RUN_KEY, api_key_for
 from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
-from evalrx.runner.toolset import case_toolset, mcp_sessions
+from evalrx.runner.toolset import capturing, case_toolset, mcp_sessions, pictures_by_step, shown_pictures
 from evalrx.store import analyses as analysis_store
 from evalrx.store import convert, jobs, tool_marks
 from evalrx.store import judge_jobs as judge_store
@@ -62,42 +60,6 @@ class CaseResult:
     trajectory: Trajectory
     tools: list
     pictures: dict = dataclasses.field(default_factory=dict)
-
-
-def _capturing(tool: Any, sink: list) -> Any:
-    """The same tool, recording the pictures of every result (in call order) into `sink`."""
-    from evalrx.core.tool import ToolResult
-
-    fn = tool.fn
-    if fn is None:
-        return tool
-
-    @functools.wraps(fn)  # keeps the signature the agent checks arguments against
-    def call(*args: Any, **kwargs: Any) -> Any:
-        result = fn(*args, **kwargs)
-        if isinstance(result, ToolResult) and result.images:
-            sink.append(list(result.images))
-        return result
-
-    return dataclasses.replace(tool, fn=call)
-
-
-def _pictures_by_step(traj: Trajectory, captured: list) -> dict:
-    """Pair captured picture lists with the tool steps that reported pictures, both in call order."""
-    steps = [s.idx for s in traj.steps if s.role is StepRole.TOOL and picture_count(s.observation) > 0]
-    return dict(zip(steps, captured))
-
-
-def shown_pictures(traj: Trajectory, case: Any, by_step: dict) -> dict:
-    """`{step: [picture, ...]}` every picture a finished case's conversation showed: the case's on the prompt's
-    step (the first user step), those a tool returned on its step (what a VLM's analyses need); a stored
-    trajectory's are `evalrx.store.shown_pictures`."""
-    shown = {idx: list(pics) for idx, pics in by_step.items()}
-    picture = getattr(getattr(case, "inputs", None), "image", None)
-    prompt = next((s.idx for s in traj.steps if s.role is StepRole.USER), None)
-    if picture is not None and prompt is not None:
-        shown[prompt] = [picture]
-    return shown
 
 
 def _runtime_kwargs(run: RunConfig) -> dict:
@@ -360,7 +322,7 @@ class Worker:
         try:
             check_prompt(handle, case, self.max_prompt_bytes)
             with case_toolset(run, case, sessions) as offered:
-                tools = [_capturing(tool, captured) for tool in offered]
+                tools = [capturing(tool, captured) for tool in offered]
                 # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
                 traj = run_case(
                     handle,
@@ -376,7 +338,7 @@ class Worker:
         traj.attempt = attempt
         if traj.terminated == Termination.ERROR:
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
-        return CaseResult(traj, tools, _pictures_by_step(traj, captured))
+        return CaseResult(traj, tools, pictures_by_step(traj, captured))
 
     def _results_serial(
         self, run_id: int, handle: Any, run: RunConfig, cases: list, sessions: Optional[Any] = None

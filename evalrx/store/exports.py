@@ -21,10 +21,10 @@ from evalrx.store.labels import history_in, tags_in
 EXPORT_BATCH = 500
 
 
-def export_picture(data: bytes, mime: Optional[str] = None, sha: Optional[str] = None) -> dict:
-    """Picture bytes as an export carries them: their hash, their type (sniffed as the store does when not
-    given) and their bytes."""
-    data = bytes(data)
+def export_picture(data: Any, mime: Optional[str] = None, sha: Optional[str] = None) -> dict:
+    """A picture as an export carries it: its hash, its type (sniffed as the store does when not given) and its
+    bytes (`data`: bytes, a path or a PIL image, as a tool returns one; stored as the store stores it)."""
+    data = convert.image_bytes(data) or b""
     return {
         "sha256": sha or convert.sha256(data),
         "mime": mime or sniff_mime(data, "application/octet-stream"),

@@ -95,16 +95,16 @@ def zoom_run(vlm):
     """A zoom case run with generation capture on, as the worker runs it, with the pictures it showed."""
     from evalrx.models.agent import run_case
     from evalrx.runner.analysis import with_capture
-    from evalrx.runner.worker import _capturing, _pictures_by_step, shown_pictures
+    from evalrx.runner.toolset import capturing, pictures_by_step, shown_pictures
     from evalrx.suites import load_cases
     from evalrx.tools import get_tools
 
     case = load_cases("demo/vision_zoom")[0]
     returned: list = []
-    tools = [_capturing(t, returned) for t in get_tools(case.meta["tools"], case)]
+    tools = [capturing(t, returned) for t in get_tools(case.meta["tools"], case)]
     kwargs = with_capture({"max_turns": 4}, vlm, ["logit_lens", "attention"])
     traj = run_case(vlm, case, tools, **kwargs)
-    images = shown_pictures(traj, case, _pictures_by_step(traj, returned))
+    images = shown_pictures(traj, case, pictures_by_step(traj, returned))
     return traj, [t.to_openai() for t in tools], images
 
 
