@@ -89,10 +89,6 @@ def _case_ids(session: Session, digests: Sequence[str]) -> dict:
     return found
 
 
-# What a queued run's stored config may hold: an allow-list (RunConfig's and ModelConfig's fields), so a
-# header, token or key never gets in.
-RUN_CONFIG_KEYS = RUN_CONFIG_FIELDS
-MODEL_KEYS = MODEL_CONFIG_FIELDS
 # Query parameters that carry credentials in URLs people paste (`?api-key=`, `?token=`, signed URLs).
 _SECRET_PARAM = re.compile(r"(key|token|secret|passw|auth|signature|sig|credential|session|cookie)", re.I)
 
@@ -131,8 +127,9 @@ def queued_config(run_config: Any, runtime: Optional[dict] = None) -> dict:
         ValueError: naming a runtime setting that is not stored (an API key goes through the
             environment, never the store).
     """
-    cfg = {k: v for k, v in config_dict(run_config).items() if k in RUN_CONFIG_KEYS}
-    cfg["model"] = {k: v for k, v in (cfg.get("model") or {}).items() if k in MODEL_KEYS}
+    # An allow-list (RunConfig's and ModelConfig's fields), so a header, token or key never gets in.
+    cfg = {k: v for k, v in config_dict(run_config).items() if k in RUN_CONFIG_FIELDS}
+    cfg["model"] = {k: v for k, v in (cfg.get("model") or {}).items() if k in MODEL_CONFIG_FIELDS}
     rt = {**(cfg.get("runtime") or {}), **(runtime or {})}
     RuntimeConfig.from_dict(rt)  # an unknown setting: one line naming the known ones
     rt = {k: v for k, v in rt.items() if k in RUNTIME_SETTINGS}

@@ -26,11 +26,12 @@ def test_the_stored_runtime_is_runtime_config_less_the_key():
 
 
 def test_the_run_config_allow_list_is_the_run_configs_fields_none_of_them_secret():
-    from evalrx.store.runs import MODEL_KEYS, RUN_CONFIG_KEYS, is_secret_name
+    from evalrx.config import MODEL_CONFIG_FIELDS, RUN_CONFIG_FIELDS
+    from evalrx.store.runs import is_secret_name
 
-    assert RUN_CONFIG_KEYS == {f.name for f in dataclasses.fields(RunConfig)} | {"version"}
-    assert MODEL_KEYS == {f.name for f in dataclasses.fields(ModelConfig)}
-    assert not [k for k in RUN_CONFIG_KEYS | MODEL_KEYS | RUNTIME_SETTINGS if is_secret_name(k)]
+    assert RUN_CONFIG_FIELDS == {f.name for f in dataclasses.fields(RunConfig)} | {"version"}
+    assert MODEL_CONFIG_FIELDS == {f.name for f in dataclasses.fields(ModelConfig)}
+    assert not [k for k in RUN_CONFIG_FIELDS | MODEL_CONFIG_FIELDS | RUNTIME_SETTINGS if is_secret_name(k)]
 
 
 @pytest.mark.parametrize(
