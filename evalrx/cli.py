@@ -136,7 +136,7 @@ def _enqueue(args: argparse.Namespace) -> int:
 
     from evalrx.models import weights_problem
     from evalrx.runner import enqueue_run
-    from evalrx.store import RunInfo, connect, get_run
+    from evalrx.store import FINAL_STATUSES, JobStatus, RunInfo, connect, get_run
     from evalrx.suites import load_cases
 
     store = connect(args.url)
@@ -174,14 +174,14 @@ def _enqueue(args: argparse.Namespace) -> int:
 
     run = current()
     bar = tqdm(total=run.n_cases, unit="case", disable=args.no_progress, file=sys.stderr)
-    while run.status not in ("done", "failed", "cancelled"):
+    while run.status not in FINAL_STATUSES:
         time.sleep(0.5)
         run = current()
         bar.update(run.n_done - bar.n)
         bar.set_postfix(passed=run.n_pass, failed=run.n_fail, status=run.status)
     bar.close()
     print(f"run {run_id} {run.status}: {run.n_pass} passed, {run.n_fail} failed, {run.n_error} errors")
-    return 0 if run.status == "done" else 1
+    return 0 if run.status == JobStatus.DONE else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,12 +38,17 @@ from evalrx.analyzers import (
     result_from_arrays,
     uncertainty_rows,
 )
-from evalrx.store import default_replay_model, load_analyses, request_analysis, requests_for
+from evalrx.store import (
+    ACTIVE_STATUSES,
+    JobStatus,
+    default_replay_model,
+    load_analyses,
+    request_analysis,
+    requests_for,
+)
 
 if TYPE_CHECKING:
     import altair as alt
-
-ACTIVE = ("queued", "running")
 
 
 def _latest(records: list) -> dict:
@@ -281,16 +286,16 @@ def request_status(trajectory_id: int, *, store: Any, analysed: bool = False) ->
     def box() -> None:
         reqs = requests_for(trajectory_id, store=store)
         cols = st.columns([1, 2], vertical_alignment="center")
-        busy = bool(reqs) and reqs[0]["status"] in ACTIVE
+        busy = bool(reqs) and reqs[0]["status"] in ACTIVE_STATUSES
         if cols[0].button("Request analysis", key="request-analysis", icon=":material/biotech:", disabled=busy):
             request_analysis(trajectory_id, store=store)
             st.rerun()
         if reqs:
             r = reqs[0]
             cols[1].markdown(f"Analysis request {r['id']}: **{r['status']}**", help="queued → running → done / failed")
-            if r["status"] == "failed" and r.get("error"):
+            if r["status"] == JobStatus.FAILED and r.get("error"):
                 cols[1].caption(str(r["error"])[:300])
-            if r["status"] == "done" and st.session_state.get("analysis-seen") != r["id"]:
+            if r["status"] == JobStatus.DONE and st.session_state.get("analysis-seen") != r["id"]:
                 st.session_state["analysis-seen"] = r["id"]
                 st.rerun(scope="app")  # show the fresh results
         elif analysed:
@@ -306,7 +311,7 @@ def request_status(trajectory_id: int, *, store: Any, analysed: bool = False) ->
 
 def _active(trajectory_id: int, store: Any) -> bool:
     reqs = requests_for(trajectory_id, store=store)
-    return bool(reqs) and reqs[0]["status"] in ACTIVE
+    return bool(reqs) and reqs[0]["status"] in ACTIVE_STATUSES
 
 
 def render_analysis(detail: Any, *, store: Any, open_step: Optional[int] = None) -> None:

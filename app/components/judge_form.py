@@ -19,7 +19,7 @@ from components.labelling import flash
 from components.safe import counted, md_escape, short, show_pre
 from evalrx.diagnosis import JUDGE_STRATEGIES
 from evalrx.runner import JUDGE_BUDGET, JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
-from evalrx.store import cancel_judge_job, list_judge_jobs
+from evalrx.store import ACTIVE_STATUSES, JobStatus, cancel_judge_job, list_judge_jobs
 
 BACKENDS = ("api", "hf_local")
 POLL_S = 2.0  # a trajectory's judge job in progress is polled this often
@@ -185,7 +185,7 @@ def _cancel(job_id: int, store: Any) -> None:
     status = cancel_judge_job(job_id, store=store)
     flash(
         f"Judge job {job_id}: "
-        + ("cancelled" if status == "cancelled" else "cancel requested, stops after the current trajectory")
+        + ("cancelled" if status == JobStatus.CANCELLED else "cancel requested, stops after the current trajectory")
     )
 
 
@@ -200,9 +200,9 @@ def judge_progress_text(job: Any) -> str:
         bits.append(f"{job.n_failed} failed calls")
     if job.n_cached:
         bits.append(f"{job.n_cached} from the cache")
-    if job.status == "queued":
+    if job.status == JobStatus.QUEUED:
         bits.append("waiting for a worker")
-    if job.cancel_requested and job.status in ("queued", "running"):
+    if job.cancel_requested and job.status in ACTIVE_STATUSES:
         bits.append("cancel requested: stops after the current trajectory")
     return " · ".join(bits)
 
@@ -279,7 +279,7 @@ def _trajectory_outcome(job: Any, notes: list) -> str:
         return judge_progress_text(job)
     if notes:
         return "refused" if "refused:" in notes[0].line else "failed"
-    if job.status == "done":
+    if job.status == JobStatus.DONE:
         return "judged: its verdict is the judge's candidate in the diagnosis"
     return job.status + (f": {job.error}" if job.error else "")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-ACTIVE = ("queued", "running")
+from evalrx.store import ACTIVE_STATUSES, JobStatus
 
 
 def is_active(run: Any) -> bool:
-    return run.status in ACTIVE
+    return run.status in ACTIVE_STATUSES
 
 
 def success_rate(run: Any) -> Optional[float]:
@@ -73,7 +73,7 @@ def progress_text(run: Any) -> str:
     bits = [f"{run.n_done}/{run.n_cases} cases", f"{run.n_pass} pass", f"{run.n_fail} fail"]
     if run.n_error:
         bits.append(f"{run.n_error} error")
-    if run.status == "queued":
+    if run.status == JobStatus.QUEUED:
         bits.append("waiting for a worker")
     if run.cancel_requested:
         bits.append("cancel requested: stops after the current case")

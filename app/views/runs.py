@@ -10,7 +10,7 @@ from components.runlevel_panels import render_agreement, render_predictors, rend
 from components.runs_view import baseline_run, is_active, measured, progress_text, run_row
 from components.safe import md_escape, show_pre
 
-from evalrx.store import list_judge_jobs, list_runs, request_cancel, run_stats
+from evalrx.store import JobStatus, list_judge_jobs, list_runs, request_cancel, run_stats
 
 S = store()
 POLL_S = 1.5
@@ -26,7 +26,8 @@ def _stats(run_id: int, n_done: int, status: str, store_url: str):
 def _cancel(run_id: int) -> None:
     status = request_cancel(run_id, store=S)
     flash(
-        f"Run {run_id}: " + ("cancelled" if status == "cancelled" else "cancel requested, stops after the current case")
+        f"Run {run_id}: "
+        + ("cancelled" if status == JobStatus.CANCELLED else "cancel requested, stops after the current case")
     )
 
 

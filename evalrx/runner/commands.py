@@ -78,7 +78,7 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
             runs = S.list_runs(status=args.status, limit=args.limit, store=store)
             print(f"{'id':>5}  {'status':10} {'done':>9}  {'pass':>5} {'fail':>5} {'err':>4}  {'model':24} name")
             for r in runs:
-                flag = " (cancelling)" if r.cancel_requested and r.status == "running" else ""
+                flag = " (cancelling)" if r.cancel_requested and r.status == S.JobStatus.RUNNING else ""
                 print(
                     f"{r.id:>5}  {r.status + flag:10} {f'{r.n_done}/{r.n_cases}':>9}  {r.n_pass:>5} {r.n_fail:>5} "
                     f"{r.n_error:>4}  {(r.spec_key or '-')[:24]:24} {r.name}"

@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 
 from evalrx.config import RunConfig
 from evalrx.core.case import FailureCase
+from evalrx.store import ACTIVE_STATUSES, JobStatus
 from evalrx.store import jobs as store_jobs
 from evalrx.store import runs as store_runs
 from evalrx.store.engine import Store, resolve
@@ -132,9 +133,7 @@ def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" =
         run = s.get(t.Run, run_id)
         if run is None:
             raise ValueError(f"no run with id {run_id}")
-        active = s.execute(
-            select(t.Job.id).where(t.Job.run_id == run_id, t.Job.status.in_(["queued", "running"]))
-        ).first()
+        active = s.execute(select(t.Job.id).where(t.Job.run_id == run_id, t.Job.status.in_(ACTIVE_STATUSES))).first()
         if active is not None:
             raise ValueError(f"run {run_id} already has a queued or running job")
         if errors:
@@ -162,5 +161,5 @@ def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" =
                 )
                 run.meta = dict(run.meta or {}, retried=retried)
                 run.n_done, run.n_error = run.n_done - len(rows), max(0, run.n_error - len(rows))
-        run.status, run.finished_at, run.error = "queued", None, None
+        run.status, run.finished_at, run.error = JobStatus.QUEUED, None, None
         return store_jobs.enqueue_job(s, run_id)

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 from evalrx.core.secrets import is_env_name
 from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS, MAX_STEP_CHARS, MAX_STEPS
-from evalrx.store import Store, resolve
+from evalrx.store import JobStatus, Store, resolve
 from evalrx.store import judge_jobs as store_jobs
 from evalrx.store.jobs import LeaseLost
 
@@ -381,8 +381,8 @@ def run_judge_job(store: Store, job: store_jobs.JudgeJobInfo, worker_id: str, st
     except Exception as exc:  # the judge could not start (no key, no such server): a line on the job
         reason = scrub(store_jobs.one_line(f"{exc}" or type(exc).__name__, 1000), key)
         log.warning("judge job %s failed: %s", job.id, reason)
-        store_jobs.finish_judge_job(store, job.id, worker_id, "failed", error=reason)
-        status = "failed"
+        store_jobs.finish_judge_job(store, job.id, worker_id, JobStatus.FAILED, error=reason)
+        status = JobStatus.FAILED
     finally:
         close = getattr(model, "close", None)
         if close is not None:
@@ -459,13 +459,13 @@ def _judge_all(
                 if not (cancel or stop.is_set()):
                     submit()
     if cancel:
-        store_jobs.finish_judge_job(store, job.id, worker_id, "cancelled")
-        return "cancelled"
+        store_jobs.finish_judge_job(store, job.id, worker_id, JobStatus.CANCELLED)
+        return JobStatus.CANCELLED
     if next(pending, None) is not None:  # stopping with trajectories left: another worker resumes from the cache
         store_jobs.release_judge_job(store, job.id, worker_id)
         return "released"
-    store_jobs.finish_judge_job(store, job.id, worker_id, "done")
-    return "done"
+    store_jobs.finish_judge_job(store, job.id, worker_id, JobStatus.DONE)
+    return JobStatus.DONE
 
 
 __all__ = [

@@ -37,8 +37,8 @@ from evalrx.runner.diagnose import diagnose_case, rediagnose
 from evalrx.runner.keys import ENV_RUN_KEY, api_key_for
 from evalrx.runner.prompt_guard import DEFAULT_PROMPT_BYTES, check_prompt
 from evalrx.runner.toolset import capturing, case_toolset, mcp_sessions, pictures_by_step, shown_pictures
+from evalrx.store import JobStatus, convert, jobs, tool_marks
 from evalrx.store import analyses as analysis_store
-from evalrx.store import convert, jobs, tool_marks
 from evalrx.store import judge_jobs as judge_store
 from evalrx.store.engine import SchemaError, Store, connect
 from evalrx.store.runs import stored_run, update_run_meta
@@ -230,13 +230,13 @@ class Worker:
             log.warning("%s; leaving it to its new owner", exc)
             status = "lost"
         except JobCancelled:
-            jobs.finish_job(self.store, job.id, self.worker_id, "cancelled")
-            status = "cancelled"
+            jobs.finish_job(self.store, job.id, self.worker_id, JobStatus.CANCELLED)
+            status = JobStatus.CANCELLED
         except Exception as exc:
             msg = f"{type(exc).__name__}: {exc}"
             log.error("job %s failed: %s\n%s", job.id, msg, traceback.format_exc())
-            jobs.finish_job(self.store, job.id, self.worker_id, "failed", error=msg)
-            status = "failed"
+            jobs.finish_job(self.store, job.id, self.worker_id, JobStatus.FAILED, error=msg)
+            status = JobStatus.FAILED
         finally:
             self.current_job = None
         log.info("worker %s: job %s %s", self.worker_id, job.id, status)
@@ -268,8 +268,8 @@ class Worker:
                 raise JobCancelled()
         cases = [c for c in cases if starts.get(c[:2], 0) < self.max_case_attempts]
         if not cases:
-            jobs.finish_job(self.store, job.id, self.worker_id, "done")
-            return "done"
+            jobs.finish_job(self.store, job.id, self.worker_id, JobStatus.DONE)
+            return JobStatus.DONE
         from evalrx.tools import get_tools
 
         get_tools(run.tools)  # an unknown tool fails the job before the model loads
@@ -299,8 +299,8 @@ class Worker:
                 raise JobCancelled()
             if self.stop_event.is_set():
                 return self._release(job)
-        jobs.finish_job(self.store, job.id, self.worker_id, "done")
-        return "done"
+        jobs.finish_job(self.store, job.id, self.worker_id, JobStatus.DONE)
+        return JobStatus.DONE
 
     def _release(self, job: Any) -> str:
         """Hand an unfinished job back to the queue (this worker is stopping)."""
@@ -523,17 +523,17 @@ class Worker:
             analysis_store.finish_request(
                 self.store,
                 req["id"],
-                "failed" if failed and len(failed) == len(records) else "done",
+                JobStatus.FAILED if failed and len(failed) == len(records) else JobStatus.DONE,
                 error=error,
                 trajectory_id=tid,
                 records=records,
             )
             rediagnose([tid], store=self.store)  # white-box evidence may change the diagnosis
-            return "failed" if failed and len(failed) == len(records) else "done"
+            return JobStatus.FAILED if failed and len(failed) == len(records) else JobStatus.DONE
         except Exception as exc:  # a bad request is recorded, the worker goes on
             log.warning("analysis request %s failed: %s", req["id"], exc)
-            analysis_store.finish_request(self.store, req["id"], "failed", error=f"{type(exc).__name__}: {exc}")
-            return "failed"
+            analysis_store.finish_request(self.store, req["id"], JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            return JobStatus.FAILED
 
 
 # ---------------------------------------------------------------- command line

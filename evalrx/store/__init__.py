@@ -96,10 +96,14 @@ from evalrx.store.runlevel import (
 )
 from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
 from evalrx.store.schema import SCHEMA_VERSION
+from evalrx.store.status import ACTIVE_STATUSES, FINAL_STATUSES, JobStatus
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 from evalrx.store.verdicts import JudgeVerdict, cached_verdict, save_verdict
 
 __all__ = [
+    "ACTIVE_STATUSES",
+    "FINAL_STATUSES",
+    "JobStatus",
     "JudgeJobInfo",
     "cancel_judge_job",
     "get_judge_job",

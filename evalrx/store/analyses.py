@@ -24,8 +24,8 @@ from evalrx.core import SCORES_OF
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, changed_rows, resolve
+from evalrx.store.status import JobStatus
 
-REQUEST_STATUSES = ("queued", "running", "done", "failed")
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
 # The local spec an API or imported trajectory is replayed on when a request names none: a real model
@@ -169,7 +169,7 @@ def request_analysis(
         if s.get(t.Trajectory, trajectory_id) is None:
             raise ValueError(f"no trajectory {trajectory_id}")
         row = t.AnalysisRequest(
-            trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model, status="queued"
+            trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model, status=JobStatus.QUEUED
         )
         s.add(row)
         s.flush()
@@ -181,14 +181,14 @@ def claim_request(store: Store, worker_id: str) -> Optional[dict]:
     with store.write() as s:
         row = s.execute(
             select(t.AnalysisRequest)
-            .where(t.AnalysisRequest.status == "queued")
+            .where(t.AnalysisRequest.status == JobStatus.QUEUED)
             .order_by(t.AnalysisRequest.id)
             .limit(1)
             .with_for_update(skip_locked=True)
         ).scalar_one_or_none()
         if row is None:
             return None
-        row.status, row.worker_id, row.started_at = "running", worker_id, t.utcnow()
+        row.status, row.worker_id, row.started_at = JobStatus.RUNNING, worker_id, t.utcnow()
         s.flush()
         return _info(row)
 
@@ -196,14 +196,14 @@ def claim_request(store: Store, worker_id: str) -> Optional[dict]:
 def finish_request(
     store: Store,
     request_id: int,
-    status: str,
+    status: JobStatus,
     *,
     error: Optional[str] = None,
     trajectory_id: Optional[int] = None,
     records: Sequence[Any] = (),
 ) -> None:
     """Mark a request done or failed; with `records`, store them in the same transaction."""
-    assert status in ("done", "failed")
+    assert status in (JobStatus.DONE, JobStatus.FAILED)
     with store.write() as s:
         if records and trajectory_id is not None:
             replace_analyses(s, trajectory_id, records)
@@ -217,10 +217,10 @@ def finish_request(
 def requeue_stale_requests(store: Store, live_workers: Sequence[str]) -> int:
     """Put back running requests whose worker is not among `live_workers`; returns how many."""
     with store.write() as s:
-        q = update(t.AnalysisRequest).where(t.AnalysisRequest.status == "running")
+        q = update(t.AnalysisRequest).where(t.AnalysisRequest.status == JobStatus.RUNNING)
         if live_workers:
             q = q.where(t.AnalysisRequest.worker_id.not_in(list(live_workers)))
-        return changed_rows(s.execute(q.values(status="queued", worker_id=None, started_at=None))) or 0
+        return changed_rows(s.execute(q.values(status=JobStatus.QUEUED, worker_id=None, started_at=None))) or 0
 
 
 def get_request(request_id: int, *, store: "Store | str | None" = None) -> Optional[dict]:

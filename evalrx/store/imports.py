@@ -15,6 +15,7 @@ from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
 from evalrx.store.runs import NewTrajectory, create_run, save_trajectories, upsert_cases
+from evalrx.store.status import JobStatus
 
 
 def _from_source(session: Any, sha256: str) -> list:
@@ -41,7 +42,9 @@ class ImportedRun:
 
     def __init__(self, session: Any, *, name: str, config: dict, meta: dict, sha256: str) -> None:
         self.s = session
-        self.run_id = create_run(session, name=name, config=config, cases=[], source="import", status="done", meta=meta)
+        self.run_id = create_run(
+            session, name=name, config=config, cases=[], source="import", status=JobStatus.DONE, meta=meta
+        )
         self.s.get(t.Run, self.run_id).source_sha256 = sha256
         self.positions: dict = {}  # case row id -> position: a case keeps one place whatever its attempts
         self.counts = {"pass": 0, "fail": 0, "error": 0}

@@ -21,6 +21,7 @@ from evalrx.store.analyses import save_analyses
 from evalrx.store.engine import Store, changed_rows, resolve
 from evalrx.store.records import JobInfo
 from evalrx.store.runs import save_step_media, save_trajectory
+from evalrx.store.status import FINAL_STATUSES, JobStatus
 
 DEFAULT_MAX_ATTEMPTS = 10
 
@@ -71,7 +72,7 @@ def _info(job: t.Job) -> JobInfo:
 def enqueue_job(session: Session, run_id: int) -> int:
     """Queue a job for a run (inside the caller's transaction); return the job id."""
     run = session.get(t.Run, run_id)
-    job = t.Job(run_id=run_id, status="queued", progress_total=run.n_cases if run else 0)
+    job = t.Job(run_id=run_id, status=JobStatus.QUEUED, progress_total=run.n_cases if run else 0)
     session.add(job)
     session.flush()
     return job.id
@@ -147,7 +148,7 @@ def claim_next(
             q = (
                 select(t.Job)
                 .join(t.Run, t.Run.id == t.Job.run_id)
-                .where(t.Job.status == "queued")
+                .where(t.Job.status == JobStatus.QUEUED)
                 .order_by(t.Job.id)
                 .limit(1)
             )
@@ -159,17 +160,17 @@ def claim_next(
                 return None
             run = s.get_one(t.Run, job.run_id)
             if job.cancel_requested:
-                job.status, job.finished_at = "cancelled", now
-                run.status, run.finished_at = "cancelled", now
+                job.status, job.finished_at = JobStatus.CANCELLED, now
+                run.status, run.finished_at = JobStatus.CANCELLED, now
                 continue
             done = s.execute(
                 select(func.count()).select_from(t.Trajectory).where(t.Trajectory.run_id == job.run_id)
             ).scalar_one()
-            job.status, job.worker_id, job.attempts = "running", worker_id, job.attempts + 1
+            job.status, job.worker_id, job.attempts = JobStatus.RUNNING, worker_id, job.attempts + 1
             job.idle_claims = (job.idle_claims or 0) + 1
             job.claimed_at = job.heartbeat_at = now
             job.progress_done, job.progress_total = done, run.n_cases
-            run.status = "running"
+            run.status = JobStatus.RUNNING
             run.started_at = run.started_at or now
             s.execute(update(t.Worker).where(t.Worker.id == worker_id).values(status="busy", job_id=job.id))
             s.flush()
@@ -186,7 +187,7 @@ def heartbeat(store: Store, worker_id: str, job_id: Optional[int] = None) -> boo
         if job_id is not None:
             res = s.execute(
                 update(t.Job)
-                .where(t.Job.id == job_id, t.Job.worker_id == worker_id, t.Job.status == "running")
+                .where(t.Job.id == job_id, t.Job.worker_id == worker_id, t.Job.status == JobStatus.RUNNING)
                 .values(heartbeat_at=now)
             )
             owned = bool(changed_rows(res))
@@ -201,7 +202,7 @@ def lock_owned_job(session: Session, job_id: int, worker_id: str) -> t.Job:
         LeaseLost: the job was requeued, cancelled or taken by another worker.
     """
     job = session.execute(select(t.Job).where(t.Job.id == job_id).with_for_update()).scalar_one_or_none()
-    if job is None or job.worker_id != worker_id or job.status != "running":
+    if job is None or job.worker_id != worker_id or job.status != JobStatus.RUNNING:
         raise LeaseLost(f"job {job_id} is no longer owned by worker {worker_id}")
     return job
 
@@ -211,9 +212,9 @@ def cancel_requested(store: Store, job_id: int) -> bool:
         return bool(s.execute(select(t.Job.cancel_requested).where(t.Job.id == job_id)).scalar())
 
 
-def finish_job(store: Store, job_id: int, worker_id: str, status: str, *, error: Optional[str] = None) -> bool:
+def finish_job(store: Store, job_id: int, worker_id: str, status: JobStatus, *, error: Optional[str] = None) -> bool:
     """Mark an owned job (and its run) done, failed or cancelled. False if the lease was lost."""
-    assert status in ("done", "failed", "cancelled")
+    assert status in FINAL_STATUSES
     now = t.utcnow()
     with store.write() as s:
         try:
@@ -222,9 +223,12 @@ def finish_job(store: Store, job_id: int, worker_id: str, status: str, *, error:
             return False
         job.status, job.finished_at, job.error = status, now, error
         run = s.get_one(t.Run, job.run_id)
-        if status == "done" and run.n_done and run.n_error == run.n_done:
+        if status == JobStatus.DONE and run.n_done and run.n_error == run.n_done:
             # Nothing the model did was judged: the server or the harness failed on every case.
-            status, error = "failed", error or f"all {run.n_done} cases errored (see their trajectories' errors)"
+            status, error = (
+                JobStatus.FAILED,
+                error or f"all {run.n_done} cases errored (see their trajectories' errors)",
+            )
         run.status, run.finished_at = status, now
         if error:
             run.error = error
@@ -245,14 +249,14 @@ def request_cancel(run_id: int, *, store: "Store | str | None" = None) -> str:
             raise ValueError(f"run {run_id} has no job")
         status = jobs[-1].status
         for job in jobs:
-            if job.status == "queued":
-                job.status, job.finished_at, job.cancel_requested = "cancelled", now, True
-                status = "cancelled"
-            elif job.status == "running":
+            if job.status == JobStatus.QUEUED:
+                job.status, job.finished_at, job.cancel_requested = JobStatus.CANCELLED, now, True
+                status = JobStatus.CANCELLED
+            elif job.status == JobStatus.RUNNING:
                 job.cancel_requested = True
         run = s.get_one(t.Run, run_id)
-        if status == "cancelled" and run.status == "queued":
-            run.status, run.finished_at = "cancelled", now
+        if status == JobStatus.CANCELLED and run.status == JobStatus.QUEUED:
+            run.status, run.finished_at = JobStatus.CANCELLED, now
         return status
 
 
@@ -274,7 +278,7 @@ def requeue_stale(store: Store, *, stale_after_s: float = 60.0, max_attempts: in
         rows = s.execute(
             select(t.Job, t.Worker)
             .outerjoin(t.Worker, t.Worker.id == t.Job.worker_id)
-            .where(t.Job.status == "running")
+            .where(t.Job.status == JobStatus.RUNNING)
             .with_for_update(skip_locked=True, of=t.Job)
         ).all()
         for job, worker in rows:
@@ -287,20 +291,20 @@ def requeue_stale(store: Store, *, stale_after_s: float = 60.0, max_attempts: in
                 worker.status, worker.job_id = "stopped", None
             run = s.get_one(t.Run, job.run_id)
             if job.cancel_requested:  # it was asked to stop anyway
-                job.status, job.finished_at, job.worker_id = "cancelled", now, None
-                run.status, run.finished_at = "cancelled", now
+                job.status, job.finished_at, job.worker_id = JobStatus.CANCELLED, now, None
+                run.status, run.finished_at = JobStatus.CANCELLED, now
                 continue
             if (job.idle_claims or 0) >= max_attempts:  # deaths on a case end that case, not the job
-                job.status, job.finished_at = "failed", now
+                job.status, job.finished_at = JobStatus.FAILED, now
                 job.error = (
                     f"worker {who} stopped {job.idle_claims} times in a row before storing any case "
                     "(while loading the model?); giving up"
                 )
-                run.status, run.finished_at, run.error = "failed", now, job.error
+                run.status, run.finished_at, run.error = JobStatus.FAILED, now, job.error
                 continue
-            job.status, job.worker_id, job.heartbeat_at = "queued", None, None
+            job.status, job.worker_id, job.heartbeat_at = JobStatus.QUEUED, None, None
             job.error = f"requeued: worker {who} stopped heartbeating"
-            run.status = "queued"
+            run.status = JobStatus.QUEUED
             requeued.append(job.id)
     return requeued
 
@@ -352,8 +356,8 @@ def release_job(store: Store, job_id: int, worker_id: str) -> None:
     """Hand an owned, unfinished job back to the queue (its worker is stopping)."""
     with store.write() as s:
         owned = lock_owned_job(s, job_id, worker_id)
-        owned.status, owned.worker_id, owned.heartbeat_at = "queued", None, None
-        s.execute(update(t.Run).where(t.Run.id == owned.run_id).values(status="queued"))
+        owned.status, owned.worker_id, owned.heartbeat_at = JobStatus.QUEUED, None, None
+        s.execute(update(t.Run).where(t.Run.id == owned.run_id).values(status=JobStatus.QUEUED))
 
 
 def start_case(store: Store, run_id: int, case_row_id: int, attempt: int = 1) -> int:

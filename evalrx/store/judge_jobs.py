@@ -22,8 +22,8 @@ from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, changed_rows, resolve
 from evalrx.store.jobs import LeaseLost
+from evalrx.store.status import ACTIVE_STATUSES, FINAL_STATUSES, JobStatus
 
-ACTIVE = ("queued", "running")
 MAX_NOTES = 200  # one line each: a job over thousands of trajectories keeps its first reasons and the counts
 MAX_NOTE_CHARS = 300
 MAX_NOTE_ANSWER_CHARS = 2000  # what the judge wrote, kept with its refusal to read it by; a long one is cut
@@ -88,7 +88,7 @@ class JudgeJobInfo:
 
     @property
     def active(self) -> bool:
-        return self.status in ACTIVE
+        return self.status in ACTIVE_STATUSES
 
 
 def _info(row: t.JudgeJob) -> JudgeJobInfo:
@@ -158,7 +158,7 @@ def enqueue_judge_job(
             with_findings=bool(with_findings),
             concurrency=int(concurrency),
             options=convert.jsonable(dict(options or {})),
-            status="queued",
+            status=JobStatus.QUEUED,
             progress_done=0,
             progress_total=len(ids),
             n_verdicts=0,
@@ -182,16 +182,16 @@ def claim_judge_job(
     J = t.JudgeJob
     with store.write() as s:
         while True:
-            q = select(J).where(J.status == "queued").order_by(J.id).limit(1)
+            q = select(J).where(J.status == JobStatus.QUEUED).order_by(J.id).limit(1)
             if backends:
                 q = q.where(J.backend.in_(list(backends)))
             row = s.execute(q.with_for_update(skip_locked=True)).scalar_one_or_none()
             if row is None:
                 return None
             if row.cancel_requested:
-                row.status, row.finished_at = "cancelled", now
+                row.status, row.finished_at = JobStatus.CANCELLED, now
                 continue
-            row.status, row.worker_id, row.started_at, row.finished_at = "running", worker_id, now, None
+            row.status, row.worker_id, row.started_at, row.finished_at = JobStatus.RUNNING, worker_id, now, None
             row.progress_done = row.n_verdicts = row.n_refused = row.n_failed = row.n_cached = 0
             row.notes, row.error = [], None
             s.flush()
@@ -200,7 +200,7 @@ def claim_judge_job(
 
 def _owned(session, job_id: int, worker_id: str) -> t.JudgeJob:
     row = session.execute(select(t.JudgeJob).where(t.JudgeJob.id == job_id).with_for_update()).scalar_one_or_none()
-    if row is None or row.worker_id != worker_id or row.status != "running":
+    if row is None or row.worker_id != worker_id or row.status != JobStatus.RUNNING:
         raise LeaseLost(f"judge job {job_id} is no longer owned by worker {worker_id}")
     return row
 
@@ -241,9 +241,11 @@ def record_judged(
         return bool(row.cancel_requested)
 
 
-def finish_judge_job(store: Store, job_id: int, worker_id: str, status: str, *, error: Optional[str] = None) -> bool:
+def finish_judge_job(
+    store: Store, job_id: int, worker_id: str, status: JobStatus, *, error: Optional[str] = None
+) -> bool:
     """Mark an owned judge job done, failed or cancelled (with a one-line `error`). False if the lease was lost."""
-    assert status in ("done", "failed", "cancelled")
+    assert status in FINAL_STATUSES
     with store.write() as s:
         try:
             row = _owned(s, job_id, worker_id)
@@ -261,7 +263,7 @@ def release_judge_job(store: Store, job_id: int, worker_id: str) -> None:
             row = _owned(s, job_id, worker_id)
         except LeaseLost:
             return
-        row.status, row.worker_id = "queued", None
+        row.status, row.worker_id = JobStatus.QUEUED, None
 
 
 def requeue_stale_judge_jobs(store: Store, live_workers: Sequence[str]) -> int:
@@ -269,13 +271,13 @@ def requeue_stale_judge_jobs(store: Store, live_workers: Sequence[str]) -> int:
     J = t.JudgeJob
     now = t.utcnow()
     with store.write() as s:
-        base = update(J).where(J.status == "running")
+        base = update(J).where(J.status == JobStatus.RUNNING)
         if live_workers:
             base = base.where(J.worker_id.not_in(list(live_workers)))
-        s.execute(base.where(J.cancel_requested.is_(True)).values(status="cancelled", finished_at=now))
+        s.execute(base.where(J.cancel_requested.is_(True)).values(status=JobStatus.CANCELLED, finished_at=now))
         res: Any = s.execute(
             base.where(J.cancel_requested.is_(False)).values(
-                status="queued", worker_id=None, error="requeued: its worker stopped heartbeating"
+                status=JobStatus.QUEUED, worker_id=None, error="requeued: its worker stopped heartbeating"
             )
         )
         return changed_rows(res) or 0
@@ -294,9 +296,9 @@ def cancel_judge_job(job_id: int, *, store: "Store | str | None" = None) -> str:
         row = s.execute(select(t.JudgeJob).where(t.JudgeJob.id == job_id).with_for_update()).scalar_one_or_none()
         if row is None:
             raise ValueError(f"no judge job {job_id}")
-        if row.status == "queued":
-            row.status, row.finished_at, row.cancel_requested = "cancelled", t.utcnow(), True
-        elif row.status == "running":
+        if row.status == JobStatus.QUEUED:
+            row.status, row.finished_at, row.cancel_requested = JobStatus.CANCELLED, t.utcnow(), True
+        elif row.status == JobStatus.RUNNING:
             row.cancel_requested = True
         return row.status
 
@@ -321,7 +323,7 @@ def list_judge_jobs(
     if run_id is not None:
         q = q.where(J.run_id == run_id)
     if active is not None:
-        q = q.where(J.status.in_(ACTIVE) if active else J.status.not_in(ACTIVE))
+        q = q.where(J.status.in_(ACTIVE_STATUSES) if active else J.status.not_in(ACTIVE_STATUSES))
     with resolve(store).read() as s:
         return [_info(r) for r in s.execute(q).scalars()]
 

@@ -24,6 +24,7 @@ from evalrx.store.diagnoses import save_diagnoses
 from evalrx.store.engine import Store, changed_rows, dialect_insert, insert_ignore, resolve
 from evalrx.store.labels import restore_labels, tag_in_session
 from evalrx.store.queries import pending_cases
+from evalrx.store.status import JobStatus
 
 
 def put_blob(session: Session, data: bytes, mime: Optional[str] = None) -> str:
@@ -168,7 +169,7 @@ def create_run(
     config: Any = None,
     cases: Sequence[FailureCase] = (),
     source: str = "queue",
-    status: str = "queued",
+    status: JobStatus = JobStatus.QUEUED,
     meta: Optional[dict] = None,
     key_bound: bool = False,
     repeats: int = 1,

@@ -30,6 +30,8 @@ from sqlalchemy.dialects.postgresql import BYTEA, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from evalrx.store.status import JobStatus
+
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
 SCHEMA_VERSION = "0015"
 
@@ -44,9 +46,6 @@ NAMING_CONVENTION = {
 
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 BlobType = LargeBinary().with_variant(BYTEA(), "postgresql")
-
-RUN_STATUSES = ("queued", "running", "done", "failed", "cancelled")
-JOB_STATUSES = ("queued", "running", "done", "failed", "cancelled")
 
 
 def utcnow() -> datetime:
@@ -88,7 +87,7 @@ class Run(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200), default="")
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     source: Mapped[str] = mapped_column(String(16), default="queue")  # queue | import
     spec_key: Mapped[Optional[str]] = mapped_column(String(200))
     backend: Mapped[Optional[str]] = mapped_column(String(32))
@@ -118,7 +117,7 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     worker_id: Mapped[Optional[str]] = mapped_column(String(120))
     attempts: Mapped[int] = mapped_column(default=0)
     # Claims in a row that stored no case (a model that kills its worker while loading): the job fails at a limit.
@@ -390,7 +389,7 @@ class AnalysisRequest(Base):
     trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
     analyzers: Mapped[list] = mapped_column(default=list)
     model: Mapped[Optional[str]] = mapped_column(String(200))  # local spec to score on; None: the run's own
-    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued | running | done | failed
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)  # never cancelled
     worker_id: Mapped[Optional[str]] = mapped_column(String(120))
     error: Mapped[Optional[str]] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -506,7 +505,7 @@ class JudgeJob(Base):
     with_findings: Mapped[bool] = mapped_column(Boolean, default=False)
     concurrency: Mapped[int] = mapped_column(default=1)
     options: Mapped[dict] = mapped_column(default=dict)  # timeout, max_retries
-    status: Mapped[str] = mapped_column(String(16), default="queued")  # JOB_STATUSES
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     worker_id: Mapped[Optional[str]] = mapped_column(String(120))
     progress_done: Mapped[int] = mapped_column(default=0)
     progress_total: Mapped[int] = mapped_column(default=0)
