@@ -56,7 +56,14 @@ def runs_main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="evalrx runs", description="List and manage runs.")
     p.add_argument("action", nargs="?", choices=["list", "show", "cancel", "retry"], default="list")
     p.add_argument("run_id", nargs="?", type=int)
-    p.add_argument("--status", action="append", help="only runs with this status (repeatable)")
+    from evalrx.store import JobStatus  # the store is what this command reads anyway
+
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=[status.value for status in JobStatus],  # a misspelled status is an error, not an empty list
+        help="only runs with this status (repeatable)",
+    )
     p.add_argument("--limit", type=int, default=50)
     p.add_argument(
         "--keep-errors",

@@ -173,6 +173,17 @@ def test_call_budget_flags_refused_for_a_local_backend(capsys):
     assert info.value.code == 2 and "--timeout and --retries apply to the api backend only" in err
 
 
+def test_a_misspelled_run_status_is_one_argparse_line_naming_the_statuses(capsys):
+    from evalrx.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["runs", "--status", "don"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if "error:" in line]
+    assert "argument --status: invalid choice: 'don'" in line and "'done'" in line and "'cancelled'" in line
+
+
 def test_concurrency_refused_for_a_local_backend_that_runs_one_case_at_a_time(capsys):
     from evalrx.cli import main
 
