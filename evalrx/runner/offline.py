@@ -60,7 +60,6 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     from tqdm import tqdm
 
     import evalrx
-    from evalrx.core import Capability
     from evalrx.core.case import Label
     from evalrx.models import weights_problem
     from evalrx.models.agent import error_trajectory, run_batch, run_case
@@ -105,12 +104,11 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     bar = tqdm(total=len(cases), unit="case", disable=args.no_progress, file=sys.stderr)
     t0 = time.perf_counter()
     with out.open("w", encoding="utf-8") as fh:
-        vision = Capability.VISION in (getattr(handle, "capabilities", None) or ())
 
         def on_result(case: Any, traj: Any, tools: list, captured: list) -> None:
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
             returned = pictures_by_step(traj, captured)  # the pictures its tools returned, as the worker keeps them
-            shown = shown_pictures(traj, case, returned) if vision else {}  # only a VLM's analyses read pictures
+            shown = shown_pictures(traj, case, returned)  # as the worker gives them (a text model's pass skips them)
             records = run_analyses(hooks, handle, run, case, traj, tools, shown) if hooks else []
             diagnoses = diagnose_case(traj, case, tools, records)  # as the worker diagnoses a finished case
             pictures = {idx: [export_picture(p) for p in pics] for idx, pics in returned.items()}
