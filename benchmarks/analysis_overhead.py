@@ -161,7 +161,7 @@ def forward_only(run_id: int) -> list:
     A floor under the shared pass's cost (planned outside the timing)."""
     import evalrx.store as S
     from evalrx.analyzers import TrajectoryPlan
-    from evalrx.analyzers._compute import forward, local_model
+    from evalrx.internals.passes import forward, local_model
     from evalrx.models import batch_threads
     from evalrx.tools import get_tools
 

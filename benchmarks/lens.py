@@ -198,8 +198,8 @@ def main() -> None:
 
     import evalrx
     from evalrx.analyzers import LogitLensAnalyzer, plan_trajectory
-    from evalrx.analyzers._compute import local_model
     from evalrx.analyzers.logit_lens import lens_on_ids
+    from evalrx.internals.passes import local_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

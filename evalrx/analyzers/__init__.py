@@ -24,10 +24,11 @@ teacher-forced pass where they do not; `result.info["source"]` says which.
 Built in: `logit_lens`, `tool_decision`, `attention`, `token_uncertainty`, `replay`. One registry,
 `ANALYZERS`, holds them, any added with `register_analyzer`, and the worker hooks of
 `evalrx.runner.register_hook` (`HookAnalyzer`); `known_analyzers()` lists every name.
-The mechanism they share: `_conversation` (rebuild the conversation a trajectory came
-from), `_passes` (plan the teacher-forced passes over it), `_shared_pass` (run each
-pass once for every analyzer that reads it), `_capture` (build a pass from the
-generation captures instead), `_compute` (the torch side).
+Each analyzer module holds what its analysis computes and its result class; `_pass_analyzer` holds
+`PassAnalyzer` and `analyze`. The mechanism they share (rebuild the conversation a trajectory came from,
+plan the teacher-forced passes over it, run each pass once for every analyzer that reads it or build it
+from the generation captures instead, the forwards and the lens, the decision positions) is
+`evalrx.internals.passes`, which they import from its front door only.
 `panel_rows` turns each result into the rows the Trajectory page's panels draw, one turn at a time.
 Failure signs read from the steps alone are `evalrx.diagnosis`. Importing this package does not import torch.
 """
@@ -46,9 +47,7 @@ from evalrx.analyzers._base import (
     register_result,
     result_from_arrays,
 )
-from evalrx.analyzers._conversation import Conversation, conversation_from_trajectory, messages_from_trajectory
-from evalrx.analyzers._passes import TeacherForcedPass, TrajectoryPlan, plan_passes, plan_trajectory
-from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult, analyze
+from evalrx.analyzers._pass_analyzer import PassAnalyzer, analyze
 from evalrx.analyzers.attention import SEGMENT_KINDS, AttentionAnalyzer, AttentionResult
 from evalrx.analyzers.logit_lens import LensResult, LogitLensAnalyzer, settle_layer
 from evalrx.analyzers.panel_rows import (
@@ -60,11 +59,24 @@ from evalrx.analyzers.panel_rows import (
     pictures_before,
     uncertainty_rows,
 )
-from evalrx.analyzers.positions import KINDS, DecisionPoint, find_decision_points
 from evalrx.analyzers.replay import ReplayAnalyzer, ReplayResult
 from evalrx.analyzers.scores import analysis_scores, min_tool_margin
 from evalrx.analyzers.tool_decision import RUNNER_UP, ToolDecisionAnalyzer, ToolDecisionResult
 from evalrx.analyzers.uncertainty import TokenUncertaintyAnalyzer, TokenUncertaintyResult, uncertainty_from_logprobs
+from evalrx.internals.passes import (  # the mechanism's names the analyzers' users read, kept here
+    KINDS,
+    Conversation,
+    DecisionPoint,
+    PassRequest,
+    PassResult,
+    TeacherForcedPass,
+    TrajectoryPlan,
+    conversation_from_trajectory,
+    find_decision_points,
+    messages_from_trajectory,
+    plan_passes,
+    plan_trajectory,
+)
 
 __all__ = [
     "analysis_scores",

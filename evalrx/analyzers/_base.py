@@ -19,7 +19,7 @@ from typing import Any, Callable, ClassVar, Optional, Type
 import numpy as np
 
 from evalrx.core.capability import CapabilityError
-from evalrx.core.model import Model
+from evalrx.core.model import Model, model_id  # re-exported: the analyzers' results name their model with it
 
 __all__ = [
     "ANALYZERS",
@@ -35,18 +35,6 @@ __all__ = [
     "register_result",
     "result_from_arrays",
 ]
-
-
-def model_id(model: Any) -> str:
-    """A short human-readable name for a handle: its spec key and backend when it has them."""
-    if model is None:
-        return "no model"
-    spec = getattr(model, "spec", None)
-    key = getattr(spec, "key", None)
-    backend = getattr(model, "backend", None)
-    if key and backend:
-        return f"{key} on {backend}"
-    return key or type(model).__name__
 
 
 class AnalysisResult:

@@ -6,7 +6,7 @@ image tokens) by character offsets of the rendered conversation. For every
 decision position, each layer's attention row (averaged over heads) is summed per
 segment, so a row sums to 1 over the segments.
 
-The head-averaged rows at the decision positions come from `_compute.teacher_forced`:
+The head-averaged rows at the decision positions come from `evalrx.internals.passes.teacher_forced`:
 rebuilt from the pass's residual streams and KV cache on a Llama-shaped model (the
 model keeps its kernel), else from eager attention for that pass only, reduced inside
 a hook so the `[heads, T, T]` maps of all layers are never held at once. The rows are
@@ -21,12 +21,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
-from evalrx.analyzers._images import conversation_images
-from evalrx.analyzers._passes import TrajectoryPlan
-from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
-from evalrx.analyzers.positions import KINDS, tokenize_with_offsets
+from evalrx.analyzers._pass_analyzer import PassAnalyzer
 from evalrx.core.capability import Capability
 from evalrx.core.content import content_text
+from evalrx.internals.passes import (
+    KINDS,
+    PassRequest,
+    PassResult,
+    TrajectoryPlan,
+    conversation_images,
+    tokenize_with_offsets,
+)
 
 __all__ = ["AttentionAnalyzer", "AttentionResult", "SEGMENT_KINDS"]
 
@@ -156,7 +161,7 @@ def segment_mass(
     local: Any, ids: Sequence[int], positions: Sequence[int], seg_of_token: np.ndarray, n_segments: int
 ) -> np.ndarray:
     """One teacher-forced pass; returns `[P, L, S]` attention mass of each query position per segment."""
-    from evalrx.analyzers._compute import teacher_forced
+    from evalrx.internals.passes import teacher_forced
 
     _, _, rows = teacher_forced(local, ids, [len(ids) - 1], hidden=False, attention=positions)
     return _segment_mass(rows, seg_of_token, n_segments)
@@ -343,7 +348,7 @@ class AttentionAnalyzer(PassAnalyzer):
 
     def run(self, model: Any, text: str, *, positions: "Sequence[int] | None" = None) -> AttentionResult:
         """Attention of `positions` (default: the last) over the role turns of a rendered prompt."""
-        from evalrx.analyzers._compute import local_model
+        from evalrx.internals.passes import local_model
 
         self.check(model)
         local = local_model(model, type(self).__name__)

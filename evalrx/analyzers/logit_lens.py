@@ -19,12 +19,10 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
-from evalrx.analyzers._passes import TrajectoryPlan
-from evalrx.analyzers._precision import checked_precision
-from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
-from evalrx.analyzers.positions import KINDS
+from evalrx.analyzers._pass_analyzer import PassAnalyzer
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model
+from evalrx.internals.passes import KINDS, PassRequest, PassResult, TrajectoryPlan, checked_precision
 
 __all__ = ["LensResult", "LogitLensAnalyzer", "checked_precision", "settle_layer"]
 
@@ -264,7 +262,7 @@ class LensResult(AnalysisResult):
 
 
 def _build_result(local: Any, stats: Any, positions, token_ids, targets, actual, labels, info) -> LensResult:
-    from evalrx.analyzers._compute import decode_pieces
+    from evalrx.internals.passes import decode_pieces
 
     ids = np.concatenate([np.asarray(token_ids).ravel(), np.asarray(targets).ravel(), stats.topk_ids.ravel()])
     return LensResult(
@@ -295,7 +293,7 @@ def lens_on_ids(
     precision: str = "exact",
 ) -> "tuple[LensResult, Any]":
     """One pass over `ids` and the lens at `positions`; returns the result and the raw stats."""
-    from evalrx.analyzers._compute import forward
+    from evalrx.internals.passes import forward
 
     positions = [int(p) for p in positions]
     logits, hidden = forward(local, ids, positions)
@@ -315,7 +313,7 @@ def lens_at(
     precision: str = "exact",
 ) -> "tuple[LensResult, Any]":
     """The lens at `positions` of a pass over `ids` that gave `logits` there and `hidden` states."""
-    from evalrx.analyzers._compute import lens_stats
+    from evalrx.internals.passes import lens_stats
 
     n = len(ids)
     actual = np.array([p + 1 < n for p in positions], dtype=bool)
@@ -396,7 +394,7 @@ class LogitLensAnalyzer(PassAnalyzer):
         Returns:
             A `LensResult`; at the last position the chosen token is the final layer's top-1.
         """
-        from evalrx.analyzers._compute import local_model
+        from evalrx.internals.passes import local_model
 
         self.check(model)
         local = local_model(model, type(self).__name__)

@@ -15,9 +15,9 @@ import numpy as np
 
 from evalrx.analyzers.attention import AttentionResult
 from evalrx.analyzers.logit_lens import LensResult
-from evalrx.analyzers.positions import KINDS
 from evalrx.analyzers.tool_decision import ToolDecisionResult
 from evalrx.analyzers.uncertainty import TokenUncertaintyResult
+from evalrx.internals.passes import KINDS
 
 TICK_CHARS = 8  # a decision token's text on the axis; the full label is in the tooltip
 

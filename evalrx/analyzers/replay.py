@@ -1,7 +1,7 @@
 """Replay: re-score a stored trajectory, from any backend, teacher-forced on a local model.
 
 A trajectory produced by an API model carries OpenAI-format calls; the local model's
-chat template writes them in its own format (see `_conversation`), so a black-box run
+chat template writes them in its own format (see `evalrx.internals.passes.conversation`), so a black-box run
 gets white-box evidence: how likely the local model finds each turn, where its tool
 decision would have gone, what its layers predicted. The part analyzers run together
 through `analyze`, so they share one teacher-forced pass per planned pass. Nothing
@@ -160,7 +160,7 @@ class ReplayAnalyzer(Analyzer):
             CapabilityError: `model` lacks what a part needs (an API handle cannot score).
         """
         from evalrx.analyzers._base import get_analyzer
-        from evalrx.analyzers._shared_pass import analyze
+        from evalrx.analyzers._pass_analyzer import analyze
         from evalrx.analyzers.uncertainty import TokenUncertaintyResult
 
         self.check(model)

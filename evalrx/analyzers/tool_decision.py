@@ -29,19 +29,23 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
-from evalrx.analyzers._conversation import normalize_call, normalize_tools, tool_names
-from evalrx.analyzers._passes import TrajectoryPlan
-from evalrx.analyzers._precision import checked_precision
-from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
-from evalrx.analyzers.positions import (
+from evalrx.analyzers._pass_analyzer import PassAnalyzer
+from evalrx.core.capability import Capability
+from evalrx.core.model import Model
+from evalrx.core.tool import normalize_call
+from evalrx.internals.passes import (
     MAX_VALUE_TOKENS,
+    PassRequest,
+    PassResult,
+    TrajectoryPlan,
+    checked_precision,
     find_call_spans,
+    normalize_tools,
     token_at_char,
     tokenize_with_offsets,
     tokens_overlapping,
+    tool_names,
 )
-from evalrx.core.capability import Capability
-from evalrx.core.model import Model
 
 __all__ = ["RUNNER_UP", "ToolDecisionAnalyzer", "ToolDecisionResult"]
 
@@ -326,7 +330,7 @@ def _score(
     A value read token by token is first decided on the model's own logits alone (`final_margins`); the
     lens then runs only at the tokens the decided decisions read.
     """
-    from evalrx.analyzers._compute import final_margins, lens_stats
+    from evalrx.internals.passes import final_margins, lens_stats
 
     at_row = {idx: r for r, idx in enumerate(order)}
     spread = sorted({i for d in decisions if len(d.each_token) > 1 for i in d.each_token})
@@ -429,7 +433,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
         return decisions
 
     def _result(self, local, scored, info) -> ToolDecisionResult:
-        from evalrx.analyzers._compute import decode_pieces
+        from evalrx.internals.passes import decode_pieces
 
         n_out = local.parts.num_layers + 1
         n_c = max((len(d.candidates) for d, *_ in scored), default=1)
@@ -474,7 +478,7 @@ class ToolDecisionAnalyzer(PassAnalyzer):
             text: rendered text holding one or more `<tool_call>{...}</tool_call>` blocks.
             tools: the available tools (names are the candidates); the called names otherwise.
         """
-        from evalrx.analyzers._compute import forward, local_model
+        from evalrx.internals.passes import forward, local_model
 
         self.check(model)
         local = local_model(model, type(self).__name__)

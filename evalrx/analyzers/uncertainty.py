@@ -17,11 +17,11 @@ from typing import Any, Optional, cast
 import numpy as np
 
 from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, register_result
-from evalrx.analyzers._passes import TrajectoryPlan
-from evalrx.analyzers._shared_pass import PassAnalyzer, PassRequest, PassResult
+from evalrx.analyzers._pass_analyzer import PassAnalyzer
 from evalrx.core.capability import Capability
 from evalrx.core.case import StepRole
 from evalrx.core.model import Model
+from evalrx.internals.passes import PassRequest, PassResult, TrajectoryPlan
 
 __all__ = ["TokenUncertaintyAnalyzer", "TokenUncertaintyResult", "uncertainty_from_logprobs"]
 
@@ -168,7 +168,7 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
 
     def run(self, model: Model, text: str) -> TokenUncertaintyResult:
         """Score every token of `text` after the first under the model (tokenizer's usual special tokens)."""
-        from evalrx.analyzers._compute import final_stats, forward, local_model
+        from evalrx.internals.passes import final_stats, forward, local_model
 
         self.check(model)
         local = local_model(model, type(self).__name__)
@@ -228,7 +228,7 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
         return out
 
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> tuple:
-        from evalrx.analyzers._compute import final_stats
+        from evalrx.internals.passes import final_stats
 
         index, owner = request.state
         targets = [result.ids[i] for i in index]

@@ -1,4 +1,5 @@
-"""The protocols every backend's model handle satisfies (`Model`), and a white-box one (`WhiteBoxModel`)."""
+"""The protocols every backend's model handle satisfies (`Model`), a white-box one (`WhiteBoxModel`), and a
+handle's short name (`model_id`)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,15 @@ class WhiteBoxModel(Model, Protocol):
 
     model: Any
     tokenizer: Any
+
+
+def model_id(model: Any) -> str:
+    """A short human-readable name for a handle: its spec key and backend when it has them."""
+    if model is None:
+        return "no model"
+    spec = getattr(model, "spec", None)
+    key = getattr(spec, "key", None)
+    backend = getattr(model, "backend", None)
+    if key and backend:
+        return f"{key} on {backend}"
+    return key or type(model).__name__

@@ -2,8 +2,10 @@
 
 Separate from the wrappers (`evalrx.models`: backends, handles, the agent loop) and from what
 reads the numbers (`evalrx.analyzers`), as nnsight and TransformerLens separate them. This
-package is their one way in; it imports only `evalrx.core`, `evalrx.config` and `evalrx.specs`
-of evalrx, and torch and transformers only inside functions, so importing it stays light.
+package is their one way in to the hooks below; they import only `evalrx.core`, `evalrx.config` and
+`evalrx.specs` of evalrx, and torch and transformers only inside functions, so importing it stays light.
+`evalrx.internals.passes` (the analyzers' passes over a trajectory) stands above `evalrx.models`, which
+imports this package: it is never imported here.
 
 * `discover`: decoder layers, final norm, unembedding and each layer's attention module, found
   in the live module tree (`discover`, `ModelParts`, `attention_module`).

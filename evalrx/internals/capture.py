@@ -1,7 +1,7 @@
 """Generation capture: what one `chat(..., capture=...)` call keeps of its own forward passes.
 
 `CaptureRecorder` wraps one transformers `generate` call and builds the `GenerationCapture`
-the white-box analyzers read in place of a teacher-forced pass (`evalrx.analyzers._capture`).
+the white-box analyzers read in place of a teacher-forced pass (`evalrx.internals.passes.capture`).
 torch is imported inside functions.
 """
 

@@ -112,7 +112,7 @@ def test_the_passes_see_both_pictures_and_reproduce_what_the_model_generated(vlm
     """With the pictures the teacher-forced pass predicts every token the model generated (the code it read
     from the zoomed picture included); with the pictures dropped it cannot."""
     from evalrx.analyzers import TrajectoryPlan
-    from evalrx.analyzers._compute import local_model, teacher_forced
+    from evalrx.internals.passes import local_model, teacher_forced
 
     traj, schemas, images = zoom_run
     assert sorted(images) == [0, 2]  # the case picture on the prompt, the zoomed one on the tool's step

@@ -19,9 +19,9 @@ from evalrx.analyzers import (  # noqa: E402
     TrajectoryPlan,
     analyze,
 )
-from evalrx.analyzers._compute import local_model  # noqa: E402
 from evalrx.core import Capability, CapabilityError  # noqa: E402
 from evalrx.internals import using_attention_implementation  # noqa: E402
+from evalrx.internals.passes import local_model  # noqa: E402
 from evalrx.models.agent import Agent  # noqa: E402
 from evalrx.suites import load_cases  # noqa: E402
 from evalrx.tools import get_tools  # noqa: E402

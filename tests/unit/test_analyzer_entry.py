@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalrx.analyzers._shared_pass import _resolve
+from evalrx.analyzers._pass_analyzer import _resolve
 from evalrx.core.analyzer_entry import parse_analyzer_entry
 
 

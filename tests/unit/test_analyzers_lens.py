@@ -183,7 +183,7 @@ def test_capability_error_when_a_local_handle_lacks_hidden_states():
 def test_teacher_forced_rows_rebuilt_from_the_kv_cache_are_eager_attentions_own(arch):
     """Every requested query position, in any order and repeated, gets its whole head-averaged row as an
     eager forward's own weights give it, while the model stays on sdpa."""
-    from evalrx.analyzers._compute import local_model, teacher_forced
+    from evalrx.internals.passes import local_model, teacher_forced
 
     handle = _handle(arch)
     assert handle.model.config._attn_implementation == "sdpa" and handle.attention_rows_rebuildable
@@ -290,7 +290,7 @@ def test_importing_analyzers_does_not_import_torch():
 
 
 def test_block_statistics_handle_masked_vocabulary_entries():
-    from evalrx.analyzers._compute import _block_stats
+    from evalrx.internals.passes.lens import _block_stats
 
     torch.manual_seed(0)
     x = torch.randn(2, 3, 50) * 4

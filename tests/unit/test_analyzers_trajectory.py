@@ -25,8 +25,8 @@ from evalrx.analyzers import (  # noqa: E402
     result_from_arrays,
     uncertainty_from_logprobs,
 )
-from evalrx.analyzers.positions import tokenize_with_offsets, tokens_overlapping  # noqa: E402
 from evalrx.core import Capability, ChatTurn, Step, StepRole, Tool, Trajectory  # noqa: E402
+from evalrx.internals.passes import tokenize_with_offsets, tokens_overlapping  # noqa: E402
 from evalrx.specs import ModelSpec  # noqa: E402
 
 SYSTEM = "You are a helpful assistant."

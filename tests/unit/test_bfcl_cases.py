@@ -193,8 +193,8 @@ def test_case_files_may_carry_function_documents(tmp_path):
 @pytest.mark.parametrize("style", ["hermes", "openai"])
 def test_replay_rebuilds_the_conversation_the_model_saw_under_wire_names(style):
     """The white-box analyzers score what the model saw: its tool's wire name, not the name the step keeps."""
-    from evalrx.analyzers._conversation import messages_from_trajectory
     from evalrx.core import FailureCase, Tool
+    from evalrx.internals.passes import messages_from_trajectory
 
     tool = Tool("math.add", "add", {"type": "object", "properties": {"a": {"type": "integer"}}}, fn=lambda a: a + 1)
     h = Scripted(call("math_add", a=1), "It is 2.")

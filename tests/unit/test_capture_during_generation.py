@@ -16,9 +16,9 @@ import torch  # noqa: E402  (the local extra is part of `make test`; a missing t
 
 import evalrx  # noqa: E402
 from evalrx.analyzers import TrajectoryPlan, analyze  # noqa: E402
-from evalrx.analyzers._compute import local_model  # noqa: E402
 from evalrx.config import ModelConfig, RunConfig  # noqa: E402
 from evalrx.core.case import Trajectory  # noqa: E402
+from evalrx.internals.passes import local_model  # noqa: E402
 from evalrx.models.agent import Agent, drop_generation_captures, generation_captures  # noqa: E402
 from evalrx.runner import analysis  # noqa: E402
 from evalrx.suites import load_cases  # noqa: E402
@@ -445,11 +445,11 @@ def _shape(plan) -> list:
 def test_the_plan_takes_the_prompts_the_generation_tokenized_and_equals_the_plan_without_them(
     sdpa, sdpa_runs, monkeypatch
 ):
-    from evalrx.analyzers import _passes
+    from evalrx.internals.passes import planning
 
     tokenized: list = []
-    real = _passes._batch_ids
-    monkeypatch.setattr(_passes, "_batch_ids", lambda tok, texts: tokenized.extend(texts) or real(tok, texts))
+    real = planning._batch_ids
+    monkeypatch.setattr(planning, "_batch_ids", lambda tok, texts: tokenized.extend(texts) or real(tok, texts))
     local = local_model(sdpa, "test")
     for traj, tools in sdpa_runs:
         tokenized.clear()

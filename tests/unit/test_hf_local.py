@@ -174,7 +174,7 @@ def test_forward_shapes_and_input_forms_agree(handle):
 
 
 def test_forward_is_the_pass_the_analyzers_run(handle):
-    from evalrx.analyzers._compute import forward, local_model
+    from evalrx.internals.passes import forward, local_model
 
     ids = handle.tokenize(messages=MESSAGES, tools=TOOLS, add_generation_prompt=True)[0].tolist()
     keep = [0, len(ids) // 2, len(ids) - 1]

@@ -164,7 +164,7 @@ def test_hf_local_refuses_a_conversation_longer_than_its_context():
 
 
 def test_replay_rebuilds_a_conversation_with_later_user_turns(tmp_path):
-    from evalrx.analyzers._conversation import messages_from_trajectory
+    from evalrx.internals.passes import messages_from_trajectory
 
     case = _conversation(tmp_path, [{"prompt": "What is 2 + 3?"}, {"prompt": "And plus 4?"}])
     h = Scripted(call("add", a=2, b=3), "5.", call("add", a=5, b=4), "9.")

@@ -27,9 +27,13 @@ from calc_tool import CALC  # noqa: E402
 from tiny_models import FAMILIES, make_family_model, make_tiny_model, tiny_tokenizer  # noqa: E402
 
 import evalrx  # noqa: E402
-from evalrx.analyzers._conversation import conversation_from_trajectory, replay_style  # noqa: E402
-from evalrx.analyzers._passes import describe_passes, plan_passes  # noqa: E402
 from evalrx.core.case import Step, StepRole, Trajectory  # noqa: E402
+from evalrx.internals.passes import (  # noqa: E402
+    conversation_from_trajectory,
+    describe_passes,
+    plan_passes,
+    replay_style,
+)
 from evalrx.models.agent import FINAL_NUDGE, Agent  # noqa: E402
 
 STYLES = ["hermes", *sorted(FAMILIES)]

@@ -10,14 +10,18 @@ template. Pure Python: nothing here imports torch.
 
 A decision about token ``i`` is made at position ``i - 1`` (the hidden state there
 predicts token ``i``); `DecisionPoint.position` gives that predicting position.
+Beside them, the tokenizer's side: ids and character offsets of a text, and each id's text (`decode_pieces`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
+
+import numpy as np
 
 __all__ = [
     "CallSpan",
@@ -25,6 +29,7 @@ __all__ = [
     "KINDS",
     "MAX_VALUE_TOKENS",
     "answer_span",
+    "decode_pieces",
     "find_call_spans",
     "find_decision_points",
     "first_token_at",
@@ -314,3 +319,31 @@ def find_decision_points(
             add("answer", idx, piece=piece)
     add("turn_start", g0)
     return [points[i] for i in sorted(points)]
+
+
+_PIECES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # tokenizer -> {id: text}, filled as ids appear
+
+
+def decode_pieces(tokenizer: Any, ids: "Sequence[int] | np.ndarray") -> dict:
+    """`{id: text}` for each distinct id (what a page shows; it never loads a tokenizer).
+
+    A token's text never changes, so each tokenizer's pieces are decoded once per process.
+    """
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    flat = np.unique(np.asarray(ids, dtype=np.int64).ravel())
+    uniq = [int(i) for i in flat[flat >= 0]]
+    if not uniq:
+        return {}
+    try:
+        known = _PIECES.setdefault(tok, {})
+    except TypeError:  # a tokenizer that takes no weak reference: decode every time
+        known = {}
+    missing = [i for i in uniq if i not in known]
+    if missing:
+        backend = getattr(tok, "backend_tokenizer", None)
+        if backend is not None:  # one call into the Rust tokenizer instead of a Python loop per id
+            texts = backend.decode_batch([[i] for i in missing], skip_special_tokens=False)
+        else:
+            texts = tok.batch_decode([[i] for i in missing], skip_special_tokens=False)
+        known.update(zip(missing, texts))
+    return {str(i): known[i] for i in uniq}

@@ -138,7 +138,7 @@ def expand_images(
     """The passes with each image placeholder expanded to its image's tokens.
 
     Args:
-        local: the model (`_compute.LocalModel`).
+        local: the model (`compute.LocalModel`).
         passes: from `plan_passes` on the conversation holding `images`.
         images: `conversation_images` of that conversation.
         rendered: the whole conversation as the template writes it (one image token a picture).

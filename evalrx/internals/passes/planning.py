@@ -16,18 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from evalrx.analyzers._base import model_id
-from evalrx.analyzers._conversation import (
+from evalrx.core.case import Trajectory
+from evalrx.core.content import has_image
+from evalrx.core.model import model_id
+from evalrx.internals.passes.conversation import (
     ActorTurn,
     Conversation,
     conversation_from_trajectory,
     drop_images,
     replay_style,
 )
-from evalrx.analyzers._images import conversation_images, expand_images, pass_inputs
-from evalrx.analyzers.positions import first_token_at, tokenize_with_offsets
-from evalrx.core.case import Trajectory
-from evalrx.core.content import has_image
+from evalrx.internals.passes.pictures import conversation_images, expand_images, pass_inputs
+from evalrx.internals.passes.positions import first_token_at, tokenize_with_offsets
 
 __all__ = [
     "PassResult",
@@ -68,7 +68,7 @@ class TeacherForcedPass:
     turns: list
     tools: Optional[list] = None  # the tool schemas the text was rendered with
     shared: bool = False  # the full conversation's pass (as opposed to one turn's own)
-    images: list = field(default_factory=list)  # a VLM pass's images (`_images.ImageSpan`), in order
+    images: list = field(default_factory=list)  # a VLM pass's images (`pictures.ImageSpan`), in order
 
     @property
     def steps(self) -> list:
@@ -227,7 +227,7 @@ def plan_trajectory(
 
     With `vision` and every picture the conversation shows in `images` (`{step: [image, ...]}`: the
     case image on the prompt's step, the images a tool returned on its step), the image blocks
-    hold them (each renders as its placeholder token; `_images.expand_images` expands them).
+    hold them (each renders as its placeholder token; `pictures.expand_images` expands them).
     Otherwise image blocks are dropped and the turns are scored on their text.
     `prompt_ids` as `plan_passes` takes them.
     """
@@ -240,7 +240,7 @@ def plan_trajectory(
 
 def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> list:
     """Decision points of every turn in a pass (see `positions.find_decision_points`)."""
-    from evalrx.analyzers.positions import find_decision_points
+    from evalrx.internals.passes.positions import find_decision_points
 
     eos = eos_text(tokenizer)
     points: list = []
@@ -269,13 +269,13 @@ class TrajectoryPlan:
     each pass are found once per cap setting and shared.
 
     Attributes:
-        local: the model (`_compute.LocalModel`).
+        local: the model (`compute.LocalModel`).
         trajectory: the stored trajectory.
         conversation: from `conversation_from_trajectory` (image blocks dropped unless a VLM sees them).
-        passes: from `plan_passes` (a VLM's with its images expanded, `_images.expand_images`).
+        passes: from `plan_passes` (a VLM's with its images expanded, `pictures.expand_images`).
         tools: the tools as the caller gave them (`Tool` objects or schema dicts).
         mode: the planning mode ("auto" or "per_step").
-        images: `(n_tokens, grid, inputs, region)` per image of the conversation (`_images.process_images`).
+        images: `(n_tokens, grid, inputs, region)` per image of the conversation (`pictures.process_images`).
     """
 
     local: Any

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from evalrx.analyzers._passes import PassResult, TrajectoryPlan
+from evalrx.internals.passes.planning import PassResult, TrajectoryPlan
 
 __all__ = ["CapturedStates", "capture_pass", "capture_problem"]
 

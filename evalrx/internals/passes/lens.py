@@ -1,0 +1,231 @@
+"""The logit lens over a pass: every layer's residual stream through the model's own final norm and
+unembedding, reduced to top-k, entropy and target statistics in fp32; and the lens' precisions by name.
+
+Torch is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from evalrx.internals.passes.compute import LocalModel, all_layer_rows
+
+__all__ = [
+    "LENS_DTYPES",
+    "MAX_BLOCK_ELEMS",
+    "PRECISIONS",
+    "LensStats",
+    "checked_precision",
+    "final_margins",
+    "final_stats",
+    "lens_stats",
+]
+
+# Per precision, the torch dtype of the lens' unembedding product: "exact" (None: the model's own dtype) or a
+# named cheaper setting.
+LENS_DTYPES = {"exact": None, "bfloat16": "bfloat16"}
+PRECISIONS = tuple(LENS_DTYPES)
+
+
+def checked_precision(value: Any) -> str:
+    """A lens precision's name ("exact" when None), checked against `PRECISIONS`.
+
+    Raises:
+        ValueError: another name (the message lists the known ones).
+    """
+    name = str(value or "exact").strip().lower()
+    if name not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    return name
+
+
+# Bound on floats in one [layers, positions, vocab] block of the lens (~64 MB of fp32; the softmax and the
+# comparisons make a few temporaries of its size). Smaller blocks cost no speed down to ~5 positions of
+# SmolLM2 (16-18 ms a position either way on 2 cores) and halve a white-box case's peak memory.
+MAX_BLOCK_ELEMS = 1 << 24
+
+
+@dataclass
+class LensStats:
+    """Per layer (0 = embeddings ... L = final) and position: top-k, entropy, target statistics.
+
+    `gathered` holds the log-probs of extra token ids per position (`[layers, P, C]`,
+    NaN where the id was padding).
+    """
+
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    entropy: np.ndarray
+    target_logprob: np.ndarray
+    target_rank: np.ndarray
+    hidden_norm: np.ndarray
+    gathered: Optional[np.ndarray] = None
+
+
+def lens_stats(
+    local: LocalModel,
+    hidden_states: Any,
+    final_logits: Any,
+    positions: Sequence[int],
+    targets: Sequence[int],
+    top_k: int,
+    gather_ids: Optional[Sequence[Sequence[int]]] = None,
+    precision: str = "exact",
+) -> LensStats:
+    """Apply the logit lens at `positions` over every layer, in stacked matrix products.
+
+    Layers 0..L-1 go through the model's own final norm and unembedding (and the
+    model's logit softcap, when it has one); layer L is `final_logits`, the model's
+    own output at those positions. Softmax, entropy and ranks are computed in fp32.
+
+    Args:
+        local: the model.
+        hidden_states: the pass's hidden states (`L + 1` tensors `[1, T, D]`, or the
+            `CapturedStates` of a pass built from the generation).
+        final_logits: the model's logits at `positions` (`[P, V]`).
+        positions: predicting positions.
+        targets: per position the token id whose log-prob and rank are reported (-1: none).
+        top_k: how many top tokens to keep.
+        gather_ids: optional extra token ids per position whose log-probs are wanted
+            (ragged; padded internally).
+        precision: "exact", or a cheaper name of `PRECISIONS` for layers 0..L-1
+            (layer L, the model's own logits, stays exact).
+
+    Returns:
+        `LensStats` with arrays shaped `[L + 1, P, ...]`.
+    """
+    import torch
+
+    parts = local.parts
+    cast = LENS_DTYPES[checked_precision(precision)]
+    n_layers = parts.num_layers
+    if len(hidden_states) != n_layers + 1:
+        raise RuntimeError(
+            f"expected {n_layers + 1} hidden states (embeddings + {n_layers} layers), got {len(hidden_states)}"
+        )
+    n_pos = len(positions)
+    vocab = int(final_logits.shape[-1])
+    k = max(1, min(int(top_k), vocab))
+    dev = hidden_states.device if hasattr(hidden_states, "rows") else hidden_states[0].device
+    pos = torch.tensor(list(positions), dtype=torch.long, device=dev)
+    tgt_all = torch.tensor(list(targets), dtype=torch.long, device=dev)
+    n_gather = max((len(g) for g in gather_ids), default=0) if gather_ids is not None else 0
+    if n_gather:
+        padded = [list(g) + [-1] * (n_gather - len(g)) for g in gather_ids or []]
+        gat_all = torch.tensor(padded, dtype=torch.long, device=dev)
+
+    n_out = n_layers + 1
+    topk_ids = np.zeros((n_out, n_pos, k), dtype=np.int32)
+    topk_lp = np.zeros((n_out, n_pos, k), dtype=np.float32)
+    entropy = np.zeros((n_out, n_pos), dtype=np.float32)
+    t_lp = np.full((n_out, n_pos), np.nan, dtype=np.float32)
+    t_rank = np.full((n_out, n_pos), -1, dtype=np.int32)
+    norms = np.zeros((n_out, n_pos), dtype=np.float32)
+    gathered = np.full((n_out, n_pos, n_gather), np.nan, dtype=np.float32) if n_gather else None
+    if n_pos == 0:
+        return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
+
+    with torch.inference_mode():
+        # [L + 1, P, D]: the residual stream of every layer at the chosen positions.
+        stacked = all_layer_rows(hidden_states, pos)
+        norms[:] = stacked.float().norm(dim=-1).cpu().numpy()
+        # A block holds the lens logits and, beside them, the model's own last layer: twice the elements.
+        chunk = max(1, MAX_BLOCK_ELEMS // (2 * n_out * vocab))
+        for c0 in range(0, n_pos, chunk):
+            c1 = min(n_pos, c0 + chunk)
+            # A 2-D contiguous input keeps the unembedding one matrix product (a strided 3-D slice
+            # makes torch batch it and copy the weight per layer).
+            flat = stacked[:n_layers, c0:c1].reshape(n_layers * (c1 - c0), stacked.shape[-1])
+            lens = parts.lens_logits(flat, getattr(torch, cast) if cast else None).view(n_layers, c1 - c0, -1).float()
+            # The lens layers and the model's own last layer are reduced in one block (few, larger operations).
+            block = torch.cat([lens, final_logits[c0:c1].float().to(lens.device).unsqueeze(0)])
+            gat = gat_all[c0:c1].to(block.device) if n_gather else None
+            st = _block_stats(block, tgt_all[c0:c1].to(block.device), k, gat)
+            entropy[:, c0:c1], topk_lp[:, c0:c1], topk_ids[:, c0:c1] = st[0], st[1], st[2]
+            t_lp[:, c0:c1], t_rank[:, c0:c1] = st[3], st[4]
+            if gathered is not None:
+                gathered[:, c0:c1] = st[5]
+    return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
+
+
+def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
+    """fp32 statistics of a `[n, P, V]` logit block, in few passes over it.
+
+    One fused softmax gives p; logsumexp = max - log p(argmax); entropy = logsumexp - sum(p * x)
+    (a batched dot product, no temporary); top-k and ranks are read on the logits (same order
+    as the log-probs). Returns numpy arrays `(entropy, topk_logprobs, topk_ids,
+    target_logprob, target_rank[, gathered])`; targets < 0 give NaN / -1, gather ids < 0 NaN.
+    """
+    import torch
+
+    n, p, v = x.shape
+    vals, idx = x.topk(k, dim=-1)
+    prob = torch.softmax(x, dim=-1)
+    lse = vals[..., 0] - prob.gather(-1, idx[..., :1]).squeeze(-1).log()
+    dot = torch.bmm(prob.view(n * p, 1, v), x.reshape(n * p, v, 1)).view(n, p)
+    ent = lse - dot
+    if not torch.isfinite(ent).all():  # -inf logits (masked tokens) make 0 * -inf: take the safe way
+        ent = torch.special.entr(prob).sum(-1)
+    del prob
+    valid = targets >= 0
+    chosen = x.gather(-1, targets.clamp(min=0).view(1, -1, 1).expand(n, -1, 1)).squeeze(-1)
+    rank = _ranks(x, vals, idx, targets.clamp(min=0), chosen)
+    lp_chosen = torch.where(valid.unsqueeze(0), chosen - lse, torch.full_like(chosen, float("nan")))
+    rank = torch.where(valid.unsqueeze(0), rank, torch.full_like(rank, -1))
+    out = [
+        ent.cpu().numpy(),
+        (vals - lse.unsqueeze(-1)).cpu().numpy(),
+        idx.to(torch.int32).cpu().numpy(),
+        lp_chosen.cpu().numpy(),
+        rank.cpu().numpy(),
+    ]
+    if gather is not None:
+        got = x.gather(-1, gather.clamp(min=0).unsqueeze(0).expand(n, -1, -1)) - lse.unsqueeze(-1)
+        got = torch.where((gather >= 0).unsqueeze(0), got, torch.full_like(got, float("nan")))
+        out.append(got.cpu().numpy())
+    return tuple(out)
+
+
+def _ranks(x: Any, vals: Any, idx: Any, targets: Any, chosen: Any) -> Any:
+    """`[n, P]` int32: how many logits of each row beat its target's (0 = top-1).
+
+    Where the target is among the row's top-k, everything that beats it is too, so the top-k
+    values say it; only the other rows are compared over the whole vocabulary."""
+    import torch
+
+    n, p, v = x.shape
+    rank = (vals > chosen.unsqueeze(-1)).sum(-1, dtype=torch.int32)
+    outside = ~(idx == targets.view(1, -1, 1)).any(-1)
+    if bool(outside.any()):
+        rows = outside.reshape(-1).nonzero().squeeze(-1)
+        beat = (x.reshape(n * p, v).index_select(0, rows) > chosen.reshape(-1, 1).index_select(0, rows)).sum(
+            -1, dtype=torch.int32
+        )
+        rank.view(-1).index_copy_(0, rows, beat)
+    return rank
+
+
+def final_stats(final_logits: Any, targets: Sequence[int]) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+    """Log-prob, rank and entropy of `targets` under the model's own logits (fp32), per row."""
+    import torch
+
+    with torch.inference_mode():
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=final_logits.device)
+        ent, _, _, lp, rank = _block_stats(final_logits.float().unsqueeze(0), tgt, 1)
+    return lp[0].astype(np.float32), rank[0].astype(np.int32), ent[0].astype(np.float32)
+
+
+def final_margins(final_logits: Any, rows: Sequence[int], targets: Sequence[int]) -> np.ndarray:
+    """At each of `rows` of the model's own logits, `targets`' log-prob minus the best other token's (fp32, nats)."""
+    import torch
+
+    with torch.inference_mode():
+        index = torch.tensor(list(rows), dtype=torch.long, device=final_logits.device)
+        lp = torch.log_softmax(final_logits.index_select(0, index).float(), dim=-1)
+        tgt = torch.tensor(list(targets), dtype=torch.long, device=lp.device).view(-1, 1)
+        own = lp.gather(-1, tgt).squeeze(-1)
+        other = lp.scatter(-1, tgt, float("-inf")).max(-1).values
+    return (own - other).cpu().numpy().astype(np.float32)
