@@ -222,10 +222,23 @@ def track_loss(curve: list, step: int, value: float, ema: Any, cfg: dict, t_star
     return ema
 
 
+def save_trained(model: Any, processor: Any, out_dir: Path, eos_token_id: int, pad: int) -> None:
+    """Save the trained model, greedy by default, with its tokenizer or processor."""
+    from transformers import GenerationConfig
+
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
+    )
+    model.save_pretrained(out_dir, safe_serialization=True)
+    processor.save_pretrained(out_dir)
+
+
 def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     """Generate data, train tokenizer and model, save everything to `out_dir`; returns a summary."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from evalrx.demo.tokenizer import build_tokenizer, chat_template
     from evalrx.tools import get_tools
@@ -320,13 +333,7 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
             log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")
             break
 
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
-    )
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
+    save_trained(model, tokenizer, out_dir, config.eos_token_id, pad)
     elapsed = time.time() - t_start
     summary = {
         "config": cfg,

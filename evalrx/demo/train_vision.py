@@ -26,6 +26,7 @@ from evalrx.demo.train import (
     optimizer_step,
     prefix_cached_loss,
     run_command,
+    save_trained,
     shared_prefix,
     track_loss,
 )
@@ -217,7 +218,6 @@ def _collate(batch: list, pad: int) -> tuple:
 def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict:
     """Build the VLM from the text demo, train it on streamed vision episodes, save it with its processor."""
     import torch
-    from transformers import GenerationConfig
 
     from evalrx.models.toolcodec import CODECS
     from evalrx.tools import get_tools
@@ -290,13 +290,7 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
             log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")
             break
 
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(
-        eos_token_id=model.config.text_config.eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
-    )
-    model.save_pretrained(out_dir, safe_serialization=True)
-    processor.save_pretrained(out_dir)
+    save_trained(model, processor, out_dir, model.config.text_config.eos_token_id, pad)
     summary = {
         "config": cfg,
         "parameters": n_params,
