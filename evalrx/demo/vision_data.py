@@ -30,12 +30,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from evalrx.demo import vision_world as W
-from evalrx.demo.data import held_out_prompts
+from evalrx.demo.data import distinct_episodes, held_out_prompts
 from evalrx.demo.episodes import run_tool
 from evalrx.demo.episodes import training_episodes as text_episodes
 from evalrx.demo.world import make_world, world_names
@@ -289,14 +289,7 @@ def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
     seen: set = set()
     suites: dict[str, list[VisionEpisode]] = {}
     for name, (count, kind, kwargs) in SUITES.items():
-        episodes: list[VisionEpisode] = []
-        while len(episodes) < count:
-            ep = getattr(gen, kind)(**kwargs)
-            if ep.key in seen:
-                continue
-            seen.add(ep.key)
-            episodes.append(ep)
-        suites[name] = episodes
+        suites[name] = distinct_episodes(partial(getattr(gen, kind), **kwargs), count, lambda ep: ep.key, seen)
     return suites
 
 
