@@ -222,7 +222,7 @@ def track_loss(curve: list, step: int, value: float, ema: Any, cfg: dict, t_star
     return ema
 
 
-def save_trained(model: Any, processor: Any, out_dir: Path, eos_token_id: int, pad: int) -> None:
+def save_trained(model: Any, processor: Any, out_dir: Path, eos_token_id: Any, pad: int) -> None:
     """Save the trained model, greedy by default, with its tokenizer or processor."""
     from transformers import GenerationConfig
 
