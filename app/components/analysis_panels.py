@@ -18,7 +18,7 @@ comes from `html.escape`d token strings.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import streamlit as st
 
@@ -430,15 +430,22 @@ HOW_TO_READ = {
 }
 
 
+def _chart_panel(key: str, heading: str, rows: list, chart_of: Callable[[list], Any]) -> bool:
+    """A heading, the chart of `rows` and how to read it; False (nothing drawn) when there are no rows."""
+    if not rows:
+        return False
+    st.markdown(heading)
+    st.altair_chart(chart_of(rows), width="stretch")
+    st.caption(HOW_TO_READ[key])
+    return True
+
+
 def _turn(results: dict, idx: int, focus: Optional[dict] = None, pictures: Any = None) -> None:
     shown = render_pictures(results, idx, pictures, focus)
     if "logit_lens" in results:
         rows = lens_rows(results["logit_lens"], idx)
-        if rows:
-            st.markdown("**Logit lens**: probability of the chosen token at each layer")
-            st.altair_chart(lens_chart(rows), width="stretch")
-            st.caption(HOW_TO_READ["logit_lens"])
-            shown = True
+        heading = "**Logit lens**: probability of the chosen token at each layer"
+        shown |= _chart_panel("logit_lens", heading, rows, lens_chart)
     if "tool_decision" in results:
         rows = decision_rows(results["tool_decision"], idx, lens=results.get("logit_lens"), focus=focus)
         if rows:
@@ -451,11 +458,8 @@ def _turn(results: dict, idx: int, focus: Optional[dict] = None, pictures: Any =
             shown = True
     if "attention" in results:
         rows = attention_rows(results["attention"], idx)
-        if rows:
-            st.markdown("**Attention by segment** (mean over this turn's decision tokens)")
-            st.altair_chart(attention_chart(rows), width="stretch")
-            st.caption(HOW_TO_READ["attention"])
-            shown = True
+        heading = "**Attention by segment** (mean over this turn's decision tokens)"
+        shown |= _chart_panel("attention", heading, rows, attention_chart)
     if "token_uncertainty" in results:
         body = uncertainty_html(results["token_uncertainty"], idx)
         if body:

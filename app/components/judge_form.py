@@ -16,6 +16,7 @@ import streamlit as st
 
 from components.access import ENV_COMMANDS, commands_allowed
 from components.labelling import flash
+from components.live_job import live_job
 from components.safe import counted, md_escape, short, show_pre
 from evalrx.diagnosis import JUDGE_STRATEGIES
 from evalrx.runner import JUDGE_BUDGET, JudgeConfig, estimate_judge, judge_list_targets, queue_judge, run_concurrency
@@ -209,22 +210,12 @@ def judge_progress_text(job: Any) -> str:
 
 def judge_job_live(job: Any, store: Any) -> None:
     """A running or queued judge job: what it is, its progress and its cancel button."""
-    with st.container(border=True, key=f"judge-live-{job.id}"):
-        head, btn = st.columns([5, 1], vertical_alignment="center")
-        head.markdown(
-            f"**Judge job {job.id}** · {md_escape(job.spec)} on {md_escape(job.backend)} · "
-            f"{md_escape(job.scope)} · `{job.status}`"
-        )
-        btn.button(
-            "Cancel",
-            key=f"cancel-judge-{job.id}",
-            icon=":material/stop_circle:",
-            disabled=job.cancel_requested,
-            on_click=_cancel,
-            args=(job.id, store),
-            width="stretch",
-        )
-        st.progress(job.progress, text=judge_progress_text(job))
+    heading = (
+        f"**Judge job {job.id}** · {md_escape(job.spec)} on {md_escape(job.backend)} · "
+        f"{md_escape(job.scope)} · `{job.status}`"
+    )
+    keys = (f"judge-live-{job.id}", f"cancel-judge-{job.id}")
+    live_job(keys, heading, _cancel, (job.id, store), job, judge_progress_text(job))
 
 
 def judge_job_rows(jobs: list) -> "list[dict]":

@@ -6,20 +6,16 @@ import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
 from components.labelling import flash
+from components.run_picker import pick_run
 from components.safe import md_escape
 from components.timeline import render_case, render_timeline
 
-from evalrx.store import ADJUDICATOR, disagreements, get_trajectory, list_kinds, list_runs, set_label, step_media
+from evalrx.store import ADJUDICATOR, disagreements, get_trajectory, list_kinds, set_label, step_media
 
 S = store()
 ss = st.session_state
 ss.setdefault("adj_skipped", [])
 _GRADE = {"pass": "green", "fail": "red"}
-
-
-@st.cache_data(ttl=5, show_spinner=False)
-def _runs(url: str) -> dict:
-    return {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
 
 
 def _reset() -> None:
@@ -43,23 +39,11 @@ def _skip(tid: int) -> None:
     ss.adj_skipped.append(tid)
 
 
-runs = _runs(S.url)
 st.title("Adjudicate")
-run_key = st.selectbox(
-    "Run",
-    list(runs),
-    index=None,
-    key="run",
-    bind="query-params",
-    accept_new_options=True,
-    placeholder="pick a run",
-    on_change=_reset,
-)
+run_key = pick_run(st, "pick a run", _reset)
 if not (run_key and run_key.isdigit()):
     st.caption("Pick a run: its trajectories whose annotators disagree are listed here, one at a time.")
     st.stop()
-if run_key in runs:
-    st.caption(md_escape(runs[run_key]))
 items = disagreements(int(run_key), store=S)
 waiting = [d for d in items if d["trajectory_id"] not in ss.adj_skipped]
 st.caption(

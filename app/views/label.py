@@ -9,6 +9,7 @@ import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
 from components.labelling import current_label, history_table, label_panel
+from components.run_picker import pick_run
 from components.safe import counted, md_escape
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 
@@ -18,7 +19,6 @@ from evalrx.store import (
     encode_cursor,
     get_trajectory,
     list_kinds,
-    list_runs,
     list_trajectories,
     save_kind,
     second_opinion_queue,
@@ -33,28 +33,13 @@ ss.setdefault("q_pin", None)  # an id brought back with Back (shown even if labe
 ss.setdefault("so_skipped", [])  # second-opinion ids skipped in this session
 
 
-@st.cache_data(ttl=5, show_spinner=False)
-def _runs(url: str) -> dict:
-    return {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
-
-
 def _reset_queue() -> None:
     ss.q_after, ss.q_pin, ss.so_skipped = None, None, []
 
 
-runs = _runs(S.url)
 st.title("Label queue")
 top = st.columns([2, 1.3, 0.8, 1.4, 1.6], vertical_alignment="bottom")
-run_key = top[0].selectbox(
-    "Run",
-    list(runs),
-    index=None,
-    key="run",
-    bind="query-params",
-    accept_new_options=True,
-    placeholder="all runs",
-    on_change=_reset_queue,
-)
+run_key = pick_run(top[0], "all runs", _reset_queue)
 only_fail = top[1].toggle(
     "Only failures",
     key="fails",
@@ -78,8 +63,6 @@ annotator = top[4].text_input(
     placeholder="your name (saved with each label)",
 )
 
-if run_key in runs:
-    top[0].caption(md_escape(runs[run_key]))
 filters = {"label": "none"}
 if run_key and run_key.isdigit():
     filters["run_id"] = int(run_key)

@@ -6,6 +6,7 @@ from components.data import store
 from components.export_panel import export_controls
 from components.judge_form import judge_job_live, run_judge_panel
 from components.labelling import flash
+from components.live_job import live_job
 from components.runlevel_panels import render_agreement, render_predictors, render_reliability
 from components.runs_view import baseline_run, is_active, measured, progress_text, run_row
 from components.safe import md_escape, show_pre
@@ -59,22 +60,11 @@ def live() -> None:
     for j in judging:
         judge_job_live(j, S)
     for r in active:
-        with st.container(border=True, key=f"live-{r.id}"):
-            head, btn = st.columns([5, 1], vertical_alignment="center")
-            head.markdown(
-                f"**Run {r.id} · {md_escape(r.name or '')}** · {md_escape(r.spec_key or '')} on "
-                f"{md_escape(r.backend or '')} · `{r.status}`"
-            )
-            btn.button(
-                "Cancel",
-                key=f"cancel-{r.id}",
-                icon=":material/stop_circle:",
-                disabled=r.cancel_requested,
-                on_click=_cancel,
-                args=(r.id,),
-                width="stretch",
-            )
-            st.progress(r.progress, text=progress_text(r))
+        heading = (
+            f"**Run {r.id} · {md_escape(r.name or '')}** · {md_escape(r.spec_key or '')} on "
+            f"{md_escape(r.backend or '')} · `{r.status}`"
+        )
+        live_job((f"live-{r.id}", f"cancel-{r.id}"), heading, _cancel, (r.id,), r, progress_text(r))
 
     rows = [run_row(r, _stats(r.id, r.n_done, r.status, S.url)) for r in runs]
     st.subheader(f"All runs ({len(runs)})")

@@ -13,6 +13,7 @@ from components.filters import (
     sort_args,
     store_filters,
 )
+from components.run_picker import pick_run
 from components.safe import counted, md_escape
 from components.trajectory_list import page_count, render_list
 
@@ -20,7 +21,6 @@ from evalrx.store import (
     blamed_agents,
     label_kinds,
     list_kinds,
-    list_runs,
     list_trajectories,
     matching_ids,
     run_agents,
@@ -36,10 +36,9 @@ PAGE_SIZES = ("25", "50", "100", "200")
 def _choices(url: str):
     from evalrx.tools import TOOLS
 
-    runs = {str(r.id): r.name or r.spec_key or "" for r in list_runs(limit=500, store=S)}
     kinds = {k.key: k.definition for k in list_kinds(store=S)}
     modes = list(kinds) + [m for m in label_kinds(store=S) if m not in kinds]
-    return runs, modes, sorted(TOOLS), kinds
+    return modes, sorted(TOOLS), kinds
 
 
 @st.cache_data(ttl=5, show_spinner=False)
@@ -63,15 +62,13 @@ def _first_page() -> None:
     st.session_state["page"] = 1  # a new filter starts at its first page
 
 
-runs, modes, tools, kinds = _choices(S.url)
+modes, tools, kinds = _choices(S.url)
 BOUND = dict(bind="query-params", on_change=_first_page)  # the filter lives in the URL: shareable, survives reload
 
 st.title("Trajectories")
 with st.container(border=True):
     a, b, c, d = st.columns(4)
-    a.selectbox("Run", list(runs), index=None, key="run", placeholder="all runs", accept_new_options=True, **BOUND)
-    if st.session_state.get("run") in runs:
-        a.caption(md_escape(runs[st.session_state["run"]]))
+    pick_run(a, "all runs", _first_page)
     b.selectbox("Grade", list(OUTCOMES), index=None, key="outcome", placeholder="any", **BOUND)
     c.selectbox("Label", list(LABEL_CHOICES), index=None, key="label", placeholder="any", **BOUND)
     d.selectbox(

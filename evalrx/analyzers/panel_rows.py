@@ -129,23 +129,10 @@ def decision_rows(
                     continue
                 is_chosen = c_i == 0  # candidates list the chosen one first
                 name = chosen_name if is_chosen else cand
-                # "chosen: " leads so that the legend's label cut keeps it.
-                rows.append(
-                    {
-                        "decision": d_i,
-                        "what": _decision_title(d),
-                        "layer": layer,
-                        "candidate": name,
-                        "series": f"chosen: {name}" if is_chosen else name,
-                        "chosen": is_chosen,
-                        "chosen_name": chosen_name,
-                        "p": float(np.exp(v)),
-                        "alternative": alt_name,
-                        "p_alternative": p_alt,
-                        "margin": margin if np.isfinite(margin) else None,
-                        "token_index": d.get("token_index"),
-                    }
+                row = _candidate_row(
+                    _decision_title(d), layer, name, is_chosen, chosen_name, v, (alt_name, p_alt), margin
                 )
+                rows.append({"decision": d_i, **row, "token_index": d.get("token_index")})
     if at_token and not replaced:
         rows.extend(dict(r, decision=len(decision.decisions)) for r in at_token)
     return rows
@@ -185,6 +172,24 @@ def _at_diagnosed_token(
     return replaced, _token_rows(lens, p, title, focus.get("alternative_id"), focus["token_index"])
 
 
+def _candidate_row(
+    what: str, layer: int, name: str, chosen: bool, chosen_name: str, logprob: float, other: tuple, margin: Any
+) -> dict:
+    """A chart row: one candidate's probability at `layer`, beside the layer's strongest `other` (name, p)."""
+    return {
+        "what": what,
+        "layer": layer,
+        "candidate": name,
+        "series": f"chosen: {name}" if chosen else name,  # "chosen: " leads so that the legend's label cut keeps it
+        "chosen": chosen,
+        "chosen_name": chosen_name,
+        "p": float(np.exp(logprob)),
+        "alternative": other[0],
+        "p_alternative": other[1],
+        "margin": margin if margin is not None and np.isfinite(margin) else None,
+    }
+
+
 def _token_rows(lens: LensResult, p: int, title: str, alt_id: Any, token_index: int) -> list[dict]:
     """Decision-shaped rows of one lens position: the chosen token against the named alternative, per layer."""
     vocab, chosen_id = lens.vocab, int(lens.target_ids[p])
@@ -205,21 +210,9 @@ def _token_rows(lens: LensResult, p: int, title: str, alt_id: Any, token_index: 
         for tok, lp in cands:
             is_chosen = tok == chosen_id
             name = chosen if is_chosen else _visible(_piece(vocab, tok))
-            rows.append(
-                {
-                    "what": title,
-                    "layer": layer,
-                    "candidate": name,
-                    "series": f"chosen: {name}" if is_chosen else name,
-                    "chosen": is_chosen,
-                    "chosen_name": chosen,
-                    "p": float(np.exp(lp)),
-                    "alternative": _visible(_piece(vocab, other_id)) if other_id is not None else "",
-                    "p_alternative": float(np.exp(other_lp)) if other_id is not None else None,
-                    "margin": margin if margin is not None and np.isfinite(margin) else None,
-                    "token_index": token_index,
-                }
-            )
+            other = (_visible(_piece(vocab, other_id)), float(np.exp(other_lp))) if other_id is not None else ("", None)
+            row = _candidate_row(title, layer, name, is_chosen, chosen, lp, other, margin)
+            rows.append({**row, "token_index": token_index})
     return rows
 
 

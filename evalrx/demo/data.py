@@ -16,8 +16,9 @@ sentence frames, so those suites test recombination rather than vocabulary nobod
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from evalrx.demo.episodes import Generator
 from evalrx.demo.world import make_world
@@ -52,30 +53,38 @@ def make_suites(world: Optional[dict] = None, seed: int = SUITE_SEED) -> dict[st
     seen: set = set()
     suites: dict[str, list[dict]] = {}
     for suite, (count, method, kwargs, difficulty) in SUITES.items():
-        cases: list[dict] = []
-        while len(cases) < count:
-            ep = getattr(gen, method)(**kwargs)
-            if ep.prompt in seen:
-                continue
-            seen.add(ep.prompt)
-            grader = dict(ep.grader)
-            expected = ep.expected
-            if grader["kind"] == "numeric" and isinstance(expected, str):
-                expected = float(expected) if "." in expected else int(expected)
-            cases.append(
-                {
-                    "id": f"{suite}-{len(cases) + 1:03d}",
-                    "prompt": ep.prompt,
-                    "expected": expected,
-                    "grader": grader,
-                    "task_type": ep.task_type,
-                    "difficulty": difficulty,
-                    "tools": list(DEMO_TOOLS),
-                    "reference_calls": [{"name": n, "arguments": a} for n, a in ep.calls],
-                }
-            )
-        suites[suite] = cases
+        episodes = distinct_episodes(partial(getattr(gen, method), **kwargs), count, lambda ep: ep.prompt, seen)
+        suites[suite] = [_case(f"{suite}-{i:03d}", ep, difficulty) for i, ep in enumerate(episodes, 1)]
     return suites
+
+
+def _case(case_id: str, ep: Any, difficulty: str) -> dict:
+    grader = dict(ep.grader)
+    expected = ep.expected
+    if grader["kind"] == "numeric" and isinstance(expected, str):
+        expected = float(expected) if "." in expected else int(expected)
+    return {
+        "id": case_id,
+        "prompt": ep.prompt,
+        "expected": expected,
+        "grader": grader,
+        "task_type": ep.task_type,
+        "difficulty": difficulty,
+        "tools": list(DEMO_TOOLS),
+        "reference_calls": [{"name": n, "arguments": a} for n, a in ep.calls],
+    }
+
+
+def distinct_episodes(draw: Callable[[], Any], count: int, key: Callable[[Any], Any], seen: set) -> list:
+    """`count` episodes from `draw`, none with the `key` of one in `seen` (which records theirs): no two alike."""
+    episodes: list = []
+    while len(episodes) < count:
+        ep = draw()
+        if key(ep) in seen:
+            continue
+        seen.add(key(ep))
+        episodes.append(ep)
+    return episodes
 
 
 def held_out_prompts(suites_dir: Path = SUITES_DIR) -> set:

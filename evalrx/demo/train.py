@@ -182,10 +182,63 @@ def prefix_cached_loss(model: Any, prefix: Any, input_ids: Any, attn: Any, label
     )
 
 
+def make_optimizer(named_parameters: list, cfg: dict) -> Any:
+    """AdamW with weight decay on the matrices only (not on biases and norms)."""
+    import torch
+
+    decay = [p for n, p in named_parameters if p.dim() >= 2]
+    no_decay = [p for n, p in named_parameters if p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg["lr"],
+        betas=(0.9, 0.98),
+        eps=1e-8,
+    )
+
+
+def optimizer_step(model: Any, opt: Any, loss: Any, cfg: dict) -> None:
+    """One step on `loss`, the model's gradient norm clipped to `grad_clip`."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+    opt.step()
+
+
+def track_loss(curve: list, step: int, value: float, ema: Any, cfg: dict, t_start: float) -> float:
+    """The loss's moving average after `step`; every 10th step and the last are added to `curve`."""
+    ema = value if ema is None else 0.95 * ema + 0.05 * value
+    if step % 10 == 0 or step == cfg["steps"] - 1:
+        curve.append(
+            {
+                "step": step,
+                "loss": round(value, 5),
+                "ema_loss": round(ema, 5),
+                "lr": round(_lr_at(step, cfg), 7),
+                "elapsed_s": round(time.time() - t_start, 1),
+            }
+        )
+    return ema
+
+
+def save_trained(model: Any, processor: Any, out_dir: Path, eos_token_id: Any, pad: int) -> None:
+    """Save the trained model, greedy by default, with its tokenizer or processor."""
+    from transformers import GenerationConfig
+
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
+    )
+    model.save_pretrained(out_dir, safe_serialization=True)
+    processor.save_pretrained(out_dir)
+
+
 def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     """Generate data, train tokenizer and model, save everything to `out_dir`; returns a summary."""
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from evalrx.demo.tokenizer import build_tokenizer, chat_template
     from evalrx.tools import get_tools
@@ -240,14 +293,7 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f}M parameters")
 
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"],
-        betas=(0.9, 0.98),
-        eps=1e-8,
-    )
+    opt = make_optimizer(list(model.named_parameters()), cfg)
     # Every episode starts with the same system turn (both tools): run that shared prefix once per
     # step with batch 1 and let the batch attend to its (expanded) KV cache. Same maths as full
     # sequences under causal attention, about 3x less compute.
@@ -271,23 +317,10 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
         loss = prefix_cached_loss(model, prefix_tensor, input_ids, attn, labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
+        optimizer_step(model, opt, loss, cfg)
         steps_done = step + 1
         value = float(loss.detach())
-        ema = value if ema is None else 0.95 * ema + 0.05 * value
-        if step % 10 == 0 or step == cfg["steps"] - 1:
-            curve.append(
-                {
-                    "step": step,
-                    "loss": round(value, 5),
-                    "ema_loss": round(ema, 5),
-                    "lr": round(_lr_at(step, cfg), 7),
-                    "elapsed_s": round(time.time() - t_start, 1),
-                }
-            )
+        ema = track_loss(curve, step, value, ema, cfg, t_start)
         if step % 50 == 0 or step < 3 or step == 20:
             log(
                 f"step {step:5d} loss {value:.4f} ema {ema:.4f} lr {_lr_at(step, cfg):.2e} {time.time() - t_start:.0f}s"
@@ -300,13 +333,7 @@ def train(cfg: dict, out_dir: Path = MODEL_DIR, log: Any = print) -> dict:
             log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")
             break
 
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
-    )
-    model.save_pretrained(out_dir, safe_serialization=True)
-    tokenizer.save_pretrained(out_dir)
+    save_trained(model, tokenizer, out_dir, config.eos_token_id, pad)
     elapsed = time.time() - t_start
     summary = {
         "config": cfg,

@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from evalrx.demo.data import DEMO_DIR
-from evalrx.demo.train import _lr_at, encode_episode, prefix_cached_loss, run_command, shared_prefix
+from evalrx.demo.train import (
+    _lr_at,
+    encode_episode,
+    make_optimizer,
+    optimizer_step,
+    prefix_cached_loss,
+    run_command,
+    save_trained,
+    shared_prefix,
+    track_loss,
+)
 from evalrx.demo.vision_data import VISION_TOOLS, VisionEpisode, held_out_keys, training_episodes
 
 TEXT_MODEL_DIR = DEMO_DIR / "model"
@@ -208,7 +218,6 @@ def _collate(batch: list, pad: int) -> tuple:
 def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict:
     """Build the VLM from the text demo, train it on streamed vision episodes, save it with its processor."""
     import torch
-    from transformers import GenerationConfig
 
     from evalrx.models.toolcodec import CODECS
     from evalrx.tools import get_tools
@@ -231,14 +240,7 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
 
     cell_head = torch.nn.Linear(int(cfg["vision_hidden"]), N_CELL_CLASSES)  # per patch; not saved
     named = list(model.named_parameters()) + [(f"cell_head.{n}", p) for n, p in cell_head.named_parameters()]
-    decay = [p for n, p in named if p.dim() >= 2]
-    no_decay = [p for n, p in named if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg["lr"],
-        betas=(0.9, 0.98),
-        eps=1e-8,
-    )
+    opt = make_optimizer(named, cfg)
     pad = tokenizer.pad_token_id
     max_len = model.config.text_config.max_position_embeddings
     # Every episode starts with the same system turn: computed once a step (`prefix_cached_loss`).
@@ -275,23 +277,10 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
                 ignore_index=-100,
             )
         loss = lm_loss + float(cfg["cell_weight"]) * cell_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
-        opt.step()
+        optimizer_step(model, opt, loss, cfg)  # the cell head's gradient is not clipped, as before
         steps_done = step + 1
         value = float(lm_loss.detach())
-        ema = value if ema is None else 0.95 * ema + 0.05 * value
-        if step % 10 == 0 or step == cfg["steps"] - 1:
-            curve.append(
-                {
-                    "step": step,
-                    "loss": round(value, 5),
-                    "ema_loss": round(ema, 5),
-                    "lr": round(_lr_at(step, cfg), 7),
-                    "elapsed_s": round(time.time() - t_start, 1),
-                }
-            )
+        ema = track_loss(curve, step, value, ema, cfg, t_start)
         if step % 25 == 0 or step < 3:
             log(
                 f"step {step:5d} loss {value:.4f} ema {ema:.4f} cells {float(cell_loss):.4f} "
@@ -301,13 +290,7 @@ def train(cfg: dict, out_dir: Path = VISION_MODEL_DIR, log: Any = print) -> dict
             log(f"time budget of {cfg['max_minutes']} min reached at step {step}; stopping")
             break
 
-    model.eval()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.generation_config = GenerationConfig(
-        eos_token_id=model.config.text_config.eos_token_id, pad_token_id=pad, do_sample=False, max_new_tokens=96
-    )
-    model.save_pretrained(out_dir, safe_serialization=True)
-    processor.save_pretrained(out_dir)
+    save_trained(model, processor, out_dir, model.config.text_config.eos_token_id, pad)
     summary = {
         "config": cfg,
         "parameters": n_params,

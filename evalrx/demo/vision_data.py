@@ -30,12 +30,12 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from evalrx.demo import vision_world as W
-from evalrx.demo.data import held_out_prompts
+from evalrx.demo.data import distinct_episodes, held_out_prompts
 from evalrx.demo.episodes import run_tool
 from evalrx.demo.episodes import training_episodes as text_episodes
 from evalrx.demo.world import make_world, world_names
@@ -129,6 +129,13 @@ def _num(value: str) -> Any:
     return float(value) if "." in value else int(value)
 
 
+def _computed(prompt: str, picture: Any, calls: list, expr: str, key: tuple) -> "VisionEpisode":
+    """An episode that ends with one calculator call on `expr` (after `calls`) and answers its result."""
+    result = calculator(expr)
+    calls = [*calls, ("calculator", {"expression": expr})]
+    return VisionEpisode(prompt, picture, calls, f"The answer is {result}.", key[0], _num(result), key)
+
+
 def _fits_card(entity: dict) -> bool:
     """A country whose name fits on a card: at most 8 plain letters, one a patch column."""
     name = entity["name"]
@@ -186,33 +193,13 @@ class VisionGenerator:
         op, word = self._op()
         k = self.rng.randint(2, 99)
         prompt = self.rng.choice(templates or READ_TEMPLATES).format(word=word, k=k)
-        expr = f"{n} {op} {k}"
-        result = calculator(expr)
-        return VisionEpisode(
-            prompt,
-            W.card(n, self.rng),
-            [("calculator", {"expression": expr})],
-            f"The answer is {result}.",
-            "read",
-            _num(result),
-            ("read", n, op, k),
-        )
+        return _computed(prompt, W.card(n, self.rng), [], f"{n} {op} {k}", ("read", n, op, k))
 
     def compare(self, digits: int = 0) -> VisionEpisode:
         a, b = self._n(digits), self._n(digits)
         op, word = self._op()
         prompt = self.rng.choice(COMPARE_TEMPLATES).format(word=word)
-        expr = f"{a} {op} {b}"
-        result = calculator(expr)
-        return VisionEpisode(
-            prompt,
-            W.two_panels(a, b, self.rng),
-            [("calculator", {"expression": expr})],
-            f"The answer is {result}.",
-            "compare",
-            _num(result),
-            ("compare", a, op, b),
-        )
+        return _computed(prompt, W.two_panels(a, b, self.rng), [], f"{a} {op} {b}", ("compare", a, op, b))
 
     def zoom(self, digits: int = 4) -> VisionEpisode:
         code = self.rng.randint(10 ** (digits - 1), 10**digits - 1)
@@ -224,12 +211,7 @@ class VisionGenerator:
             op, word = self._op()
             k = self.rng.randint(2, 99)
             prompt = self.rng.choice(ZOOM_COMPUTE_TEMPLATES).format(word=word, k=k)
-            expr = f"{code} {op} {k}"
-            result = calculator(expr)
-            calls.append(("calculator", {"expression": expr}))
-            return VisionEpisode(
-                prompt, image, calls, f"The answer is {result}.", "zoom", _num(result), ("zoom", code, op, k)
-            )
+            return _computed(prompt, image, calls, f"{code} {op} {k}", ("zoom", code, op, k))
         prompt = self.rng.choice(ZOOM_TEMPLATES)
         return VisionEpisode(prompt, image, calls, f"The code is {code}.", "zoom", code, ("zoom", code))
 
@@ -289,34 +271,16 @@ class VisionGenerator:
         op, word = self._op()
         k = self.rng.randint(2, 99)
         prompt = self.rng.choice(READ_TEMPLATES).format(word=word, k=k)
-        expr = f"{code} {op} {k}"
-        result = calculator(expr)
-        calls = [
-            ("image_zoom", {"x0": x0, "y0": y0, "x1": x1, "y1": y1, "scale": 2}),
-            ("calculator", {"expression": expr}),
-        ]
+        zoom = ("image_zoom", {"x0": x0, "y0": y0, "x1": x1, "y1": y1, "scale": 2})
         image = W.small_label(code, corner, self.rng)
-        key = ("small_card", code, op, k)
-        return VisionEpisode(prompt, image, calls, f"The answer is {result}.", "small_card", _num(result), key)
+        return _computed(prompt, image, [zoom], f"{code} {op} {k}", ("small_card", code, op, k))
 
     def arith(self) -> VisionEpisode:
         """The question states both numbers; the card beside it shows another one."""
         a, b, shown = self._n(0), self._n(0), self._n(0)
         op, word = self._op()
         prompt = self.rng.choice(ARITH_TEMPLATES).format(a=a, word=word, b=b)
-        expr = f"{a} {op} {b}"
-        result = calculator(expr)
-        image = W.card(shown, self.rng)
-        key = ("arith", a, op, b, shown)
-        return VisionEpisode(
-            prompt,
-            image,
-            [("calculator", {"expression": expr})],
-            f"The answer is {result}.",
-            "arith",
-            _num(result),
-            key,
-        )
+        return _computed(prompt, W.card(shown, self.rng), [], f"{a} {op} {b}", ("arith", a, op, b, shown))
 
 
 def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
@@ -325,14 +289,7 @@ def make_suites(seed: int = SUITE_SEED) -> dict[str, list[VisionEpisode]]:
     seen: set = set()
     suites: dict[str, list[VisionEpisode]] = {}
     for name, (count, kind, kwargs) in SUITES.items():
-        episodes: list[VisionEpisode] = []
-        while len(episodes) < count:
-            ep = getattr(gen, kind)(**kwargs)
-            if ep.key in seen:
-                continue
-            seen.add(ep.key)
-            episodes.append(ep)
-        suites[name] = episodes
+        suites[name] = distinct_episodes(partial(getattr(gen, kind), **kwargs), count, lambda ep: ep.key, seen)
     return suites
 
 

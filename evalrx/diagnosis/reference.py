@@ -250,7 +250,8 @@ def from_reference(
                 )
         else:
             same = any(call.name == e["name"] and call.args == e["args"] for e in expected_calls)
-        if call.name != ref["name"] and not any(n == call.name for n, _ in ref_obs):
+        # Another tool than this reference step's: wrong unless it gets what a reference call of that tool gets.
+        if call.name != ref["name"] and (not same or not any(n == call.name for n, _ in ref_obs)):
             return _make(
                 "wrong_tool",
                 call.step,
@@ -259,14 +260,6 @@ def from_reference(
                 actual=actual,
             )
         if not same:
-            if call.name != ref["name"]:
-                return _make(
-                    "wrong_tool",
-                    call.step,
-                    f"called {call.name} where {ref['name']} was needed",
-                    expected=expected,
-                    actual=actual,
-                )
             earlier = [c.observation for c in calls[:i] if c.observation]
             return _bad_call(call, ref, earlier)
     if repeat is not None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Optional
 
 from evalrx.interop.errors import ImportFormatError
-from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info, sample_pictures
+from evalrx.interop.inspect_log import inspect_run_info, sample_record
 from evalrx.interop.limits import ImportLimits, check_size, parse_json
 from evalrx.interop.records import Reading, Record
 from evalrx.interop.registry import Format, register
@@ -208,21 +208,14 @@ def read_eval_log(reading: Reading) -> Iterator[Record]:
             f"{path.name} is an unfinished Inspect log (no header.json: Inspect was still writing it, or stopped); "
             f"imported the {len(log.samples)} sample(s) it holds"
         )
-    name, config = inspect_run_info(log.header)
     meta = {
         "inspect_status": log.header.get("status") or "started",
         "incomplete": not log.complete,
         "compression": log.compressions,
     }
+    run = (*inspect_run_info(log.header), meta)
     for entry, sample in log.iter_samples():
-        try:
-            case, traj = from_inspect_sample(sample)
-            pictures = sample_pictures(sample, traj)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ImportFormatError(path, entry.name, str(exc)) from None
-        yield Record(
-            case=case, traj=traj, where=entry.name, run_name=name, run_config=config, run_meta=meta, media=pictures
-        )
+        yield sample_record(sample, path, entry.name, run)
 
 
 register(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from evalrx.interop.errors import EncodingError, ImportFormatError
-from evalrx.interop.inspect_log import from_inspect_sample, inspect_run_info, sample_pictures
+from evalrx.interop.inspect_log import inspect_run_info, sample_record, sample_where
 from evalrx.interop.json_array_items import array_items
 from evalrx.interop.limits import UTF8_BOM, parse_json
 from evalrx.interop.records import Reading, Record
@@ -95,21 +95,15 @@ def read_inspect_json(reading: Reading, header: dict) -> Iterator[Record]:
     """The samples of an Inspect `.json` log whose `inspect_header` is `header`, one at a time, each
     checked as one record (`parse_json`: size, encoding, depth)."""
     path = reading.path
-    name, config = inspect_run_info(header)
-    meta = {"inspect_status": header.get("status")}
+    run = (*inspect_run_info(header), {"inspect_status": header.get("status")})
     reading.kinds.add("inspect")
     found = False
     for i, (raw, depth) in enumerate(array_items(path, "samples", reading.limits, what="sample")):
         sample = parse_json(raw, path, f"sample {i}", reading.limits, what="sample", depth=depth)
-        at = f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
-        try:
-            case, traj = from_inspect_sample(sample)
-            pictures = sample_pictures(sample, traj)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ImportFormatError(path, at, str(exc)) from None
+        record = sample_record(sample, path, sample_where(i, sample), run)
         del sample, raw  # this sample's objects go before the next is read
         found = True
-        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=pictures)
+        yield record
     if not found:
         raise ImportFormatError(path, 1, "the log has no samples (was it written with log_samples=False?)")
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, StepRole, Termination, Trajectory
@@ -208,6 +209,22 @@ def inspect_run_info(log: dict) -> tuple[str, dict]:
     return f"{task} ({model})", config
 
 
+def sample_where(i: int, sample: Any) -> str:
+    """Where the `i`-th sample of a log is, for an error line: its index and its id."""
+    return f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
+
+
+def sample_record(sample: Any, path: Path, where: str, run: "tuple[str, dict, dict]") -> Record:
+    """One sample as a record of the run `(name, config, meta)`; a bad one is one line saying `where`."""
+    try:
+        case, traj = from_inspect_sample(sample)
+        pictures = sample_pictures(sample, traj)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ImportFormatError(path, where, str(exc)) from None
+    name, config, meta = run
+    return Record(case=case, traj=traj, where=where, run_name=name, run_config=config, run_meta=meta, media=pictures)
+
+
 def _is_inspect_log(obj: dict, whole: bool) -> bool:
     # A log written on one JSONL line must hold its samples; a whole document is read as a log by its `eval`.
     return "eval" in obj and (whole or "samples" in obj)
@@ -221,18 +238,12 @@ def read_inspect_log(log: dict, where: Any, reading: Reading) -> Iterator[Record
     samples = log.get("samples")
     if not isinstance(samples, list) or not samples:
         raise ImportFormatError(path, 1, "the log has no samples (was it written with log_samples=False?)")
-    name, config = inspect_run_info(log)
-    meta = {"inspect_status": log.get("status")}
+    run = (*inspect_run_info(log), {"inspect_status": log.get("status")})
     reading.kinds.add("inspect")
     for i, sample in enumerate(samples):
-        at = f"sample {i}" + (f" (id {sample.get('id')!r})" if isinstance(sample, dict) else "")
-        try:
-            case, traj = from_inspect_sample(sample)
-            pictures = sample_pictures(sample, traj)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ImportFormatError(path, at, str(exc)) from None
+        record = sample_record(sample, path, sample_where(i, sample), run)
         samples[i] = None  # each sample's memory goes once it is stored
-        yield Record(case=case, traj=traj, where=at, run_name=name, run_config=config, run_meta=meta, media=pictures)
+        yield record
 
 
 register(

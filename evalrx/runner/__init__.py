@@ -13,6 +13,8 @@ Importing this package imports no model code.
 
 from typing import Any
 
+from evalrx._lazy import lazy_attribute
+
 # Loaded on first use, so `evalrx.runner.offline` and the CLI's command table stay light.
 _EXPORTS = {
     "AnalysisRecord": "evalrx.runner.analysis",
@@ -39,12 +41,7 @@ _EXPORTS = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'evalrx.runner' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+    return lazy_attribute(__name__, _EXPORTS, name)
 
 
 __all__ = sorted(_EXPORTS)

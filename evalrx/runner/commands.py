@@ -435,23 +435,8 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
     _url_arg(p)
     args = p.parse_args(argv)
     if args.judge is None:
-        given = [
-            f
-            for f, v in (
-                ("--backend", args.backend),
-                ("--base-url", args.base_url),
-                ("--api-key-env", args.api_key_env),
-                ("--timeout", args.timeout),
-                ("--retries", args.retries),
-                ("--limit", args.limit),
-                ("--all", args.all),
-                ("--with-findings", args.with_findings),
-                ("--judge-strategy", args.judge_strategy),
-                ("--queue", args.queue),
-                ("--concurrency", args.concurrency),
-            )
-            if v not in (None, False)
-        ]
+        judge_only = ("backend", *_API_ONLY, "limit", "all", "with_findings", "judge_strategy", "queue", "concurrency")
+        given = _given(args, judge_only)
         if given:
             p.error(f"{', '.join(given)} need --judge SPEC")
 
@@ -472,6 +457,15 @@ def diagnose_main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
 
     return _guard(go, "evalrx diagnose")
+
+
+# The judge's options that only the api backend reads (argparse's names).
+_API_ONLY = ("base_url", "api_key_env", "timeout", "retries")
+
+
+def _given(args: argparse.Namespace, names: "tuple[str, ...]") -> "list[str]":
+    """The flags among `names` given on the command line (a value other than their None or False default)."""
+    return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None and getattr(args, n) is not False]
 
 
 def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
@@ -495,14 +489,8 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
     if spec.api_only and backend != "api":
         p.error(f"{spec.key} is API-only: use --backend api (with --base-url for your server), not {backend!r}")
     if backend != "api":
-        for flag, value in (
-            ("--base-url", args.base_url),
-            ("--api-key-env", args.api_key_env),
-            ("--timeout", args.timeout),
-            ("--retries", args.retries),
-        ):
-            if value is not None:
-                p.error(f"{flag} applies to the api backend only, not {backend!r}")
+        for flag in _given(args, _API_ONLY):
+            p.error(f"{flag} applies to the api backend only, not {backend!r}")
     if args.concurrency is not None and not args.queue:
         p.error("--concurrency applies with --queue only")
     if args.queue:

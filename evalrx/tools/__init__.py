@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from evalrx._lazy import lazy_attribute
 from evalrx.core.tool import Tool
 from evalrx.tools.calculator import calculator, make_calculator
 from evalrx.tools.image_zoom import make_image_zoom
@@ -77,12 +78,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'evalrx.tools' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "store"))
+sys.path.insert(0, str(ROOT / "tests" / "store" / "queue"))
 
 from test_bfcl_and_mcp_runs import ToolServer  # noqa: E402
 

@@ -11,10 +11,29 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from evalrx.store.migrations._helpers import (
+    JSON,
+    create_indexes,
+    drop_indexes,
+    foreign_key,
+    primary_key,
+    timestamp,
+    unique,
+)
+
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+
+BYTES = sa.LargeBinary().with_variant(postgresql.BYTEA(), "postgresql")
+# Indexes on (run_id, column) for the Trajectories page's sorts and filters.
+TRAJECTORY_RUN_INDEXES = ("id", "label", "latency_ms", "outcome", "sample_id", "terminated")
+# At most one current label a step, and one for the whole trajectory (step_idx NULL): (name, columns, where).
+CURRENT_LABEL_INDEXES = (
+    ("uq_labels_current_step", ["trajectory_id", "step_idx"], "is_current AND step_idx IS NOT NULL"),
+    ("uq_labels_current_trajectory", ["trajectory_id"], "is_current AND step_idx IS NULL"),
+)
 
 
 def upgrade() -> None:
@@ -23,9 +42,9 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.Column("mime", sa.String(length=100), nullable=False),
         sa.Column("size", sa.Integer(), nullable=False),
-        sa.Column("data", sa.LargeBinary().with_variant(postgresql.BYTEA(), "postgresql"), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("sha256", name=op.f("pk_blobs")),
+        sa.Column("data", BYTES, nullable=False),
+        timestamp("created_at", nullable=False),
+        primary_key("blobs", "sha256"),
     )
     op.create_table(
         "runs",
@@ -35,32 +54,27 @@ def upgrade() -> None:
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("spec_key", sa.String(length=200), nullable=True),
         sa.Column("backend", sa.String(length=32), nullable=True),
-        sa.Column(
-            "config", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
-        sa.Column(
-            "meta", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
+        sa.Column("config", JSON, nullable=False),
+        sa.Column("meta", JSON, nullable=False),
         sa.Column("n_cases", sa.Integer(), nullable=False),
         sa.Column("n_done", sa.Integer(), nullable=False),
         sa.Column("n_pass", sa.Integer(), nullable=False),
         sa.Column("n_fail", sa.Integer(), nullable=False),
         sa.Column("n_error", sa.Integer(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
+        timestamp("created_at", nullable=False),
+        timestamp("started_at", nullable=True),
+        timestamp("finished_at", nullable=True),
+        primary_key("runs", "id"),
     )
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_runs_status"), ["status"], unique=False)
+    create_indexes("runs", ["status"])
 
     op.create_table(
         "tags",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=100), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_tags")),
-        sa.UniqueConstraint("name", name=op.f("uq_tags_name")),
+        primary_key("tags", "id"),
+        unique("tags", "name"),
     )
     op.create_table(
         "workers",
@@ -69,12 +83,11 @@ def upgrade() -> None:
         sa.Column("pid", sa.Integer(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("job_id", sa.Integer(), nullable=True),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
+        timestamp("started_at", nullable=False),
+        timestamp("heartbeat_at", nullable=False),
+        primary_key("workers", "id"),
     )
-    with op.batch_alter_table("workers", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_workers_heartbeat_at"), ["heartbeat_at"], unique=False)
+    create_indexes("workers", ["heartbeat_at"])
 
     op.create_table(
         "cases",
@@ -82,22 +95,15 @@ def upgrade() -> None:
         sa.Column("digest", sa.String(length=64), nullable=False),
         sa.Column("case_key", sa.String(length=300), nullable=False),
         sa.Column("prompt", sa.Text(), nullable=False),
-        sa.Column(
-            "expected", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=True
-        ),
-        sa.Column(
-            "grader", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=True
-        ),
-        sa.Column(
-            "meta", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
+        sa.Column("expected", JSON, nullable=True),
+        sa.Column("grader", JSON, nullable=True),
+        sa.Column("meta", JSON, nullable=False),
         sa.Column("image_sha256", sa.String(length=64), nullable=True),
-        sa.ForeignKeyConstraint(["image_sha256"], ["blobs.sha256"], name=op.f("fk_cases_image_sha256_blobs")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_cases")),
-        sa.UniqueConstraint("digest", name=op.f("uq_cases_digest")),
+        foreign_key("cases", "image_sha256", "blobs", parent_key="sha256"),
+        primary_key("cases", "id"),
+        unique("cases", "digest"),
     )
-    with op.batch_alter_table("cases", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_cases_case_key"), ["case_key"], unique=False)
+    create_indexes("cases", ["case_key"])
 
     op.create_table(
         "jobs",
@@ -110,29 +116,26 @@ def upgrade() -> None:
         sa.Column("progress_total", sa.Integer(), nullable=False),
         sa.Column("cancel_requested", sa.Boolean(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_jobs_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
+        timestamp("created_at", nullable=False),
+        timestamp("claimed_at", nullable=True),
+        timestamp("heartbeat_at", nullable=True),
+        timestamp("finished_at", nullable=True),
+        foreign_key("jobs", "run_id", "runs", cascade=True),
+        primary_key("jobs", "id"),
     )
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_jobs_run_id"), ["run_id"], unique=False)
-        batch_op.create_index(batch_op.f("ix_jobs_status_id"), ["status", "id"], unique=False)
+    create_indexes("jobs", ["run_id"], ["status", "id"])
 
     op.create_table(
         "run_cases",
         sa.Column("run_id", sa.Integer(), nullable=False),
         sa.Column("case_id", sa.Integer(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(["case_id"], ["cases.id"], name=op.f("fk_run_cases_case_id_cases")),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_run_cases_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("run_id", "case_id", name=op.f("pk_run_cases")),
-        sa.UniqueConstraint("run_id", "position", name=op.f("uq_run_cases_run_id_position")),
+        foreign_key("run_cases", "case_id", "cases"),
+        foreign_key("run_cases", "run_id", "runs", cascade=True),
+        primary_key("run_cases", "run_id", "case_id"),
+        unique("run_cases", "run_id", "position"),
     )
-    with op.batch_alter_table("run_cases", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_run_cases_case_id"), ["case_id"], unique=False)
+    create_indexes("run_cases", ["case_id"])
 
     op.create_table(
         "trajectories",
@@ -142,14 +145,10 @@ def upgrade() -> None:
         sa.Column("sample_id", sa.String(length=300), nullable=False),
         sa.Column("goal", sa.Text(), nullable=False),
         sa.Column("final_answer", sa.Text(), nullable=True),
-        sa.Column(
-            "ground_truth", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=True
-        ),
+        sa.Column("ground_truth", JSON, nullable=True),
         sa.Column("outcome", sa.String(length=16), nullable=False),
         sa.Column("terminated", sa.String(length=32), nullable=False),
-        sa.Column(
-            "metrics", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
+        sa.Column("metrics", JSON, nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("n_steps", sa.Integer(), nullable=False),
         sa.Column("n_turns", sa.Integer(), nullable=False),
@@ -161,23 +160,20 @@ def upgrade() -> None:
         sa.Column("completion_tokens", sa.Integer(), nullable=False),
         sa.Column("label", sa.String(length=16), nullable=True),
         sa.Column("failure_mode", sa.String(length=100), nullable=True),
-        sa.Column("labelled_at", sa.DateTime(timezone=True), nullable=True),
+        timestamp("labelled_at", nullable=True),
         sa.Column("search_text", sa.Text(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(["case_id"], ["cases.id"], name=op.f("fk_trajectories_case_id_cases")),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_trajectories_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_trajectories")),
-        sa.UniqueConstraint("run_id", "case_id", name=op.f("uq_trajectories_run_id_case_id")),
+        timestamp("created_at", nullable=False),
+        foreign_key("trajectories", "case_id", "cases"),
+        foreign_key("trajectories", "run_id", "runs", cascade=True),
+        primary_key("trajectories", "id"),
+        unique("trajectories", "run_id", "case_id"),
     )
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_trajectories_case_id"), ["case_id"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_label"), ["label"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_run_id_id"), ["run_id", "id"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_run_id_label"), ["run_id", "label"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_run_id_latency_ms"), ["run_id", "latency_ms"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_run_id_outcome"), ["run_id", "outcome"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_run_id_sample_id"), ["run_id", "sample_id"], unique=False)
-        batch_op.create_index(batch_op.f("ix_trajectories_run_id_terminated"), ["run_id", "terminated"], unique=False)
+    create_indexes(
+        "trajectories",
+        ["case_id"],
+        ["label"],
+        *(["run_id", column] for column in TRAJECTORY_RUN_INDEXES),
+    )
 
     op.create_table(
         "analyses",
@@ -185,22 +181,12 @@ def upgrade() -> None:
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("step_idx", sa.Integer(), nullable=True),
         sa.Column("analyzer", sa.String(length=100), nullable=False),
-        sa.Column(
-            "meta", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_analyses_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_analyses")),
+        sa.Column("meta", JSON, nullable=False),
+        timestamp("created_at", nullable=False),
+        foreign_key("analyses", "trajectory_id", "trajectories", cascade=True),
+        primary_key("analyses", "id"),
     )
-    with op.batch_alter_table("analyses", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_analyses_trajectory_id_analyzer"), ["trajectory_id", "analyzer"], unique=False
-        )
+    create_indexes("analyses", ["trajectory_id", "analyzer"])
 
     op.create_table(
         "labels",
@@ -212,36 +198,19 @@ def upgrade() -> None:
         sa.Column("first_wrong_step", sa.Integer(), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
         sa.Column("annotator", sa.String(length=100), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        timestamp("created_at", nullable=False),
         sa.Column("is_current", sa.Boolean(), nullable=False),
         sa.Column("superseded_by", sa.Integer(), nullable=True),
-        sa.ForeignKeyConstraint(["superseded_by"], ["labels.id"], name=op.f("fk_labels_superseded_by_labels")),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_labels_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_labels")),
+        foreign_key("labels", "superseded_by", "labels"),
+        foreign_key("labels", "trajectory_id", "trajectories", cascade=True),
+        primary_key("labels", "id"),
     )
+    create_indexes("labels", ["trajectory_id", "step_idx"])
     with op.batch_alter_table("labels", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_labels_trajectory_id_step_idx"), ["trajectory_id", "step_idx"], unique=False
-        )
-        batch_op.create_index(
-            "uq_labels_current_step",
-            ["trajectory_id", "step_idx"],
-            unique=True,
-            sqlite_where=sa.text("is_current AND step_idx IS NOT NULL"),
-            postgresql_where=sa.text("is_current AND step_idx IS NOT NULL"),
-        )
-        batch_op.create_index(
-            "uq_labels_current_trajectory",
-            ["trajectory_id"],
-            unique=True,
-            sqlite_where=sa.text("is_current AND step_idx IS NULL"),
-            postgresql_where=sa.text("is_current AND step_idx IS NULL"),
-        )
+        for name, columns, where in CURRENT_LABEL_INDEXES:
+            batch_op.create_index(
+                name, columns, unique=True, sqlite_where=sa.text(where), postgresql_where=sa.text(where)
+            )
 
     op.create_table(
         "steps",
@@ -250,152 +219,90 @@ def upgrade() -> None:
         sa.Column("idx", sa.Integer(), nullable=False),
         sa.Column("role", sa.String(length=8), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
-        sa.Column(
-            "tool_calls", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
+        sa.Column("tool_calls", JSON, nullable=False),
         sa.Column("tool_name", sa.String(length=100), nullable=True),
-        sa.Column(
-            "observation", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=True
-        ),
+        sa.Column("observation", JSON, nullable=True),
         sa.Column("parse_error", sa.Text(), nullable=True),
         sa.Column("latency_ms", sa.Float(), nullable=True),
         sa.Column("prompt_tokens", sa.Integer(), nullable=True),
         sa.Column("completion_tokens", sa.Integer(), nullable=True),
         sa.Column("flags", sa.String(length=200), nullable=True),
-        sa.Column(
-            "span", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"], ["trajectories.id"], name=op.f("fk_steps_trajectory_id_trajectories"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_steps")),
-        sa.UniqueConstraint("trajectory_id", "idx", name=op.f("uq_steps_trajectory_id_idx")),
+        sa.Column("span", JSON, nullable=False),
+        foreign_key("steps", "trajectory_id", "trajectories", cascade=True),
+        primary_key("steps", "id"),
+        unique("steps", "trajectory_id", "idx"),
     )
     op.create_table(
         "trajectory_tags",
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("tag_id", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["tag_id"], ["tags.id"], name=op.f("fk_trajectory_tags_tag_id_tags"), ondelete="CASCADE"
-        ),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_trajectory_tags_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("trajectory_id", "tag_id", name=op.f("pk_trajectory_tags")),
+        foreign_key("trajectory_tags", "tag_id", "tags", cascade=True),
+        foreign_key("trajectory_tags", "trajectory_id", "trajectories", cascade=True),
+        primary_key("trajectory_tags", "trajectory_id", "tag_id"),
     )
-    with op.batch_alter_table("trajectory_tags", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_trajectory_tags_tag_id_trajectory_id"), ["tag_id", "trajectory_id"], unique=False
-        )
+    create_indexes("trajectory_tags", ["tag_id", "trajectory_id"])
 
     op.create_table(
         "trajectory_tools",
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("tool", sa.String(length=100), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_trajectory_tools_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("trajectory_id", "tool", name=op.f("pk_trajectory_tools")),
+        foreign_key("trajectory_tools", "trajectory_id", "trajectories", cascade=True),
+        primary_key("trajectory_tools", "trajectory_id", "tool"),
     )
-    with op.batch_alter_table("trajectory_tools", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_trajectory_tools_tool_trajectory_id"), ["tool", "trajectory_id"], unique=False
-        )
+    create_indexes("trajectory_tools", ["tool", "trajectory_id"])
 
     op.create_table(
         "analysis_arrays",
         sa.Column("analysis_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("dtype", sa.String(length=16), nullable=False),
-        sa.Column(
-            "shape", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
-        sa.Column("data", sa.LargeBinary().with_variant(postgresql.BYTEA(), "postgresql"), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["analysis_id"], ["analyses.id"], name=op.f("fk_analysis_arrays_analysis_id_analyses"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("analysis_id", "name", name=op.f("pk_analysis_arrays")),
+        sa.Column("shape", JSON, nullable=False),
+        sa.Column("data", BYTES, nullable=False),
+        foreign_key("analysis_arrays", "analysis_id", "analyses", cascade=True),
+        primary_key("analysis_arrays", "analysis_id", "name"),
     )
     op.create_table(
         "step_media",
         sa.Column("step_id", sa.Integer(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("blob_sha256", sa.String(length=64), nullable=False),
-        sa.ForeignKeyConstraint(["blob_sha256"], ["blobs.sha256"], name=op.f("fk_step_media_blob_sha256_blobs")),
-        sa.ForeignKeyConstraint(
-            ["step_id"], ["steps.id"], name=op.f("fk_step_media_step_id_steps"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("step_id", "position", name=op.f("pk_step_media")),
+        foreign_key("step_media", "blob_sha256", "blobs", parent_key="sha256"),
+        foreign_key("step_media", "step_id", "steps", cascade=True),
+        primary_key("step_media", "step_id", "position"),
     )
 
 
 def downgrade() -> None:
     op.drop_table("step_media")
     op.drop_table("analysis_arrays")
-    with op.batch_alter_table("trajectory_tools", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_trajectory_tools_tool_trajectory_id"))
-
+    drop_indexes("trajectory_tools", ["tool", "trajectory_id"])
     op.drop_table("trajectory_tools")
-    with op.batch_alter_table("trajectory_tags", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_trajectory_tags_tag_id_trajectory_id"))
-
+    drop_indexes("trajectory_tags", ["tag_id", "trajectory_id"])
     op.drop_table("trajectory_tags")
     op.drop_table("steps")
     with op.batch_alter_table("labels", schema=None) as batch_op:
-        batch_op.drop_index(
-            "uq_labels_current_trajectory",
-            sqlite_where=sa.text("is_current AND step_idx IS NULL"),
-            postgresql_where=sa.text("is_current AND step_idx IS NULL"),
-        )
-        batch_op.drop_index(
-            "uq_labels_current_step",
-            sqlite_where=sa.text("is_current AND step_idx IS NOT NULL"),
-            postgresql_where=sa.text("is_current AND step_idx IS NOT NULL"),
-        )
-        batch_op.drop_index(batch_op.f("ix_labels_trajectory_id_step_idx"))
-
+        for name, _, where in reversed(CURRENT_LABEL_INDEXES):
+            batch_op.drop_index(name, sqlite_where=sa.text(where), postgresql_where=sa.text(where))
+    drop_indexes("labels", ["trajectory_id", "step_idx"])
     op.drop_table("labels")
-    with op.batch_alter_table("analyses", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_analyses_trajectory_id_analyzer"))
-
+    drop_indexes("analyses", ["trajectory_id", "analyzer"])
     op.drop_table("analyses")
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_terminated"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_sample_id"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_outcome"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_latency_ms"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_label"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_id"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_label"))
-        batch_op.drop_index(batch_op.f("ix_trajectories_case_id"))
-
+    drop_indexes(
+        "trajectories",
+        *(["run_id", column] for column in reversed(TRAJECTORY_RUN_INDEXES)),
+        ["label"],
+        ["case_id"],
+    )
     op.drop_table("trajectories")
-    with op.batch_alter_table("run_cases", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_run_cases_case_id"))
-
+    drop_indexes("run_cases", ["case_id"])
     op.drop_table("run_cases")
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_jobs_status_id"))
-        batch_op.drop_index(batch_op.f("ix_jobs_run_id"))
-
+    drop_indexes("jobs", ["status", "id"], ["run_id"])
     op.drop_table("jobs")
-    with op.batch_alter_table("cases", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_cases_case_key"))
-
+    drop_indexes("cases", ["case_key"])
     op.drop_table("cases")
-    with op.batch_alter_table("workers", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_workers_heartbeat_at"))
-
+    drop_indexes("workers", ["heartbeat_at"])
     op.drop_table("workers")
     op.drop_table("tags")
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_runs_status"))
-
+    drop_indexes("runs", ["status"])
     op.drop_table("runs")
     op.drop_table("blobs")

@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from evalrx.store.migrations._helpers import add_columns, drop_columns, foreign_key, primary_key
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -55,17 +57,11 @@ def upgrade() -> None:
         "trajectory_texts",
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("search_text", sa.Text(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_trajectory_texts_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("trajectory_id", name=op.f("pk_trajectory_texts")),
+        foreign_key("trajectory_texts", "trajectory_id", "trajectories", cascade=True),
+        primary_key("trajectory_texts", "trajectory_id"),
     )
     op.execute("INSERT INTO trajectory_texts (trajectory_id, search_text) SELECT id, search_text FROM trajectories")
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.drop_column("search_text")
+    drop_columns("trajectories", "search_text")
 
     bind = op.get_bind()
     if bind.dialect.name == "sqlite":
@@ -88,8 +84,7 @@ def downgrade() -> None:
         for name in ("trajectory_fts_ai", "trajectory_fts_ad", "trajectory_fts_au"):
             bind.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
         bind.exec_driver_sql("DROP TABLE IF EXISTS trajectory_fts")
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("search_text", sa.Text(), nullable=False, server_default=""))
+    add_columns("trajectories", sa.Column("search_text", sa.Text(), nullable=False, server_default=""))
     op.execute(
         "UPDATE trajectories SET search_text = (SELECT x.search_text FROM trajectory_texts x "
         "WHERE x.trajectory_id = trajectories.id)"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from evalrx.store.migrations._helpers import JSON, create_indexes, drop_indexes, foreign_key, primary_key, timestamp
 
 revision = "0003"
 down_revision = "0002"
@@ -25,56 +26,32 @@ def upgrade() -> None:
         "analysis_requests",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
-        sa.Column(
-            "analyzers", sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"), nullable=False
-        ),
+        sa.Column("analyzers", JSON, nullable=False),
         sa.Column("model", sa.String(length=200), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("worker_id", sa.String(length=120), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_analysis_requests_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_analysis_requests")),
+        timestamp("created_at", nullable=False),
+        timestamp("started_at", nullable=True),
+        timestamp("finished_at", nullable=True),
+        foreign_key("analysis_requests", "trajectory_id", "trajectories", cascade=True),
+        primary_key("analysis_requests", "id"),
     )
-    with op.batch_alter_table("analysis_requests", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_analysis_requests_status_id"), ["status", "id"], unique=False)
-        batch_op.create_index(batch_op.f("ix_analysis_requests_trajectory_id"), ["trajectory_id"], unique=False)
+    create_indexes("analysis_requests", ["status", "id"], ["trajectory_id"])
 
     op.create_table(
         "trajectory_scores",
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=60), nullable=False),
         sa.Column("value", sa.Float(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_trajectory_scores_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("trajectory_id", "name", name=op.f("pk_trajectory_scores")),
+        foreign_key("trajectory_scores", "trajectory_id", "trajectories", cascade=True),
+        primary_key("trajectory_scores", "trajectory_id", "name"),
     )
-    with op.batch_alter_table("trajectory_scores", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_trajectory_scores_name_value_trajectory_id"),
-            ["name", "value", "trajectory_id"],
-            unique=False,
-        )
+    create_indexes("trajectory_scores", ["name", "value", "trajectory_id"])
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("trajectory_scores", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_trajectory_scores_name_value_trajectory_id"))
-
+    drop_indexes("trajectory_scores", ["name", "value", "trajectory_id"])
     op.drop_table("trajectory_scores")
-    with op.batch_alter_table("analysis_requests", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_analysis_requests_trajectory_id"))
-        batch_op.drop_index(batch_op.f("ix_analysis_requests_status_id"))
-
+    drop_indexes("analysis_requests", ["trajectory_id"], ["status", "id"])
     op.drop_table("analysis_requests")

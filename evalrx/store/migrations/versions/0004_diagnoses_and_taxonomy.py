@@ -18,7 +18,18 @@ from datetime import datetime, timezone
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from evalrx.store.migrations._helpers import (
+    JSON,
+    add_columns,
+    create_indexes,
+    drop_columns,
+    drop_indexes,
+    foreign_key,
+    primary_key,
+    timestamp,
+    unique,
+)
 
 # The vocabulary as this revision knew it (a migration imports nothing of evalrx, so it never changes).
 BUILTIN_KINDS = [
@@ -70,15 +81,10 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
-
 
 def upgrade() -> None:
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("failure_kind", sa.String(length=100), nullable=True))
-        batch_op.create_index(
-            batch_op.f("ix_trajectories_run_id_failure_kind"), ["run_id", "failure_kind"], unique=False
-        )
+    add_columns("trajectories", sa.Column("failure_kind", sa.String(length=100), nullable=True))
+    create_indexes("trajectories", ["run_id", "failure_kind"])
 
     op.create_table(
         "diagnoses",
@@ -90,17 +96,11 @@ def upgrade() -> None:
         sa.Column("confidence", sa.Float(), nullable=False),
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_diagnoses_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("trajectory_id", "rank", name=op.f("pk_diagnoses")),
+        timestamp("created_at", nullable=False),
+        foreign_key("diagnoses", "trajectory_id", "trajectories", cascade=True),
+        primary_key("diagnoses", "trajectory_id", "rank"),
     )
-    with op.batch_alter_table("diagnoses", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_diagnoses_kind"), ["kind"], unique=False)
+    create_indexes("diagnoses", ["kind"])
 
     kinds = op.create_table(
         "failure_kinds",
@@ -109,9 +109,9 @@ def upgrade() -> None:
         sa.Column("hotkey", sa.String(length=1), nullable=True),
         sa.Column("builtin", sa.Boolean(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("key", name=op.f("pk_failure_kinds")),
-        sa.UniqueConstraint("hotkey", name=op.f("uq_failure_kinds_hotkey")),
+        timestamp("created_at", nullable=False),
+        primary_key("failure_kinds", "key"),
+        unique("failure_kinds", "hotkey"),
     )
     bind = op.get_bind()
     now = datetime.now(timezone.utc)
@@ -141,9 +141,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("failure_kinds")
-    with op.batch_alter_table("diagnoses", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_diagnoses_kind"))
+    drop_indexes("diagnoses", ["kind"])
     op.drop_table("diagnoses")
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_trajectories_run_id_failure_kind"))
-        batch_op.drop_column("failure_kind")
+    drop_indexes("trajectories", ["run_id", "failure_kind"])
+    drop_columns("trajectories", "failure_kind")

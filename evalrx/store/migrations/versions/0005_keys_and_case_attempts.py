@@ -13,7 +13,8 @@ Revises: 0004
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from evalrx.store.migrations._helpers import add_columns, drop_columns
 
 revision = "0005"
 down_revision = "0004"
@@ -22,18 +23,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("key_bound", sa.Boolean(), server_default=sa.text("false"), nullable=False))
-    with op.batch_alter_table("run_cases", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False))
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("idle_claims", sa.Integer(), server_default=sa.text("0"), nullable=False))
+    add_columns("runs", sa.Column("key_bound", sa.Boolean(), server_default=sa.text("false"), nullable=False))
+    add_columns("run_cases", sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False))
+    add_columns("jobs", sa.Column("idle_claims", sa.Integer(), server_default=sa.text("0"), nullable=False))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_column("idle_claims")
-    with op.batch_alter_table("run_cases", schema=None) as batch_op:
-        batch_op.drop_column("attempts")
-    with op.batch_alter_table("runs", schema=None) as batch_op:
-        batch_op.drop_column("key_bound")
+    drop_columns("jobs", "idle_claims")
+    drop_columns("run_cases", "attempts")
+    drop_columns("runs", "key_bound")

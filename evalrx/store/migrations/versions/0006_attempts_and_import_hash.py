@@ -20,15 +20,19 @@ branch_labels = None
 depends_on = None
 
 
+def _rename_crash_counter(batch_op, old: str, new: str) -> None:
+    batch_op.alter_column(
+        old,
+        new_column_name=new,
+        existing_type=sa.Integer(),
+        existing_nullable=False,
+        existing_server_default=sa.text("0"),
+    )
+
+
 def upgrade() -> None:
     with op.batch_alter_table("run_cases", schema=None) as batch_op:
-        batch_op.alter_column(
-            "attempts",
-            new_column_name="starts",
-            existing_type=sa.Integer(),
-            existing_nullable=False,
-            existing_server_default=sa.text("0"),
-        )
+        _rename_crash_counter(batch_op, "attempts", "starts")
         batch_op.add_column(sa.Column("attempt", sa.Integer(), server_default=sa.text("1"), nullable=False))
         batch_op.drop_constraint("uq_run_cases_run_id_position", type_="unique")
         batch_op.drop_constraint("pk_run_cases", type_="primary")
@@ -60,10 +64,4 @@ def downgrade() -> None:
         batch_op.create_primary_key("pk_run_cases", ["run_id", "case_id"])
         batch_op.create_unique_constraint("uq_run_cases_run_id_position", ["run_id", "position"])
         batch_op.drop_column("attempt")
-        batch_op.alter_column(
-            "starts",
-            new_column_name="attempts",
-            existing_type=sa.Integer(),
-            existing_nullable=False,
-            existing_server_default=sa.text("0"),
-        )
+        _rename_crash_counter(batch_op, "starts", "attempts")

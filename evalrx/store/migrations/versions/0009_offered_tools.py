@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from evalrx.store.migrations._helpers import JSON, create_indexes, drop_indexes, foreign_key, primary_key, timestamp
 
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
 depends_on = None
-
-JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
 
 def upgrade() -> None:
@@ -31,38 +30,29 @@ def upgrade() -> None:
         sa.Column("source", sa.String(length=16), nullable=False),
         sa.Column("origin", sa.String(length=500), nullable=False),
         sa.Column("spec", JSON, nullable=False),
-        sa.PrimaryKeyConstraint("digest", name=op.f("pk_tool_specs")),
+        primary_key("tool_specs", "digest"),
     )
     op.create_table(
         "trajectory_offered_tools",
         sa.Column("trajectory_id", sa.Integer(), nullable=False),
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("tool_digest", sa.String(length=64), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["trajectory_id"],
-            ["trajectories.id"],
-            name=op.f("fk_trajectory_offered_tools_trajectory_id_trajectories"),
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["tool_digest"], ["tool_specs.digest"], name=op.f("fk_trajectory_offered_tools_tool_digest_tool_specs")
-        ),
-        sa.PrimaryKeyConstraint("trajectory_id", "position", name=op.f("pk_trajectory_offered_tools")),
+        foreign_key("trajectory_offered_tools", "trajectory_id", "trajectories", cascade=True),
+        foreign_key("trajectory_offered_tools", "tool_digest", "tool_specs", parent_key="digest"),
+        primary_key("trajectory_offered_tools", "trajectory_id", "position"),
     )
-    with op.batch_alter_table("trajectory_offered_tools", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_trajectory_offered_tools_tool_digest"), ["tool_digest"], unique=False)
+    create_indexes("trajectory_offered_tools", ["tool_digest"])
     op.create_table(
         "mcp_servers",
         sa.Column("name", sa.String(length=100), nullable=False),
         sa.Column("config", JSON, nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("name", name=op.f("pk_mcp_servers")),
+        timestamp("created_at", nullable=False),
+        primary_key("mcp_servers", "name"),
     )
 
 
 def downgrade() -> None:
     op.drop_table("mcp_servers")
-    with op.batch_alter_table("trajectory_offered_tools", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_trajectory_offered_tools_tool_digest"))
+    drop_indexes("trajectory_offered_tools", ["tool_digest"])
     op.drop_table("trajectory_offered_tools")
     op.drop_table("tool_specs")

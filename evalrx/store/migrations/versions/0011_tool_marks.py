@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from evalrx.store.migrations._helpers import primary_key, timestamp
+
 revision = "0011"
 down_revision = "0010"
 branch_labels = None
@@ -21,8 +23,8 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=300), nullable=False),
         sa.Column("effect", sa.String(length=8), nullable=False),
         sa.Column("annotator", sa.String(length=100), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("name", name=op.f("pk_tool_marks")),
+        timestamp("created_at", nullable=False),
+        primary_key("tool_marks", "name"),
     )
 
 

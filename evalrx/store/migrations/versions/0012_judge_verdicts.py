@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from evalrx.store.migrations._helpers import JSON, primary_key, timestamp
 
 revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
-
-JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
 
 def upgrade() -> None:
@@ -30,8 +29,8 @@ def upgrade() -> None:
         sa.Column("refusal", sa.Text(), nullable=True),
         sa.Column("answer", sa.Text(), nullable=False),
         sa.Column("meta", JSON, nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("digest", name=op.f("pk_judge_verdicts")),
+        timestamp("created_at", nullable=False),
+        primary_key("judge_verdicts", "digest"),
     )
 
 

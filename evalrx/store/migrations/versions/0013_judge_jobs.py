@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
+
+from evalrx.store.migrations._helpers import JSON, create_indexes, drop_indexes, foreign_key, primary_key, timestamp
 
 revision = "0013"
 down_revision = "0012"
 branch_labels = None
 depends_on = None
-
-JSON = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql")
 
 
 def upgrade() -> None:
@@ -44,17 +43,15 @@ def upgrade() -> None:
         sa.Column("notes", JSON, nullable=False),
         sa.Column("cancel_requested", sa.Boolean(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_judge_jobs_run_id_runs"), ondelete="CASCADE"),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_judge_jobs")),
+        timestamp("created_at", nullable=False),
+        timestamp("started_at", nullable=True),
+        timestamp("finished_at", nullable=True),
+        foreign_key("judge_jobs", "run_id", "runs", cascade=True),
+        primary_key("judge_jobs", "id"),
     )
-    op.create_index(op.f("ix_judge_jobs_status_id"), "judge_jobs", ["status", "id"], unique=False)
-    op.create_index(op.f("ix_judge_jobs_run_id"), "judge_jobs", ["run_id"], unique=False)
+    create_indexes("judge_jobs", ["status", "id"], ["run_id"])
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_judge_jobs_run_id"), table_name="judge_jobs")
-    op.drop_index(op.f("ix_judge_jobs_status_id"), table_name="judge_jobs")
+    drop_indexes("judge_jobs", ["run_id"], ["status", "id"])
     op.drop_table("judge_jobs")

@@ -8,7 +8,8 @@ Revises: 0014
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from evalrx.store.migrations._helpers import add_columns, create_indexes, drop_columns, drop_indexes
 
 revision = "0015"
 down_revision = "0014"
@@ -17,18 +18,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("diagnoses", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("agent", sa.String(length=200), nullable=True))
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("diagnosis_agent", sa.String(length=200), nullable=True))
-    op.create_index(
-        op.f("ix_trajectories_run_id_diagnosis_agent"), "trajectories", ["run_id", "diagnosis_agent"], unique=False
-    )
+    add_columns("diagnoses", sa.Column("agent", sa.String(length=200), nullable=True))
+    add_columns("trajectories", sa.Column("diagnosis_agent", sa.String(length=200), nullable=True))
+    create_indexes("trajectories", ["run_id", "diagnosis_agent"])
 
 
 def downgrade() -> None:
-    op.drop_index(op.f("ix_trajectories_run_id_diagnosis_agent"), table_name="trajectories")
-    with op.batch_alter_table("trajectories", schema=None) as batch_op:
-        batch_op.drop_column("diagnosis_agent")
-    with op.batch_alter_table("diagnoses", schema=None) as batch_op:
-        batch_op.drop_column("agent")
+    drop_indexes("trajectories", ["run_id", "diagnosis_agent"])
+    drop_columns("trajectories", "diagnosis_agent")
+    drop_columns("diagnoses", "agent")

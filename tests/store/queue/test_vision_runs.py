@@ -22,7 +22,7 @@ from evalrx.demo.vision_data import VISION_TOOLS
 from evalrx.runner import Worker, enqueue_run
 from evalrx.suites import load_cases
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "app"))
 
 from components import importer  # noqa: E402
 from components.export_panel import FORMATS, write_export  # noqa: E402

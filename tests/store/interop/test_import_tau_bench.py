@@ -14,7 +14,7 @@ from evalrx.core import FailureCase
 from evalrx.diagnosis import reference_of
 from evalrx.interop import import_file, import_labels
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "agentrx_tau_retail"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "agentrx_tau_retail"
 
 
 def test_the_failed_agentrx_runs_import_as_conversations_with_their_gold_actions(sqlite_url):

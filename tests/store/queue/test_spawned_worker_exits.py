@@ -16,7 +16,7 @@ import evalrx.store as S
 from evalrx.runner import parent_watch
 from evalrx.store import schema as t
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # A parent that starts a worker, waits until the worker has registered itself (its watch
 # is running by then), prints the worker's pid and exits.

@@ -15,7 +15,7 @@ from storehelpers import fill_run, make_case, make_trajectory
 import evalrx.interop as X
 import evalrx.store as S
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "app"))
 
 from components import importer  # noqa: E402
 

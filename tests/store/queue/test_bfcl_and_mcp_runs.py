@@ -208,7 +208,7 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     assert _children() <= before, "every case's server session was closed"
 
 
-FLAKY = str(Path(__file__).resolve().parents[1] / "fixtures" / "mcp_flaky_server.py")
+FLAKY = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_flaky_server.py")
 
 
 @pytest.mark.parametrize("shared", [False, True])

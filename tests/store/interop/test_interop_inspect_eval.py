@@ -28,7 +28,7 @@ from evalrx.runner.commands import import_main
 
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "interop"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "interop"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 
 # The shared folder beside the checkout (CI lays a copy of it beside its fresh clone).
 AGENTRX_GROUND_TRUTH = (
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "agentrx_tau_retail" / "tau_ground_truth.json"
+    Path(__file__).resolve().parents[4] / "shared" / "data" / "agentrx_tau_retail" / "tau_ground_truth.json"
 )
 SYSTEM = {"role": "system", "content": "You are a shop assistant. Confirm before changing an order."}
 

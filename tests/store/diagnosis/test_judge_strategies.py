@@ -19,7 +19,7 @@ from evalrx.cli import main
 from evalrx.interop import import_file
 from evalrx.runner import Worker
 
-WHOWHEN = Path(__file__).resolve().parents[3] / "shared" / "data" / "whowhen_algorithm_generated"
+WHOWHEN = Path(__file__).resolve().parents[4] / "shared" / "data" / "whowhen_algorithm_generated"
 
 # Who&When Algorithm-Generated 34: 8 steps, each by an agent; its people put the mistake at step 4.
 WW_STEP, WW_AGENT = 4, "Locomotive_Expert"

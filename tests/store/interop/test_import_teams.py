@@ -12,7 +12,7 @@ import pytest
 import evalrx.store as S
 from evalrx.interop import ImportFormatError, export_run, import_file, import_labels, read_file
 
-WHOWHEN = Path(__file__).resolve().parents[3] / "shared" / "data" / "whowhen_algorithm_generated"
+WHOWHEN = Path(__file__).resolve().parents[4] / "shared" / "data" / "whowhen_algorithm_generated"
 
 # A Hand-Crafted (Magentic-One) run as the subset writes it: the speaker in `role`, the person as `human`.
 HAND_CRAFTED = {
@@ -139,7 +139,7 @@ def test_a_magentic_one_message_list_imports_and_agentrx_ground_truth_blames_its
 
 
 def test_a_single_agent_trajectorys_labels_name_no_agent(sqlite_url):
-    data = Path(__file__).resolve().parents[3] / "shared" / "data" / "agentrx_tau_retail"
+    data = Path(__file__).resolve().parents[4] / "shared" / "data" / "agentrx_tau_retail"
     run = import_file(data / "tau_dataset_failed.json", store=sqlite_url).run_ids[0]
     import_labels(data / "tau_ground_truth.json", run_id=run, store=sqlite_url)
     rows = S.list_trajectories(run_id=run, limit=100, store=sqlite_url).rows
