@@ -1,0 +1,24 @@
+"""Inputs the fuzz targets found that broke a parser, kept as fixtures (tests/fixtures/fuzz/) with what
+each must give now: one line naming the file and the problem, or the result a good input gives."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalrx.interop import ImportFormatError, preview_file
+
+CRASHERS = Path(__file__).resolve().parents[1] / "fixtures" / "fuzz"
+
+
+def copied(name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copyfile(CRASHERS / name, tmp_path / name))
+
+
+def test_an_inspect_log_cut_after_its_first_key_is_one_line(tmp_path):
+    path = copied("inspect_cut_after_first_key.json", tmp_path)
+    with pytest.raises(ImportFormatError, match=r"line 1: not valid JSON \(parse error: premature EOF") as got:
+        preview_file(path)
+    assert "\n" not in str(got.value)  # ijson's message points at the spot over three lines
