@@ -5,6 +5,7 @@ the annotator name "adjudicator" (it becomes the current label; the history keep
 import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
+from components.filters import url_int
 from components.labelling import flash
 from components.safe import md_escape
 from components.timeline import render_case, render_timeline
@@ -55,12 +56,12 @@ run_key = st.selectbox(
     placeholder="pick a run",
     on_change=_reset,
 )
-if not (run_key and run_key.isdigit()):
+if url_int(run_key) is None:
     st.caption("Pick a run: its trajectories whose annotators disagree are listed here, one at a time.")
     st.stop()
 if run_key in runs:
     st.caption(md_escape(runs[run_key]))
-items = disagreements(int(run_key), store=S)
+items = disagreements(url_int(run_key), store=S)
 waiting = [d for d in items if d["trajectory_id"] not in ss.adj_skipped]
 st.caption(
     f"{len(items):,} open disagreement(s) in run {run_key}"

@@ -22,3 +22,11 @@ def test_an_inspect_log_cut_after_its_first_key_is_one_line(tmp_path):
     with pytest.raises(ImportFormatError, match=r"line 1: not valid JSON \(parse error: premature EOF") as got:
         preview_file(path)
     assert "\n" not in str(got.value)  # ijson's message points at the spot over three lines
+
+
+def test_a_superscript_digit_in_a_url_is_no_id():
+    from components.filters import store_filters, url_int
+
+    assert "²".isdigit()  # what the pages checked before calling int()
+    assert url_int("²") is None and url_int(" 12 ") == 12
+    assert store_filters({"run": "²", "outcome": "fail"}) == {"outcome": "fail"}
