@@ -30,3 +30,16 @@ def test_a_superscript_digit_in_a_url_is_no_id():
     assert "²".isdigit()  # what the pages checked before calling int()
     assert url_int("²") is None and url_int(" 12 ") == 12
     assert store_filters({"run": "²", "outcome": "fail"}) == {"outcome": "fail"}
+
+
+def test_an_evalrx_row_whose_step_content_is_not_text_is_one_line(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("run_step_content_true.jsonl", tmp_path)
+    with pytest.raises(ImportFormatError, match=r"line 1: step 1: `content` must be text or null, not bool"):
+        import_file(path, store=url)
+    assert S.list_runs(store=url) == []
+    S.forget(url)
