@@ -43,3 +43,25 @@ def test_an_evalrx_row_whose_step_content_is_not_text_is_one_line(tmp_path):
         import_file(path, store=url)
     assert S.list_runs(store=url) == []
     S.forget(url)
+
+
+def test_a_carriage_return_in_a_labels_csv_is_no_crash(tmp_path):
+    from evalrx.interop import labels_format
+
+    path = copied("labels_cr_in_first_line.csv", tmp_path)
+    assert labels_format(path) is None
+    with pytest.raises(ImportFormatError, match="line 1: not valid JSON"):
+        preview_file(path)
+
+
+def test_a_labels_csv_cell_over_the_csv_field_limit_is_one_line(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_labels
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = tmp_path / "labels.csv"
+    path.write_bytes(b"case_id,outcome\n" + b"x" * 140_000 + b",fail\n")  # csv refuses a field over 128 KiB
+    with pytest.raises(ImportFormatError, match=r"line \d+: not readable as CSV"):
+        import_labels(path, store=url)
+    S.forget(url)
