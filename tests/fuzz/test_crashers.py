@@ -65,3 +65,10 @@ def test_a_labels_csv_cell_over_the_csv_field_limit_is_one_line(tmp_path):
     with pytest.raises(ImportFormatError, match=r"line \d+: not readable as CSV"):
         import_labels(path, store=url)
     S.forget(url)
+
+
+def test_a_case_file_that_is_not_utf8_names_the_line():
+    from evalrx.suites import CaseFileError, load_cases
+
+    with pytest.raises(CaseFileError, match=r"cases_not_utf8.jsonl:1: not UTF-8 text \(byte 16\)"):
+        load_cases(str(CRASHERS / "cases_not_utf8.jsonl"))
