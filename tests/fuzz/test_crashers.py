@@ -72,3 +72,10 @@ def test_a_case_file_that_is_not_utf8_names_the_line():
 
     with pytest.raises(CaseFileError, match=r"cases_not_utf8.jsonl:1: not UTF-8 text \(byte 16\)"):
         load_cases(str(CRASHERS / "cases_not_utf8.jsonl"))
+
+
+def test_an_mcp_config_text_that_is_a_json_list_is_one_line():
+    from evalrx.config.mcp import load_mcp_config
+
+    with pytest.raises(ValueError, match='needs a top-level "mcpServers" object'):
+        load_mcp_config((CRASHERS / "mcp_config_deep_list.txt").read_text())
