@@ -32,7 +32,7 @@ def record_of_row(row: dict) -> Record:
             raise ValueError(f"step {i} has no {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
             raise ValueError(f"step {i}: {exc}") from None
-        for key in ("content", "observation", "parse_error"):  # the store indexes them as text
+        for key in ("content", "parse_error"):  # the store indexes them as text (an observation may be structured)
             if s.get(key) is not None and not isinstance(s[key], str):
                 raise ValueError(f"step {i}: `{key}` must be text or null, not {type(s[key]).__name__}")
         if s.get("idx") != i:
