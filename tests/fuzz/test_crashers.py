@@ -79,3 +79,10 @@ def test_an_mcp_config_text_that_is_a_json_list_is_one_line():
 
     with pytest.raises(ValueError, match='needs a top-level "mcpServers" object'):
         load_mcp_config((CRASHERS / "mcp_config_deep_list.txt").read_text())
+
+
+def test_a_damaged_parquet_page_header_is_one_line(tmp_path):
+    path = copied("run_page_header_damaged.parquet", tmp_path)  # our Parquet export, its 9th byte zeroed
+    with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \(Couldn't deserialize") as got:
+        preview_file(path)
+    assert "\n" not in str(got.value)  # pyarrow's message runs over lines
