@@ -86,3 +86,9 @@ def test_a_damaged_parquet_page_header_is_one_line(tmp_path):
     with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \(Couldn't deserialize") as got:
         preview_file(path)
     assert "\n" not in str(got.value)  # pyarrow's message runs over lines
+
+
+def test_parquet_text_that_is_not_utf8_is_one_line(tmp_path):
+    path = copied("run_text_not_utf8.parquet", tmp_path)  # our Parquet export, a case id's first byte 0x80
+    with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \('utf-8' codec can't decode"):
+        preview_file(path)
