@@ -3,9 +3,10 @@
     PYTHONPATH=. python tests/fuzz/make_seeds.py
 
 Real files, each small: an Inspect `.eval` and `.json` log written by inspect_ai's mock model
-(tests/inspect_logs.py), that log exported by evalrx as JSONL, ATIF and OTLP, one trace of the
-autogen OpenInference fixture (its root and three model calls), a tau-bench result and a Who&When log cut to two messages, AgentRx
-ground truth (one record), and labels files in each accepted format.
+(tests/inspect_logs.py); that log exported by evalrx as JSONL, ATIF (also zipped with its pictures), OTLP and
+Parquet; the autogen OpenInference fixture's team root span and three model calls; a tau-bench result and a
+Who&When log cut to two messages; AgentRx ground truth (one record); labels files in each accepted format;
+a case file (prompt, turns, function documents) and an MCP config.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def main() -> None:
     from inspect_logs import inspect_env, write_eval_log
 
     import evalrx.store as S
-    from evalrx.interop import export_run, import_file
+    from evalrx.interop import bundle, export_run, import_file
 
     SEEDS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -37,8 +38,9 @@ def main() -> None:
         url = f"sqlite:///{tmp_path / 'seed.sqlite'}"
         S.upgrade(url)
         run_id = import_file(SEEDS / "inspect.eval", store=url).run_ids[0]
-        for name in ("run.jsonl", "run.atif.jsonl", "run.otlp.jsonl"):
+        for name in ("run.jsonl", "run.atif.jsonl", "run.otlp.jsonl", "run.parquet"):
             export_run(run_id, SEEDS / name, store=url)
+        bundle(SEEDS / "run.atif.jsonl")  # run.atif.jsonl.zip: the ATIF export zipped with its pictures
         S.forget(url)
     shutil.rmtree(SEEDS / "images", ignore_errors=True)  # the exports' pictures: an import without them still reads
 
@@ -102,6 +104,16 @@ def main() -> None:
                 "scores": [{"overall": 2}],
             }
         )
+    )
+    demo = (ROOT / "evalrx" / "demo" / "suites" / "multi_step.jsonl").read_text().splitlines()[:2]
+    own = [  # a conversation (`turns`) and a case with its own function document
+        '{"id": "conv-1", "turns": [{"prompt": "What is 3 + 4?", "expected": 7, "grader": {"kind": "numeric"}}, {"prompt": "And times 2?", "expected": 14}], "tools": ["calculator"]}',
+        '{"id": "fn-1", "prompt": "Weather in Paris?", "expected": [{"get_weather": {"city": ["Paris"]}}], "grader": {"kind": "calls"}, "tools": [{"name": "get_weather", "description": "Weather of a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]}',
+    ]
+    (SEEDS / "cases.jsonl").write_text("\n".join(demo + own) + "\n")
+    (SEEDS / "mcp.json").write_text(
+        '{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC", "API_KEY": "${API_KEY}"}, "timeout": 20, "shareSession": true}, "web": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}, "type": "http"}, "off": {"command": "x", "disabled": true}}}'
+        + "\n"
     )
     for p in sorted(SEEDS.iterdir()):
         print(f"{p.name:28} {p.stat().st_size:>8}")

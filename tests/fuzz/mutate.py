@@ -154,8 +154,10 @@ def bytes_noise(draw: Any, data: bytes) -> bytes:
 def mutated_file(draw: Any, name: str) -> bytes:
     """A seed file of tests/fixtures/fuzz/seeds, mutated as its kind allows."""
     raw = (SEEDS / name).read_bytes()
-    if name.endswith(".eval"):
+    if name.endswith((".eval", ".zip")):
         return draw(mutated_zip(raw))
+    if name.endswith(".parquet"):  # binary: its bytes cut or changed
+        return draw(bytes_noise(raw))
     ascii_only = draw(st.booleans())
     if name.endswith(".jsonl"):
         lines = [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
@@ -185,8 +187,8 @@ def mutated_file(draw: Any, name: str) -> bytes:
 
 @st.composite
 def mutated_zip(draw: Any, raw: bytes) -> bytes:
-    """An Inspect `.eval` log with one JSON member mutated (or a member dropped), rezipped with Deflate (as older
-    Inspect wrote); or its own bytes cut or changed."""
+    """An Inspect `.eval` log or an export zipped with its pictures, one JSON member mutated (or a member dropped),
+    rezipped with Deflate (as older Inspect wrote); or its own bytes cut or changed."""
     if draw(st.integers(0, 4)) == 0:
         return draw(bytes_noise(raw))
     from evalrx.interop.inspect_eval import read_entry  # Inspect writes Zstandard members, which zipfile cannot read
@@ -201,6 +203,11 @@ def mutated_zip(draw: Any, raw: bytes) -> bytes:
         del members[name]
     elif name.endswith(".json"):
         members[name] = _dump(draw(mutated_json(json.loads(members[name]))), draw(st.booleans()))
+    elif name.endswith(".jsonl"):
+        lines = members[name].splitlines()
+        i = draw(st.integers(0, len(lines) - 1))
+        lines[i] = _dump(draw(mutated_json(json.loads(lines[i]))), draw(st.booleans()))
+        members[name] = b"\n".join(lines) + b"\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for n, data in members.items():

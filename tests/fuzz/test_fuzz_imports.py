@@ -29,6 +29,8 @@ TRAJECTORY_SEEDS = [
     "run.jsonl",
     "run.atif.jsonl",
     "run.otlp.jsonl",
+    "run.parquet",
+    "run.atif.jsonl.zip",
     "autogen.spans.jsonl",
     "openai_chat.jsonl",
     "tau_bench.json",
