@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= local,api,app,postgres,export,tools,dev
 PORT ?= 8501
 
-.PHONY: install run test lint system-deps clean
+.PHONY: install run test fuzz lint system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,8 +53,15 @@ lint: install
 	PYTHONPATH=app $(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
+# `tests/fuzz` runs with the rest at its short profile (60 examples a target).
 test: install system-deps lint
 	$(PY) -m pytest -q
+
+# The long fuzz profile (20,000 examples a target; FUZZ_EXAMPLES to change it), recorded in
+# benchmarks/results/fuzz.json: examples per target, failures, crashers kept in tests/fixtures/fuzz/.
+FUZZ_EXAMPLES ?= 20000
+fuzz: install
+	EVALRX_FUZZ_PROFILE=long EVALRX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -56,6 +56,12 @@ SORT_CHOICES = {
 _TRUE = ("1", "true", "yes", "on")
 
 
+def url_int(value: Any) -> Optional[int]:
+    """A URL parameter's whole number (a run or trajectory id), or None: `str.isdigit` also takes "²", which `int` refuses."""
+    text = value.strip() if isinstance(value, str) else ""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def _get(params: Mapping, key: str) -> str:
     v = params.get(key)
     if isinstance(v, (list, tuple)):
@@ -93,9 +99,9 @@ def from_context(params: Mapping) -> dict:
 def store_filters(params: Mapping) -> dict:
     """`list_trajectories` filter keyword arguments for the URL's filter."""
     out: dict[str, Any] = {}
-    run = _get(params, "run")
-    if run.isdigit():
-        out["run_id"] = int(run)
+    run = url_int(_get(params, "run"))
+    if run is not None:
+        out["run_id"] = run
     if _get(params, "outcome") in OUTCOMES:
         out["outcome"] = _get(params, "outcome")
     if _get(params, "label") in LABEL_CHOICES:

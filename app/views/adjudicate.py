@@ -5,6 +5,7 @@ the annotator name "adjudicator" (it becomes the current label; the history keep
 import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
+from components.filters import url_int
 from components.labelling import flash
 from components.run_picker import pick_run
 from components.safe import md_escape
@@ -41,10 +42,11 @@ def _skip(tid: int) -> None:
 
 st.title("Adjudicate")
 run_key = pick_run(st, "pick a run", _reset)
-if not (run_key and run_key.isdigit()):
+run_id = url_int(run_key)
+if run_id is None:
     st.caption("Pick a run: its trajectories whose annotators disagree are listed here, one at a time.")
     st.stop()
-items = disagreements(int(run_key), store=S)
+items = disagreements(run_id, store=S)
 waiting = [d for d in items if d["trajectory_id"] not in ss.adj_skipped]
 st.caption(
     f"{len(items):,} open disagreement(s) in run {run_key}"

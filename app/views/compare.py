@@ -11,6 +11,7 @@ import json
 
 import streamlit as st
 from components.data import store
+from components.filters import url_int
 from components.runlevel_panels import render_predictors
 from components.runlevel_view import change_rows, default_attempts, kind_shift_rows, only_cases
 from components.runs_view import run_title
@@ -45,7 +46,7 @@ def _compare(a: int, b: int, stamp: tuple, url: str) -> dict:
 st.title("Compare")
 runs = _runs(S.url)
 wanted_runs = {st.query_params.get(k) for k in ("a", "b")} - {None}
-if any(not w.isdigit() or int(w) not in runs for w in wanted_runs):
+if any(url_int(w) not in runs for w in wanted_runs):
     _runs.clear()  # a run newer than the cached list (or a bad id: then the pickers say so)
     runs = _runs(S.url)
 if not runs:
@@ -77,7 +78,7 @@ def _partner(rid: int, fallback: int) -> int:
 
 def _url_run(key: str) -> "int | None":
     v = st.query_params.get(key)
-    return int(v) if v and v.isdigit() and int(v) in runs else None
+    return url_int(v) if url_int(v) in runs else None
 
 
 if st.session_state.get("a") not in runs or st.session_state.get("b") not in runs:  # the URL decides
@@ -245,7 +246,7 @@ def _attempt(col, side: str, rows: list, default: int) -> tuple:
     """The attempt shown on one side: picked when the case has several, else its only one."""
     wanted = st.query_params.get("t" + side.lower())  # ?ta=2&tb=3 opens those attempts
     numbers = [r[0] for r in rows]
-    start = int(wanted) if wanted and wanted.isdigit() and int(wanted) in numbers else default
+    start = url_int(wanted) if url_int(wanted) in numbers else default
     if len(rows) == 1:
         return rows[0]
     n = col.selectbox(

@@ -6,7 +6,7 @@ from urllib.parse import urlencode
 import streamlit as st
 from components.charts import KIND_PICK, counts_chart, failure_kind_chart, latency_boxplot
 from components.data import store
-from components.filters import OUTCOMES
+from components.filters import OUTCOMES, url_int
 from components.safe import short
 
 from evalrx.core import NOT_AGENT_KINDS
@@ -57,8 +57,8 @@ labelled = {r: n for r, n in runs_with_label_kinds(store=S).items() if r in runs
 wanted = st.query_params.get("run")
 newest = list(runs)[:NEWEST]
 default = (
-    [int(wanted)]
-    if wanted and wanted.isdigit() and int(wanted) in runs
+    [url_int(wanted)]
+    if url_int(wanted) in runs
     else newest + [r for r in labelled if r not in newest]  # a labelled run is never hidden for being old
 )
 chosen = st.multiselect(

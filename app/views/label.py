@@ -8,6 +8,7 @@ Agreement tab of the run measures independent verdicts.
 import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
+from components.filters import url_int
 from components.labelling import current_label, history_table, label_panel
 from components.run_picker import pick_run
 from components.safe import counted, md_escape
@@ -64,17 +65,17 @@ annotator = top[4].text_input(
 )
 
 filters = {"label": "none"}
-if run_key and run_key.isdigit():
-    filters["run_id"] = int(run_key)
+if url_int(run_key) is not None:
+    filters["run_id"] = url_int(run_key)
 if only_fail:
     filters["outcome"] = "fail"
 me = (annotator or "").strip()
 if second:
     blind = True
-    if not (run_key and run_key.isdigit()) or not me:
+    if url_int(run_key) is None or not me:
         st.info("A second opinion needs a run and your annotator name (above).")
         st.stop()
-    queue = [t for t in second_opinion_queue(int(run_key), me, store=S) if t not in ss.so_skipped]
+    queue = [t for t in second_opinion_queue(url_int(run_key), me, store=S) if t not in ss.so_skipped]
     tid = queue[0] if queue else None
     st.caption(
         f"{counted(len(queue), 'trajectory', 'trajectories')} {'waits' if len(queue) == 1 else 'wait'} for your second opinion in run {run_key}"

@@ -12,6 +12,7 @@ from components.filters import (
     describe,
     sort_args,
     store_filters,
+    url_int,
 )
 from components.run_picker import pick_run
 from components.safe import counted, md_escape
@@ -44,13 +45,13 @@ def _choices(url: str):
 @st.cache_data(ttl=5, show_spinner=False)
 def _agents(url: str, run: str) -> list:
     """The agents that took part in the chosen run (every run's when none is chosen): none without a team."""
-    return [a.agent for a in run_agents(int(run) if run.isdigit() else None, store=S)]
+    return [a.agent for a in run_agents(url_int(run), store=S)]
 
 
 @st.cache_data(ttl=5, show_spinner=False)
 def _blamed(url: str, run: str) -> list:
     """The agents the chosen run's diagnoses blame (every run's when none is chosen), most blamed first."""
-    return blamed_agents(int(run) if run.isdigit() else None, store=S)
+    return blamed_agents(url_int(run), store=S)
 
 
 def _set(key: str) -> bool:

@@ -3,7 +3,7 @@
 import streamlit as st
 from components.data import store
 from components.diagnosis_card import highlight_step, render_diagnosis
-from components.filters import as_context, describe, from_context, neighbours
+from components.filters import as_context, describe, from_context, neighbours, url_int
 from components.judge_form import trajectory_judge_panel
 from components.labelling import current_label, history_table, label_panel
 from components.safe import md_escape, short, show_pre
@@ -16,7 +16,7 @@ S = store()
 qp = st.query_params
 raw_id = (qp.get("id") or "").strip()
 
-if not raw_id.isdigit():
+if url_int(raw_id) is None:
     st.title("Trajectory")
     st.caption("Open one from the Trajectories page, or enter its id.")
     tid = st.number_input("Trajectory id", min_value=1, step=1, value=None)
@@ -24,7 +24,7 @@ if not raw_id.isdigit():
         st.switch_page("views/trajectory.py", query_params={"id": str(int(tid))})
     st.stop()
 
-detail = get_trajectory(int(raw_id), store=S)
+detail = get_trajectory(url_int(raw_id), store=S)
 if detail is None:
     st.title("Trajectory")
     st.error(f"There is no trajectory {raw_id} in this store.")

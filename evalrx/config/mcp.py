@@ -172,13 +172,17 @@ def load_mcp_config(source: "str | os.PathLike | Mapping[str, Any]") -> list[Mcp
     if isinstance(source, Mapping):
         data: Any = source
     else:
-        text_given = isinstance(source, str) and source.lstrip().startswith("{")
+        text_given = isinstance(source, str) and (source.lstrip()[:1] in ("{", "[") or "\n" in source)
         if text_given:
             text = str(source)
         else:
             path = Path(source)
             where = f"MCP config {path}"
-            if not path.is_file():
+            try:
+                is_file = path.is_file()
+            except OSError:  # a name too long to be a file
+                is_file = False
+            if not is_file:
                 raise ValueError(f'{where}: no such file; pass the path of a JSON file with an "mcpServers" object')
             try:
                 text = path.read_text(encoding="utf-8")

@@ -32,6 +32,9 @@ def record_of_row(row: dict) -> Record:
             raise ValueError(f"step {i} has no {exc.args[0]!r}") from None
         except (TypeError, ValueError) as exc:
             raise ValueError(f"step {i}: {exc}") from None
+        for key in ("content", "parse_error"):  # the store indexes them as text (an observation may be structured)
+            if s.get(key) is not None and not isinstance(s[key], str):
+                raise ValueError(f"step {i}: `{key}` must be text or null, not {type(s[key]).__name__}")
         if s.get("idx") != i:
             raise ValueError(f"step {i} has idx {s.get('idx')!r}; steps must be numbered 0, 1, 2, ... in order")
     by_step: dict = {}
@@ -45,6 +48,9 @@ def record_of_row(row: dict) -> Record:
             by_step[i] = [base64.b64decode(p["base64"], validate=True) for p in pictures]
         except ValueError:
             raise ValueError(f"step {i}: a picture is not valid base64") from None
+    for key in ("goal", "final_answer"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise ValueError(f"`{key}` must be text or null, not {type(data[key]).__name__}")
     if data.get("outcome") not in (None, *Label._value2member_map_):
         raise ValueError(f"outcome {data['outcome']!r} is not one of {', '.join(Label._value2member_map_)}")
     if data.get("metrics") is not None and not isinstance(data["metrics"], dict):

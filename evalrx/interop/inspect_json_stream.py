@@ -61,7 +61,8 @@ def inspect_header(path: Path) -> dict:
             for key, value in _top_level_until_samples(ijson.parse(fh, buf_size=_BUF)):
                 header[key] = value
     except ijson.JSONError as exc:
-        raise ImportFormatError(path, 1, f"not valid JSON ({str(exc)[:200]})") from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # yajl adds lines pointing at the spot
+        raise ImportFormatError(path, 1, f"not valid JSON ({first[:200]})") from None
     except UnicodeDecodeError:
         raise EncodingError(path, 1, "the file is not UTF-8; convert it, e.g. `iconv -t utf-8 FILE > FILE.utf8`")
     return header

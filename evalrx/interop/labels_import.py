@@ -247,7 +247,10 @@ def labels_format(path: "str | Path") -> Optional[str]:
         if not isinstance(doc, list) or not doc:
             return None
         return AGENTRX if all(isinstance(d, dict) and {"trajectory_id", "failures"} <= d.keys() for d in doc) else None
-    header = next(csv.reader([first]), [])
+    try:
+        header = next(csv.reader([first]), [])
+    except csv.Error:  # a stray carriage return or NUL: not a labels CSV
+        return None
     return "csv" if {"case_id", "outcome"} <= {h.strip() for h in header} else None
 
 
@@ -454,7 +457,10 @@ def _kind(value: Any, path: Path, where: Any, source: Optional[str] = None) -> O
 
 def _csv(text: str, path: Path) -> "list[_Row]":
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:
+        raise ImportFormatError(path, 1, f"not readable as CSV ({exc})") from None
     missing = [c for c in ("case_id", "outcome") if c not in header]
     if missing:
         raise ImportFormatError(
@@ -464,7 +470,14 @@ def _csv(text: str, path: Path) -> "list[_Row]":
             f"missing {', '.join(missing)} (a JSONL file needs one JSON object per line)",
         )
     rows = []
-    for rec in reader:
+    records = iter(reader)
+    while True:
+        try:
+            rec = next(records, None)
+        except csv.Error as exc:  # a stray carriage return in a cell, a NUL
+            raise ImportFormatError(path, reader.line_num, f"not readable as CSV ({exc})") from None
+        if rec is None:
+            break
         where = reader.line_num
         if None in rec:
             raise ImportFormatError(path, where, f"more cells than the header's {len(header)} columns")

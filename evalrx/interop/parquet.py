@@ -147,7 +147,7 @@ def _rows(table: Any, path: Path) -> Iterator[dict]:
     try:
         for batch in table.iter_batches(batch_size=_BATCH):
             yield from batch.to_pylist()
-    except (pa.ArrowException, OSError) as exc:  # a damaged row group
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a damaged row group, text that is not UTF-8
         raise ImportFormatError(path, "file", f"not a readable Parquet file ({exc})") from None
 
 

@@ -197,9 +197,14 @@ def load_case_file(path: Any) -> list[FailureCase]:
         raise CaseFileError(path, None, "no such case file", "Check the path, or run `evalrx suites` to list suites")
     cases: list[FailureCase] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            text = raw.strip()
+    with open(path, "rb") as fh:
+        for lineno, raw_bytes in enumerate(fh, start=1):
+            try:
+                text = raw_bytes.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise CaseFileError(
+                    path, lineno, f"not UTF-8 text (byte {exc.start + 1})", "Save the file as UTF-8"
+                ) from None
             if not text or text.startswith("#"):
                 continue
             try:

@@ -533,3 +533,19 @@ def test_the_card_shows_each_sources_proposal_with_its_agreement_with_people(sto
     S.set_label(tid, "fail", failure_kind="bad_arguments", first_wrong_step=5, annotator="ana", store=store_url)
     at = open_page("trajectory", id=tid)
     assert "agrees with people on the kind 100%, on the step 100% (n=1)" in texts(at).replace("\\", "")
+
+
+@pytest.mark.parametrize(
+    "view, query",
+    [
+        ("trajectory", {"id": "²"}),
+        ("trajectories", {"run": "²"}),
+        ("dashboard", {"run": "²"}),
+        ("compare", {"a": "²", "b": "³"}),
+        ("label", {"run": "²"}),
+        ("adjudicate", {"run": "²"}),
+    ],
+)
+def test_a_superscript_digit_in_the_url_is_no_id(store_url, view, query):
+    fill_run(store_url, 2, name="one")
+    open_page(view, **query)  # "²".isdigit() is True and int("²") raises: the pages read ids with url_int

@@ -1,0 +1,94 @@
+"""Inputs the fuzz targets found that broke a parser, kept as fixtures (tests/fixtures/fuzz/) with what
+each must give now: one line naming the file and the problem, or the result a good input gives."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evalrx.interop import ImportFormatError, preview_file
+
+CRASHERS = Path(__file__).resolve().parents[1] / "fixtures" / "fuzz"
+
+
+def copied(name: str, tmp_path: Path) -> Path:
+    return Path(shutil.copyfile(CRASHERS / name, tmp_path / name))
+
+
+def test_an_inspect_log_cut_after_its_first_key_is_one_line(tmp_path):
+    path = copied("inspect_cut_after_first_key.json", tmp_path)
+    with pytest.raises(ImportFormatError, match=r"line 1: not valid JSON \(parse error: premature EOF") as got:
+        preview_file(path)
+    assert "\n" not in str(got.value)  # ijson's message points at the spot over three lines
+
+
+def test_a_superscript_digit_in_a_url_is_no_id():
+    from components.filters import store_filters, url_int
+
+    assert "²".isdigit()  # what the pages checked before calling int()
+    assert url_int("²") is None and url_int(" 12 ") == 12
+    assert store_filters({"run": "²", "outcome": "fail"}) == {"outcome": "fail"}
+
+
+def test_an_evalrx_row_whose_step_content_is_not_text_is_one_line(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("run_step_content_true.jsonl", tmp_path)
+    with pytest.raises(ImportFormatError, match=r"line 1: step 1: `content` must be text or null, not bool"):
+        import_file(path, store=url)
+    assert S.list_runs(store=url) == []
+    S.forget(url)
+
+
+def test_a_carriage_return_in_a_labels_csv_is_no_crash(tmp_path):
+    from evalrx.interop import labels_format
+
+    path = copied("labels_cr_in_first_line.csv", tmp_path)
+    assert labels_format(path) is None
+    with pytest.raises(ImportFormatError, match="line 1: not valid JSON"):
+        preview_file(path)
+
+
+def test_a_labels_csv_cell_over_the_csv_field_limit_is_one_line(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_labels
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = tmp_path / "labels.csv"
+    path.write_bytes(b"case_id,outcome\n" + b"x" * 140_000 + b",fail\n")  # csv refuses a field over 128 KiB
+    with pytest.raises(ImportFormatError, match=r"line \d+: not readable as CSV"):
+        import_labels(path, store=url)
+    S.forget(url)
+
+
+def test_a_case_file_that_is_not_utf8_names_the_line():
+    from evalrx.suites import CaseFileError, load_cases
+
+    with pytest.raises(CaseFileError, match=r"cases_not_utf8.jsonl:1: not UTF-8 text \(byte 16\)"):
+        load_cases(str(CRASHERS / "cases_not_utf8.jsonl"))
+
+
+def test_an_mcp_config_text_that_is_a_json_list_is_one_line():
+    from evalrx.config.mcp import load_mcp_config
+
+    with pytest.raises(ValueError, match='needs a top-level "mcpServers" object'):
+        load_mcp_config((CRASHERS / "mcp_config_deep_list.txt").read_text())
+
+
+def test_a_damaged_parquet_page_header_is_one_line(tmp_path):
+    path = copied("run_page_header_damaged.parquet", tmp_path)  # our Parquet export, its 9th byte zeroed
+    with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \(Couldn't deserialize") as got:
+        preview_file(path)
+    assert "\n" not in str(got.value)  # pyarrow's message runs over lines
+
+
+def test_parquet_text_that_is_not_utf8_is_one_line(tmp_path):
+    path = copied("run_text_not_utf8.parquet", tmp_path)  # our Parquet export, a case id's first byte 0x80
+    with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \('utf-8' codec can't decode"):
+        preview_file(path)

@@ -1,0 +1,97 @@
+"""Every import format, as `evalrx import` and the Import page read a file: records, or one line naming the
+file and what is wrong, with the store's rows as they were. Inputs are real files, mutated (mutate.py)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mutate import SEEDS, mutated_file, one_line, ran
+
+import evalrx.store as S
+from evalrx.interop import (
+    ImportFormatError,
+    import_file,
+    import_labels,
+    labels_format,
+    preview_file,
+    preview_labels,
+)
+
+TRAJECTORY_SEEDS = [
+    "inspect.eval",
+    "inspect.json",
+    "run.jsonl",
+    "run.atif.jsonl",
+    "run.otlp.jsonl",
+    "run.parquet",
+    "run.atif.jsonl.zip",
+    "autogen.spans.jsonl",
+    "openai_chat.jsonl",
+    "tau_bench.json",
+    "whowhen.json",
+]
+LABEL_SEEDS = ["labels.csv", "labels.jsonl", "agentrx.labels.json", "trail.labels.json"]
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory) -> Path:
+    """A SQLite store holding the Inspect seed's run, so labels files find their cases."""
+    path = tmp_path_factory.mktemp("fuzz-store") / "pristine.sqlite"
+    url = f"sqlite:///{path}"
+    S.upgrade(url)
+    import_file(SEEDS / "inspect.eval", store=url)
+    S.forget(url)
+    return path
+
+
+def row_counts(db: Path) -> dict:
+    with sqlite3.connect(db) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables}
+
+
+def import_like_the_page(path: Path, url: str) -> None:
+    """What the Import page does with a dropped file (labels told first), then what `evalrx import` does."""
+    if labels_format(path) is not None:
+        preview_labels(path, store=url)
+        import_labels(path, store=url)
+        return
+    preview_file(path, store=url)
+    import_file(path, store=url, again=True)
+
+
+def check_import(name: str, raw: bytes, pristine: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="evalrx-fuzz-") as tmp:
+        path = Path(tmp) / name  # the seed's name: suffixes are part of what a reader may look at
+        path.write_bytes(raw)
+        db = Path(tmp) / "store.sqlite"
+        shutil.copyfile(pristine, db)
+        url = f"sqlite:///{db}"
+        before = row_counts(db)
+        try:
+            import_like_the_page(path, url)
+        except ImportFormatError as exc:
+            assert one_line(exc), repr(str(exc))
+            assert str(exc).startswith(str(path)), f"the message does not name the file: {exc}"
+            assert row_counts(db) == before, "a failed import changed the store"
+        finally:
+            S.forget(url)
+
+
+@pytest.mark.parametrize("seed", TRAJECTORY_SEEDS + LABEL_SEEDS)
+@given(data=st.data())
+def test_a_mutated_file_imports_or_says_what_is_wrong_in_one_line(seed, pristine, data):
+    ran(f"import {seed}")
+    check_import(seed, data.draw(mutated_file(seed)), pristine)
+
+
+@given(raw=st.binary(max_size=512), name=st.sampled_from(["x.jsonl", "x.json", "x.eval", "x.csv", "x.zip", "x"]))
+def test_random_bytes_import_or_say_what_is_wrong_in_one_line(raw, name, pristine):
+    ran("import random bytes")
+    check_import(name, raw, pristine)
