@@ -58,13 +58,12 @@ def rediagnose(
             analyses[rec["analyzer"]] = rec
         tools = (get_tools(names, case) if names else []) + case_tools(case)
         found = diagnose(detail.trajectory, case=case, tools=tools or None, analyses=analyses, tool_marks=marks)
-        # Only the computed sources are replaced: a judge's verdict stays until the judge runs again.
-        update_diagnoses(
-            tid,
-            lambda stored, found=found: combine(found, [d for d in stored if d.source == JUDGE]),
-            version=DIAGNOSIS_VERSION,
-            store=st,
-        )
+
+        def keep_judged(stored: list, found: list = found) -> list:
+            # Only the computed sources are replaced: a judge's verdict stays until the judge runs again.
+            return combine(found, [d for d in stored if d.source == JUDGE])
+
+        update_diagnoses(tid, keep_judged, version=DIAGNOSIS_VERSION, store=st)
         n += 1
     return n
 

@@ -208,8 +208,9 @@ def claim_job(
             job.status, job.worker_id, job.attempts = JobStatus.RUNNING, worker_id, job.attempts + 1
             job.idle_claims = (job.idle_claims or 0) + 1
             job.claimed_at = job.heartbeat_at = now
-            job.finished_at, job.error = None, None
-            if run is not None:
+            if run is None:  # a judge or analysis job starts afresh; a run job keeps its last requeue's note
+                job.error = None
+            else:
                 done = s.execute(
                     select(func.count()).select_from(t.Trajectory).where(t.Trajectory.run_id == job.run_id)
                 ).scalar_one()
@@ -294,12 +295,13 @@ def finish_job(
 
 
 def release_job(store: Store, job_id: int, worker_id: str) -> None:
-    """Hand an owned, unfinished job back to the queue (its worker is stopping)."""
+    """Hand an owned, unfinished job back to the queue (its worker is stopping).
+
+    Raises:
+        LeaseLost: the job is no longer this worker's.
+    """
     with store.write() as s:
-        try:
-            owned = lock_owned_job(s, job_id, worker_id)
-        except LeaseLost:
-            return
+        owned = lock_owned_job(s, job_id, worker_id)
         owned.status, owned.worker_id, owned.heartbeat_at = JobStatus.QUEUED, None, None
         if owned.run_id is not None:
             s.execute(update(t.Run).where(t.Run.id == owned.run_id).values(status=JobStatus.QUEUED))

@@ -88,7 +88,7 @@ def upgrade() -> None:
 
 
 # The columns 0013 and 0003 made, given back on a downgrade: (name, type, nullable).
-STATE_TYPES = {
+STATE_TYPES: "dict[str, tuple[sa.types.TypeEngine, bool]]" = {
     "status": (sa.String(length=16), False),
     "worker_id": (sa.String(length=120), True),
     "progress_done": (sa.Integer(), False),
