@@ -98,7 +98,6 @@ from evalrx.store.queries import (
 from evalrx.store.queue import (
     DEFAULT_MAX_ATTEMPTS,
     LeaseLost,
-    alive_in,
     alive_workers,
     cancel_requested,
     claim_job,
@@ -159,7 +158,6 @@ __all__ = [
     "AlreadyStored",
     "DEFAULT_MAX_ATTEMPTS",
     "JobKind",
-    "alive_in",
     "cancel_requested",
     "claim_job",
     "clean_url",
