@@ -43,7 +43,7 @@ PHASES = [
     ("attention", "evalrx/analyzers/attention.py", "read"),
     ("token uncertainty", "evalrx/analyzers/uncertainty.py", "read"),
     ("diagnosis", "evalrx/runner/diagnose.py", "diagnose_case"),
-    ("store: record the case", "evalrx/store/jobs.py", "record_case"),
+    ("store: record the case", "evalrx/store/cases.py", "record_case"),
 ]
 
 

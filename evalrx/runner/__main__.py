@@ -13,6 +13,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 
 from evalrx.runner import parent_watch  # noqa: E402
+from evalrx.store import default_url, sqlite_file  # noqa: E402
 
 
 def _own_args(argv: list) -> tuple:
@@ -24,14 +25,12 @@ def _own_args(argv: list) -> tuple:
     peek.add_argument("--url")
     url = peek.parse_known_args(rest)[0].url
     if not url:
-        from evalrx.store.engine import default_url
-
         url = default_url()
     return args.parent_pid, url, rest
 
 
 parent_pid, url, rest = _own_args(sys.argv[1:])
-parent_watch.watch(parent_pid=parent_pid, started_under=_STARTED_UNDER, store_path=parent_watch.sqlite_file(url))
+parent_watch.watch(parent_pid=parent_pid, started_under=_STARTED_UNDER, store_path=sqlite_file(url))
 
 from evalrx.runner.worker import worker_main  # noqa: E402
 

@@ -8,10 +8,8 @@ import logging
 from typing import Any, Optional, Sequence
 
 from evalrx.core.case import FailureCase, Trajectory
-from evalrx.store import Store, get_trajectory, load_analyses, resolve, save_diagnoses, tool_marks
-from evalrx.store.diagnoses import diagnoses_in
-from evalrx.store.runs import run_config
-from evalrx.store.runs import trajectory_ids as all_trajectory_ids
+from evalrx.store import Store, get_trajectory, load_analyses, resolve, run_config, tool_marks, update_diagnoses
+from evalrx.store import trajectory_ids as all_trajectory_ids
 
 log = logging.getLogger("evalrx.worker")  # diagnose_case runs in the worker, and logs to its log
 JUDGE = "judge"  # the source a judge model's verdicts are stored as
@@ -60,10 +58,12 @@ def rediagnose(
             analyses[rec["analyzer"]] = rec
         tools = (get_tools(names, case) if names else []) + case_tools(case)
         found = diagnose(detail.trajectory, case=case, tools=tools or None, analyses=analyses, tool_marks=marks)
-        with st.write() as s:
+
+        def keep_judged(stored: list, found: list = found) -> list:
             # Only the computed sources are replaced: a judge's verdict stays until the judge runs again.
-            kept = [d for d in diagnoses_in(s, tid) if d.source == JUDGE]
-            save_diagnoses(s, tid, combine(found, kept), version=DIAGNOSIS_VERSION)
+            return combine(found, [d for d in stored if d.source == JUDGE])
+
+        update_diagnoses(tid, keep_judged, version=DIAGNOSIS_VERSION, store=st)
         n += 1
     return n
 

@@ -6,10 +6,9 @@ from typing import Optional, Sequence
 
 from evalrx.config import RunConfig
 from evalrx.core.case import FailureCase
-from evalrx.store import ACTIVE_STATUSES, JobStatus
-from evalrx.store import jobs as store_jobs
-from evalrx.store import runs as store_runs
-from evalrx.store.engine import Store, resolve
+from evalrx.store import Store, queue_run, queued_config, request_cancel, retry_run
+
+__all__ = ["cancel_run", "enqueue_run", "retry_run", "run_name"]  # retry_run: the store's, where callers find it
 
 
 def _check(run: RunConfig) -> None:
@@ -99,12 +98,8 @@ def enqueue_run(
 
     run.tools = run_tools(run.tools, cases)  # one order for every caller: the prompt depends on it
     name = run_name(run, name)
-    cfg = store_runs.queued_config(run)  # what is stored: the allowed keys, no secret
-    st = resolve(store)
-    with st.write() as s:
-        run_id = store_runs.create_run(s, name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=run.repeats)
-        store_jobs.enqueue_job(s, run_id)
-    return run_id
+    cfg = queued_config(run)  # what is stored: the allowed keys, no secret
+    return queue_run(name=name, config=cfg, cases=cases, key_bound=key_bound, repeats=run.repeats, store=store)
 
 
 def cancel_run(run_id: int, *, store: "Store | str | None" = None) -> str:
@@ -113,53 +108,4 @@ def cancel_run(run_id: int, *, store: "Store | str | None" = None) -> str:
     Returns:
         The job's status after the request ("cancelled", or "running" until the worker stops).
     """
-    return store_jobs.request_cancel(run_id, store=store)
-
-
-def retry_run(run_id: int, *, errors: bool = True, store: "Store | str | None" = None) -> int:
-    """Queue a new job for a run: its cases without a trajectory and, with `errors`, those that errored.
-
-    An errored attempt (server, harness, a worker that died on it) is run again: its error trajectory
-    is removed and its error kept in the run's meta (`retried`), its start count reset.
-
-    Returns:
-        The new job id.
-    """
-    from sqlalchemy import delete, select, update
-
-    from evalrx.store import schema as t
-
-    with resolve(store).write() as s:
-        run = s.get(t.Run, run_id)
-        if run is None:
-            raise ValueError(f"no run with id {run_id}")
-        active = s.execute(select(t.Job.id).where(t.Job.run_id == run_id, t.Job.status.in_(ACTIVE_STATUSES))).first()
-        if active is not None:
-            raise ValueError(f"run {run_id} already has a queued or running job")
-        if errors:
-            T = t.Trajectory
-            rows = s.execute(
-                select(T.id, T.case_row_id, T.attempt, T.sample_id, T.error).where(
-                    T.run_id == run_id, T.outcome == "error"
-                )
-            ).all()
-            if rows:
-                s.execute(delete(T).where(T.id.in_([r.id for r in rows])))
-                for r in rows:
-                    s.execute(
-                        update(t.RunCase)
-                        .where(
-                            t.RunCase.run_id == run_id,
-                            t.RunCase.case_row_id == r.case_row_id,
-                            t.RunCase.attempt == r.attempt,
-                        )
-                        .values(starts=0)
-                    )
-                retried = list((run.meta or {}).get("retried") or [])
-                retried.append(
-                    {"at": t.utcnow().isoformat(), "errors": {r.sample_id: (r.error or "")[:500] for r in rows}}
-                )
-                run.meta = dict(run.meta or {}, retried=retried)
-                run.n_done, run.n_error = run.n_done - len(rows), max(0, run.n_error - len(rows))
-        run.status, run.finished_at, run.error = JobStatus.QUEUED, None, None
-        return store_jobs.enqueue_job(s, run_id)
+    return request_cancel(run_id, store=store)

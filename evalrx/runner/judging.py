@@ -17,9 +17,17 @@ from evalrx.core.case import Label
 from evalrx.core.failures import Diagnosis
 from evalrx.core.model import Model
 from evalrx.runner.diagnose import JUDGE, stored_case
-from evalrx.store import Store, get_trajectory, list_kinds, matching_ids, resolve, save_diagnoses
-from evalrx.store.diagnoses import diagnoses_in
-from evalrx.store.verdicts import JudgeVerdict, cached_verdict, save_verdict
+from evalrx.store import (
+    JudgeVerdict,
+    Store,
+    cached_verdict,
+    get_trajectory,
+    list_kinds,
+    matching_ids,
+    resolve,
+    save_verdict,
+    update_diagnoses,
+)
 
 
 @dataclass
@@ -161,9 +169,13 @@ def judge_trajectories(
                     store=st,
                 )
         if done.diagnosis is not None:
-            with st.write() as s:
-                kept = [d for d in diagnoses_in(s, tid) if d.source != JUDGE]  # the other sources' stay
-                save_diagnoses(s, tid, combine([done.diagnosis], kept), version=DIAGNOSIS_VERSION)
+            verdict = done.diagnosis
+            update_diagnoses(  # the other sources' stay
+                tid,
+                lambda stored: combine([verdict], [d for d in stored if d.source != JUDGE]),
+                version=DIAGNOSIS_VERSION,
+                store=st,
+            )
         out.append(done)
         if on_result is not None:
             on_result(done)

@@ -74,8 +74,7 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
         shown_pictures,
         static_tools,
     )
-    from evalrx.store import export_case, export_picture, export_row
-    from evalrx.store.runs import queued_config
+    from evalrx.store import export_case, export_picture, export_row, queued_config
     from evalrx.tools import get_tools
 
     get_tools(run.tools)  # fail on an unknown tool before loading weights

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from evalrx.store.jobs import pid_alive  # one definition of "is this process running"
+from evalrx.store import pid_alive  # one definition of "is this process running"
 
 log = logging.getLogger("evalrx.worker")
 
@@ -38,21 +38,6 @@ def parent_gone(pid: int, started_under: int) -> bool:
     if pid == started_under:
         return os.getppid() != pid
     return not pid_alive(pid)
-
-
-def sqlite_file(url: Optional[str]) -> Optional[Path]:
-    """The absolute path of a SQLite store's file, or None (another database, or in memory)."""
-    if not url:
-        return None
-    from sqlalchemy.engine import make_url
-
-    try:
-        parsed = make_url(url)
-    except Exception:  # the worker reports a bad URL itself
-        return None
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database).absolute()
 
 
 def file_id(path: Path) -> Optional[tuple]:

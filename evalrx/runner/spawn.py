@@ -9,11 +9,7 @@ import sys
 import uuid
 from typing import Optional
 
-from sqlalchemy import text
-
-from evalrx.store import jobs
-from evalrx.store import schema as t
-from evalrx.store.engine import Store, resolve
+from evalrx.store import Store, resolve, start_worker_unless_alive
 
 ENV_NO_WORKER = "EVALRX_NO_LOCAL_WORKER"
 
@@ -34,11 +30,8 @@ def ensure_worker(
     if os.environ.get(ENV_NO_WORKER, "").strip() not in ("", "0"):
         return None
     st = resolve(store)
-    with st.write() as s:
-        if st.dialect == "postgresql":  # serialise callers the way BEGIN IMMEDIATE does on SQLite
-            s.execute(text("SELECT pg_advisory_xact_lock(7264001)"))
-        if jobs.alive_in(s, within_s):
-            return None
+
+    def start() -> "tuple[str, int]":
         worker_id = f"{socket.gethostname()}:spawned:{uuid.uuid4().hex[:8]}"
         env = dict(os.environ, EVALRX_DATABASE_URL=st.url)
         log = open(log_path, "ab") if log_path else None
@@ -53,10 +46,6 @@ def ensure_worker(
         )
         if log is not None:
             log.close()  # the worker holds its own copy
-        now = t.utcnow()
-        s.add(
-            t.Worker(
-                id=worker_id, hostname=jobs.host_key(), pid=proc.pid, status="idle", started_at=now, heartbeat_at=now
-            )
-        )
-    return proc.pid
+        return worker_id, proc.pid
+
+    return start_worker_unless_alive(st, within_s, start)

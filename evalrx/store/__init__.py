@@ -11,9 +11,23 @@ None for the default store) and returns plain dataclasses, never live ORM object
 """
 
 from evalrx.core.secrets import is_secret_name  # re-exported: the store is where callers found it
-from evalrx.store.analyses import default_replay_model, get_request, request_analysis, requests_for
-from evalrx.store.convert import canonical_json, jsonable, observation_text
-from evalrx.store.diagnoses import failure_kind_counts, get_diagnoses, save_diagnoses, undiagnosed
+from evalrx.store.analyses import (
+    default_replay_model,
+    finish_request,
+    get_request,
+    request_analysis,
+    request_of_job,
+    requests_for,
+)
+from evalrx.store.cases import AlreadyStored, queue_run, record_case, retry_run, start_case
+from evalrx.store.convert import canonical_json, image_bytes, jsonable, observation_text
+from evalrx.store.diagnoses import (
+    failure_kind_counts,
+    get_diagnoses,
+    save_diagnoses,
+    undiagnosed,
+    update_diagnoses,
+)
 from evalrx.store.engine import (
     ENV_URL,
     SchemaError,
@@ -23,6 +37,7 @@ from evalrx.store.engine import (
     forget,
     make_engine,
     resolve,
+    sqlite_file,
     upgrade,
 )
 from evalrx.store.exports import (
@@ -35,8 +50,16 @@ from evalrx.store.exports import (
     iter_export_rows,
 )
 from evalrx.store.imports import ImportedRun, ImportTransaction, importing, runs_from_source
-from evalrx.store.jobs import LeaseLost, alive_workers, get_job, jobs_of_run, request_cancel
-from evalrx.store.judge_jobs import JudgeJobInfo, cancel_judge_job, get_judge_job, list_judge_jobs
+from evalrx.store.judge_jobs import (
+    JudgeJobInfo,
+    cancel_judge_job,
+    enqueue_judge_job,
+    get_judge_job,
+    list_judge_jobs,
+    one_line,
+    record_judged,
+    start_judge_job,
+)
 from evalrx.store.labels import (
     LabelTarget,
     add_tag,
@@ -72,6 +95,25 @@ from evalrx.store.queries import (
     step_media,
     trajectory_agents,
 )
+from evalrx.store.queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    LeaseLost,
+    alive_workers,
+    cancel_requested,
+    claim_job,
+    enqueue_job,
+    finish_job,
+    get_job,
+    heartbeat,
+    jobs_of_run,
+    pid_alive,
+    register_worker,
+    release_job,
+    request_cancel,
+    requeue_stale,
+    start_worker_unless_alive,
+    stop_worker,
+)
 from evalrx.store.records import (
     AgentShare,
     JobInfo,
@@ -94,13 +136,59 @@ from evalrx.store.runlevel import (
     second_opinion_queue,
     trajectories_of_case,
 )
-from evalrx.store.runs import delete_run, get_blob, load_analyses, rename_run
+from evalrx.store.runs import (
+    clean_url,
+    delete_run,
+    get_blob,
+    load_analyses,
+    pending_work,
+    queued_config,
+    rename_run,
+    run_config,
+    stored_run,
+    trajectory_ids,
+    update_run_meta,
+)
 from evalrx.store.schema import SCHEMA_VERSION
-from evalrx.store.status import ACTIVE_STATUSES, FINAL_STATUSES, JobStatus
+from evalrx.store.status import ACTIVE_STATUSES, FINAL_STATUSES, JobKind, JobStatus
 from evalrx.store.taxonomy import KindInfo, delete_kind, list_kinds, save_kind
 from evalrx.store.verdicts import JudgeVerdict, cached_verdict, save_verdict
 
 __all__ = [
+    "AlreadyStored",
+    "DEFAULT_MAX_ATTEMPTS",
+    "JobKind",
+    "cancel_requested",
+    "claim_job",
+    "clean_url",
+    "update_diagnoses",
+    "enqueue_job",
+    "enqueue_judge_job",
+    "finish_job",
+    "finish_request",
+    "heartbeat",
+    "image_bytes",
+    "one_line",
+    "pending_work",
+    "pid_alive",
+    "queue_run",
+    "queued_config",
+    "record_case",
+    "record_judged",
+    "register_worker",
+    "release_job",
+    "request_of_job",
+    "requeue_stale",
+    "retry_run",
+    "run_config",
+    "sqlite_file",
+    "start_case",
+    "start_judge_job",
+    "start_worker_unless_alive",
+    "stop_worker",
+    "stored_run",
+    "trajectory_ids",
+    "update_run_meta",
     "ACTIVE_STATUSES",
     "FINAL_STATUSES",
     "JobStatus",

@@ -6,8 +6,9 @@ Two things the pages need beyond the raw `analyses` rows:
   `evalrx.analyzers.analysis_scores` and carried on the record as `scores`) go to `trajectory_scores`
   (indexed on (name, value)).
 - Requests: the Trajectory page queues analyses for a stored trajectory
-  (`request_analysis`); a worker claims them (`claim_request`), runs them and marks them
-  done or failed (`finish_request`); the page shows their status (`requests_for`).
+  (`request_analysis`: a request and its job on the one queue, `evalrx.store.queue`); a worker claims the job,
+  runs them and ends it done or failed with the results (`finish_request`); the page shows their status
+  (`requests_for`).
 
 Nothing here imports numpy at module level beyond what the caller already has, nor torch.
 """
@@ -17,14 +18,15 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from evalrx.core import SCORES_OF
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, changed_rows, resolve
-from evalrx.store.status import JobStatus
+from evalrx.store.engine import Store, resolve
+from evalrx.store.queue import enqueue_job, finish_job
+from evalrx.store.status import JobKind, JobStatus
 
 # What the page asks for when the user presses "Request analysis".
 DEFAULT_REQUEST = ("logit_lens", "tool_decision", "attention", "token_uncertainty")
@@ -128,19 +130,24 @@ def replace_analyses(session: Session, trajectory_id: int, records: Sequence[Any
 # ---------------------------------------------------------------- requests
 
 
-def _info(row: t.AnalysisRequest) -> dict:
+def _info(row: t.AnalysisRequest, job: t.Job) -> dict:
     return {
         "id": row.id,
+        "job_id": job.id,
         "trajectory_id": row.trajectory_id,
         "analyzers": list(row.analyzers or []),
         "model": row.model,
-        "status": row.status,
-        "worker_id": row.worker_id,
-        "error": row.error,
+        "status": job.status,
+        "worker_id": job.worker_id,
+        "error": job.error,
         "created_at": row.created_at,
-        "started_at": row.started_at,
-        "finished_at": row.finished_at,
+        "started_at": job.claimed_at,
+        "finished_at": job.finished_at,
     }
+
+
+def _with_job() -> Any:
+    return select(t.AnalysisRequest, t.Job).join(t.Job, t.Job.id == t.AnalysisRequest.job_id)
 
 
 def request_analysis(
@@ -168,78 +175,54 @@ def request_analysis(
     with resolve(store).write() as s:
         if s.get(t.Trajectory, trajectory_id) is None:
             raise ValueError(f"no trajectory {trajectory_id}")
+        job_id = enqueue_job(s, JobKind.ANALYSIS)
         row = t.AnalysisRequest(
-            trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model, status=JobStatus.QUEUED
+            trajectory_id=trajectory_id, analyzers=convert.jsonable(names), model=model, job_id=job_id
         )
         s.add(row)
         s.flush()
         return row.id
 
 
-def claim_request(store: Store, worker_id: str) -> Optional[dict]:
-    """Atomically take the oldest queued analysis request (None when there is none)."""
-    with store.write() as s:
-        row = s.execute(
-            select(t.AnalysisRequest)
-            .where(t.AnalysisRequest.status == JobStatus.QUEUED)
-            .order_by(t.AnalysisRequest.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        ).scalar_one_or_none()
-        if row is None:
-            return None
-        row.status, row.worker_id, row.started_at = JobStatus.RUNNING, worker_id, t.utcnow()
-        s.flush()
-        return _info(row)
+def request_of_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[dict]:
+    """The analysis request a (claimed) job runs, as `get_request` returns it (None if absent)."""
+    with resolve(store).read() as s:
+        found = s.execute(_with_job().where(t.AnalysisRequest.job_id == job_id)).first()
+        return _info(*found) if found else None
 
 
 def finish_request(
     store: Store,
-    request_id: int,
+    job_id: int,
+    worker_id: str,
     status: JobStatus,
     *,
     error: Optional[str] = None,
     trajectory_id: Optional[int] = None,
     records: Sequence[Any] = (),
-) -> None:
-    """Mark a request done or failed; with `records`, store them in the same transaction."""
+) -> bool:
+    """End an owned analysis job done or failed; with `records`, store them in the same transaction.
+    False (and nothing stored) if the lease was lost."""
     assert status in (JobStatus.DONE, JobStatus.FAILED)
     with store.write() as s:
+        if not finish_job(store, job_id, worker_id, status, error=error, session=s):
+            return False
         if records and trajectory_id is not None:
             replace_analyses(s, trajectory_id, records)
-        s.execute(
-            update(t.AnalysisRequest)
-            .where(t.AnalysisRequest.id == request_id)
-            .values(status=status, error=error, finished_at=t.utcnow())
-        )
-
-
-def requeue_stale_requests(store: Store, live_workers: Sequence[str]) -> int:
-    """Put back running requests whose worker is not among `live_workers`; returns how many."""
-    with store.write() as s:
-        q = update(t.AnalysisRequest).where(t.AnalysisRequest.status == JobStatus.RUNNING)
-        if live_workers:
-            q = q.where(t.AnalysisRequest.worker_id.not_in(list(live_workers)))
-        return changed_rows(s.execute(q.values(status=JobStatus.QUEUED, worker_id=None, started_at=None))) or 0
+        return True
 
 
 def get_request(request_id: int, *, store: "Store | str | None" = None) -> Optional[dict]:
     """One analysis request as a dict (None if absent)."""
     with resolve(store).read() as s:
-        row = s.get(t.AnalysisRequest, request_id)
-        return _info(row) if row else None
+        found = s.execute(_with_job().where(t.AnalysisRequest.id == request_id)).first()
+        return _info(*found) if found else None
 
 
 def requests_for(trajectory_id: int, *, store: "Store | str | None" = None) -> list[dict]:
     """A trajectory's analysis requests, newest first (what the page shows as status)."""
     with resolve(store).read() as s:
-        rows = (
-            s.execute(
-                select(t.AnalysisRequest)
-                .where(t.AnalysisRequest.trajectory_id == trajectory_id)
-                .order_by(t.AnalysisRequest.id.desc())
-            )
-            .scalars()
-            .all()
-        )
-        return [_info(r) for r in rows]
+        rows = s.execute(
+            _with_job().where(t.AnalysisRequest.trajectory_id == trajectory_id).order_by(t.AnalysisRequest.id.desc())
+        ).all()
+        return [_info(r, j) for r, j in rows]

@@ -6,7 +6,7 @@ writing); recomputing stored ones is `evalrx.runner.rediagnose`. This module onl
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -70,6 +70,19 @@ def diagnoses_in(session: Session, trajectory_id: int) -> "list[Diagnosis]":
     return [_from_row(r) for r in rows]
 
 
+def update_diagnoses(
+    trajectory_id: int,
+    merge: "Callable[[list[Diagnosis]], Sequence[Diagnosis]]",
+    *,
+    version: int = 1,
+    store: "Store | str | None" = None,
+) -> None:
+    """Replace a trajectory's diagnoses with `merge(stored)` in one write transaction (one source's candidates
+    replaced, the others' kept: the caller's `merge` says which)."""
+    with resolve(store).write() as s:
+        save_diagnoses(s, trajectory_id, merge(diagnoses_in(s, trajectory_id)), version=version)
+
+
 def get_diagnoses(trajectory_id: int, *, store: "Store | str | None" = None) -> "list[Diagnosis]":
     """A trajectory's stored diagnoses, best first ([] for a passing or not yet diagnosed one)."""
     with resolve(store).read() as s:
@@ -97,4 +110,11 @@ def undiagnosed(run_id: Optional[int] = None, *, store: "Store | str | None" = N
         return list(s.execute(q).scalars())
 
 
-__all__ = ["diagnoses_in", "failure_kind_counts", "get_diagnoses", "save_diagnoses", "undiagnosed"]
+__all__ = [
+    "diagnoses_in",
+    "failure_kind_counts",
+    "get_diagnoses",
+    "save_diagnoses",
+    "undiagnosed",
+    "update_diagnoses",
+]

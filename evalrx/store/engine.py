@@ -295,3 +295,16 @@ def _migrate(url: Optional[str], revision: str, *, down: bool) -> str:
         cfg.attributes["connection"] = conn
         (command.downgrade if down else command.upgrade)(cfg, revision)
     return store.schema_revision() or ""
+
+
+def sqlite_file(url: Optional[str]) -> Optional[Path]:
+    """The absolute path of a SQLite store's file, or None (another database, in memory, or a bad URL)."""
+    if not url:
+        return None
+    try:
+        parsed = make_url(url)
+    except Exception:  # the worker reports a bad URL itself
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).absolute()

@@ -1,12 +1,12 @@
-"""Judge jobs on the store: a judge model's work queued for the workers, its progress, cancel and refusals.
+"""Judge jobs on the store: a judge model's work queued for the workers, its counts, notes and refusals.
 
 `evalrx diagnose RUN --judge SPEC --queue` and the app's "Diagnose with a judge" queue one
-(`enqueue_judge_job`); a worker claims it (`claim_judge_job`), records each trajectory's outcome as it goes
-(`record_judged`: progress, counts, one line per refusal or failed call with what the judge wrote, and the cancel
-flag back) and ends it
-(`finish_judge_job`). A job whose worker died goes back to the queue (`requeue_stale_judge_jobs`); the judge's
-cache makes the trajectories judged before free the second time. No key is ever stored: only the name of the
-environment variable the worker reads it from.
+(`enqueue_judge_job`: what to judge here, its job on the one queue, `evalrx.store.queue`); a worker claims the
+job, starts it afresh (`start_judge_job`), records each trajectory's outcome as it goes (`record_judged`:
+progress, counts, one line per refusal or failed call with what the judge wrote, and the cancel flag back) and
+ends it through the queue. A job whose worker died goes back to the queue; the judge's cache makes the
+trajectories judged before free the second time. No key is ever stored: only the name of the environment
+variable the worker reads it from.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Optional, Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from evalrx.store import convert
 from evalrx.store import schema as t
-from evalrx.store.engine import Store, changed_rows, resolve
-from evalrx.store.jobs import LeaseLost
-from evalrx.store.status import ACTIVE_STATUSES, FINAL_STATUSES, JobStatus
+from evalrx.store.engine import Store, resolve
+from evalrx.store.queue import cancel_job, enqueue_job, lock_job, lock_owned_job
+from evalrx.store.status import ACTIVE_STATUSES, JobKind
 
 MAX_NOTES = 200  # one line each: a job over thousands of trajectories keeps its first reasons and the counts
 MAX_NOTE_CHARS = 300
@@ -80,6 +81,7 @@ class JudgeJobInfo:
     created_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
     finished_at: Optional[datetime] = None
+    job_id: int = 0  # its job on the queue (what a worker claims, heartbeats and ends)
 
     @property
     def progress(self) -> float:
@@ -91,7 +93,7 @@ class JudgeJobInfo:
         return self.status in ACTIVE_STATUSES
 
 
-def _info(row: t.JudgeJob) -> JudgeJobInfo:
+def _info(row: t.JudgeJob, job: t.Job) -> JudgeJobInfo:
     noted = [JudgeNote.from_json(n) for n in row.notes or []]
     return JudgeJobInfo(
         id=row.id,
@@ -105,22 +107,27 @@ def _info(row: t.JudgeJob) -> JudgeJobInfo:
         with_findings=bool(row.with_findings),
         concurrency=int(row.concurrency or 1),
         options=dict(row.options or {}),
-        status=row.status,
-        worker_id=row.worker_id,
-        progress_done=row.progress_done or 0,
-        progress_total=row.progress_total or 0,
+        status=job.status,
+        worker_id=job.worker_id,
+        progress_done=job.progress_done or 0,
+        progress_total=job.progress_total or 0,
         n_verdicts=row.n_verdicts or 0,
         n_refused=row.n_refused or 0,
         n_failed=row.n_failed or 0,
         n_cached=row.n_cached or 0,
         notes=[n.line for n in noted],
         note_details=noted,
-        cancel_requested=bool(row.cancel_requested),
-        error=row.error,
+        cancel_requested=bool(job.cancel_requested),
+        error=job.error,
         created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
+        started_at=job.claimed_at,
+        finished_at=job.finished_at,
+        job_id=job.id,
     )
+
+
+def _with_job() -> Any:
+    return select(t.JudgeJob, t.Job).join(t.Job, t.Job.id == t.JudgeJob.job_id)
 
 
 def one_line(text: object, limit: int = MAX_NOTE_CHARS) -> str:
@@ -147,6 +154,7 @@ def enqueue_judge_job(
     """Queue a judge job over `trajectory_ids` (checked by the caller: `evalrx.runner.queue_judge`); its id."""
     ids = [int(i) for i in trajectory_ids]
     with resolve(store).write() as s:
+        job_id = enqueue_job(s, JobKind.JUDGE, progress_total=len(ids))
         row = t.JudgeJob(
             run_id=run_id,
             scope=one_line(scope, 300),
@@ -158,51 +166,42 @@ def enqueue_judge_job(
             with_findings=bool(with_findings),
             concurrency=int(concurrency),
             options=convert.jsonable(dict(options or {})),
-            status=JobStatus.QUEUED,
-            progress_done=0,
-            progress_total=len(ids),
+            job_id=job_id,
             n_verdicts=0,
             n_refused=0,
             n_failed=0,
             n_cached=0,
             notes=[],
-            cancel_requested=False,
         )
         s.add(row)
         s.flush()
         return row.id
 
 
-def claim_judge_job(
-    store: Store, worker_id: str, *, backends: Optional[Sequence[str]] = None
-) -> Optional[JudgeJobInfo]:
-    """Atomically take the oldest queued judge job (only one on `backends` when given); None when there is none.
-    A claimed job starts its count again: a resumed one reads what it judged before from the cache."""
-    now = t.utcnow()
-    J = t.JudgeJob
+def _owned(session: Session, job_id: int, worker_id: str) -> "tuple[t.JudgeJob, t.Job]":
+    """The judge job of an owned, locked job.
+
+    Raises:
+        LeaseLost: the job is no longer this worker's.
+    """
+    job = lock_owned_job(session, job_id, worker_id)
+    return session.execute(select(t.JudgeJob).where(t.JudgeJob.job_id == job_id)).scalar_one(), job
+
+
+def start_judge_job(store: Store, job_id: int, worker_id: str) -> JudgeJobInfo:
+    """The judge job of a job this worker just claimed, its counts and notes started afresh (a resumed job
+    reads what it judged before from the judge's cache).
+
+    Raises:
+        LeaseLost: the job is no longer this worker's.
+    """
     with store.write() as s:
-        while True:
-            q = select(J).where(J.status == JobStatus.QUEUED).order_by(J.id).limit(1)
-            if backends:
-                q = q.where(J.backend.in_(list(backends)))
-            row = s.execute(q.with_for_update(skip_locked=True)).scalar_one_or_none()
-            if row is None:
-                return None
-            if row.cancel_requested:
-                row.status, row.finished_at = JobStatus.CANCELLED, now
-                continue
-            row.status, row.worker_id, row.started_at, row.finished_at = JobStatus.RUNNING, worker_id, now, None
-            row.progress_done = row.n_verdicts = row.n_refused = row.n_failed = row.n_cached = 0
-            row.notes, row.error = [], None
-            s.flush()
-            return _info(row)
-
-
-def _owned(session, job_id: int, worker_id: str) -> t.JudgeJob:
-    row = session.execute(select(t.JudgeJob).where(t.JudgeJob.id == job_id).with_for_update()).scalar_one_or_none()
-    if row is None or row.worker_id != worker_id or row.status != JobStatus.RUNNING:
-        raise LeaseLost(f"judge job {job_id} is no longer owned by worker {worker_id}")
-    return row
+        row, job = _owned(s, job_id, worker_id)
+        row.n_verdicts = row.n_refused = row.n_failed = row.n_cached = 0
+        row.notes = []
+        job.progress_done = 0
+        s.flush()
+        return _info(row, job)
 
 
 def record_judged(
@@ -225,8 +224,10 @@ def record_judged(
         LeaseLost: the job is no longer this worker's.
     """
     with store.write() as s:
-        row = _owned(s, job_id, worker_id)
-        row.progress_done = (row.progress_done or 0) + 1
+        row, job = _owned(s, job_id, worker_id)
+        job.progress_done = (job.progress_done or 0) + 1
+        job.idle_claims = 0  # this claim judged something: deaths so far were not the job's
+        job.heartbeat_at = t.utcnow()
         row.n_verdicts = (row.n_verdicts or 0) + int(verdict)
         row.n_refused = (row.n_refused or 0) + int(refused)
         row.n_failed = (row.n_failed or 0) + int(failed)
@@ -238,49 +239,7 @@ def record_judged(
                 "answer": str(answer)[:MAX_NOTE_ANSWER_CHARS],
             }
             row.notes = [*(row.notes or []), kept]  # a new list: JSON columns see assignment only
-        return bool(row.cancel_requested)
-
-
-def finish_judge_job(
-    store: Store, job_id: int, worker_id: str, status: JobStatus, *, error: Optional[str] = None
-) -> bool:
-    """Mark an owned judge job done, failed or cancelled (with a one-line `error`). False if the lease was lost."""
-    assert status in FINAL_STATUSES
-    with store.write() as s:
-        try:
-            row = _owned(s, job_id, worker_id)
-        except LeaseLost:
-            return False
-        row.status, row.finished_at = status, t.utcnow()
-        row.error = one_line(error, 1000) if error else None
-        return True
-
-
-def release_judge_job(store: Store, job_id: int, worker_id: str) -> None:
-    """Hand an owned, unfinished judge job back to the queue (its worker is stopping)."""
-    with store.write() as s:
-        try:
-            row = _owned(s, job_id, worker_id)
-        except LeaseLost:
-            return
-        row.status, row.worker_id = JobStatus.QUEUED, None
-
-
-def requeue_stale_judge_jobs(store: Store, live_workers: Sequence[str]) -> int:
-    """Put back running judge jobs whose worker is not among `live_workers` (a cancelled one ends); how many."""
-    J = t.JudgeJob
-    now = t.utcnow()
-    with store.write() as s:
-        base = update(J).where(J.status == JobStatus.RUNNING)
-        if live_workers:
-            base = base.where(J.worker_id.not_in(list(live_workers)))
-        s.execute(base.where(J.cancel_requested.is_(True)).values(status=JobStatus.CANCELLED, finished_at=now))
-        res: Any = s.execute(
-            base.where(J.cancel_requested.is_(False)).values(
-                status=JobStatus.QUEUED, worker_id=None, error="requeued: its worker stopped heartbeating"
-            )
-        )
-        return changed_rows(res) or 0
+        return bool(job.cancel_requested)
 
 
 def cancel_judge_job(job_id: int, *, store: "Store | str | None" = None) -> str:
@@ -293,21 +252,18 @@ def cancel_judge_job(job_id: int, *, store: "Store | str | None" = None) -> str:
         ValueError: no such job.
     """
     with resolve(store).write() as s:
-        row = s.execute(select(t.JudgeJob).where(t.JudgeJob.id == job_id).with_for_update()).scalar_one_or_none()
-        if row is None:
+        found = s.execute(select(t.JudgeJob.job_id).where(t.JudgeJob.id == job_id)).scalar_one_or_none()
+        job = lock_job(s, found) if found is not None else None
+        if job is None:
             raise ValueError(f"no judge job {job_id}")
-        if row.status == JobStatus.QUEUED:
-            row.status, row.finished_at, row.cancel_requested = JobStatus.CANCELLED, t.utcnow(), True
-        elif row.status == JobStatus.RUNNING:
-            row.cancel_requested = True
-        return row.status
+        return cancel_job(s, job)
 
 
 def get_judge_job(job_id: int, *, store: "Store | str | None" = None) -> Optional[JudgeJobInfo]:
     """One judge job (None if absent)."""
     with resolve(store).read() as s:
-        row = s.get(t.JudgeJob, job_id)
-        return _info(row) if row else None
+        found = s.execute(_with_job().where(t.JudgeJob.id == job_id)).first()
+        return _info(*found) if found else None
 
 
 def list_judge_jobs(
@@ -319,26 +275,23 @@ def list_judge_jobs(
 ) -> "list[JudgeJobInfo]":
     """Judge jobs, newest first: of one run, and only the queued or running ones (`active`) or the others."""
     J = t.JudgeJob
-    q = select(J).order_by(J.id.desc()).limit(limit)
+    q = _with_job().order_by(J.id.desc()).limit(limit)
     if run_id is not None:
         q = q.where(J.run_id == run_id)
     if active is not None:
-        q = q.where(J.status.in_(ACTIVE_STATUSES) if active else J.status.not_in(ACTIVE_STATUSES))
+        q = q.where(t.Job.status.in_(ACTIVE_STATUSES) if active else t.Job.status.not_in(ACTIVE_STATUSES))
     with resolve(store).read() as s:
-        return [_info(r) for r in s.execute(q).scalars()]
+        return [_info(r, j) for r, j in s.execute(q).all()]
 
 
 __all__ = [
     "JudgeJobInfo",
     "JudgeNote",
     "cancel_judge_job",
-    "claim_judge_job",
     "enqueue_judge_job",
-    "finish_judge_job",
     "get_judge_job",
     "list_judge_jobs",
     "one_line",
     "record_judged",
-    "release_judge_job",
-    "requeue_stale_judge_jobs",
+    "start_judge_job",
 ]

@@ -157,7 +157,7 @@ class RunStats:
 @dataclass
 class JobInfo:
     id: int
-    run_id: int
+    run_id: Optional[int]  # a run job's run (None for a judge job or an analysis request)
     status: str
     worker_id: Optional[str]
     claims: int  # times workers claimed this job (the `jobs.attempts` column)
@@ -166,3 +166,4 @@ class JobInfo:
     cancel_requested: bool
     heartbeat_at: Optional[datetime]
     error: Optional[str] = None
+    kind: str = "run"  # JobKind: run, judge or analysis

@@ -362,8 +362,16 @@ def load_analyses(
 
 
 def delete_run(run_id: int, *, store: "Store | str | None" = None) -> bool:
-    """Delete a run with its jobs, trajectories, steps, labels and analyses. False if absent."""
+    """Delete a run with its jobs (its judge jobs and its trajectories' analysis requests too), trajectories,
+    steps, labels and analyses. False if absent."""
     with resolve(store).write() as s:
+        judged = select(t.JudgeJob.job_id).where(t.JudgeJob.run_id == run_id)
+        analysed = (
+            select(t.AnalysisRequest.job_id)
+            .join(t.Trajectory, t.Trajectory.id == t.AnalysisRequest.trajectory_id)
+            .where(t.Trajectory.run_id == run_id)
+        )
+        s.execute(delete(t.Job).where(t.Job.id.in_(judged.union(analysed).scalar_subquery())))
         res = s.execute(delete(t.Run).where(t.Run.id == run_id))
         return bool(changed_rows(res))
 

@@ -30,10 +30,10 @@ from sqlalchemy.dialects.postgresql import BYTEA, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from evalrx.store.status import JobStatus
+from evalrx.store.status import JobKind, JobStatus
 
 # The Alembic revision this code expects; `evalrx/store/migrations/versions` head must equal it (a test checks).
-SCHEMA_VERSION = "0015"
+SCHEMA_VERSION = "0016"
 
 # Named constraints let Alembic's batch mode on SQLite find and alter them later.
 NAMING_CONVENTION = {
@@ -111,12 +111,15 @@ class Run(Base):
 
 
 class Job(Base):
-    """A unit of queued work: run the cases of one run that have no trajectory yet."""
+    """A unit of queued work and where it stands, for every kind (`JobKind`): a run's cases that have no
+    trajectory yet (`run_id`), a judge job (`judge_jobs.job_id`) or an analysis request
+    (`analysis_requests.job_id`). Only this table holds queue state; the others hold what to do."""
 
     __tablename__ = "jobs"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16), default=JobKind.RUN, server_default=JobKind.RUN.value)
+    run_id: Mapped[Optional[int]] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))  # a run job's run
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     worker_id: Mapped[Optional[str]] = mapped_column(String(120))
     attempts: Mapped[int] = mapped_column(default=0)
@@ -131,7 +134,7 @@ class Job(Base):
     heartbeat_at: Mapped[Optional[datetime]]
     finished_at: Mapped[Optional[datetime]]
 
-    __table_args__ = (Index(None, "status", "id"), Index(None, "run_id"))
+    __table_args__ = (Index(None, "kind", "status", "id"), Index(None, "run_id"))
 
 
 class Worker(Base):
@@ -389,14 +392,10 @@ class AnalysisRequest(Base):
     trajectory_id: Mapped[int] = mapped_column(ForeignKey("trajectories.id", ondelete="CASCADE"))
     analyzers: Mapped[list] = mapped_column(default=list)
     model: Mapped[Optional[str]] = mapped_column(String(200))  # local spec to score on; None: the run's own
-    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)  # never cancelled
-    worker_id: Mapped[Optional[str]] = mapped_column(String(120))
-    error: Mapped[Optional[str]] = mapped_column(Text)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))  # its place in the queue
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    started_at: Mapped[Optional[datetime]]
-    finished_at: Mapped[Optional[datetime]]
 
-    __table_args__ = (Index(None, "status", "id"), Index(None, "trajectory_id"))
+    __table_args__ = (Index(None, "job_id", unique=True), Index(None, "trajectory_id"))
 
 
 class TrajectoryScore(Base):
@@ -505,22 +504,15 @@ class JudgeJob(Base):
     with_findings: Mapped[bool] = mapped_column(Boolean, default=False)
     concurrency: Mapped[int] = mapped_column(default=1)
     options: Mapped[dict] = mapped_column(default=dict)  # timeout, max_retries
-    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
-    worker_id: Mapped[Optional[str]] = mapped_column(String(120))
-    progress_done: Mapped[int] = mapped_column(default=0)
-    progress_total: Mapped[int] = mapped_column(default=0)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))  # its place in the queue
     n_verdicts: Mapped[int] = mapped_column(default=0)
     n_refused: Mapped[int] = mapped_column(default=0)
     n_failed: Mapped[int] = mapped_column(default=0)
     n_cached: Mapped[int] = mapped_column(default=0)
     notes: Mapped[list] = mapped_column(default=list)  # per refusal or failed call: its line, trajectory, answer
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
-    error: Mapped[Optional[str]] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    started_at: Mapped[Optional[datetime]]
-    finished_at: Mapped[Optional[datetime]]
 
-    __table_args__ = (Index(None, "status", "id"), Index(None, "run_id"))
+    __table_args__ = (Index(None, "job_id", unique=True), Index(None, "run_id"))
 
 
 class FailureKindRow(Base):

@@ -19,6 +19,14 @@ class JobStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+class JobKind(enum.StrEnum):
+    """What a queued job does (`jobs.kind`): a run's cases, a judge job, an analysis request."""
+
+    RUN = "run"
+    JUDGE = "judge"
+    ANALYSIS = "analysis"
+
+
 # Waiting or under way: what the pages poll and what a cancel can still stop.
 ACTIVE_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 # Over: a worker finished it, it failed, or it was cancelled.

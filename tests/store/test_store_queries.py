@@ -258,12 +258,10 @@ def test_analyses_store_compact_arrays(store_url):
 
 
 def test_list_runs_shows_job_progress(store_url):
-    from evalrx.store import jobs
-
     store = S.connect(store_url)
     with store.write() as s:
         run_id = runs.create_run(s, name="queued one", cases=[make_case(i) for i in range(4)])
-        job_id = jobs.enqueue_job(s, run_id)
+        job_id = S.enqueue_job(s, S.JobKind.RUN, run_id=run_id)
     (info,) = S.list_runs(store=store)
     assert info.name == "queued one" and info.status == "queued" and info.job_id == job_id
     assert info.job_status == "queued" and info.n_cases == 4 and info.progress == 0.0

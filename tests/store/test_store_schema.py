@@ -347,3 +347,77 @@ def test_upgrade_to_0010_seeds_the_real_data_kinds_and_keeps_a_custom_one_of_the
     assert by_key["user_error"].hotkey == "9" and by_key["user_error"].definition == DEFINITIONS["user_error"]
     assert by_key["policy_violation"].definition == DEFINITIONS["policy_violation"]
     S.forget(url)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_upgrade_to_0016_moves_judge_jobs_and_analysis_requests_onto_the_one_queue(dialect, tmp_path, request):
+    """0016 gives each judge job and analysis request a jobs row with its queue state; the pages read the same."""
+    if dialect == "sqlite":
+        url, server = f"sqlite:///{tmp_path / 'at-0015.sqlite'}", None
+    else:
+        server = request.getfixturevalue("pg_server")
+        url = server.create_database()
+    try:
+        assert S.upgrade(url, "0015") == "0015"
+        with S.connect(url, check=False).write() as s:
+            s.execute(
+                text(
+                    "INSERT INTO runs (id, name, status, source, config, meta, n_cases, n_done, n_pass, n_fail, "
+                    "n_error, key_bound, created_at) VALUES (1, 'r', 'done', 'queue', '{}', '{}', 1, 1, 0, 1, 0, "
+                    ":f, '2024-01-01 00:00:00')"
+                ),
+                {"f": False},
+            )
+            s.execute(
+                text(
+                    "INSERT INTO jobs (run_id, status, worker_id, attempts, idle_claims, progress_done, "
+                    "progress_total, cancel_requested, created_at) VALUES (1, 'done', 'w0', 1, 0, 1, 1, :f, "
+                    "'2024-01-01 00:00:00')"
+                ),
+                {"f": False},
+            )
+            # Cases, run cases and trajectories are as they are today: written as the models write them.
+            s.add(schema.Case(id=1, digest="d", sample_id="c1"))
+            s.flush()
+            s.add(schema.RunCase(run_id=1, case_row_id=1, position=0))
+            s.add(schema.Trajectory(id=1, run_id=1, case_row_id=1, sample_id="c1", outcome="fail"))
+            s.flush()
+            s.execute(
+                text(
+                    "INSERT INTO judge_jobs (id, run_id, scope, trajectory_ids, spec, backend, with_findings, "
+                    "concurrency, options, status, worker_id, progress_done, progress_total, n_verdicts, n_refused, "
+                    "n_failed, n_cached, notes, cancel_requested, error, created_at, started_at, finished_at) VALUES "
+                    "(7, 1, 'run 1', '[1]', 'gpt-4o-mini', 'api', :f, 1, '{}', 'running', 'w1', 1, 3, 1, 0, 0, 0, "
+                    "'[]', :t, NULL, '2024-01-02 00:00:00', '2024-01-02 00:01:00', NULL)"
+                ),
+                {"f": False, "t": True},
+            )
+            s.execute(
+                text(
+                    "INSERT INTO analysis_requests (id, trajectory_id, analyzers, model, status, worker_id, error, "
+                    "created_at, started_at, finished_at) VALUES (4, 1, '[\"attention\"]', NULL, 'failed', 'w2', "
+                    "'boom', '2024-01-03 00:00:00', '2024-01-03 00:01:00', '2024-01-03 00:02:00')"
+                )
+            )
+        S.forget(url)
+        assert S.upgrade(url) == schema.SCHEMA_VERSION
+        job = S.get_judge_job(7, store=url)
+        assert (job.status, job.worker_id, job.progress_done, job.progress_total, job.cancel_requested) == (
+            "running",
+            "w1",
+            1,
+            3,
+            True,
+        )
+        assert job.started_at is not None and job.started_at.minute == 1 and job.n_verdicts == 1
+        req = S.get_request(4, store=url)
+        assert (req["status"], req["worker_id"], req["error"], req["trajectory_id"]) == ("failed", "w2", "boom", 1)
+        assert req["finished_at"].minute == 2
+        kinds = {S.get_job(i, store=url).kind for i in (job.job_id, req["job_id"])}
+        assert kinds == {"judge", "analysis"}
+        (own,) = S.jobs_of_run(1, store=url)
+        assert own.kind == "run" and S.get_run(1, store=url).job_id == own.id  # the run's own job stays its latest
+    finally:
+        S.forget(url)
+        if server is not None:
+            server.drop_database(url)

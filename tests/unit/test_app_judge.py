@@ -16,7 +16,6 @@ from appdata import fill_run  # noqa: E402
 from apppages import listed, open_page, pre_texts, store_url, texts  # noqa: E402,F401  (store_url: a fixture)
 
 import evalrx.store as S  # noqa: E402
-import evalrx.store.judge_jobs as J  # noqa: E402
 from evalrx.core.failures import Diagnosis  # noqa: E402
 
 OUTCOMES = ["fail", "fail", "pass", "fail", "pass", "fail"]
@@ -190,10 +189,10 @@ def test_the_trajectory_page_queues_a_judge_for_that_trajectory_and_shows_a_refu
     # A worker's refusal, with what the judge wrote: hostile text, shown as text.
     said = '{"kind": "nope"} <img src=x onerror=alert(1)> **bold**'
     store = S.connect(url)
-    J.claim_judge_job(store, "w1")
+    S.claim_job(store, "w1", S.JobKind.JUDGE)
     note = f"trajectory {tid} (c): refused: unknown kind"
-    J.record_judged(store, job.id, "w1", refused=True, note=note, trajectory_id=tid, answer=said)
-    J.finish_judge_job(store, job.id, "w1", "done")
+    S.record_judged(store, job.job_id, "w1", refused=True, note=note, trajectory_id=tid, answer=said)
+    S.finish_job(store, job.job_id, "w1", S.JobStatus.DONE)
     at.run()
     assert f"Judge job {job.id}" in _plain(texts(at)) and "refused" in _plain(texts(at))
     (box,) = [e for e in at.expander if "unknown kind" in _plain(e.label)]

@@ -64,7 +64,6 @@ def _bare_statuses(tree: ast.AST) -> list[ast.Constant]:
             found += [c for a, d in zip(args, defaults) if a.arg == "status" for c in _bare(d)]
         elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) in {
             "finish_job",
-            "finish_judge_job",
             "finish_request",
         }:
             found += [c for a in node.args for c in _bare(a)]

@@ -142,7 +142,7 @@ def test_the_watch_follows_a_given_pid_and_the_store_file(tmp_path):
     parent_watch.watch(
         parent_pid=0,
         started_under=os.getppid(),
-        store_path=parent_watch.sqlite_file(f"sqlite:///{db}"),
+        store_path=S.sqlite_file(f"sqlite:///{db}"),
         poll_s=0.05,
         stop=lambda why, _grace: stopped.append(why),
     )
@@ -157,6 +157,6 @@ def test_the_watch_follows_a_given_pid_and_the_store_file(tmp_path):
 
 
 def test_nothing_to_watch_on_postgresql_without_a_parent():
-    assert parent_watch.sqlite_file("postgresql+psycopg://u@127.0.0.1:5432/db") is None
-    assert parent_watch.sqlite_file("sqlite:///:memory:") is None
+    assert S.sqlite_file("postgresql+psycopg://u@127.0.0.1:5432/db") is None
+    assert S.sqlite_file("sqlite:///:memory:") is None
     assert parent_watch.watch(parent_pid=0, started_under=os.getppid(), store_path=None) is None

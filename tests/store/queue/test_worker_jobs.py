@@ -15,8 +15,7 @@ from workerhelpers import cases, integrity_report, scripted_config
 import evalrx.store as S
 from evalrx.config import ModelConfig, RunConfig
 from evalrx.runner import AnalysisRecord, Worker, cancel_run, enqueue_run, register_hook, retry_run, worker_main
-from evalrx.runner import worker as worker_mod
-from evalrx.store import jobs
+from evalrx.runner.handlers import cases as handler_mod
 from evalrx.store import schema as t
 
 
@@ -30,14 +29,14 @@ def _worker(store, **kw):
 def calls(monkeypatch):
     """Handles the worker loads, to look at what the model was asked."""
     loaded = []
-    real = worker_mod.load_handle
+    real = handler_mod.load_handle
 
     def spy(cfg, run_key=None):
         h = real(cfg, run_key)
         loaded.append(h)
         return h
 
-    monkeypatch.setattr(worker_mod, "load_handle", spy)
+    monkeypatch.setattr(handler_mod, "load_handle", spy)
     return loaded
 
 
@@ -85,36 +84,44 @@ def test_claims_are_in_order_and_exclusive(store_url):
     a = enqueue_run(scripted_config(), cases(1), store=store)
     b = enqueue_run(scripted_config(), cases(1), store=store)
     for w in ("w1", "w2"):
-        jobs.register_worker(store, w)
-    first = jobs.claim_next(store, "w1")
-    second = jobs.claim_next(store, "w2")
+        S.register_worker(store, w)
+    first = S.claim_job(store, "w1")
+    second = S.claim_job(store, "w2")
     assert (first.run_id, second.run_id) == (a, b)
-    assert jobs.claim_next(store, "w1") is None
+    assert S.claim_job(store, "w1") is None
     assert first.status == "running" and first.worker_id == "w1" and first.claims == 1
     assert S.get_run(a, store=store).status == "running"
-    assert jobs.heartbeat(store, "w1", first.id) is True
-    assert jobs.heartbeat(store, "w2", first.id) is False  # not its job
+    assert S.heartbeat(store, "w1", first.id) is True
+    assert S.heartbeat(store, "w2", first.id) is False  # not its job
 
 
 def test_claim_filters_by_backend(store_url):
     store = S.connect(store_url)
     enqueue_run(scripted_config(), cases(1), store=store)
-    assert jobs.claim_next(store, "w", backends=["api"]) is None
-    assert jobs.claim_next(store, "w", backends=["scripted"]) is not None
+    assert S.claim_job(store, "w", backends=["api"]) is None
+    assert S.claim_job(store, "w", backends=["scripted"]) is not None
 
 
 def test_resume_runs_only_the_missing_cases(store_url, calls):
     store = S.connect(store_url)
     run_id = enqueue_run(scripted_config(), cases(5), store=store)
-    job = jobs.claim_next(store, "first")
+    job = S.claim_job(store, "first")
     w = _worker(store, worker_id="first")
     w.current_job = job.id
-    cfg, todo, _ = w._load_job(job)
+    cfg, todo, _ = handler_mod.CaseHandler(w).load_job(job)
     for case_row_id, _, case in todo[:2]:  # two cases finished before a crash
-        w._record(job, None, cfg, [], case_row_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case))
+        handler_mod.CaseHandler(w).record(
+            job,
+            None,
+            cfg,
+            [],
+            case_row_id,
+            case,
+            handler_mod.CaseHandler(w).run_case(handler_mod.load_handle(cfg), cfg, case),
+        )
     with store.write() as s:  # the worker dies: its job goes stale
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
-    assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
+    assert S.requeue_stale(store, stale_after_s=60) == [job.id]
     calls.clear()
     _worker(store, worker_id="second").run()
     (handle,) = calls
@@ -182,13 +189,13 @@ def test_stale_and_dead_workers_jobs_are_requeued(store_url):
     c = enqueue_run(scripted_config(), cases(1), store=store)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # a process id that no longer runs
-    jobs.register_worker(store, "alive")
-    jobs.register_worker(store, "dead", pid=dead.pid)
-    jobs.register_worker(store, "stale")
-    ja, jb, jc = (jobs.claim_next(store, w) for w in ("alive", "dead", "stale"))
+    S.register_worker(store, "alive")
+    S.register_worker(store, "dead", pid=dead.pid)
+    S.register_worker(store, "stale")
+    ja, jb, jc = (S.claim_job(store, w) for w in ("alive", "dead", "stale"))
     with store.write() as s:
         s.execute(update(t.Job).where(t.Job.id == jc.id).values(heartbeat_at=t.utcnow() - timedelta(minutes=5)))
-    assert sorted(jobs.requeue_stale(store, stale_after_s=60)) == sorted([jb.id, jc.id])
+    assert sorted(S.requeue_stale(store, stale_after_s=60)) == sorted([jb.id, jc.id])
     assert S.get_run(a, store=store).job_status == "running"
     for run in (b, c):
         info = S.get_run(run, store=store)
@@ -210,7 +217,7 @@ def test_stale_and_dead_workers_jobs_are_requeued(store_url):
                 heartbeat_at=t.utcnow() - timedelta(hours=1),
             )
         )
-    jobs.requeue_stale(store, stale_after_s=60, max_attempts=3)
+    S.requeue_stale(store, stale_after_s=60, max_attempts=3)
     info = S.get_run(b, store=store)
     assert info.status == "failed" and "giving up" in info.error
 
@@ -218,15 +225,15 @@ def test_stale_and_dead_workers_jobs_are_requeued(store_url):
 def test_a_worker_that_lost_its_job_writes_nothing(store_url):
     store = S.connect(store_url)
     enqueue_run(scripted_config(), cases(2), store=store)
-    job = jobs.claim_next(store, "old")
+    job = S.claim_job(store, "old")
     w = _worker(store, worker_id="old")
-    cfg, todo, _ = w._load_job(job)
+    cfg, todo, _ = handler_mod.CaseHandler(w).load_job(job)
     with store.write() as s:  # requeued and taken by another worker meanwhile
         s.execute(update(t.Job).values(status="running", worker_id="new"))
     case_row_id, _, case = todo[0]
-    result = w._run_case(worker_mod.load_handle(cfg), cfg, case)
-    with pytest.raises(jobs.LeaseLost):
-        w._record(job, None, cfg, [], case_row_id, case, result)
+    result = handler_mod.CaseHandler(w).run_case(handler_mod.load_handle(cfg), cfg, case)
+    with pytest.raises(S.LeaseLost):
+        handler_mod.CaseHandler(w).record(job, None, cfg, [], case_row_id, case, result)
     assert S.count_trajectories(store=store) == 0
 
 
@@ -369,19 +376,19 @@ def test_a_heartbeat_for_a_job_that_just_finished_does_not_lose_the_next(store_u
     enqueue_run(scripted_config(), cases(1), store=store)
     enqueue_run(scripted_config(), cases(1), store=store)
     w = _worker(store, worker_id="w")
-    jobs.register_worker(store, "w")
-    first = jobs.claim_next(store, "w")
-    jobs.finish_job(store, first.id, "w", "done")
-    second = jobs.claim_next(store, "w")
+    S.register_worker(store, "w")
+    first = S.claim_job(store, "w")
+    S.finish_job(store, first.id, "w", "done")
+    second = S.claim_job(store, "w")
     w.current_job = second.id
     w._beat(first.id)  # read before the first job finished
-    assert not w._lost()
+    assert not w.lost()
     w._beat(second.id)
-    assert not w._lost()
+    assert not w.lost()
     with store.write() as s:  # now the second job really is taken away
         s.execute(update(t.Job).where(t.Job.id == second.id).values(worker_id="other"))
     w._beat(second.id)
-    assert w._lost()
+    assert w.lost()
 
 
 def test_tool_images_are_stored_once_per_content_with_their_step(store_url):
@@ -429,16 +436,24 @@ def test_repeats_run_every_case_k_times_and_resume_per_attempt(store_url, calls)
     store = S.connect(store_url)
     run_id = enqueue_run(replace(scripted_config(), repeats=3), cases(4), store=store)
     assert S.get_run(run_id, store=store).n_cases == 12
-    job = jobs.claim_next(store, "first")
+    job = S.claim_job(store, "first")
     w = _worker(store, worker_id="first")
     w.current_job = job.id
-    cfg, todo, _ = w._load_job(job)
+    cfg, todo, _ = handler_mod.CaseHandler(w).load_job(job)
     assert [a for _, a, _ in todo] == [1] * 4 + [2] * 4 + [3] * 4  # every first attempt, then every second...
     for case_row_id, attempt, case in todo[:5]:  # five attempts finished before a crash
-        w._record(job, None, cfg, [], case_row_id, case, w._run_case(worker_mod.load_handle(cfg), cfg, case, attempt))
+        handler_mod.CaseHandler(w).record(
+            job,
+            None,
+            cfg,
+            [],
+            case_row_id,
+            case,
+            handler_mod.CaseHandler(w).run_case(handler_mod.load_handle(cfg), cfg, case, attempt),
+        )
     with store.write() as s:
         s.execute(update(t.Job).values(heartbeat_at=t.utcnow() - timedelta(hours=1)))
-    assert jobs.requeue_stale(store, stale_after_s=60) == [job.id]
+    assert S.requeue_stale(store, stale_after_s=60) == [job.id]
     calls.clear()
     _worker(store, worker_id="second").run()
     (handle,) = calls

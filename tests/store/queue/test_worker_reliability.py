@@ -102,3 +102,65 @@ def test_pg_sigkill_with_a_scripted_model(pg_url, tmp_path):
     report = integrity_report(store)
     assert report == dict.fromkeys(report, 0), report
     assert S.count_trajectories(run_id=run_id, store=store) == 40
+
+
+def _kill_while(proc, log, ready, *, within_s: float = 90.0) -> None:
+    """SIGKILL `proc` as soon as `ready()` holds (it must hold while the worker still runs)."""
+    try:
+        deadline = time.monotonic() + within_s
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+    finally:
+        proc.kill()  # SIGKILL: no cleanup, no release of the job
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_a_judge_job_killed_mid_work_is_requeued_and_judges_each_trajectory_once(store_url, tmp_path):
+    """SIGKILL a worker two trajectories into a judge job: the next worker requeues the job (its worker is dead)
+    and finishes it; each trajectory has one verdict, those judged before the kill come from the cache."""
+    from loopback import ScriptedChatServer
+    from test_judge_queue import VALID, answer, failed_run, judged
+
+    from evalrx.runner import JudgeConfig, queue_judge
+
+    n = 5
+    run_id, tids = failed_run(store_url, n)
+    log = tmp_path / "worker.log"
+    with ScriptedChatServer([(200, answer(VALID), {}, 0.3)] * (n + 2)) as server:
+        judge_id = queue_judge(JudgeConfig("gpt-4o-mini", base_url=server.url), tids, run_id=run_id, store=store_url)
+        proc = start_worker(store_url, "--poll", "0.05", "--heartbeat", "0.3", log=log, plugin=None)
+        _kill_while(proc, log, lambda: S.get_judge_job(judge_id, store=store_url).progress_done >= 2)
+        killed = S.get_judge_job(judge_id, store=store_url)
+        assert killed.status == "running" and 2 <= killed.progress_done < n  # it died mid-work
+        final = start_worker(store_url, "--once", "--poll", "0.05", "--heartbeat", "0.3", log=log, plugin=None)
+        assert final.wait(timeout=120) == 0, log.read_text()[-3000:]
+    job = S.get_judge_job(judge_id, store=store_url)
+    assert (job.status, job.progress_done, job.n_verdicts, job.error) == ("done", n, n, None)
+    assert job.n_cached >= killed.progress_done  # nothing judged before the kill was asked again
+    assert len(server.requests) <= n + 1  # at most the one in flight at the kill asked twice
+    assert S.get_job(job.job_id, store=store_url).claims == 2  # requeued once, resumed by the next worker
+    assert [len(judged(store_url, tid)) for tid in tids] == [1] * n  # each verdict stored once
+
+
+@pytest.mark.slow
+def test_an_analysis_request_killed_mid_work_is_requeued_and_stored_once(store_url, tmp_path):
+    """SIGKILL a worker while it runs an analysis request (loading the model or analysing): the next worker
+    requeues it and stores its results once."""
+    from test_diagnosis_store import misread, store_run
+
+    store = S.connect(store_url)
+    _, tids = store_run(store, [misread()])
+    (tid,) = tids.values()
+    req = S.request_analysis(tid, ["tool_decision"], model="evalrx-tiny", store=store)
+    log = tmp_path / "worker.log"
+    proc = start_worker(store_url, "--poll", "0.05", "--heartbeat", "0.3", log=log, plugin=None)
+    _kill_while(proc, log, lambda: S.get_request(req, store=store)["status"] == "running")
+    assert S.get_request(req, store=store)["status"] == "running"  # it died mid-work
+    final = start_worker(store_url, "--once", "--poll", "0.05", "--heartbeat", "0.3", log=log, plugin=None)
+    assert final.wait(timeout=180) == 0, log.read_text()[-3000:]
+    done = S.get_request(req, store=store)
+    assert (done["status"], done["error"]) == ("done", None), log.read_text()[-3000:]
+    assert S.get_job(done["job_id"], store=store).claims == 2
+    assert [a["analyzer"] for a in S.load_analyses(tid, store=store)] == ["tool_decision"]  # stored once
