@@ -549,3 +549,12 @@ def test_the_card_shows_each_sources_proposal_with_its_agreement_with_people(sto
 def test_a_superscript_digit_in_the_url_is_no_id(store_url, view, query):
     fill_run(store_url, 2, name="one")
     open_page(view, **query)  # "²".isdigit() is True and int("²") raises: the pages read ids with url_int
+
+
+def test_the_import_page_says_the_upload_size_limit_set_in_the_apps_config(store_url):
+    import tomllib
+
+    config = tomllib.loads((Path(MAIN).parents[1] / ".streamlit" / "config.toml").read_text())
+    limit = config["server"]["maxUploadSize"]
+    at = open_page("import_data")
+    assert f"Up to {limit} MB a file; import a larger one with `evalrx import FILE`" in texts(at)
