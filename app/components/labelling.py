@@ -188,7 +188,7 @@ def label_panel(
         st.markdown(describe_label(cur))
     refused = st.session_state.pop(refused_key, None)
     if refused:
-        st.error(f"Not saved: {refused}", icon=":material/error:")
+        st.error(f"Not saved: {md_escape(refused)}", icon=":material/error:")
     if annotator() is None:
         if st.session_state.pop(need_name_key, False):
             st.warning(NEED_NAME + " first: nothing was saved.", icon=":material/badge:")
