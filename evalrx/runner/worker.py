@@ -40,7 +40,7 @@ from evalrx.runner.toolset import capturing, case_toolset, mcp_sessions, picture
 from evalrx.store import JobStatus, convert, jobs, tool_marks
 from evalrx.store import analyses as analysis_store
 from evalrx.store import judge_jobs as judge_store
-from evalrx.store.engine import SchemaError, Store, connect
+from evalrx.store.engine import SchemaError, Store, StoreUnwritable, connect
 from evalrx.store.runs import stored_run, update_run_meta
 
 log = logging.getLogger("evalrx.worker")
@@ -639,6 +639,10 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    n = worker.run()
+    try:
+        n = worker.run()
+    except StoreUnwritable as exc:  # read-only or full: one line; an unfinished job's lease runs out and it is retried
+        print(f"evalrx worker: {exc}", file=sys.stderr)
+        return 2
     log.info("worker %s stopped after %s job(s)", worker.worker_id, n)
     return 0

@@ -1,5 +1,5 @@
-"""A store that cannot be written makes an import, a run, a labels import and a label from the app say so in
-one line (exit 2 on the command line, no traceback) and leaves every table's rows as they were.
+"""A store that cannot be written makes an import, a run, a labels import, a worker and a label from the app say
+so in one line (exit 2 on the command line, no traceback) and leaves every table's rows as they were.
 
 How the store is made unwritable: tests run as root in CI, where chmod 0444 does not stop a write, and a
 size-limited filesystem needs a mount the machine may refuse. So SQLite is opened read-only through its URI
@@ -79,6 +79,7 @@ def test_import_run_and_labels_import_refuse_in_one_line_and_change_nothing(unwr
         ["import", str(SPANS), "--url", url],
         ["run", "--spec", "evalrx-tiny", "--suite", "demo/arithmetic_easy", "--limit", "2", "--url", url],
         ["labels", "import", str(labels), "--url", url],
+        ["worker", "--once", "--url", url],
     ):
         assert_one_line_refusal(evalrx(*args))
     assert row_counts(url) == before
