@@ -16,6 +16,16 @@ from pathlib import Path
 from typing import Any, Optional
 
 _JOBS: dict = {}
+
+
+def upload_limit() -> str:
+    """The upload size limit in words (Streamlit's server.maxUploadSize, set in .streamlit/config.toml)."""
+    import streamlit as st
+
+    mb = st.get_option("server.maxUploadSize")
+    return f"Up to {mb} MB a file; import a larger one with `evalrx import FILE` (it streams the file)."
+
+
 _LOCK = threading.Lock()
 
 

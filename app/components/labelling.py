@@ -106,7 +106,7 @@ def label_panel(
         on_saved: called with the trajectory id after a save (the queue moves on).
         blind: hide the earlier label, the proposal and the grade (a second opinion).
     """
-    from evalrx.store import set_label
+    from evalrx.store import StoreUnwritable, set_label
 
     tid = detail.row.id
     cur = None if blind else current_label(detail)
@@ -119,6 +119,7 @@ def label_panel(
     fws_key, note_key, kind_key = f"{key}-fws-{tid}", f"{key}-note-{tid}", f"{key}-kind-{tid}"
     agent_key = f"{key}-agent-{tid}"
     need_name_key = f"{key}-need-name"
+    refused_key = f"{key}-refused"
     if fws_key not in st.session_state:
         if cur and cur.first_wrong_step in steps:
             st.session_state[fws_key] = cur.first_wrong_step
@@ -149,16 +150,20 @@ def label_panel(
         fws = st.session_state.get(fws_key) if outcome == "fail" else None
         blamed = st.session_state.get(agent_key) if outcome == "fail" and agents else None
         note = (st.session_state.get(note_key) or "").strip() or None
-        set_label(
-            tid,
-            outcome,
-            failure_kind=kind,
-            first_wrong_step=fws,
-            note=note,
-            annotator=who,
-            agent=blamed,
-            store=store,
-        )
+        try:
+            set_label(
+                tid,
+                outcome,
+                failure_kind=kind,
+                first_wrong_step=fws,
+                note=note,
+                annotator=who,
+                agent=blamed,
+                store=store,
+            )
+        except StoreUnwritable as exc:  # a read-only store or a full disk: say so, stay on this trajectory
+            st.session_state[refused_key] = str(exc)
+            return
         flash(
             f"#{tid} labelled {outcome}"
             + (f" · {md_escape(kind)}" if kind else "")  # a custom kind is the user's text: the toast renders Markdown
@@ -181,6 +186,9 @@ def label_panel(
         st.caption("Blind: earlier labels and the diagnosis are hidden until you give yours.")
     else:
         st.markdown(describe_label(cur))
+    refused = st.session_state.pop(refused_key, None)
+    if refused:
+        st.error(f"Not saved: {md_escape(refused)}", icon=":material/error:")
     if annotator() is None:
         if st.session_state.pop(need_name_key, False):
             st.warning(NEED_NAME + " first: nothing was saved.", icon=":material/badge:")

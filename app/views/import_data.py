@@ -27,7 +27,8 @@ key = st.session_state.setdefault("import_key", uuid.uuid4().hex)
 job = importer.current(key)
 
 if job is None:
-    upload = st.file_uploader("File to import", key="import_upload")
+    upload = st.file_uploader("File to import", key="import_upload", help=importer.upload_limit())
+    st.caption(importer.upload_limit())
     if upload is None:
         st.stop()
     path = importer.save_upload(upload.name, upload.getvalue())

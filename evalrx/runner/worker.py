@@ -33,6 +33,7 @@ from evalrx.store import (
     LeaseLost,
     SchemaError,
     Store,
+    StoreUnwritable,
     claim_job,
     connect,
     finish_job,
@@ -297,6 +298,10 @@ def worker_main(argv: Optional[Sequence[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
-    n = worker.run()
+    try:
+        n = worker.run()
+    except StoreUnwritable as exc:  # read-only or full: one line; an unfinished job's lease runs out and it is retried
+        print(f"evalrx worker: {exc}", file=sys.stderr)
+        return 2
     log.info("worker %s stopped after %s job(s)", worker.worker_id, n)
     return 0

@@ -36,6 +36,32 @@ class SchemaError(RuntimeError):
     """The store's schema is missing, older or newer than this code expects."""
 
 
+class StoreUnwritable(SchemaError):
+    """The store refused a write: a read-only file or database, a full disk (a SchemaError, so every
+    place that turns a store problem into one line does so for this too)."""
+
+
+# SQLite's extended result names and PostgreSQL's SQLSTATEs (class 53: insufficient resources) for "cannot write".
+_SQLITE_UNWRITABLE = ("SQLITE_READONLY", "SQLITE_FULL")
+_PG_UNWRITABLE = ("25006", "53")
+
+
+def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable]:
+    """The one-line `StoreUnwritable` for a driver error that says the store cannot be written, else None."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return None
+    name = getattr(orig, "sqlite_errorname", "") or ""
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or ""
+    if not (name.startswith(_SQLITE_UNWRITABLE) or state.startswith(_PG_UNWRITABLE)):
+        return None
+    why = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return StoreUnwritable(
+        f"the store at {display_url} cannot be written ({why}); nothing was changed: "
+        "free disk space or make the store writable, then try again"
+    )
+
+
 def default_url() -> str:
     """The store URL: `$EVALRX_DATABASE_URL`, else a SQLite file `db/evalrx.sqlite` in the checkout."""
     env = os.environ.get(ENV_URL)
@@ -75,8 +101,8 @@ def make_engine(url: str, **kw: Any) -> Engine:
         kw.setdefault("pool_pre_ping", True)
         return create_engine(url, **kw)
 
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # a `file:` URI (uri=true) is opened as given
     connect_args = dict(kw.pop("connect_args", {}))
     connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
     connect_args.setdefault("check_same_thread", False)
@@ -129,10 +155,22 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A session in a write transaction (`BEGIN IMMEDIATE` on SQLite); committed on success."""
-        with self._write() as session:
-            with session.begin():
-                yield session
+        """A session in a write transaction (`BEGIN IMMEDIATE` on SQLite); committed on success.
+
+        Raises:
+            StoreUnwritable: the store refused the write (read-only, disk full); the transaction rolled back.
+        """
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            with self._write() as session:
+                with session.begin():
+                    yield session
+        except DBAPIError as exc:
+            refused = unwritable(exc, self.display_url)
+            if refused is None:
+                raise
+            raise refused from None
 
     def schema_revision(self) -> Optional[str]:
         """The Alembic revision the database is at, or None for an empty database."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import threading
 import typing
 from typing import Any, Callable
 
+from evalrx.config.mcp import DEFAULT_TIMEOUT_S
 from evalrx.core.tool import Tool, ToolResult
 
-__all__ = ["ToolArgumentError", "python_tool"]
+__all__ = ["ToolArgumentError", "ToolDeadlineError", "python_tool"]
 
 PATH_FORM = "package.module:function"
 INSTALL_HINT = "pip install 'evalrx[tools]' (pydantic and docstring-parser)"
@@ -24,6 +26,10 @@ INSTALL_HINT = "pip install 'evalrx[tools]' (pydantic and docstring-parser)"
 
 class ToolArgumentError(ValueError):
     """A call's arguments do not fit the function's schema (one line naming each argument)."""
+
+
+class ToolDeadlineError(TimeoutError):
+    """A Python tool did not return within its deadline (one line naming the tool)."""
 
 
 def _bad(path: str, problem: str, fix: str) -> ValueError:
@@ -95,13 +101,15 @@ def _one_line(exc: Any) -> str:
     return "; ".join(parts)
 
 
-def python_tool(path: str) -> Tool:
+def python_tool(path: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Tool:
     """A tool that calls the Python function `path` ("package.module:function", or "module:Class.method"
     for a static or class method).
 
     Its name is the part after the colon; `source="python"`, `origin=path`. Calling its `fn` validates the
     arguments (pydantic's usual coercion: "3" for an int is accepted, 3.5 is not) and returns the
-    function's result: a `ToolResult` or str as it is, anything else as `str(result)`.
+    function's result: a `ToolResult` or str as it is, anything else as `str(result)`. A call that has not
+    returned after `timeout_s` (an MCP server's default deadline) raises `ToolDeadlineError` naming the tool;
+    Python cannot stop a thread, so the abandoned call runs on in a daemon thread and the case goes on.
 
     Raises:
         ValueError: one line naming the path and the fix: no colon, module not found, attribute missing,
@@ -169,9 +177,7 @@ def python_tool(path: str) -> Tool:
                 args.append(value)
             else:
                 kwargs[p.name] = value
-        result = fn(*args, **kwargs)
-        if inspect.isawaitable(result):  # an async function: run it to completion here
-            result = asyncio.run(_awaited(result))
+        result = _within(timeout_s, path, lambda: _finished(fn(*args, **kwargs)))
         return result if isinstance(result, (str, ToolResult)) else str(result)
 
     call.__name__ = fn.__name__ if hasattr(fn, "__name__") else name
@@ -181,3 +187,28 @@ def python_tool(path: str) -> Tool:
 
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _finished(result: Any) -> Any:
+    """The result, an async function's run to completion here."""
+    return asyncio.run(_awaited(result)) if inspect.isawaitable(result) else result
+
+
+def _within(timeout_s: float, path: str, work: Callable[[], Any]) -> Any:
+    """`work()`'s result or exception, or `ToolDeadlineError` once `timeout_s` has passed without one."""
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["result"] = work()
+        except BaseException as exc:  # handed to the caller's thread as it is
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"python-tool {path}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise ToolDeadlineError(f"Python tool {path!r} did not return within {timeout_s:g} s; the call was abandoned")
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

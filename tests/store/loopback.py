@@ -19,12 +19,15 @@ ANSWER = {
 
 class ChatServer:
     """Answers every POST with `status` and `body` (default: a final answer) and records each request's
-    path and Authorization header (`seen`, in order)."""
+    path and Authorization header (`seen`, in order). With `echo_auth`, "{auth}" in the body becomes the
+    Authorization header received (a server that quotes the key it refused)."""
 
-    def __init__(self, host: str = "127.0.0.1", *, status: int = 200, body: Optional[dict] = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", *, status: int = 200, body: Optional[dict] = None, echo_auth: bool = False
+    ) -> None:
         seen = self.seen = []
         paths = self.hits = []
-        data = json.dumps(ANSWER if body is None else body).encode()
+        template = json.dumps(ANSWER if body is None else body)
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -36,6 +39,8 @@ class ChatServer:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 seen.append(self.headers.get("Authorization"))
                 paths.append(self.path)
+                auth = json.dumps(self.headers.get("Authorization") or "")[1:-1]
+                data = (template.replace("{auth}", auth) if echo_auth else template).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -123,3 +123,77 @@ def test_an_mcp_servers_headers_and_env_keep_variable_names_and_lose_literal_sec
     assert docs["headers"] == {"Authorization": "Bearer ${DOCS_TOKEN}", "X-Team": "a"}
     assert git["env"] == {"GITHUB_TOKEN": "${env:GH}"}  # the literal token is dropped, the reference kept
     assert "hf_literal" not in json.dumps(cfg)
+
+
+def _store_text(url: str) -> str:
+    """Every value of every row of every table of the store, as text."""
+    from sqlalchemy import inspect, select, table
+
+    store = S.connect(url)
+    out = []
+    with store.engine.connect() as conn:
+        for name in inspect(conn).get_table_names():
+            for row in conn.execute(select("*").select_from(table(name))):
+                for v in row:
+                    out.append(v.decode("utf-8", "replace") if isinstance(v, (bytes, memoryview)) else str(v))
+    return "\n".join(out)
+
+
+def test_a_run_made_with_a_key_leaves_it_in_no_output_store_export_or_log(store_url, tmp_path):
+    """Two runs with a key: one by `evalrx run --api-key-env` against a server that answers, one by the app's
+    New run path (a keyed worker writing its log file) against a server that quotes the key it refuses.
+    The key is in none of: the CLI's and the worker's output, the worker's log, the store, the exports."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from loopback import ChatServer
+
+    from evalrx.runner.keyed_worker import start_keyed_worker
+    from evalrx.store import FINAL_STATUSES
+
+    repo = Path(__file__).resolve().parents[2]
+    key = "sk-evalrx-" + os.urandom(12).hex()
+    env = dict(os.environ, PYTHONPATH=str(repo), EVALRX_TEST_LEAK_KEY=key)
+
+    def evalrx(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "evalrx", *args], capture_output=True, text=True, env=env, timeout=180, cwd=repo
+        )
+        return f"{out.returncode}\n{out.stdout}\n{out.stderr}"
+
+    refusing = {"error": {"message": "Incorrect API key provided: {auth}", "type": "invalid_request_error"}}
+    log = tmp_path / "api-worker.log"
+    with ChatServer() as answering, ChatServer(status=400, body=refusing, echo_auth=True) as quoting:
+        common = ["--spec", "gpt-4o-mini", "--backend", "api", "--suite", "demo/arithmetic_easy", "--limit", "2"]
+        cli = evalrx(
+            "run", *common, "--base-url", answering.url, "--api-key-env", "EVALRX_TEST_LEAK_KEY", "--wait",
+            "--no-progress", "--url", store_url,
+        )  # fmt: skip
+        cfg = RunConfig(model=ModelConfig("gpt-4o-mini", backend="api"), tools=["calculator"], base_url=quoting.url)
+        refused = enqueue_run(cfg, load_cases("demo/arithmetic_easy")[:2], key_bound=True, store=store_url)
+        pid = start_keyed_worker(store_url, refused, key, log_path=str(log))  # what New run does
+        deadline = time.monotonic() + 120
+        while S.get_run(refused, store=store_url).status not in FINAL_STATUSES:
+            assert time.monotonic() < deadline, "the keyed worker did not finish its run"
+            time.sleep(0.2)
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            assert time.monotonic() < deadline, "the keyed worker did not exit"
+            time.sleep(0.1)
+        assert answering.seen and all(a == f"Bearer {key}" for a in answering.seen), "the key was not used"
+        assert quoting.seen and all(a == f"Bearer {key}" for a in quoting.seen), "the key was not used"
+    runs = {r.id: r for r in S.list_runs(store=store_url)}
+    assert len(runs) == 2 and runs[refused].n_error == 2, runs  # the refusals are stored, as errors
+    outputs = [cli, log.read_text()]
+    for run_id in runs:
+        for fmt in ("jsonl", "atif", "otel"):
+            out = tmp_path / f"run{run_id}.{fmt}"
+            outputs.append(evalrx("export", str(run_id), str(out), "--format", fmt, "--url", store_url))
+            outputs.append(out.read_text())
+        outputs.append(evalrx("runs", "show", str(run_id), "--url", store_url))
+    stored = _store_text(store_url)
+    assert "Incorrect API key provided" in stored, "the refusal was not stored: nothing was checked"
+    for where, text in [("the store", stored), *((f"output {i}", t) for i, t in enumerate(outputs))]:
+        assert key[10:] not in text, f"the key leaked into {where}: {text[:3000]}"

@@ -28,7 +28,7 @@ def open_page(view: str, /, **query):
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(MAIN, default_timeout=60)
-    if view == "new_run":  # registered under url_path "new": AppTest finds it only after a first run
+    if view in ("new_run", "import_data"):  # registered under url_paths "new", "import": found after a first run
         at.run()
     at.switch_page(f"views/{view}.py")
     for k, v in query.items():

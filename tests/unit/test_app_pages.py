@@ -549,3 +549,28 @@ def test_the_card_shows_each_sources_proposal_with_its_agreement_with_people(sto
 def test_a_superscript_digit_in_the_url_is_no_id(store_url, view, query):
     fill_run(store_url, 2, name="one")
     open_page(view, **query)  # "²".isdigit() is True and int("²") raises: the pages read ids with url_int
+
+
+def test_the_import_page_says_the_upload_size_limit_set_in_the_apps_config(store_url):
+    import tomllib
+
+    config = tomllib.loads((Path(MAIN).parents[1] / ".streamlit" / "config.toml").read_text())
+    limit = config["server"]["maxUploadSize"]
+    at = open_page("import_data")
+    assert f"Up to {limit} MB a file; import a larger one with `evalrx import FILE`" in texts(at)
+
+
+def test_a_label_the_store_cannot_write_is_an_error_box_and_changes_nothing(seeded, monkeypatch):
+    """The store opened read-only (SQLite's `file:...?mode=ro` URI: chmod does not stop root in CI)."""
+    tid, url = seeded["ids"][2], seeded["url"]
+    before = S.label_history(tid, store=url)
+    read_only = f"sqlite:///file:{url.removeprefix('sqlite:///')}?mode=ro&uri=true"
+    monkeypatch.setenv("EVALRX_DATABASE_URL", read_only)
+    at = open_page("trajectory", id=tid)
+    at.text_input(key="annotator").set_value("ana")
+    at.button(key="tl-pass").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    (error,) = [e.value for e in at.error]
+    assert error.startswith("Not saved: the store at ") and "cannot be written" in error and "\n" not in error
+    assert S.label_history(tid, store=url) == before
+    S.forget(read_only)

@@ -179,3 +179,21 @@ def test_bad_paths_are_one_line_naming_the_path_and_the_fix(path, message, broke
     if ":" in path:  # get_tools gives the same error (a name without a colon is an unknown built-in)
         with pytest.raises(ValueError, match=message):
             get_tools(["calculator", path])
+
+
+def test_a_tool_that_never_returns_is_an_error_step_naming_it_at_its_deadline_and_the_run_goes_on():
+    import time
+
+    from evalrx.models.agent import run_batch
+
+    hung = python_tool(f"{F}:never_returns", timeout_s=0.5)
+    handle = _Scripted(_call("never_returns", query="x"), "No answer came.", "It is 4.")
+    t0 = time.monotonic()
+    first, second = run_batch(handle, ["Ask it.", "What is 2 + 2?"], tools_factory=lambda case: [hung], max_turns=3)
+    assert time.monotonic() - t0 < 5
+    (step,) = [s for s in first.steps if s.role is StepRole.TOOL]
+    assert step.span["tool_error"] and step.observation == (
+        "[tool error in 'never_returns': ToolDeadlineError: Python tool 'fixtures.pyfuncs:never_returns' "
+        "did not return within 0.5 s; the call was abandoned]"
+    )
+    assert first.final_answer == "No answer came." and second.final_answer == "It is 4."

@@ -212,17 +212,18 @@ FLAKY = str(Path(__file__).resolve().parents[2] / "fixtures" / "mcp_flaky_server
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_mcp_images_are_stored_a_crash_is_an_observation_and_sessions_are_per_case_unless_shared(
+def test_mcp_images_are_stored_a_crash_or_hang_is_an_observation_and_sessions_are_per_case_unless_shared(
     sqlite_url, api_key, caplog, shared
 ):
     store = S.connect(sqlite_url)
-    cases = load_cases("demo/arithmetic_easy")[:5]
-    script = {c.inputs.prompt: tool for c, tool in zip(cases, ["pid", "pid", "crash", "pid", "picture"])}
+    cases = load_cases("demo/arithmetic_easy")[:7]
+    tools = ["pid", "pid", "crash", "pid", "picture", "sleep", "pid"]  # sleep: a server that never answers
+    script = {c.inputs.prompt: tool for c, tool in zip(cases, tools)}
 
     def plan(prompt, tools):
-        return [(script[prompt], {})]
+        return [(script[prompt], {"seconds": 600} if script[prompt] == "sleep" else {})]
 
-    server_entry = {"name": "flaky", "command": sys.executable, "args": [FLAKY], "timeout": 10}
+    server_entry = {"name": "flaky", "command": sys.executable, "args": [FLAKY], "timeout": 2}
     if shared:
         server_entry["shareSession"] = True
     before = _children()
@@ -238,13 +239,16 @@ def test_mcp_images_are_stored_a_crash_is_an_observation_and_sessions_are_per_ca
         run_id = enqueue_run(cfg, cases, store=store)
         Worker(store, exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
     rows = {r.sample_id: r for r in S.list_trajectories(run_id=run_id, limit=10, store=store).rows}
-    assert len(rows) == 5 and all(r.outcome != "error" for r in rows.values())  # every case went on
+    assert len(rows) == 7 and all(r.outcome != "error" for r in rows.values())  # every case went on
 
     def tool_step(case):
         detail = S.get_trajectory(rows[case.id].id, store=store)
         return detail, next(s for s in detail.trajectory.steps if s.role.value == "tool")
 
-    (_, pid1), (_, pid2), (_, crash), (_, pid3), _ = (tool_step(c) for c in cases)
+    (_, pid1), (_, pid2), (_, crash), (_, pid3), _, (_, hung), (_, pid4) = (tool_step(c) for c in cases)
+    assert hung.span.get("tool_error") and str(hung.observation).startswith("[tool error in 'sleep': ")
+    assert "did not answer within 2 s" in str(hung.observation)  # ended at the server's deadline
+    assert not pid4.span.get("tool_error")  # the next case went on, with a server that answers
     assert S.step_media(rows[cases[4].id].id, store=store), "the server's image is stored like any tool image"
     assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation)
     assert "flaky server starting" in caplog.text, "the server's stderr goes to the worker log"
