@@ -118,9 +118,7 @@ def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
             else:
                 v.title = f"Model, turn {v.turn}" if v.turn else "Model"
             v.text = s.content or ""
-            for call in s.tool_calls or []:
-                if isinstance(call, dict):
-                    v.calls.append((str(call.get("name") or "?"), call.get("args", call.get("arguments"))))
+            v.calls += [(call.name or "?", call.args) for call in s.tool_calls]
         else:
             name = s.content or ""
             v.title = f"Tool {name}" if name else "Feedback to the model"

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from evalrx.core.tool import ToolCall
+
 
 class Label(str, Enum):
     PASS = "pass"
@@ -89,8 +91,8 @@ class FailureCase:
 class Step:
     """One step of a trajectory.
 
-    ACTOR steps carry the model's raw text, its decoded `tool_calls` (dicts, see
-    `ToolCall.to_dict`) and a `parse_error` when a call was malformed. TOOL steps
+    ACTOR steps carry the model's raw text, its decoded `tool_calls` (`ToolCall`s; their dicts, as
+    `to_dict` writes them, are accepted and converted) and a `parse_error` when a call was malformed. TOOL steps
     carry the tool name in `content` and what it returned in `observation`.
     `span` holds timing, token counts and loop-policy flags. In a team of agents `agent` names
     who took the step ("Orchestrator", "WebSurfer") and `addressee` whom it spoke to, where the
@@ -100,15 +102,18 @@ class Step:
     idx: int
     role: StepRole
     content: str = ""
-    tool_calls: list = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     observation: Any = None
     parse_error: Optional[str] = None
     span: dict = field(default_factory=dict)
     agent: Optional[str] = None
     addressee: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        self.tool_calls = [c if isinstance(c, ToolCall) else ToolCall.from_dict(c) for c in self.tool_calls or []]
+
     @property
-    def tool_call(self) -> Optional[dict]:
+    def tool_call(self) -> Optional[ToolCall]:
         """The first call of the turn (most turns make exactly one)."""
         return self.tool_calls[0] if self.tool_calls else None
 
@@ -117,7 +122,7 @@ class Step:
             "idx": self.idx,
             "role": self.role.value,
             "content": self.content,
-            "tool_calls": self.tool_calls,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
             "observation": self.observation,
             "parse_error": self.parse_error,
             "span": self.span,
@@ -184,7 +189,7 @@ class Trajectory:
 
     sample_id: str
     goal: str
-    steps: list = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     final_answer: Optional[str] = None
     ground_truth: Any = None
     outcome: Label = Label.UNKNOWN

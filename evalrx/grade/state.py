@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evalrx.core.case import LIMIT_PREFIX, FailureCase, Step, StepRole, Termination, Trajectory
-from evalrx.core.tool import normalize_call
 from evalrx.tools.environment import Environment
 
 _CUT = 80
@@ -292,10 +291,7 @@ def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
         steps = by_turn.get(k, [])
         actor = [s for s in steps if s.role == StepRole.ACTOR]
         calls = [
-            (s.idx, c["name"], c["args"])
-            for s in actor
-            for i, c in enumerate(map(normalize_call, s.tool_calls or []))
-            if (s.idx, i) not in skipped
+            (s.idx, c.name, c.args) for s in actor for i, c in enumerate(s.tool_calls) if (s.idx, i) not in skipped
         ]
         agent_results.extend(agent_env.call(name, kwargs=args) for _, name, args in calls)
         wanted, truth_results = [], []

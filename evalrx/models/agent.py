@@ -308,7 +308,7 @@ class Agent:
                         idx=len(steps),
                         role=StepRole.ACTOR,
                         content=chat.text or "",
-                        tool_calls=[c.to_dict() for c in calls],
+                        tool_calls=calls,
                         parse_error="; ".join(errors) if errors else None,
                         span=span,
                     )

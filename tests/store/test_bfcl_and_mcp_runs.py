@@ -140,7 +140,7 @@ def test_a_bfcl_run_on_an_api_model_is_graded_by_its_calls_and_keeps_its_tools(s
     failed = S.get_trajectory(rows["simple_python_0"].id, store=store)
     assert failed.trajectory.metrics["grade_reason"] == "`unit`: got 'cm', want one of 'units', ''"
     fact = S.get_trajectory(rows["simple_python_1"].id, store=store)
-    assert fact.trajectory.steps[1].tool_calls[0]["name"] == "math.factorial"  # BFCL's name, not the wire name
+    assert fact.trajectory.steps[1].tool_calls[0].name == "math.factorial"  # BFCL's name, not the wire name
     offered = fact.trajectory.offered_tools
     assert [(t["name"], t["source"]) for t in offered] == [("math.factorial", "case")]
     assert offered[0]["parameters"]["properties"]["number"]["type"] == "integer"

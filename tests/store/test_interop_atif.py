@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import random
@@ -46,7 +47,9 @@ def _run_with_everything(store) -> int:
             if pos == 1:
                 traj.steps[1].content = "<think>check the tool ✓</think>\nI will call it."
                 traj.steps[1].tool_calls = (
-                    [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] if traj.steps[1].tool_calls else []
+                    [dataclasses.replace(traj.steps[1].tool_calls[0], raw='{"x": 1}')]
+                    if traj.steps[1].tool_calls
+                    else []
                 )
                 traj.steps[0].span = {"has_image": False}
             tid = runs.save_trajectory(s, run_id, case_row_id, traj)
@@ -209,7 +212,7 @@ def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_
     assert [s.role.value for s in tr.steps] == ["user", "actor", "tool", "tool", "actor"]
     assert tr.goal == FOREIGN["steps"][0]["message"] and tr.final_answer == "Alphabet (GOOGL) is trading at $185.35."
     assert tr.steps[1].content == "<think>Two data points.</think>\nI will search for the price and the volume."
-    assert tr.steps[1].tool_calls[1] == {
+    assert tr.steps[1].tool_calls[1].to_dict() == {
         "name": "financial_search",
         "args": {"ticker": "GOOGL", "metric": "volume"},
         "id": "call_volume_2",

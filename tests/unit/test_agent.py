@@ -66,7 +66,7 @@ def test_tool_call_then_final_answer():
     assert [s.role for s in traj.steps] == [StepRole.USER, StepRole.ACTOR, StepRole.TOOL, StepRole.ACTOR]
     assert traj.final_answer == "The answer is 12."
     assert traj.ground_truth == "12"
-    assert traj.steps[1].tool_calls == [
+    assert [c.to_dict() for c in traj.steps[1].tool_calls] == [
         {"name": "calculator", "args": {"expression": "3*4"}, "raw": call("calculator", expression="3*4")}
     ]
     assert traj.steps[2].content == "calculator" and traj.steps[2].observation == "12"
@@ -96,7 +96,7 @@ def test_parallel_calls_run_in_order_one_tool_step_each():
     )
     traj = Agent(h, [tool]).run("go")
     assert order == ["a", "b", "c"]
-    assert [c["args"]["x"] for c in traj.steps[1].tool_calls] == ["a", "b", "c"]
+    assert [c.args["x"] for c in traj.steps[1].tool_calls] == ["a", "b", "c"]
     tools = [s for s in traj.steps if s.role is StepRole.TOOL]
     assert [s.observation for s in tools] == ["A", "B", "C"]
     assert [s.span["call"] for s in tools] == [0, 1, 2]
@@ -251,7 +251,7 @@ def test_openai_codec_path_uses_native_calls_and_ids():
     ]
     h = ScriptedHandle([ChatTurn(text="", tool_calls=wire), ChatTurn(text="3.0")], backend="api")
     traj = Agent(h, [CALC]).run("6/2")
-    assert traj.steps[1].tool_calls[0]["id"] == "call_x"
+    assert traj.steps[1].tool_calls[0].id == "call_x"
     convo = h.seen[1]
     assert convo[-2]["tool_calls"][0]["function"]["arguments"] == {"expression": "6/2"}
     assert convo[-1] == {"role": "tool", "name": "calculator", "content": "3.0", "tool_call_id": "call_x"}
