@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evalrx.core.case import LIMIT_PREFIX, FailureCase, Step, StepRole, Termination, Trajectory
+from evalrx.core.observation import observation_text
 from evalrx.tools.environment import Environment
 
 _CUT = 80
@@ -150,7 +151,9 @@ def _not_run(steps: list) -> set:
             actor = step.idx
         elif step.role == StepRole.TOOL and actor is not None and not (step.span or {}).get("parse_error"):
             span = step.span or {}
-            unknown = span.get("tool_error") and str(step.observation or "").startswith("[tool error: unknown tool")
+            unknown = span.get("tool_error") and observation_text(step.observation).startswith(
+                "[tool error: unknown tool"
+            )
             if span.get("repeat_blocked") or unknown:
                 out.add((actor, int(span.get("call", 0) or 0)))
     return out

@@ -12,7 +12,7 @@ from typing import Any, Optional
 from evalrx.core.case import Label, Step, StepRole, Termination
 from evalrx.core.content import content_text, is_image_block
 from evalrx.core.effects import is_handoff
-from evalrx.core.observation import PICTURE_MARKER
+from evalrx.core.observation import PICTURE_MARKER, Observation
 from evalrx.core.tool import ToolCall
 from evalrx.interop.pictures import data_url_bytes
 
@@ -242,7 +242,9 @@ def messages_to_steps(
                 span["tool_error"] = True
                 if isinstance(err, dict) and err.get("message"):
                     text = text or str(err["message"])
-            steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=str(name), observation=text, span=span))
+            steps.append(
+                Step(idx=len(steps), role=StepRole.TOOL, content=str(name), observation=Observation(text), span=span)
+            )
             final = None
     if goal is None:
         raise ValueError("the transcript has no user message")

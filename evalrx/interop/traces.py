@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
-from evalrx.core.observation import PICTURE_MARKER
+from evalrx.core.observation import PICTURE_MARKER, Observation
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.messages import CHAT_ROLES, message_text, outcome_of, parse_tool_call, trajectory_metrics
 from evalrx.interop.records import Reading, Record
@@ -363,7 +363,7 @@ def trace_record(spans: list) -> Optional[Record]:
                             idx=0,
                             role=StepRole.TOOL,
                             content=str(m.get("name") or ""),
-                            observation=m["content"],
+                            observation=Observation(m["content"]),
                             span={"from_input_of": s.span_id},
                         )
                     elif m["role"] == "user" and m["content"] not in said:
@@ -415,7 +415,7 @@ def trace_record(spans: list) -> Optional[Record]:
                 span_info["arguments"] = message_text(args)[:2000]
             if error is not None:
                 span_info["tool_error"] = True
-            step = Step(idx=0, role=StepRole.TOOL, content=str(name), observation=observation)
+            step = Step(idx=0, role=StepRole.TOOL, content=str(name), observation=Observation(observation))
         step.span.update(span_info)
         step.agent = agent
         if isinstance(s.attrs.get("evalrx.addressee"), str):  # evalrx's own export names it

@@ -141,7 +141,7 @@ def step_fields(step: Step) -> dict:
     calls = jsonable([c.to_dict() for c in step.tool_calls])
     # A runaway output or a huge tool result is kept in part, with its real size on the span.
     content, content_len = truncated(step.content or "")
-    observation = step.observation
+    observation = None if step.observation is None else step.observation.value
     if isinstance(observation, dict) and isinstance(observation.get("text"), str):
         text, obs_len = truncated(observation["text"])
         observation = dict(observation, text=text)

@@ -195,7 +195,7 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     detail = S.get_trajectory(rows[0].id, store=store)
     tool_step = next(s for s in detail.trajectory.steps if s.role.value == "tool")
     assert tool_step.content == "get_current_time"
-    assert "UTC" in json.dumps(tool_step.observation)  # the real server's answer
+    assert "UTC" in json.dumps(tool_step.observation.value)  # the real server's answer
     offered = {t["name"]: t for t in detail.trajectory.offered_tools}
     assert offered["get_current_time"]["source"] == "mcp" and offered["get_current_time"]["origin"] == "time"
     assert offered["get_current_time"]["annotations"].get("read_only_hint") is True
@@ -203,8 +203,8 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     assert (offered["add"]["source"], offered["add"]["origin"]) == ("python", "fixtures.pyfuncs:add")
     assert offered["add"]["parameters"]["required"] == ["a", "b"]
     bad, good = [s for s in detail.trajectory.steps if s.role.value == "tool" and s.content == "add"]
-    assert bad.span.get("tool_error") and "b" in str(bad.observation)  # validated against the schema first
-    assert str(good.observation) == "5"
+    assert bad.span.get("tool_error") and "b" in bad.observation.text  # validated against the schema first
+    assert good.observation.text == "5"
     assert _children() <= before, "every case's server session was closed"
 
 
@@ -246,7 +246,7 @@ def test_mcp_images_are_stored_a_crash_is_an_observation_and_sessions_are_per_ca
 
     (_, pid1), (_, pid2), (_, crash), (_, pid3), _ = (tool_step(c) for c in cases)
     assert S.step_media(rows[cases[4].id].id, store=store), "the server's image is stored like any tool image"
-    assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation)
+    assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation.value)
     assert "flaky server starting" in caplog.text, "the server's stderr goes to the worker log"
     assert not pid3.span.get("tool_error") and pid3.observation != pid1.observation  # a new server after the crash
     if shared:

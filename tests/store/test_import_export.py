@@ -187,7 +187,7 @@ def test_import_openai_chat_messages(sqlite_url, tmp_path):
     assert [c.to_dict() for c in t.steps[1].tool_calls] == [
         {"name": "calculator", "args": {"expression": "3*4"}, "id": "call_1"}
     ]
-    assert t.steps[2].content == "calculator" and t.steps[2].observation == "12"
+    assert t.steps[2].content == "calculator" and t.steps[2].observation.value == "12"
     assert t.final_answer == "It is 12." and t.outcome is Label.PASS and t.terminated == "final"
     assert first.case["meta"]["system"] == "Be brief." and first.case["expected"] == "12"
     second = S.get_trajectory(page[1].id, store=sqlite_url).trajectory

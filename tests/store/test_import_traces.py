@@ -142,7 +142,7 @@ def test_a_trail_trace_is_one_trajectory_with_the_team_and_every_span_accounted_
     assert [c.to_dict() for c in traj.steps[1].tool_calls] == [
         {"name": "math_agent", "args": {"task": "compute 17*23"}, "id": "c1"}
     ]
-    assert traj.steps[3].observation == "391" and traj.steps[3].span["call"] == 0
+    assert traj.steps[3].observation.value == "391" and traj.steps[3].span["call"] == 0
     assert traj.steps[2].span["latency_ms"] == 1000.0 and traj.steps[2].span["prompt_tokens"] == 10
     assert [m["name"] for m in traj.roster] == ["manager", "math_agent"]
     assert traj.roster[1]["description"] == "does arithmetic"
@@ -267,7 +267,7 @@ def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url, layo
     result = import_file(path, store=sqlite_url)
     (row,) = S.list_trajectories(run_id=result.run_ids[0], store=sqlite_url).rows
     traj = S.get_trajectory(row.id, store=sqlite_url).trajectory
-    assert [(s.role.value, s.content, s.observation) for s in traj.steps] == [
+    assert [(s.role.value, s.content, s.to_dict()["observation"]) for s in traj.steps] == [
         ("user", "What is 2+3, then times 4?", None),
         ("actor", "", None),
         ("tool", "add", "5"),
@@ -356,7 +356,7 @@ def test_otlp_json_with_base64_ids_and_genai_attributes(tmp_path, sqlite_url):
         ("actor", "planner", "ask booker"),
         ("tool", "booker", "book"),
     ]
-    assert traj.steps[2].span["tool_error"] is True and traj.steps[2].observation == "HTTP 503"
+    assert traj.steps[2].span["tool_error"] is True and traj.steps[2].observation.value == "HTTP 503"
     assert traj.steps[1].span["prompt_tokens"] == 7
 
 

@@ -218,7 +218,7 @@ def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_
         "id": "call_volume_2",
     }
     # results answered out of order: each tool step says which call it answers
-    assert [(s.content, s.observation, s.span["call"]) for s in tr.steps[2:4]] == [
+    assert [(s.content, s.observation.value, s.span["call"]) for s in tr.steps[2:4]] == [
         ("financial_search", "GOOGL volume: 1.5M shares traded.", 1),
         ("financial_search", "GOOGL is currently trading at $185.35", 0),
     ]
@@ -351,7 +351,7 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
     store = S.connect(sqlite_url)
     pictures = S.shown_pictures(tid, store=store)
     assert pictures[0] == [PNG] and pictures[2] == [ZOOMED, JPEG] and 3 not in pictures
-    assert tr.steps[2].observation == "zoomed" and tr.steps[3].span["n_images"] == 8
+    assert tr.steps[2].observation.value == "zoomed" and tr.steps[3].span["n_images"] == 8
 
 
 def test_a_document_reads_each_picture_file_once_and_no_more_bytes_than_its_budget(tmp_path):

@@ -244,7 +244,7 @@ def test_a_bfcl_multi_turn_case_runs_on_its_own_environment_and_is_graded_by_sta
     assert traj.metrics["user_turns_reached"] == 4 and traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
     # The calls ran on the live environment: the observations are its answers.
     greps = [s for s in traj.steps if s.role is StepRole.TOOL and s.content == "grep"]
-    assert greps and "budget analysis" in str(greps[0].observation)
+    assert greps and "budget analysis" in greps[0].observation.text
     assert diagnose(traj, case=case, tools=tools) == []
 
     # Another copy of the environment for the next attempt: a wrong destination in turn 1 fails there.
@@ -296,7 +296,7 @@ def test_the_state_grade_replays_only_the_calls_the_loop_ran():
     tools = static_tools(RunConfig(model=ModelConfig("scripted"), tools=[]), case)
     traj = run_case(Scripted(*replies), case, tools, grade=True, max_turns=3)
     refused = next(s for s in traj.steps if s.role is StepRole.TOOL and s.content == "cp")
-    assert refused.span.get("tool_error") and "unknown tool" in str(refused.observation)
+    assert refused.span.get("tool_error") and "unknown tool" in refused.observation.text
     assert traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
 
 
