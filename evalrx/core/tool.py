@@ -116,7 +116,11 @@ class ToolCall:
         if self.raw is not None:
             d["raw"] = self.raw
         d.update(self.extra)
-        if self.keys:  # the order the call came in
+        if self.keys:  # the keys the call came with, in their order
+            if "name" not in self.keys and not self.name:
+                del d["name"]
+            if "args" not in self.keys and not self.args:
+                del d["args"]
             first = {k: d[k] for k in self.keys if k in d}
             d = {**first, **{k: v for k, v in d.items() if k not in first}}
         return d

@@ -34,9 +34,10 @@ def test_a_steps_calls_are_tool_calls_that_write_back_the_dicts_they_were_read_f
         {"name": "f", "args": {"x": 1}, "raw": "f(x=1", "id": "c1", "type": "function"},
         {"id": 7, "name": "g", "args": "not an object", "raw": None},
         {"name": "h", "args": {}},
+        {"args": 1},  # a nameless call an old import kept
     ]
     step = Step.from_dict({"idx": 1, "role": "actor", "tool_calls": calls})
-    assert [type(c) for c in step.tool_calls] == [ToolCall] * 3
+    assert [type(c) for c in step.tool_calls] == [ToolCall] * 4
     assert step.tool_call is not None and (step.tool_call.name, step.tool_call.id) == ("f", "c1")
     assert step.tool_calls[0].extra == {"type": "function"} and step.tool_calls[1].args == {}
     assert json.dumps(step.to_dict()["tool_calls"]) == json.dumps(calls)
