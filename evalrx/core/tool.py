@@ -107,7 +107,7 @@ class ToolCall:
     raw: Optional[str] = None
     extra: dict = field(default_factory=dict)
     # The keys of the dict the call was read from, in order: written back as they came (JSON is stored as text).
-    keys: tuple = field(default=(), repr=False, compare=False)
+    key_order: tuple = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "args": self.args}
@@ -116,12 +116,12 @@ class ToolCall:
         if self.raw is not None:
             d["raw"] = self.raw
         d.update(self.extra)
-        if self.keys:  # the keys the call came with, in their order
-            if "name" not in self.keys and not self.name:
+        if self.key_order:  # the keys the call came with, in their order
+            if "name" not in self.key_order and not self.name:
                 del d["name"]
-            if "args" not in self.keys and not self.args:
+            if "args" not in self.key_order and not self.args:
                 del d["args"]
-            first = {k: d[k] for k in self.keys if k in d}
+            first = {k: d[k] for k in self.key_order if k in d}
             d = {**first, **{k: v for k, v in d.items() if k not in first}}
         return d
 
@@ -147,7 +147,7 @@ class ToolCall:
             id=d["id"] if fits["id"] else None,
             raw=d["raw"] if fits["raw"] else None,
             extra={k: v for k, v in d.items() if not fits.get(k, False)},
-            keys=tuple(d),
+            key_order=tuple(d),
         )
 
     def signature(self) -> tuple[str, str]:
