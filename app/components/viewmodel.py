@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evalrx.core import observation_text, picture_count
+from evalrx.core import picture_count
 
 # Loop-policy and error markers from `Step.span`, with the badge text the timeline shows.
 FLAG_BADGES = {
@@ -122,7 +122,7 @@ def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
         else:
             name = s.content or ""
             v.title = f"Tool {name}" if name else "Feedback to the model"
-            v.observation = None if s.observation is None else observation_text(s.observation)
+            v.observation = None if s.observation is None else s.observation.text
             v.n_pictures = picture_count(s.observation)
         views.append(v)
     return views
