@@ -22,7 +22,7 @@ def tool_names(detail: Any) -> "list[str]":
     """The tools a trajectory was offered or called, in the order first seen."""
     names = [d.get("name") for d in detail.trajectory.offered_tools or [] if isinstance(d, dict)]
     for step in detail.trajectory.steps:
-        names += [c.get("name") for c in step.tool_calls or [] if isinstance(c, dict)]
+        names += [c.name for c in step.tool_calls]
     return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
 
 

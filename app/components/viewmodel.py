@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from evalrx.core import observation_text, picture_count
+from evalrx.core import picture_count
 
 # Loop-policy and error markers from `Step.span`, with the badge text the timeline shows.
 FLAG_BADGES = {
@@ -118,13 +118,11 @@ def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
             else:
                 v.title = f"Model, turn {v.turn}" if v.turn else "Model"
             v.text = s.content or ""
-            for call in s.tool_calls or []:
-                if isinstance(call, dict):
-                    v.calls.append((str(call.get("name") or "?"), call.get("args", call.get("arguments"))))
+            v.calls += [(call.name or "?", call.args) for call in s.tool_calls]
         else:
             name = s.content or ""
             v.title = f"Tool {name}" if name else "Feedback to the model"
-            v.observation = None if s.observation is None else observation_text(s.observation)
+            v.observation = None if s.observation is None else s.observation.text
             v.n_pictures = picture_count(s.observation)
         views.append(v)
     return views

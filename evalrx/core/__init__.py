@@ -22,7 +22,7 @@ from evalrx.core.failures import (
     canonical_kind,
 )
 from evalrx.core.model import ContextOverflow, Model
-from evalrx.core.observation import PICTURE_MARKER, canonical_json, observation_text, picture_count
+from evalrx.core.observation import PICTURE_MARKER, Observation, canonical_json, observation_text, picture_count
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
 from evalrx.core.taxonomies import TAXONOMY_KINDS, map_category
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
@@ -59,6 +59,7 @@ __all__ = [
     "Label",
     "Model",
     "PICTURE_MARKER",
+    "Observation",
     "canonical_json",
     "observation_text",
     "picture_count",

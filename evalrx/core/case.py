@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from evalrx.core.observation import Observation
+from evalrx.core.tool import ToolCall
+
 
 class Label(str, Enum):
     PASS = "pass"
@@ -89,9 +92,10 @@ class FailureCase:
 class Step:
     """One step of a trajectory.
 
-    ACTOR steps carry the model's raw text, its decoded `tool_calls` (dicts, see
-    `ToolCall.to_dict`) and a `parse_error` when a call was malformed. TOOL steps
-    carry the tool name in `content` and what it returned in `observation`.
+    ACTOR steps carry the model's raw text, its decoded `tool_calls` (`ToolCall`s; their dicts, as
+    `to_dict` writes them, are accepted and converted) and a `parse_error` when a call was malformed. TOOL steps
+    carry the tool name in `content` and what it returned in `observation` (an `Observation`; its value, as
+    `to_dict` writes it, is accepted and wrapped; None when the step recorded nothing).
     `span` holds timing, token counts and loop-policy flags. In a team of agents `agent` names
     who took the step ("Orchestrator", "WebSurfer") and `addressee` whom it spoke to, where the
     log says it; both are None in a single-agent run.
@@ -100,15 +104,22 @@ class Step:
     idx: int
     role: StepRole
     content: str = ""
-    tool_calls: list = field(default_factory=list)
-    observation: Any = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    observation: Optional[Observation] = None
     parse_error: Optional[str] = None
     span: dict = field(default_factory=dict)
     agent: Optional[str] = None
     addressee: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        self.tool_calls = [c if isinstance(c, ToolCall) else ToolCall.from_dict(c) for c in self.tool_calls or []]
+        if self.observation is not None and not isinstance(self.observation, Observation):
+            self.observation = Observation(self.observation)
+        if self.observation is not None and self.observation.value is None:
+            self.observation = None  # recorded nothing: as a stored step reads back
+
     @property
-    def tool_call(self) -> Optional[dict]:
+    def tool_call(self) -> Optional[ToolCall]:
         """The first call of the turn (most turns make exactly one)."""
         return self.tool_calls[0] if self.tool_calls else None
 
@@ -117,8 +128,8 @@ class Step:
             "idx": self.idx,
             "role": self.role.value,
             "content": self.content,
-            "tool_calls": self.tool_calls,
-            "observation": self.observation,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "observation": None if self.observation is None else self.observation.value,
             "parse_error": self.parse_error,
             "span": self.span,
         }
@@ -184,7 +195,7 @@ class Trajectory:
 
     sample_id: str
     goal: str
-    steps: list = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     final_answer: Optional[str] = None
     ground_truth: Any = None
     outcome: Label = Label.UNKNOWN

@@ -98,12 +98,16 @@ class Tool:
 
 @dataclass
 class ToolCall:
-    """One decoded tool call. `raw` keeps the text it was decoded from, when there was one."""
+    """One decoded tool call. `raw` keeps the text it was decoded from, when there was one; `extra` keeps
+    any other key an imported or stored call carries, so `to_dict(from_dict(d)) == d`, key order included."""
 
     name: str
     args: dict = field(default_factory=dict)
     id: Optional[str] = None
     raw: Optional[str] = None
+    extra: dict = field(default_factory=dict)
+    # The keys of the dict the call was read from, in order: written back as they came (JSON is stored as text).
+    key_order: tuple = field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
         d: dict = {"name": self.name, "args": self.args}
@@ -111,11 +115,40 @@ class ToolCall:
             d["id"] = self.id
         if self.raw is not None:
             d["raw"] = self.raw
+        d.update(self.extra)
+        if self.key_order:  # the keys the call came with, in their order
+            if "name" not in self.key_order and not self.name:
+                del d["name"]
+            if "args" not in self.key_order and not self.args:
+                del d["args"]
+            first = {k: d[k] for k in self.key_order if k in d}
+            d = {**first, **{k: v for k, v in d.items() if k not in first}}
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ToolCall":
-        return cls(name=d["name"], args=dict(d.get("args") or {}), id=d.get("id"), raw=d.get("raw"))
+        """A call from its dict (`to_dict`'s shape). Other keys, and a known key whose value does not fit its
+        field (an id of None, arguments that are not an object), go to `extra` as written.
+
+        Raises:
+            ValueError: `d` is not an object.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"a tool call must be an object, not {type(d).__name__}")
+        fits = {
+            "name": isinstance(d.get("name"), str),
+            "args": isinstance(d.get("args"), dict),
+            "id": d.get("id") is not None,
+            "raw": isinstance(d.get("raw"), str),
+        }
+        return cls(
+            name=d["name"] if fits["name"] else "",
+            args=dict(d["args"]) if fits["args"] else {},
+            id=d["id"] if fits["id"] else None,
+            raw=d["raw"] if fits["raw"] else None,
+            extra={k: v for k, v in d.items() if not fits.get(k, False)},
+            key_order=tuple(d),
+        )
 
     def signature(self) -> tuple[str, str]:
         """Name plus canonical JSON of the arguments: equal for identical calls."""

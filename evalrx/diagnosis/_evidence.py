@@ -11,7 +11,6 @@ from typing import Any, Optional
 from evalrx.core.case import StepRole, Trajectory
 from evalrx.core.effects import name_words
 from evalrx.core.observation import observation_text
-from evalrx.core.tool import normalize_call
 from evalrx.grade import extract_numbers
 
 # A garbled copy is close to the original but not equal (0.896154 -> 0.891654, Krevumus -> Krevom);
@@ -57,9 +56,8 @@ def calls_of(traj: Trajectory) -> "list[Call]":
     for s in traj.steps:
         if s.role is StepRole.ACTOR:
             pending = []
-            for c in s.tool_calls or []:
-                n = normalize_call(c)
-                call = Call(s.idx, n["name"], n["args"])
+            for c in s.tool_calls:
+                call = Call(s.idx, c.name, c.args)
                 out.append(call)
                 pending.append(call)
         elif s.role is StepRole.TOOL and not s.span.get("parse_error"):

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 from evalrx.core import Diagnosis, FailureCase, Model, StepRole, Trajectory, canonical_kind, observation_text
 from evalrx.core.case import agent_name
-from evalrx.core.tool import normalize_call
+from evalrx.core.tool import ToolCall
 from evalrx.diagnosis.team import is_team
 from evalrx.diagnosis.verdict import inert_repr
 
@@ -180,9 +180,8 @@ def _cut(text: str, limit: int) -> str:
     return f"{text[:head]} [... {len(text) - limit:,} characters cut ...] {text[len(text) - tail :]}"
 
 
-def _call_parts(call: Any) -> "tuple[str, str]":
-    n = normalize_call(call)
-    return str(n["name"]), json.dumps(n["args"], ensure_ascii=False, default=str)
+def _call_parts(call: ToolCall) -> "tuple[str, str]":
+    return call.name, json.dumps(call.args, ensure_ascii=False, default=str)
 
 
 # ---------------------------------------------------------------- the answer

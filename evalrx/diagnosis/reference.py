@@ -118,7 +118,7 @@ def _from_expected_calls(traj: Trajectory, case: FailureCase) -> Optional[Diagno
     evidence: dict = {}
     if turn is not None and check.call is not None and check.call < len(turn.tool_calls):
         call = turn.tool_calls[check.call]
-        evidence["actual"] = {"name": call.get("name"), "args": call.get("args") or {}}
+        evidence["actual"] = {"name": call.name, "args": call.args}
     if check.kind == "no_tool_call" and traj.final_answer is not None:
         evidence["answer"] = quote(traj.final_answer)
     return _make(check.kind, turn.idx if turn is not None else None, check.reason, **evidence)

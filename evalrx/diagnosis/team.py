@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from evalrx.core.case import StepRole, Trajectory
+from evalrx.core.case import Step, StepRole, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.diagnosis._evidence import quote
 
@@ -133,13 +133,13 @@ def _wrong_value_origin(traj: Trajectory, expected: object) -> Optional[Diagnosi
 _CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 
 
-def _action(step: object) -> Optional[str]:
+def _action(step: Step) -> Optional[str]:
     """What a model turn does, as comparable text: its tool calls, else the code it gives to run; None when it
     only talks (saying the same words again, an acknowledgement or a sign-off, is not a loop)."""
-    calls = getattr(step, "tool_calls", None)
+    calls = step.tool_calls
     if calls:
-        return repr(sorted((str(c.get("name")), repr(c.get("args"))) for c in calls if isinstance(c, dict)))
-    code = _CODE.findall(getattr(step, "content", "") or "")
+        return repr(sorted((c.name, repr(c.args)) for c in calls))
+    code = _CODE.findall(step.content or "")
     return " ".join(" ".join(code).split()) or None
 
 

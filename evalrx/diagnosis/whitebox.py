@@ -192,12 +192,10 @@ def _written(step: Any, call: int, arg: str) -> str:
     """The text a model turn wrote for an argument (`call` >= 0) or as its answer."""
     if call < 0:
         return str(step.content or "")
-    from evalrx.core.tool import normalize_call
-
     calls = step.tool_calls or []
     if call >= len(calls):
         return ""
-    return str((normalize_call(calls[call]).get("args") or {}).get(arg, ""))
+    return str(calls[call].args.get(arg, ""))
 
 
 def _returns_pictures(trajectory: Any, step_idx: int, call: int) -> bool:

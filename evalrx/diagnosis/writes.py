@@ -88,7 +88,7 @@ def _step_texts(step: Any, calls: bool = True) -> str:
         return observation_text(step.observation)
     text = str(step.content or "")
     if step.role is StepRole.ACTOR and calls:
-        text += " " + json.dumps([c.get("args") for c in step.tool_calls or []], default=str)
+        text += " " + json.dumps([c.args for c in step.tool_calls], default=str)
     return text
 
 

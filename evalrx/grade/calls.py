@@ -383,7 +383,8 @@ def grade_calls(traj: Trajectory, case: FailureCase) -> CallCheck:
             return CallCheck(
                 False, "malformed_call", None, f"a call could not be parsed: {_first_line(step.parse_error)}"
             )
-    calls: list = next((s.tool_calls for s in actor if s.tool_calls), [])
+    # check_calls reads calls as dicts: it grades BFCL's own answers too, malformed ones included.
+    calls = [c.to_dict() for c in next((s.tool_calls for s in actor if s.tool_calls), [])]
     meta = case.meta or {}
     tools = meta.get("tools") or traj.offered_tools
     return check_calls(calls, tools, case.expected, category=meta.get("task_type"))

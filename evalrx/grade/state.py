@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from evalrx.core.case import LIMIT_PREFIX, FailureCase, Step, StepRole, Termination, Trajectory
-from evalrx.core.tool import normalize_call
+from evalrx.core.observation import observation_text
 from evalrx.tools.environment import Environment
 
 _CUT = 80
@@ -151,7 +151,9 @@ def _not_run(steps: list) -> set:
             actor = step.idx
         elif step.role == StepRole.TOOL and actor is not None and not (step.span or {}).get("parse_error"):
             span = step.span or {}
-            unknown = span.get("tool_error") and str(step.observation or "").startswith("[tool error: unknown tool")
+            unknown = span.get("tool_error") and observation_text(step.observation).startswith(
+                "[tool error: unknown tool"
+            )
             if span.get("repeat_blocked") or unknown:
                 out.add((actor, int(span.get("call", 0) or 0)))
     return out
@@ -292,10 +294,7 @@ def grade_state(traj: Trajectory, case: FailureCase) -> StateCheck:
         steps = by_turn.get(k, [])
         actor = [s for s in steps if s.role == StepRole.ACTOR]
         calls = [
-            (s.idx, c["name"], c["args"])
-            for s in actor
-            for i, c in enumerate(map(normalize_call, s.tool_calls or []))
-            if (s.idx, i) not in skipped
+            (s.idx, c.name, c.args) for s in actor for i, c in enumerate(s.tool_calls) if (s.idx, i) not in skipped
         ]
         agent_results.extend(agent_env.call(name, kwargs=args) for _, name, args in calls)
         wanted, truth_results = [], []

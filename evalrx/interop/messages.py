@@ -12,7 +12,8 @@ from typing import Any, Optional
 from evalrx.core.case import Label, Step, StepRole, Termination
 from evalrx.core.content import content_text, is_image_block
 from evalrx.core.effects import is_handoff
-from evalrx.core.observation import PICTURE_MARKER
+from evalrx.core.observation import PICTURE_MARKER, Observation
+from evalrx.core.tool import ToolCall
 from evalrx.interop.pictures import data_url_bytes
 
 
@@ -121,8 +122,8 @@ def message_pictures(
     return case, by_step
 
 
-def parse_tool_call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:
-    """One tool call as a ToolCall dict plus a parse error (if its arguments were not JSON)."""
+def parse_tool_call(raw: Any, i: int, style: str) -> tuple[ToolCall, Optional[str]]:
+    """One tool call plus a parse error (if its arguments were not JSON)."""
     if not isinstance(raw, dict):
         raise ValueError(f"tool call {i} is not an object")
     if style == "inspect":
@@ -153,7 +154,7 @@ def parse_tool_call(raw: Any, i: int, style: str) -> tuple[dict, Optional[str]]:
         raise ValueError(f"tool call {i} arguments must be an object or a JSON string")
     if raw.get("id") is not None:
         call["id"] = str(raw["id"])
-    return call, error
+    return ToolCall.from_dict(call), error  # read from its dict: exported as imported, key order included
 
 
 def messages_to_steps(
@@ -214,11 +215,11 @@ def messages_to_steps(
                 except ValueError as exc:
                     raise ValueError(f"message {i}: {exc}") from None
                 calls.append(call)
-                if call.get("id"):
-                    names[call["id"]] = call["name"]
+                if call.id:
+                    names[call.id] = call.name
                 if err:
                     errors.append(err)
-            turn_ids = [c.get("id") for c in calls]
+            turn_ids = [c.id for c in calls]
             steps.append(
                 Step(
                     idx=len(steps),
@@ -241,7 +242,9 @@ def messages_to_steps(
                 span["tool_error"] = True
                 if isinstance(err, dict) and err.get("message"):
                     text = text or str(err["message"])
-            steps.append(Step(idx=len(steps), role=StepRole.TOOL, content=str(name), observation=text, span=span))
+            steps.append(
+                Step(idx=len(steps), role=StepRole.TOOL, content=str(name), observation=Observation(text), span=span)
+            )
             final = None
     if goal is None:
         raise ValueError("the transcript has no user message")
@@ -254,7 +257,7 @@ def ended_by_handoff(steps: list) -> bool:
     actor = next((s for s in reversed(steps) if s.role is StepRole.ACTOR), None)
     if actor is None or any(s.role is StepRole.USER for s in steps[actor.idx + 1 :]):
         return False
-    return any(is_handoff(c.get("name", "")) for c in actor.tool_calls)
+    return any(is_handoff(c.name) for c in actor.tool_calls)
 
 
 def termination_of(steps: list, final: Optional[str]) -> str:

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory, agent_name, roster_of
-from evalrx.core.observation import PICTURE_MARKER
+from evalrx.core.observation import PICTURE_MARKER, Observation
 from evalrx.interop.errors import ImportFormatError
 from evalrx.interop.messages import CHAT_ROLES, message_text, outcome_of, parse_tool_call, trajectory_metrics
 from evalrx.interop.records import Reading, Record
@@ -202,7 +202,7 @@ def _messages(span: Span, which: str) -> list:
 
 
 def _calls(message: dict, where: str) -> "tuple[list, Optional[str]]":
-    """A model message's tool calls as ToolCall dicts, and the parse errors of those whose arguments were not JSON."""
+    """A model message's tool calls, and the parse errors of those whose arguments were not JSON."""
     calls, errors = [], []
     for j, raw in enumerate(message.get("tool_calls") or []):
         fn = raw.get("function") if isinstance(raw, dict) else None
@@ -363,7 +363,7 @@ def trace_record(spans: list) -> Optional[Record]:
                             idx=0,
                             role=StepRole.TOOL,
                             content=str(m.get("name") or ""),
-                            observation=m["content"],
+                            observation=Observation(m["content"]),
                             span={"from_input_of": s.span_id},
                         )
                     elif m["role"] == "user" and m["content"] not in said:
@@ -415,7 +415,7 @@ def trace_record(spans: list) -> Optional[Record]:
                 span_info["arguments"] = message_text(args)[:2000]
             if error is not None:
                 span_info["tool_error"] = True
-            step = Step(idx=0, role=StepRole.TOOL, content=str(name), observation=observation)
+            step = Step(idx=0, role=StepRole.TOOL, content=str(name), observation=Observation(observation))
         step.span.update(span_info)
         step.agent = agent
         if isinstance(s.attrs.get("evalrx.addressee"), str):  # evalrx's own export names it
@@ -510,29 +510,25 @@ def _pair_calls(steps: list) -> None:
             actor, taken = last.get(st.agent, (None, set()))
             if actor is None:
                 continue
-            ids = [c.get("id") for c in actor.tool_calls]
+            ids = [c.id for c in actor.tool_calls]
             at = None
             if st.span.get("call_id") in ids:
                 at = ids.index(st.span["call_id"])
             elif not st.content:  # a result read from the next call's input, which names no tool: calls in order
                 at = next((j for j in range(len(actor.tool_calls)) if j not in taken), None)
             else:
-                at = next(
-                    (j for j, c in enumerate(actor.tool_calls) if c.get("name") == st.content and j not in taken), None
-                )
+                at = next((j for j, c in enumerate(actor.tool_calls) if c.name == st.content and j not in taken), None)
             if at is not None:
                 st.span["call"] = at
                 taken.add(at)
                 if not st.content:
-                    st.content = actor.tool_calls[at].get("name", "")
+                    st.content = actor.tool_calls[at].name
 
 
 def _addressed(step: Step, agents: set) -> None:
     """A model turn that calls another agent of the team (a manager handing work over) addresses it."""
     if step.role is StepRole.ACTOR and step.addressee is None:
-        to = next(
-            (c.get("name") for c in step.tool_calls if c.get("name") in agents and c.get("name") != step.agent), None
-        )
+        to = next((c.name for c in step.tool_calls if c.name in agents and c.name != step.agent), None)
         step.addressee = to
 
 

@@ -21,7 +21,7 @@ from evalrx.config import RunConfig
 from evalrx.core.capability import Capability, CapabilityError
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Termination, Trajectory
 from evalrx.core.model import ContextOverflow, Model
-from evalrx.core.observation import observation_text
+from evalrx.core.observation import Observation, observation_text
 from evalrx.core.tool import ChatTurn, Tool, ToolCall, ToolResult
 from evalrx.grade import ends_at_calls
 from evalrx.models.conversation import FINAL_NUDGE, REPEAT_NUDGE, ConversationBuilder
@@ -134,20 +134,6 @@ def _as_case(data: Any) -> FailureCase:
     if isinstance(data, str):
         return FailureCase.from_prompt(data)
     raise TypeError(f"Agent.run expects str | Inputs | FailureCase, got {type(data).__name__}")
-
-
-def _observation_record(observation: Any) -> Any:
-    """What lands in `Step.observation`: structured for a `ToolResult`, JSON-safe otherwise."""
-    if isinstance(observation, ToolResult):
-        record: dict = {"text": observation.text, "n_images": len(observation.images)}
-        if observation.meta:
-            record["meta"] = observation.meta
-        return record
-    if isinstance(observation, str):
-        return str(observation)  # drop the ToolError subclass so records compare equal after a round trip
-    if observation is None or isinstance(observation, (bool, int, float, dict, list)):
-        return observation
-    return str(observation)
 
 
 def _ms(seconds: float) -> float:
@@ -308,7 +294,7 @@ class Agent:
                         idx=len(steps),
                         role=StepRole.ACTOR,
                         content=chat.text or "",
-                        tool_calls=[c.to_dict() for c in calls],
+                        tool_calls=calls,
                         parse_error="; ".join(errors) if errors else None,
                         span=span,
                     )
@@ -349,7 +335,7 @@ class Agent:
                             idx=len(steps),
                             role=StepRole.TOOL,
                             content=call.name,
-                            observation=_observation_record(observation),
+                            observation=Observation.of(observation),
                             span=tool_span,
                         )
                     )

@@ -128,9 +128,9 @@ def _walk(trajectory: Any) -> list[tuple[Optional[int], tuple[str, Optional[str]
     for s in trajectory.steps:
         if _role_of(s) != "actor":
             continue
-        calls = [c for c in (s.tool_calls or []) if isinstance(c, Mapping)]
+        calls = s.tool_calls
         for c in calls:
-            out.append((int(s.idx), ("call", str(c.get("name") or "?"), c.get("args", c.get("arguments")))))
+            out.append((int(s.idx), ("call", c.name or "?", c.args)))
         if not calls and not s.parse_error:
             answer_step = int(s.idx)  # the last model turn without calls gave the answer
     if trajectory.final_answer is not None:

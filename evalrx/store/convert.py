@@ -138,10 +138,10 @@ def _num(value: Any, kind: type = float) -> Any:
 def step_fields(step: Step) -> dict:
     """The `steps` row for a core Step (full span kept for exact export)."""
     span = jsonable(step.span or {})
-    calls = jsonable(list(step.tool_calls or []))
+    calls = jsonable([c.to_dict() for c in step.tool_calls])
     # A runaway output or a huge tool result is kept in part, with its real size on the span.
     content, content_len = truncated(step.content or "")
-    observation = step.observation
+    observation = None if step.observation is None else step.observation.value
     if isinstance(observation, dict) and isinstance(observation.get("text"), str):
         text, obs_len = truncated(observation["text"])
         observation = dict(observation, text=text)
@@ -154,7 +154,7 @@ def step_fields(step: Step) -> dict:
     if role == StepRole.TOOL.value:
         tool_name = step.content or None
     else:
-        tool_name = calls[0].get("name") if calls and isinstance(calls[0], dict) else None
+        tool_name = step.tool_calls[0].name if step.tool_calls else None
     flags = [k for k in FLAG_KEYS if span.get(k)]
     if step.parse_error and "parse_error" not in flags:
         flags.append("parse_error")
@@ -194,8 +194,8 @@ def tools_used(steps: Iterable[Step]) -> list[str]:
     """Names of the tools the model called, in first-call order."""
     seen: dict = {}
     for s in steps:
-        for call in s.tool_calls or []:
-            name = call.get("name") if isinstance(call, dict) else None
+        for call in s.tool_calls:
+            name = call.name
             if name:
                 seen.setdefault(str(name)[:100], None)
     return list(seen)
@@ -221,8 +221,8 @@ def search_text(traj: Trajectory) -> str:
     for s in traj.steps:
         if s.role is not StepRole.USER:
             parts.append(s.content or "")
-        for call in s.tool_calls or []:
-            parts.append(canonical_json(call))
+        for call in s.tool_calls:
+            parts.append(canonical_json(call.to_dict()))
         parts.append(observation_text(s.observation))
         if s.parse_error:
             parts.append(s.parse_error)
@@ -260,7 +260,7 @@ def trajectory_fields(traj: Trajectory) -> dict:
         "error": clean(m.get("error")) if m.get("error") is not None else None,
         "n_steps": len(steps),
         "n_turns": metric("n_turns", len(actor), int),
-        "n_tool_calls": metric("n_tool_calls", sum(len(s.tool_calls or []) for s in actor), int),
+        "n_tool_calls": metric("n_tool_calls", sum(len(s.tool_calls) for s in actor), int),
         "n_parse_errors": metric("n_parse_errors", sum(1 for s in actor if s.parse_error), int),
         "latency_ms": metric("total_latency_ms", sum(_num(s.span.get("latency_ms")) or 0.0 for s in actor), float),
         "tool_latency_ms": metric(

@@ -173,7 +173,7 @@ def test_agent_trajectories_match(local, remote):
         return [
             (
                 s.role,
-                [evalrx.ToolCall.from_dict(c).signature() if "args" in c else (c.get("name"),) for c in s.tool_calls],
+                [c.signature() for c in s.tool_calls],
                 s.span.get("prompt_tokens"),
                 s.span.get("completion_tokens"),
             )

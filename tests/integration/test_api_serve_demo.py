@@ -31,7 +31,7 @@ def cases():
 
 
 def _calls(traj):
-    return [(c["name"], c["args"]) for s in traj.steps for c in s.tool_calls]
+    return [(c.name, c.args) for s in traj.steps for c in s.tool_calls]
 
 
 def _served(spec: str, url: str):
@@ -43,7 +43,7 @@ def _served(spec: str, url: str):
 
 def _shape(steps):
     """What both paths must agree on (the api path carries calls natively, not as markup text)."""
-    return [(s.role, [(c["name"], c["args"]) for c in s.tool_calls], s.observation) for s in steps]
+    return [(s.role, [(c.name, c.args) for c in s.tool_calls], s.observation) for s in steps]
 
 
 def test_agent_runs_match_through_serve_and_hf_local(cases, tmp_path):
@@ -121,7 +121,7 @@ def test_image_cases_match_through_serve_and_hf_local(tmp_path):
         assert "image" in json.loads(refused.value.read())["error"]["message"].lower()
 
     assert [grade_trajectory(t, c) for t, c in zip(served, picked)].count(evalrx.Label.PASS) >= 5
-    zoomed = [t for t in served if any(c["name"] == "image_zoom" for s in t.steps for c in s.tool_calls)]
+    zoomed = [t for t in served if any(c.name == "image_zoom" for s in t.steps for c in s.tool_calls)]
     assert len(zoomed) == 2  # both zoom cases sent the zoomed picture back as a second image part
     for a, b in zip(direct, served):
         assert _shape(a.steps) == _shape(b.steps), a.sample_id

@@ -82,7 +82,7 @@ def test_solves_easy_held_out_cases(demo_handle, case_id):
     traj = agent.run(case)
     calls = [c for s in traj.steps for c in s.tool_calls]
     expected_calls = case.meta["reference_calls"]
-    assert [c["name"] for c in calls] == [r["name"] for r in expected_calls]
+    assert [c.name for c in calls] == [r["name"] for r in expected_calls]
     assert all(s.parse_error is None for s in traj.steps)
     assert traj.terminated == "final"
     assert grade_trajectory(traj, case) is evalrx.Label.PASS, traj.final_answer

@@ -9,7 +9,7 @@ import pytest
 from offline import run_offline
 
 import evalrx
-from evalrx.core import Capability
+from evalrx.core import Capability, Observation
 from evalrx.specs import get_spec
 
 MODEL_DIR = Path(get_spec("evalrx-tiny-vl").hf_repo)
@@ -49,7 +49,7 @@ traj = agent.run(case)
 print(json.dumps({
     "backend": handle.backend,
     "vision": "vision" in {c.value for c in handle.capabilities},
-    "calls": [c["name"] for s in traj.steps for c in s.tool_calls],
+    "calls": [c.name for s in traj.steps for c in s.tool_calls],
     "prompt_tokens": traj.steps[1].span.get("prompt_tokens"),
 }))
 """
@@ -81,13 +81,13 @@ def test_solves_held_out_image_cases(vlm, case_id):
     suite = case_id.rsplit("-", 1)[0]
     case = next(c for c in load_cases(f"demo/{suite}") if c.id == case_id)
     traj = evalrx.Agent(vlm, get_tools(case.meta["tools"], case), max_turns=4).run(case)
-    calls = [(c["name"], c["args"]) for s in traj.steps for c in s.tool_calls]
+    calls = [(c.name, c.args) for s in traj.steps for c in s.tool_calls]
     assert calls == [(r["name"], r["arguments"]) for r in case.meta["reference_calls"]]
     assert traj.terminated == "final"
     assert grade_trajectory(traj, case) is evalrx.Label.PASS, traj.final_answer
     if suite == "vision_zoom":  # the zoomed picture was shown to the model after the tool's reply
         tool_step = next(s for s in traj.steps if s.role.value == "tool")
-        assert tool_step.observation["n_images"] == 1
+        assert tool_step.observation.value["n_images"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_text_holding_the_image_token_is_refused_rather_than_misplacing_the_pict
     traj, schemas, images = zoom_run
     forged = copy.deepcopy(traj)
     tool_step = next(s for s in forged.steps if s.role.value == "tool")
-    tool_step.observation = dict(tool_step.observation, text="look: <|image_pad|>")
+    tool_step.observation = Observation(dict(tool_step.observation.value, text="look: <|image_pad|>"))
     errors: dict = {}
     assert analyze(vlm, forged, ["attention"], tools=schemas, images=images, captures=None, errors=errors) == {}
     assert "3 image tokens for 2 pictures" in str(errors["attention"])

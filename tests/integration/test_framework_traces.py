@@ -115,7 +115,8 @@ def _imports_as_the_framework_put_it(spans: list, tmp_path: Path, framework: str
                 raw = tools[sid]
                 assert step.role.value == "tool" and step.content == raw["attributes"]["tool.name"]
                 assert step.agent == _agent_above(raw, by_id)
-                assert step.observation == raw["attributes"].get("output.value", step.observation)
+                recorded = step.to_dict()["observation"]
+                assert recorded == raw["attributes"].get("output.value", recorded)
         made = {s.span.get("span_id") for s in traj.steps}
         assert set(tools) <= made and set(llms) <= made | {x for s in traj.steps for x in s.span.get("spans", [])}
         seen.append([(s.role.value, s.agent, s.content, s.tool_calls) for s in traj.steps])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from evalrx.core.case import StepRole
+from evalrx.core.observation import observation_text
 from evalrx.core.tool import ToolCall, ToolResult
 from evalrx.models.agent import ToolError, ToolExecutor, run_case
 from evalrx.tools.mcp_servers import (
@@ -458,7 +459,7 @@ def test_the_demo_model_runs_a_case_with_mcp_tools():
     assert offered and all("get_current_time" in o and "IANA timezone name" in o for o in offered)
     for step in trajectory.steps:
         if step.role is StepRole.TOOL and step.content == "get_current_time":
-            assert "timezone" in str(step.observation)  # the server's answer or its error, not the loop's
+            assert "timezone" in observation_text(step.observation)  # the server's answer or its error, not the loop's
 
 
 # The prompt SmolLM2-135M answers with a well-formed call (greedy decoding); plain "What time is it?"
@@ -486,5 +487,5 @@ def test_smollm2_calls_the_time_server_through_mcp():
         )
     calls = [s for s in trajectory.steps if s.role is StepRole.TOOL and s.content == "get_current_time"]
     assert calls, [s.content for s in trajectory.steps]
-    answer = json.loads(calls[0].observation)  # the server's own JSON answer
+    answer = json.loads(calls[0].observation.text)  # the server's own JSON answer
     assert answer["timezone"] == "UTC" and answer["datetime"].endswith("+00:00")

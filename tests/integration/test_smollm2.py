@@ -141,11 +141,11 @@ def test_agent_loop_runs_a_calculator_case_to_the_end(smol):
     loop_turns = [s for s in actors if not s.span.get("forced_final")]
     for step in loop_turns:  # what the model wrote is what was parsed and recorded
         parsed = codec.parse(ChatTurn(text=step.content))
-        assert [c.name for c in parsed.calls] == [c["name"] for c in step.tool_calls]
+        assert [c.name for c in parsed.calls] == [c.name for c in step.tool_calls]
         assert bool(parsed.errors) == bool(step.parse_error)
     calls = [c for s in loop_turns for c in s.tool_calls]
     observations = [s for s in traj.steps if s.role == StepRole.TOOL and not s.span.get("parse_error")]
-    assert [s.content for s in observations] == [c["name"] for c in calls]
+    assert [s.content for s in observations] == [c.name for c in calls]
     assert traj.metrics["n_tool_calls"] == len(calls)
     if not calls and not any(s.parse_error for s in loop_turns):  # a real no_tool_call: it answered on its own
         assert (

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from storehelpers import fill_run, make_case, make_trajectory
 
 import evalrx.store as S
-from evalrx.core import Label, Step, StepRole, Trajectory
+from evalrx.core import Label, Observation, Step, StepRole, Trajectory
 from evalrx.store import runs
 from evalrx.store.analyses import save_analyses
 from evalrx.store.queries import pending_cases
@@ -82,14 +82,14 @@ def test_filters_match_a_python_reference(filled):
         t.sample_id for t in trajs if t.terminated in ("error", "max_turns")
     }
     assert ids(tool="lookup") == {
-        t.sample_id for t in trajs if any(c["name"] == "lookup" for s in t.steps for c in s.tool_calls)
+        t.sample_id for t in trajs if any(c.name == "lookup" for s in t.steps for c in s.tool_calls)
     }
     assert ids(has_parse_error=True) == {t.sample_id for t in trajs if t.metrics["n_parse_errors"]}
     assert ids(text="QUESTION 10007:") == {cases[7].id}  # case-insensitive
     assert ids(text="result 2 of lookup") == {  # observations are searchable
         t.sample_id
         for t in trajs
-        if any(s.observation == {"text": "result 2 of lookup", "n_images": 0} for s in t.steps)
+        if any(s.observation == Observation({"text": "result 2 of lookup", "n_images": 0}) for s in t.steps)
     }
     # LIKE wildcards in the search text are literal characters
     assert ids(text="%") == set() and ids(text="image%zoom") == set() and ids(text="image_zoom")
@@ -135,7 +135,7 @@ def test_run_stats_match_numpy(filled_ro):
     assert st.mean_steps == pytest.approx(np.mean([len(t.steps) for t in trajs]))
     assert sum(st.terminated.values()) == 60
     assert st.tool_calls.get("calculator", 0) == sum(
-        any(c["name"] == "calculator" for s in t.steps for c in s.tool_calls) for t in trajs
+        any(c.name == "calculator" for s in t.steps for c in s.tool_calls) for t in trajs
     )
     assert st.labels == {"none": 60}
 

@@ -66,10 +66,10 @@ def test_tool_call_then_final_answer():
     assert [s.role for s in traj.steps] == [StepRole.USER, StepRole.ACTOR, StepRole.TOOL, StepRole.ACTOR]
     assert traj.final_answer == "The answer is 12."
     assert traj.ground_truth == "12"
-    assert traj.steps[1].tool_calls == [
+    assert [c.to_dict() for c in traj.steps[1].tool_calls] == [
         {"name": "calculator", "args": {"expression": "3*4"}, "raw": call("calculator", expression="3*4")}
     ]
-    assert traj.steps[2].content == "calculator" and traj.steps[2].observation == "12"
+    assert traj.steps[2].content == "calculator" and traj.steps[2].observation.value == "12"
     assert traj.steps[1].span["prompt_tokens"] == 20 and "latency_ms" in traj.steps[1].span
     assert "latency_ms" in traj.steps[2].span
     m = traj.metrics
@@ -96,9 +96,9 @@ def test_parallel_calls_run_in_order_one_tool_step_each():
     )
     traj = Agent(h, [tool]).run("go")
     assert order == ["a", "b", "c"]
-    assert [c["args"]["x"] for c in traj.steps[1].tool_calls] == ["a", "b", "c"]
+    assert [c.args["x"] for c in traj.steps[1].tool_calls] == ["a", "b", "c"]
     tools = [s for s in traj.steps if s.role is StepRole.TOOL]
-    assert [s.observation for s in tools] == ["A", "B", "C"]
+    assert [s.observation.value for s in tools] == ["A", "B", "C"]
     assert [s.span["call"] for s in tools] == [0, 1, 2]
     assert traj.metrics["n_tool_calls"] == 3 and traj.metrics["n_turns"] == 2
     assert [m["content"] for m in h.seen[1][-3:]] == ["A", "B", "C"]
@@ -114,7 +114,7 @@ def test_parse_error_is_recorded_fed_back_and_the_loop_continues():
     assert actor[1].parse_error is None
     err_step = traj.steps[2]
     assert err_step.role is StepRole.TOOL and err_step.span["parse_error"] is True
-    assert "could not be parsed and were not executed" in err_step.observation
+    assert "could not be parsed and were not executed" in err_step.observation.text
     # The model was told about the error before its retry.
     feedback = h.seen[1][-1]
     assert feedback["role"] == "tool" and "invalid JSON" in feedback["content"]
@@ -129,7 +129,7 @@ def test_valid_and_malformed_calls_in_one_turn():
     traj = Agent(h, [CALC]).run("1+1")
     assert traj.steps[1].span["finish_reason"] == "length"
     assert "unclosed <tool_call>" in traj.steps[1].parse_error
-    assert [s.observation for s in traj.steps if s.role is StepRole.TOOL][0] == "2"
+    assert [s.observation.value for s in traj.steps if s.role is StepRole.TOOL][0] == "2"
     assert traj.steps[3].span.get("parse_error") is True
     assert traj.metrics["n_tool_calls"] == 1 and traj.metrics["n_parse_errors"] == 1
 
@@ -137,7 +137,7 @@ def test_valid_and_malformed_calls_in_one_turn():
 def test_unknown_tool_observation_names_the_available_tools():
     h = ScriptedHandle([ChatTurn(text=call("calc", expression="1")), ChatTurn(text="sorry")])
     traj = Agent(h, [CALC]).run("1")
-    obs = traj.steps[2].observation
+    obs = traj.steps[2].observation.text
     assert "unknown tool 'calc'" in obs and "calculator" in obs
     assert traj.steps[2].span["tool_error"] is True
     assert traj.metrics["n_tool_errors"] == 1
@@ -156,7 +156,7 @@ def test_block_repeat_calls_blocks_only_the_immediate_repeat():
     traj = Agent(ScriptedHandle(script), [tool], block_repeat_calls=True).run("2*2")
     tools = [s for s in traj.steps if s.role is StepRole.TOOL]
     assert [s.span.get("repeat_blocked", False) for s in tools] == [False, True, False, False]
-    assert "[repeat blocked]" in tools[1].observation
+    assert "[repeat blocked]" in tools[1].observation.text
     assert calls == ["2*2", "3", "2*2"]
     assert traj.metrics["n_repeat_blocked"] == 1
 
@@ -205,7 +205,7 @@ def test_tool_exceptions_and_bad_arguments_become_observations():
         ChatTurn(text="gave up"),
     ]
     traj = Agent(ScriptedHandle(script), tools).run("x")
-    obs = [s.observation for s in traj.steps if s.role is StepRole.TOOL]
+    obs = [s.observation.text for s in traj.steps if s.role is StepRole.TOOL]
     assert obs[0] == "[tool error in 'boom': RuntimeError: disk on fire]"
     assert obs[1].startswith("[tool error in 'calculator': bad arguments: unexpected argument(s) 'nope';")
     assert "expression" in obs[1]
@@ -242,7 +242,7 @@ def test_images_in_first_message_and_tool_results_are_reinjected():
     assert convo[2]["content"] == "zoomed top"
     assert convo[4]["content"][0] == {"type": "image", "image": img_out}
     assert "'zoom'" in convo[4]["content"][-1]["text"]
-    assert traj.steps[2].observation == {"text": "zoomed top", "n_images": 1, "meta": {"box": [0, 0, 5, 5]}}
+    assert traj.steps[2].observation.value == {"text": "zoomed top", "n_images": 1, "meta": {"box": [0, 0, 5, 5]}}
 
 
 def test_openai_codec_path_uses_native_calls_and_ids():
@@ -251,7 +251,7 @@ def test_openai_codec_path_uses_native_calls_and_ids():
     ]
     h = ScriptedHandle([ChatTurn(text="", tool_calls=wire), ChatTurn(text="3.0")], backend="api")
     traj = Agent(h, [CALC]).run("6/2")
-    assert traj.steps[1].tool_calls[0]["id"] == "call_x"
+    assert traj.steps[1].tool_calls[0].id == "call_x"
     convo = h.seen[1]
     assert convo[-2]["tool_calls"][0]["function"]["arguments"] == {"expression": "6/2"}
     assert convo[-1] == {"role": "tool", "name": "calculator", "content": "3.0", "tool_call_id": "call_x"}

@@ -787,7 +787,7 @@ def test_a_real_analysis_of_a_demo_trajectory_fills_every_panel(analysis_store):
     calling = next(s for s in traj.steps if s.tool_calls)  # the model's turn that calls a tool
     turn = calling.idx
     assert lens_rows(results["logit_lens"], turn) and attention_rows(results["attention"], turn)
-    assert calling.tool_call["name"] in {r["chosen_name"] for r in decision_rows(results["tool_decision"], turn)}
+    assert calling.tool_call.name in {r["chosen_name"] for r in decision_rows(results["tool_decision"], turn)}
     assert uncertainty_html(results["token_uncertainty"], turn).count("<span") > 1
 
 

@@ -118,7 +118,7 @@ def test_trajectory_page_shows_case_steps_calls_and_charts(seeded):
         if step.role.value == "actor":
             assert step.content in pre_texts(at)
         for call in step.tool_calls:
-            assert f"calls **{call['name']}**" in shown
+            assert f"calls **{call.name}**" in shown
     charts = svg_images(at)
     assert len(charts) == 2 and "Latency waterfall (ms)" in charts[0] and "Tokens per model turn" in charts[1]
     from components.viewmodel import token_rows, waterfall_rows
@@ -481,7 +481,7 @@ def test_the_app_is_private_by_default_and_refuses_a_network_address_without_a_l
 def test_a_tool_marked_on_the_trajectory_page_is_what_the_diagnosis_reads(seeded):
     tid = seeded["ids"][1]
     detail = S.get_trajectory(tid, store=seeded["url"])
-    name = next(c["name"] for s in detail.trajectory.steps for c in s.tool_calls)
+    name = next(c.name for s in detail.trajectory.steps for c in s.tool_calls)
     at = open_page("trajectory", id=tid)
     assert any(m.value.startswith(f"**{name}** · ") for m in at.markdown)
     box = next(b for b in at.selectbox if b.label == f"Mark {name}")

@@ -111,7 +111,7 @@ def test_model_sees_wire_names_and_the_trajectory_keeps_bfcls():
     assert shown == ["math_factorial"]
     assert traj.terminated == Termination.CALLS.value
     actor = [s for s in traj.steps if s.role is StepRole.ACTOR]
-    assert len(actor) == 1 and actor[0].tool_calls[0]["name"] == "math.factorial"
+    assert len(actor) == 1 and actor[0].tool_calls[0].name == "math.factorial"
     assert not [s for s in traj.steps if s.role is StepRole.TOOL], "a call-graded case runs nothing"
     assert traj.outcome is Label.PASS and traj.final_answer is None
     assert traj.offered_tools[0]["name"] == "math.factorial" and traj.offered_tools[0]["source"] == "case"
@@ -203,7 +203,7 @@ def test_replay_rebuilds_the_conversation_the_model_saw_under_wire_names(style):
         fn = {"name": "math_add", "arguments": '{"a": 1}'}
         h.texts = [ChatTurn(text="", tool_calls=[{"id": "c0", "type": "function", "function": fn}]), "It is 2."]
     traj = Agent(h, [tool], max_turns=3).run(FailureCase.from_prompt("add one to 1"))
-    assert traj.steps[1].tool_calls[0]["name"] == "math.add" and traj.final_answer == "It is 2."
+    assert traj.steps[1].tool_calls[0].name == "math.add" and traj.final_answer == "It is 2."
     rebuilt = messages_from_trajectory(traj, None, [tool], style=style)
     assert rebuilt[:-1] == h.messages_seen[-1]  # up to the answer, which the model saw nothing after
 
@@ -244,7 +244,7 @@ def test_a_bfcl_multi_turn_case_runs_on_its_own_environment_and_is_graded_by_sta
     assert traj.metrics["user_turns_reached"] == 4 and traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
     # The calls ran on the live environment: the observations are its answers.
     greps = [s for s in traj.steps if s.role is StepRole.TOOL and s.content == "grep"]
-    assert greps and "budget analysis" in str(greps[0].observation)
+    assert greps and "budget analysis" in greps[0].observation.text
     assert diagnose(traj, case=case, tools=tools) == []
 
     # Another copy of the environment for the next attempt: a wrong destination in turn 1 fails there.
@@ -261,9 +261,7 @@ def test_a_bfcl_multi_turn_case_runs_on_its_own_environment_and_is_graded_by_sta
     assert bad.metrics["grade_diff"], "the difference of state is kept for the page"
     top = diagnose(bad, case=case, tools=bad_tools)[0]
     assert top.source == "reference" and top.kind == "bad_arguments" and top.evidence["user_turn"] == 0
-    mv_step = next(
-        s.idx for s in bad.steps if s.role is StepRole.ACTOR and any(c["name"] == "mv" for c in s.tool_calls)
-    )
+    mv_step = next(s.idx for s in bad.steps if s.role is StepRole.ACTOR and any(c.name == "mv" for c in s.tool_calls))
     assert top.first_wrong_step == mv_step
 
 
@@ -298,7 +296,7 @@ def test_the_state_grade_replays_only_the_calls_the_loop_ran():
     tools = static_tools(RunConfig(model=ModelConfig("scripted"), tools=[]), case)
     traj = run_case(Scripted(*replies), case, tools, grade=True, max_turns=3)
     refused = next(s for s in traj.steps if s.role is StepRole.TOOL and s.content == "cp")
-    assert refused.span.get("tool_error") and "unknown tool" in str(refused.observation)
+    assert refused.span.get("tool_error") and "unknown tool" in refused.observation.text
     assert traj.outcome is Label.PASS, traj.metrics.get("grade_reason")
 
 

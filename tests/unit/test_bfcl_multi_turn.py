@@ -340,7 +340,7 @@ def test_a_changed_argument_is_bad_arguments_at_its_step_with_the_state_diff(bas
     traj = _trajectory(case, calls)
     check = grade_state(traj, case)
     assert not check.ok and check.turn == 0 and check.kind == "bad_arguments"
-    assert traj.steps[check.step].role is StepRole.ACTOR and traj.steps[check.step].tool_calls[1]["name"] == "mkdir"
+    assert traj.steps[check.step].role is StepRole.ACTOR and traj.steps[check.step].tool_calls[1].name == "mkdir"
     assert check.reason.startswith("user turn 1: GorillaFileSystem differs in root") and "dir_name" in check.reason
     assert "root" in check.diff["GorillaFileSystem"]
     _assert_one_line(check)

@@ -489,23 +489,23 @@ def test_agent_call_then_answer_renders_in_the_family_format(style):
 
     assert [s.role for s in traj.steps] == [StepRole.USER, StepRole.ACTOR, StepRole.TOOL, StepRole.ACTOR]
     call = traj.steps[1].tool_calls[0]
-    assert (call["name"], call["args"]) == ("calculator", {"expression": "3*4"})
+    assert (call.name, call.args) == ("calculator", {"expression": "3*4"})
     assert traj.steps[1].parse_error is None
-    assert traj.steps[2].observation == "12"
+    assert traj.steps[2].observation.value == "12"
     assert traj.final_answer == "The answer is 12."
     assert traj.metrics["terminated"] == "final" and traj.metrics["n_tool_calls"] == 1
 
     first, second = h.prompts
     assert '"name": "calculator"' in first  # the tool schema is in the prompt, where the template puts it
     assert second.startswith(first)  # history is never rewritten within one query
-    result = tool_result_rendering(style, call.get("id"), "12")
+    result = tool_result_rendering(style, call.id, "12")
     assert result in second
     if style == "mistral":  # the template writes the structured calls back, ids included
         assert (
             first
             + (
                 '[TOOL_CALLS] [{"name": "calculator", "arguments": {"expression": "3*4"}, "id": "'
-                + call["id"]
+                + call.id
                 + '"}]</s>'
                 + result
             )
@@ -526,15 +526,15 @@ def test_agent_parallel_calls_each_get_their_result(style):
     h = TemplateScriptedHandle(style, [TWO_CALLS[style], ANSWER[style]])
     traj = Agent(h, [CALC]).run("What are 3*4 and 5+5?")
     calls = traj.steps[1].tool_calls
-    assert [c["args"]["expression"] for c in calls] == ["3*4", "5+5"]
-    assert [s.observation for s in traj.steps if s.role is StepRole.TOOL] == ["12", "10"]
+    assert [c.args["expression"] for c in calls] == ["3*4", "5+5"]
+    assert [s.observation.value for s in traj.steps if s.role is StepRole.TOOL] == ["12", "10"]
     second = h.prompts[1]
-    first_result = tool_result_rendering(style, calls[0].get("id"), "12")
-    second_result = tool_result_rendering(style, calls[1].get("id"), "10")
+    first_result = tool_result_rendering(style, calls[0].id, "12")
+    second_result = tool_result_rendering(style, calls[1].id, "10")
     assert first_result in second and second_result in second
     assert second.index(first_result) < second.index(second_result)
     if style == "mistral":
-        assert calls[0]["id"] != calls[1]["id"]
+        assert calls[0].id != calls[1].id
     if style == "qwen3":  # consecutive results are folded into one user turn
         assert "<|im_start|>user" + first_result + second_result + "<|im_end|>" in second
 
@@ -551,11 +551,11 @@ def test_agent_malformed_calls_are_recorded_and_fed_back_through_the_template(st
     assert len(actor.tool_calls) == n_valid
     assert traj.metrics["n_parse_errors"] == 1 and traj.metrics["n_tool_calls"] == n_valid
     feedback = [s for s in traj.steps if s.span.get("parse_error")]
-    assert len(feedback) == 1 and "could not be parsed" in feedback[0].observation
+    assert len(feedback) == 1 and "could not be parsed" in feedback[0].observation.text
     # The feedback rendered through the family's template (no template error) and the model saw it.
     assert len(h.prompts) == 2 and "[tool call parse error]" in h.prompts[1]
     if n_valid:
-        assert tool_result_rendering(style, actor.tool_calls[0].get("id"), "12") in h.prompts[1]
+        assert tool_result_rendering(style, actor.tool_calls[0].id, "12") in h.prompts[1]
     assert traj.final_answer == "The answer is 12." and traj.metrics["terminated"] == "final"
 
 

@@ -1,9 +1,12 @@
 """Core types, the spec registry and capability negotiation (no model weights)."""
 
+import json
+
 import pytest
 
 import evalrx
 from evalrx.core import Capability, CapabilityError, FailureCase, Label, Step, StepRole, Trajectory
+from evalrx.core.tool import ToolCall
 from evalrx.models import resolve_spec_key
 from evalrx.models.compose import compose
 from evalrx.specs import REGISTRY, ModelSpec, get_spec, register_spec
@@ -23,6 +26,23 @@ def test_capability_error_names_caller_model_and_missing():
     assert "LogitLensAnalyzer" in msg and "gpt-4o-mini on api" in msg
     assert "hidden_states" in msg and "logits" in msg
     assert err.missing == {Capability.HIDDEN_STATES, Capability.LOGITS}
+
+
+def test_a_steps_calls_are_tool_calls_that_write_back_the_dicts_they_were_read_from():
+    """An imported call keeps its extra keys, odd values and key order: stored and exported text is unchanged."""
+    calls = [
+        {"name": "f", "args": {"x": 1}, "raw": "f(x=1", "id": "c1", "type": "function"},
+        {"id": 7, "name": "g", "args": "not an object", "raw": None},
+        {"name": "h", "args": {}},
+        {"args": 1},  # a nameless call an old import kept
+    ]
+    step = Step.from_dict({"idx": 1, "role": "actor", "tool_calls": calls})
+    assert [type(c) for c in step.tool_calls] == [ToolCall] * 4
+    assert step.tool_call is not None and (step.tool_call.name, step.tool_call.id) == ("f", "c1")
+    assert step.tool_calls[0].extra == {"type": "function"} and step.tool_calls[1].args == {}
+    assert json.dumps(step.to_dict()["tool_calls"]) == json.dumps(calls)
+    with pytest.raises(ValueError, match="a tool call must be an object"):
+        Step(1, StepRole.ACTOR, tool_calls=["f()"])  # type: ignore[list-item]
 
 
 def test_trajectory_round_trip_is_lossless():
@@ -48,7 +68,8 @@ def test_trajectory_round_trip_is_lossless():
     )
     again = Trajectory.from_dict(traj.to_dict())
     assert again == traj
-    assert again.steps[1].tool_call == {"name": "calculator", "args": {"expression": "2+2"}}
+    assert again.steps[1].tool_call == ToolCall("calculator", {"expression": "2+2"})
+    assert again.to_dict() == traj.to_dict()
     assert again.terminated == "final"
     assert Trajectory.from_dict(__import__("json").loads(traj.to_json())) == traj
 

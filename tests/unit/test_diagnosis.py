@@ -21,6 +21,7 @@ from evalrx.core.failures import (
     canonical_kind,
     definition,
 )
+from evalrx.core.observation import Observation
 from evalrx.diagnosis import diagnose, from_analyses, from_reference, from_rules, rank
 from evalrx.diagnosis.whitebox import LOOKED_AWAY
 from evalrx.suites import load_cases
@@ -814,9 +815,9 @@ def test_whitebox_a_call_that_fetches_a_picture_is_not_a_value_read_from_one():
     """Zoom coordinates are where to look, not a number read off the picture: no sign however little it looked."""
     analyses, _ = _looked(0.05)
     traj = build("What is the code on the small label?", [call("image_zoom", "(zoomed)", x0="0.5")], answer="1234")
-    traj.steps[1].tool_calls[0]["args"] = {"expression": "0.75"}  # the argument the result names
-    traj.steps[2].observation = {"text": "(zoomed)", "n_images": 1}
+    traj.steps[1].tool_calls[0].args = {"expression": "0.75"}  # the argument the result names
+    traj.steps[2].observation = Observation({"text": "(zoomed)", "n_images": 1})
     assert from_analyses(analyses, traj) == []
-    traj.steps[2].observation = {"text": "(zoomed)", "n_images": 0}  # the same call returning no picture
+    traj.steps[2].observation = Observation({"text": "(zoomed)", "n_images": 0})  # the same call returning no picture
     (d,) = from_analyses(analyses, traj)
     assert d.kind == "misread_observation" and "0.75" in d.evidence["text"]

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
-from evalrx.core import PICTURE_MARKER, Step, StepRole, ToolResult, Trajectory, observation_text, picture_count
+from evalrx.core import (
+    PICTURE_MARKER,
+    Observation,
+    Step,
+    StepRole,
+    ToolResult,
+    Trajectory,
+    observation_text,
+    picture_count,
+)
 
 PNG = "data:image/png;base64," + "iVBORw0KGgo" * 50
+
+
+def test_a_steps_observation_is_typed_and_stored_as_its_value() -> None:
+    """A tool's return becomes an `Observation`: its text, its pictures, its structured value; the step stores the
+    value as before, and a stored value reads back as the same observation."""
+    returned = ToolResult(text="zoomed", images=["p1", "p2"], meta={"box": [0, 0, 5, 5]})
+    obs = Observation.of(returned)
+    assert (obs.text, obs.pictures, obs.structured) == ("zoomed", 2, {"box": [0, 0, 5, 5]})
+    assert observation_text(obs) == "zoomed" and observation_text(obs, shown=True) == "zoomed"
+    assert Observation.of({"rows": 3}).structured == {"rows": 3} and Observation.of("12").structured is None
+    step = Step(2, StepRole.TOOL, "image_zoom", observation=obs)
+    stored = {"text": "zoomed", "n_images": 2, "meta": {"box": [0, 0, 5, 5]}}
+    assert step.to_dict()["observation"] == stored
+    assert Step.from_dict(step.to_dict()) == step and Step.from_dict(step.to_dict()).observation == obs
+    assert Step(3, StepRole.TOOL, "f", observation=Observation.of(None)).observation is None  # as it reads back
 
 
 def test_plain_values_read_as_text() -> None:

@@ -125,8 +125,8 @@ def test_a_validation_error_is_an_observation_in_the_agent_loop_and_the_model_ca
     trajectory = run_case(handle, "What is 1 + 2?", get_tools(f"calculator,{F}:add"), max_turns=4)
     tool_steps = [s for s in trajectory.steps if s.role is StepRole.TOOL]
     assert [s.content for s in tool_steps] == ["add", "add"]
-    assert "ToolArgumentError: argument 'b'" in tool_steps[0].observation and tool_steps[0].span["tool_error"]
-    assert tool_steps[1].observation == "3" and trajectory.final_answer == "It is 3."
+    assert "ToolArgumentError: argument 'b'" in tool_steps[0].observation.text and tool_steps[0].span["tool_error"]
+    assert tool_steps[1].observation.value == "3" and trajectory.final_answer == "It is 3."
     assert trajectory.metrics["n_tool_errors"] == 1
 
 

@@ -163,7 +163,7 @@ def test_one_pass_feeds_exactly_the_ids_each_turn_was_given_and_generated(style)
     handle, traj, steered = run_family(style, [CALL[style], ANSWER[style]])
     assert handle.spec.tool_call_style == style  # detected by wrap from the tokenizer
     assert traj.metrics["terminated"] == "final" and traj.metrics["n_tool_calls"] == 1
-    assert traj.steps[2].observation == "12"
+    assert traj.steps[2].observation.value == "12"
 
     conv = rebuild(handle, traj)
     assert conv.style == style

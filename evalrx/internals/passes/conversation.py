@@ -258,7 +258,7 @@ def conversation_from_trajectory(
                 built.feedback(text, step=s.idx)
                 continue
             i = int(s.span.get("call", 0) or 0)
-            call = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
+            call: dict = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
             returned = list((images or {}).get(s.idx) or [])
             n = max(picture_count(s.observation), int(s.span.get("n_images") or 0), len(returned))

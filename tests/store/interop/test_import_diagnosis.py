@@ -126,7 +126,7 @@ def test_real_inspect_log_gets_ignored_observation(inspect_log, store_url):
 
     t = S.get_trajectory(rows["ignored"].id, store=store_url).trajectory
     tool_steps = [s for s in t.steps if s.role is StepRole.TOOL]
-    assert [s.observation for s in tool_steps] == ["42"]  # the calculator's real output, as Inspect logged it
+    assert [s.observation.value for s in tool_steps] == ["42"]  # the calculator's real output, as Inspect logged it
     assert t.final_answer == "The answer is 24."
     last_actor = max(s.idx for s in t.steps if s.role is StepRole.ACTOR)
 

@@ -184,8 +184,10 @@ def test_import_openai_chat_messages(sqlite_url, tmp_path):
     first = S.get_trajectory(page[0].id, store=sqlite_url)
     t = first.trajectory
     assert [s.role.value for s in t.steps] == ["user", "actor", "tool", "actor"]
-    assert t.steps[1].tool_calls == [{"name": "calculator", "args": {"expression": "3*4"}, "id": "call_1"}]
-    assert t.steps[2].content == "calculator" and t.steps[2].observation == "12"
+    assert [c.to_dict() for c in t.steps[1].tool_calls] == [
+        {"name": "calculator", "args": {"expression": "3*4"}, "id": "call_1"}
+    ]
+    assert t.steps[2].content == "calculator" and t.steps[2].observation.value == "12"
     assert t.final_answer == "It is 12." and t.outcome is Label.PASS and t.terminated == "final"
     assert first.case["meta"]["system"] == "Be brief." and first.case["expected"] == "12"
     second = S.get_trajectory(page[1].id, store=sqlite_url).trajectory
@@ -262,7 +264,9 @@ def test_import_inspect_eval_log(store_url, tmp_path):
     t = S.get_trajectory(rows[0].id, store=store_url).trajectory
     assert t.final_answer == "There are 3." and t.goal == "How many r in strawberry?"
     assert t.steps[1].content == "<think>count</think>\nLet me check."
-    assert t.steps[1].tool_calls == [{"name": "python", "args": {"code": "'strawberry'.count('r')"}, "id": "t1"}]
+    assert [c.to_dict() for c in t.steps[1].tool_calls] == [
+        {"name": "python", "args": {"code": "'strawberry'.count('r')"}, "id": "t1"}
+    ]
     assert rows[0].prompt_tokens == 120 and rows[0].completion_tokens == 30 and rows[0].latency_ms == 1250.0
     assert rows[0].outcome == "pass" and rows[1].outcome == "fail"
 

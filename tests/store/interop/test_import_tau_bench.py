@@ -34,7 +34,7 @@ def test_the_failed_agentrx_runs_import_as_conversations_with_their_gold_actions
     assert [r["name"] for r in refs] == [a["name"] for a in source["info"]["task"]["actions"]]
     assert detail.case["meta"]["system"].startswith("# Retail agent policy")
     calls = [c for s in detail.trajectory.steps for c in s.tool_calls]
-    assert calls and all(isinstance(c["args"], dict) for c in calls)  # the repr'd call lists were read back
+    assert calls and all(isinstance(c.to_dict()["args"], dict) for c in calls)  # the repr'd call lists were read back
     # Every case keeps its gold actions as the reference the diagnosis compares with; where the run made the same
     # state-changing calls, the reference finds no divergence and the rules say why (not "no reference").
     for r in rows:

@@ -139,8 +139,10 @@ def test_a_trail_trace_is_one_trajectory_with_the_team_and_every_span_accounted_
         ("actor", "manager", None, "l4"),
     ]
     assert traj.goal == "What is 17*23?" and traj.final_answer == "The answer is 391."
-    assert traj.steps[1].tool_calls == [{"name": "math_agent", "args": {"task": "compute 17*23"}, "id": "c1"}]
-    assert traj.steps[3].observation == "391" and traj.steps[3].span["call"] == 0
+    assert [c.to_dict() for c in traj.steps[1].tool_calls] == [
+        {"name": "math_agent", "args": {"task": "compute 17*23"}, "id": "c1"}
+    ]
+    assert traj.steps[3].observation.value == "391" and traj.steps[3].span["call"] == 0
     assert traj.steps[2].span["latency_ms"] == 1000.0 and traj.steps[2].span["prompt_tokens"] == 10
     assert [m["name"] for m in traj.roster] == ["manager", "math_agent"]
     assert traj.roster[1]["description"] == "does arithmetic"
@@ -265,7 +267,7 @@ def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url, layo
     result = import_file(path, store=sqlite_url)
     (row,) = S.list_trajectories(run_id=result.run_ids[0], store=sqlite_url).rows
     traj = S.get_trajectory(row.id, store=sqlite_url).trajectory
-    assert [(s.role.value, s.content, s.observation) for s in traj.steps] == [
+    assert [(s.role.value, s.content, s.to_dict()["observation"]) for s in traj.steps] == [
         ("user", "What is 2+3, then times 4?", None),
         ("actor", "", None),
         ("tool", "add", "5"),
@@ -273,7 +275,7 @@ def test_llm_spans_alone_hold_one_agents_conversation(tmp_path, sqlite_url, layo
         ("tool", "mul", "20"),
         ("actor", "20", None),
     ]
-    assert traj.steps[1].tool_calls == [{"name": "add", "args": {"a": 2, "b": 3}, "id": "k1"}]
+    assert [c.to_dict() for c in traj.steps[1].tool_calls] == [{"name": "add", "args": {"a": 2, "b": 3}, "id": "k1"}]
     # the first model call is a root that made a step: the goal does not claim its span (a label there is the call's)
     assert "span_id" not in traj.steps[0].span and traj.steps[1].span["span_id"] == "p1"
     assert all(s.agent is None for s in traj.steps) and traj.roster == []  # one agent: a single-agent trajectory
@@ -354,7 +356,7 @@ def test_otlp_json_with_base64_ids_and_genai_attributes(tmp_path, sqlite_url):
         ("actor", "planner", "ask booker"),
         ("tool", "booker", "book"),
     ]
-    assert traj.steps[2].span["tool_error"] is True and traj.steps[2].observation == "HTTP 503"
+    assert traj.steps[2].span["tool_error"] is True and traj.steps[2].observation.value == "HTTP 503"
     assert traj.steps[1].span["prompt_tokens"] == 7
 
 

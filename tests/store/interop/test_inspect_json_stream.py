@@ -28,7 +28,7 @@ def _steps(url: str) -> dict:
     for row in S.list_trajectories(limit=100, store=url).rows:
         t = S.get_trajectory(row.id, store=url).trajectory
         out[(t.sample_id, t.attempt)] = [
-            (s.role.value, s.content, [(c["name"], c["args"]) for c in s.tool_calls]) for s in t.steps
+            (s.role.value, s.content, [(c.name, c.args) for c in s.tool_calls]) for s in t.steps
         ]
     return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import random
@@ -46,7 +47,9 @@ def _run_with_everything(store) -> int:
             if pos == 1:
                 traj.steps[1].content = "<think>check the tool ✓</think>\nI will call it."
                 traj.steps[1].tool_calls = (
-                    [dict(traj.steps[1].tool_calls[0], raw='{"x": 1}')] if traj.steps[1].tool_calls else []
+                    [dataclasses.replace(traj.steps[1].tool_calls[0], raw='{"x": 1}')]
+                    if traj.steps[1].tool_calls
+                    else []
                 )
                 traj.steps[0].span = {"has_image": False}
             tid = runs.save_trajectory(s, run_id, case_row_id, traj)
@@ -209,13 +212,13 @@ def test_foreign_atif_document_imports_from_its_standard_fields(sqlite_url, tmp_
     assert [s.role.value for s in tr.steps] == ["user", "actor", "tool", "tool", "actor"]
     assert tr.goal == FOREIGN["steps"][0]["message"] and tr.final_answer == "Alphabet (GOOGL) is trading at $185.35."
     assert tr.steps[1].content == "<think>Two data points.</think>\nI will search for the price and the volume."
-    assert tr.steps[1].tool_calls[1] == {
+    assert tr.steps[1].tool_calls[1].to_dict() == {
         "name": "financial_search",
         "args": {"ticker": "GOOGL", "metric": "volume"},
         "id": "call_volume_2",
     }
     # results answered out of order: each tool step says which call it answers
-    assert [(s.content, s.observation, s.span["call"]) for s in tr.steps[2:4]] == [
+    assert [(s.content, s.observation.value, s.span["call"]) for s in tr.steps[2:4]] == [
         ("financial_search", "GOOGL volume: 1.5M shares traded.", 1),
         ("financial_search", "GOOGL is currently trading at $185.35", 0),
     ]
@@ -348,7 +351,7 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
     store = S.connect(sqlite_url)
     pictures = S.shown_pictures(tid, store=store)
     assert pictures[0] == [PNG] and pictures[2] == [ZOOMED, JPEG] and 3 not in pictures
-    assert tr.steps[2].observation == "zoomed" and tr.steps[3].span["n_images"] == 8
+    assert tr.steps[2].observation.value == "zoomed" and tr.steps[3].span["n_images"] == 8
 
 
 def test_a_document_reads_each_picture_file_once_and_no_more_bytes_than_its_budget(tmp_path):

@@ -95,7 +95,7 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
     look = details["look#1"]
     t = look.trajectory
     assert [s.role for s in t.steps] == [StepRole.USER, StepRole.ACTOR, StepRole.TOOL, StepRole.ACTOR]
-    assert t.steps[2].observation == LONG and t.final_answer == "The answer is 42." and t.outcome.value == "pass"
+    assert t.steps[2].observation.value == LONG and t.final_answer == "The answer is 42." and t.outcome.value == "pass"
     assert S.get_blob(look.case["image_sha256"], store=sqlite_url)[0] == PNG  # the image attachment, resolved
     stored = json.dumps([s.to_dict() for s in t.steps]) + json.dumps(look.case)
     assert "attachment://" not in stored
@@ -115,7 +115,7 @@ def test_real_eval_log_imports_with_attempts_tool_errors_attachments(eval_logs, 
 
     missing = details["missing#2"].trajectory
     tool_step = missing.steps[2]
-    assert tool_step.span["tool_error"] is True and tool_step.observation == "no such key: missing"
+    assert tool_step.span["tool_error"] is True and tool_step.observation.value == "no such key: missing"
     assert missing.outcome.value == "fail" and missing.metrics["grade"]["value"] == "I"
     assert rows["missing#2"].diagnosis_kind  # diagnosed on import, like every import
     # Its target is the case's expected answer, the reference it has: that grades the run but names no step

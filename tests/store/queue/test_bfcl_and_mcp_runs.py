@@ -140,7 +140,7 @@ def test_a_bfcl_run_on_an_api_model_is_graded_by_its_calls_and_keeps_its_tools(s
     failed = S.get_trajectory(rows["simple_python_0"].id, store=store)
     assert failed.trajectory.metrics["grade_reason"] == "`unit`: got 'cm', want one of 'units', ''"
     fact = S.get_trajectory(rows["simple_python_1"].id, store=store)
-    assert fact.trajectory.steps[1].tool_calls[0]["name"] == "math.factorial"  # BFCL's name, not the wire name
+    assert fact.trajectory.steps[1].tool_calls[0].name == "math.factorial"  # BFCL's name, not the wire name
     offered = fact.trajectory.offered_tools
     assert [(t["name"], t["source"]) for t in offered] == [("math.factorial", "case")]
     assert offered[0]["parameters"]["properties"]["number"]["type"] == "integer"
@@ -195,7 +195,7 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     detail = S.get_trajectory(rows[0].id, store=store)
     tool_step = next(s for s in detail.trajectory.steps if s.role.value == "tool")
     assert tool_step.content == "get_current_time"
-    assert "UTC" in json.dumps(tool_step.observation)  # the real server's answer
+    assert "UTC" in json.dumps(tool_step.observation.value)  # the real server's answer
     offered = {t["name"]: t for t in detail.trajectory.offered_tools}
     assert offered["get_current_time"]["source"] == "mcp" and offered["get_current_time"]["origin"] == "time"
     assert offered["get_current_time"]["annotations"].get("read_only_hint") is True
@@ -203,8 +203,8 @@ def test_a_run_with_an_mcp_server_calls_it_per_case_and_records_who_answered(sql
     assert (offered["add"]["source"], offered["add"]["origin"]) == ("python", "fixtures.pyfuncs:add")
     assert offered["add"]["parameters"]["required"] == ["a", "b"]
     bad, good = [s for s in detail.trajectory.steps if s.role.value == "tool" and s.content == "add"]
-    assert bad.span.get("tool_error") and "b" in str(bad.observation)  # validated against the schema first
-    assert str(good.observation) == "5"
+    assert bad.span.get("tool_error") and "b" in bad.observation.text  # validated against the schema first
+    assert good.observation.text == "5"
     assert _children() <= before, "every case's server session was closed"
 
 
@@ -250,7 +250,7 @@ def test_mcp_images_are_stored_a_crash_or_hang_is_an_observation_and_sessions_ar
     assert "did not answer within 2 s" in str(hung.observation)  # ended at the server's deadline
     assert not pid4.span.get("tool_error")  # the next case went on, with a server that answers
     assert S.step_media(rows[cases[4].id].id, store=store), "the server's image is stored like any tool image"
-    assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation)
+    assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation.value)
     assert "flaky server starting" in caplog.text, "the server's stderr goes to the worker log"
     assert not pid3.span.get("tool_error") and pid3.observation != pid1.observation  # a new server after the crash
     if shared:

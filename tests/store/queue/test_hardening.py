@@ -266,7 +266,7 @@ def test_an_oversized_output_or_observation_is_stored_cut_with_its_real_size(sql
         case_row_id = s.execute(select(t.RunCase.case_row_id).where(t.RunCase.run_id == run_id)).scalar_one()
         tid = save_trajectory(s, run_id, case_row_id, traj)
     steps = S.get_trajectory(tid, store=store).trajectory.steps
-    for got, field in ((steps[1].content, "content"), (steps[2].observation["text"], "observation")):
+    for got, field in ((steps[1].content, "content"), (steps[2].observation.value["text"], "observation")):
         assert len(got) < len(huge) and got.endswith(f"[… truncated by evalrx: {len(huge):,} characters in all]")
         span = steps[1 if field == "content" else 2].span
         assert span["truncated"] == {field: len(huge)}

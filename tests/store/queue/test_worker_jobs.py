@@ -249,7 +249,7 @@ def test_api_runs_use_a_bounded_pool(store_url, calls):
     assert info.n_done == 9 and info.n_pass == 9
     tid = S.list_trajectories(run_id=run_id, store=store).rows[0].id
     steps = S.get_trajectory(tid, store=store).trajectory.steps
-    assert steps[1].tool_calls[0]["name"] == "calculator" and steps[1].tool_calls[0]["id"].startswith("call_")
+    assert steps[1].tool_calls[0].name == "calculator" and steps[1].tool_calls[0].id.startswith("call_")
 
 
 def test_local_runs_run_one_case_at_a_time(store_url, calls):
