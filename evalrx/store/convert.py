@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -181,7 +182,8 @@ def step_from_row(row: Any) -> Step:
         idx=row.idx,
         role=StepRole(row.role),
         content=row.content or "",
-        tool_calls=list(row.tool_calls or []),
+        # A call that is not an object (an older import kept one as written) reads as its text, never a crash.
+        tool_calls=[c if isinstance(c, dict) else {"name": "", "raw": json.dumps(c)} for c in row.tool_calls or []],
         observation=row.observation,
         parse_error=row.parse_error,
         span=dict(row.span or {}),

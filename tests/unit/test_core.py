@@ -188,3 +188,25 @@ def test_run_config_is_one_contract_from_the_form_to_the_worker():
         "force_final_answer": False,
         "chat_kwargs": {"temperature": 0.0},
     }
+
+
+def test_a_stored_call_that_is_not_an_object_reads_back_as_its_text():
+    """An older evalrx JSONL import stored a call as written ("f()"): reading that row must not raise."""
+    from types import SimpleNamespace
+
+    from evalrx.store.convert import step_from_row
+
+    row = SimpleNamespace(
+        idx=0,
+        role="actor",
+        content="",
+        tool_calls=["f()", {"name": "g", "args": {}}],
+        observation=None,
+        parse_error=None,
+        span={},
+        agent=None,
+        addressee=None,
+    )
+    step = step_from_row(row)
+    assert [c.name for c in step.tool_calls] == ["", "g"]
+    assert step.tool_calls[0].raw == '"f()"'
