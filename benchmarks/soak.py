@@ -58,13 +58,13 @@ JUDGE_ANSWER = {
 LIST_READY = "[class*='st-key-row-'] [data-testid='stPageLink-NavLink']"  # a row's id link (app_latency.py)
 TRAJ_READY = "[class*='st-key-step-']"
 SETTINGS = {  # full, quick
-    "cases": (300, 30),
+    "cases": (300, 12),
     "samples": (10_000, 1_000),
-    "seed_cases": (40, 16),
+    "seed_cases": (40, 12),
     "kills": (20, 10),
-    "kill_window_s": (480, 90),
+    "kill_window_s": (480, 60),
     "idle_visits": (12, 5),
-    "judge_limit": (200, 30),
+    "judge_limit": (200, 20),
     "deadline_s": (1500, 600),
 }
 
@@ -202,7 +202,7 @@ class User:
 
         hotkey, kind = self.rng.choice([(k.hotkey, k.key) for k in S.list_kinds(store=self.url) if k.hotkey])
         self.tried += 1
-        page.locator(f".st-key-tl-mode-{hotkey} button").click()  # "3 · wrong_tool": fail with that kind
+        page.locator(f".st-key-tl-mode-{hotkey} button").first.click()  # "3 · wrong_tool": fail with that kind
         page.get_by_text(f"#{tid} labelled fail · {kind}").first.wait_for(timeout=30_000)
         self.confirmed.append((tid, self.name, "fail", kind))
 
@@ -222,6 +222,7 @@ class User:
                 except Exception as exc:  # a page that failed under load is counted, the person goes on
                     self.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
                 done += 1
+                time.sleep(self.rng.uniform(1, 3))  # a person reads the page before the next one
             ctx.close()
             browser.close()
 
@@ -419,6 +420,10 @@ def main(argv=None) -> int:
                 "labels_confirmed_and_checked": sum(len(u.confirmed) for u in users),
                 "labels_tried": sum(u.tried for u in users),
                 "kills_survived": workers.kills,
+                "runs_at_end": {
+                    r: f"{(i := S.get_run(r, store=url)).status}, {i.n_done}/{i.n_cases} cases"
+                    for r in [seed_run, *runs, *imports]
+                },
                 "workers_exited_on_their_own": workers.exited_on_their_own,
                 "judge_jobs": judge_jobs,
                 "judge_requests": len(judge.requests),
@@ -445,14 +450,19 @@ def main(argv=None) -> int:
         pg.stop()
     left = leftovers(pg.data)
     checks[f"no process left ({left})"] = not left
-    shutil.rmtree(work, ignore_errors=True)
     failed = [k for k, ok in checks.items() if not ok]
+    if failed:  # the workers' and the app's logs, for whoever looks into it
+        record_logs = {"logs_kept_in": str(work)}
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        record_logs = {}
     record = {
         "settings": {"quick": args.quick, "seed": args.seed, **cfg, "analyzers": ANALYZERS},
         **result,
         "seconds": round(time.monotonic() - t_start, 1),
         "checks": checks,
         "failed_checks": failed,
+        **record_logs,
         "machine": {
             "python": platform.python_version(),
             "platform": platform.platform(),
