@@ -65,20 +65,28 @@ class PostgresServer:
             )
         except subprocess.CalledProcessError as exc:
             raise RuntimeError(f"initdb failed: {exc.stderr}") from None
+        self._pg_ctl_start()
+        return self
+
+    def _pg_ctl_start(self) -> None:
         opts = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
+        cmd = self._cmd("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w", "-t", "60")
         try:
-            run(
-                self._cmd(
-                    "pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w", "-t", "60", "start"
-                )
-            )
+            subprocess.run([*cmd, "start"], check=True, capture_output=True, text=True)
         except subprocess.CalledProcessError as exc:
             log = (self.root / "log").read_text() if (self.root / "log").exists() else ""
             raise RuntimeError(f"pg_ctl start failed: {exc.stderr}\n{log}") from None
-        return self
+
+    def restart(self) -> None:
+        """Stop the server as a crash does (`-m immediate`, no checkpoint) and start it again on the same
+        port and data: every connection drops and the server recovers from its WAL (benchmarks/soak.py)."""
+        subprocess.run(
+            self._cmd("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"), check=True, capture_output=True
+        )
+        self._pg_ctl_start()
 
     def stop(self) -> None:
         subprocess.run(self._cmd("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"), capture_output=True)
