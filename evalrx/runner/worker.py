@@ -41,6 +41,7 @@ from evalrx.store import (
     register_worker,
     requeue_stale,
     stop_worker,
+    unreachable,
 )
 
 log = logging.getLogger("evalrx.worker")
@@ -48,6 +49,14 @@ log = logging.getLogger("evalrx.worker")
 DEFAULT_CASE_ATTEMPTS = 3  # a case that killed its worker this often is recorded as an error, not run again
 
 __all__ = ["RUN_CHECKPOINT_HOW", "Worker", "build_parser", "load_handle", "worker_main"]
+
+
+# Seconds between tries while the store cannot be reached (a PostgreSQL server restarting).
+STORE_RETRY_S = 2.0
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class Worker:
@@ -156,13 +165,21 @@ class Worker:
         last_sweep = time.monotonic()
         try:
             while not self.stop_event.is_set():
-                job = self.claim()
+                try:
+                    job = self.claim()
+                    if job is None and time.monotonic() - last_sweep > max(self.stale_after_s / 2, self.poll_s):
+                        self._requeue_dead()
+                        last_sweep = time.monotonic()
+                except Exception as exc:
+                    if not unreachable(exc):
+                        raise
+                    # A restarting database server: wait it out rather than die, as the heartbeat thread does.
+                    log.warning("store unreachable (%s); retrying in %g s", _first_line(exc), STORE_RETRY_S)
+                    self.stop_event.wait(STORE_RETRY_S)
+                    continue
                 if job is None:
                     if self.exit_when_idle:
                         break
-                    if time.monotonic() - last_sweep > max(self.stale_after_s / 2, self.poll_s):
-                        self._requeue_dead()
-                        last_sweep = time.monotonic()
                     self.stop_event.wait(self.poll_s)
                     continue
                 self.run_job(job)
@@ -185,6 +202,9 @@ class Worker:
             log.warning("%s; leaving it to its new owner", exc)
             status = "lost"
         except Exception as exc:
+            if unreachable(exc):  # the job is not at fault: its lease runs out and another claim retries it
+                log.warning("job %s: store unreachable (%s); leaving it to be requeued", job.id, _first_line(exc))
+                return "released"
             msg = f"{type(exc).__name__}: {exc}"
             log.error("job %s failed: %s\n%s", job.id, msg, traceback.format_exc())
             finish_job(self.store, job.id, self.worker_id, JobStatus.FAILED, error=msg)

@@ -39,6 +39,7 @@ from evalrx.store.engine import (
     make_engine,
     resolve,
     sqlite_file,
+    unreachable,
     upgrade,
 )
 from evalrx.store.exports import (
@@ -287,6 +288,7 @@ __all__ = [
     "save_kind",
     "SchemaError",
     "StoreUnwritable",
+    "unreachable",
     "set_label",
     "set_labels",
     "step_latency_sample",

@@ -62,6 +62,28 @@ def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable
     )
 
 
+# SQLite's busy/locked/cannot-open and PostgreSQL's connection and shutdown SQLSTATEs (classes 08 and 57P).
+_SQLITE_AWAY = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_CANTOPEN", "SQLITE_IOERR")
+_PG_AWAY = ("08", "57P")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` says the database could not be reached just now (a server restarting, a dropped
+    connection, a locked file): worth waiting out and retrying, unlike a bad query or a refused write."""
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if not isinstance(exc, (OperationalError, InterfaceError)):
+        return False
+    orig = getattr(exc, "orig", None)
+    name = getattr(orig, "sqlite_errorname", None)
+    if name is not None:
+        return str(name).startswith(_SQLITE_AWAY)
+    state = getattr(orig, "sqlstate", None)
+    return state is None or str(state).startswith(_PG_AWAY)  # no state: the connection itself failed
+
+
 def default_url() -> str:
     """The store URL: `$EVALRX_DATABASE_URL`, else a SQLite file `db/evalrx.sqlite` in the checkout."""
     env = os.environ.get(ENV_URL)
