@@ -10,6 +10,7 @@ from typing import Any, Iterable, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.observation import canonical_json, observation_text
+from evalrx.core.tool import ToolCall
 
 # Span keys that mark a step for the pages' badges (loop policies, errors).
 FLAG_KEYS = ("repeat_blocked", "tool_error", "parse_error", "forced_final", "ignored_calls")
@@ -183,7 +184,10 @@ def step_from_row(row: Any) -> Step:
         role=StepRole(row.role),
         content=row.content or "",
         # A call that is not an object (an older import kept one as written) reads as its text, never a crash.
-        tool_calls=[c if isinstance(c, dict) else {"name": "", "raw": json.dumps(c)} for c in row.tool_calls or []],
+        tool_calls=[
+            ToolCall.from_dict(c if isinstance(c, dict) else {"name": "", "raw": json.dumps(c)})
+            for c in row.tool_calls or []
+        ],
         observation=row.observation,
         parse_error=row.parse_error,
         span=dict(row.span or {}),
