@@ -11,7 +11,7 @@ from components.run_picker import pick_run
 from components.safe import md_escape
 from components.timeline import render_case, render_timeline
 
-from evalrx.store import ADJUDICATOR, disagreements, get_trajectory, list_kinds, set_label, step_media
+from evalrx.store import ADJUDICATOR, disagreements, get_trajectory, list_kinds, set_label, step_pictures
 
 S = store()
 ss = st.session_state
@@ -91,7 +91,7 @@ st.caption(f"Keys: 1–{len(names)} keep that annotator's label · N skip")
 detail = get_trajectory(tid, store=S)
 render_diagnosis(detail, {k.key: k.definition for k in list_kinds(store=S)})
 render_case(detail, store=S)
-render_timeline(detail, store=S, pictures=step_media(tid, store=S), show_user=False)
+render_timeline(detail, store=S, pictures=step_pictures(tid, store=S), show_user=False)
 
 with st.expander(f"All open disagreements ({len(items)})"):
     st.dataframe(

@@ -23,7 +23,7 @@ from evalrx.store import (
     list_trajectories,
     save_kind,
     second_opinion_queue,
-    step_media,
+    step_pictures,
 )
 
 S = store()
@@ -207,7 +207,7 @@ with left:
         render_diagnosis(detail, {k.key: k.definition for k in kinds})
     render_case(detail, store=S, blind=blind)
     render_timeline(
-        detail, store=S, pictures=step_media(tid, store=S), show_user=False, first_wrong=ss.get(f"lq-fws-{tid}")
+        detail, store=S, pictures=step_pictures(tid, store=S), show_user=False, first_wrong=ss.get(f"lq-fws-{tid}")
     )
     with st.expander("Latency and tokens"):
         render_charts(detail)

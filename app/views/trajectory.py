@@ -10,7 +10,7 @@ from components.safe import md_escape, short, show_pre
 from components.team import render_team
 from components.timeline import facts_line, render_case, render_charts, render_timeline
 
-from evalrx.store import get_trajectory, list_kinds, other_runs_of_case, step_media
+from evalrx.store import get_trajectory, list_kinds, other_runs_of_case, step_pictures
 
 S = store()
 qp = st.query_params
@@ -140,7 +140,7 @@ with main:
     render_charts(detail)
     st.markdown("#### Steps")
     marked = cur.first_wrong_step if cur and cur.first_wrong_step is not None else wrong_step
-    render_timeline(detail, store=S, pictures=step_media(row.id, store=S), first_wrong=marked)
+    render_timeline(detail, store=S, pictures=step_pictures(row.id, store=S), first_wrong=marked)
     seen = st.session_state.setdefault("scrolled-to", set())
     highlight_step(marked, scroll=row.id not in seen)  # scroll once per trajectory, not on every rerun
     seen.add(row.id)

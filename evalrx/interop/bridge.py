@@ -313,7 +313,12 @@ class _RunFiller:
         )
         try:
             self.run.add(
-                record.case, record.traj, labels=record.labels, tags=record.tags, diagnoses=found, media=record.media
+                record.case,
+                record.traj,
+                labels=record.labels,
+                tags=record.tags,
+                diagnoses=found,
+                pictures=record.pictures,
             )
         except ValueError as exc:
             raise ImportFormatError(self.path, record.where, str(exc)) from None

@@ -118,7 +118,7 @@ def record_of_row(row: dict) -> Record:
         run_name=run.get("name"),
         run_config=run.get("config"),
         diagnoses=diagnoses,
-        media=by_step,
+        pictures=by_step,
     )
 
 

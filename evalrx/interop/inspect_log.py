@@ -222,7 +222,7 @@ def sample_record(sample: Any, path: Path, where: str, run: "tuple[str, dict, di
     except (ValueError, TypeError, KeyError) as exc:
         raise ImportFormatError(path, where, str(exc)) from None
     name, config, meta = run
-    return Record(case=case, traj=traj, where=where, run_name=name, run_config=config, run_meta=meta, media=pictures)
+    return Record(case=case, traj=traj, where=where, run_name=name, run_config=config, run_meta=meta, pictures=pictures)
 
 
 def _is_inspect_log(obj: dict, whole: bool) -> bool:

@@ -59,7 +59,7 @@ def _read(obj: dict, where: Any, reading: Reading) -> Iterator[Record]:
     # A repeated id is the case's next attempt, numbered in the order the file holds them.
     traj.attempt = traj.attempt or reading.attempts.get(case.id, 0) + 1
     reading.attempts[case.id] = max(reading.attempts.get(case.id, 0), traj.attempt)
-    yield Record(case=case, traj=traj, where=where, media=pictures)
+    yield Record(case=case, traj=traj, where=where, pictures=pictures)
 
 
 register(Format(name="openai", title="OpenAI chat JSONL", sniff_rank=40, sniff_record=_is_openai, read_record=_read))

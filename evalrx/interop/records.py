@@ -23,7 +23,7 @@ class Record:
     run_config: Optional[dict] = None
     run_meta: Optional[dict] = None
     diagnoses: Optional[list] = None  # None: diagnose on import (model-free rules)
-    media: dict = field(default_factory=dict)  # step idx -> the picture bytes its tool returned
+    pictures: dict = field(default_factory=dict)  # step idx -> the picture bytes its tool returned
 
 
 @dataclass

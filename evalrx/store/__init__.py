@@ -94,7 +94,7 @@ from evalrx.store.queries import (
     runs_with_label_kinds,
     shown_pictures,
     step_latency_sample,
-    step_media,
+    step_pictures,
     trajectory_agents,
 )
 from evalrx.store.queue import (
@@ -293,7 +293,7 @@ __all__ = [
     "set_labels",
     "step_latency_sample",
     "shown_pictures",
-    "step_media",
+    "step_pictures",
     "Store",
     "tags_of",
     "tool_marks",

@@ -16,7 +16,7 @@ from evalrx.store import schema as t
 from evalrx.store.analyses import save_analyses
 from evalrx.store.engine import Store, resolve
 from evalrx.store.queue import enqueue_job, lock_owned_job
-from evalrx.store.runs import create_run, save_step_media, save_trajectory
+from evalrx.store.runs import create_run, save_step_pictures, save_trajectory
 from evalrx.store.status import ACTIVE_STATUSES, JobKind, JobStatus
 
 
@@ -34,7 +34,7 @@ def record_case(
     *,
     diagnoses: Sequence[Any] = (),
     records: Sequence[Any] = (),
-    media: Optional[dict] = None,
+    pictures: Optional[dict] = None,
 ) -> bool:
     """Write one finished case in one transaction, if this worker still owns the job: the trajectory, its
     images, analyses and diagnoses, the run's counters and the job's progress. Returns the cancel flag.
@@ -47,7 +47,7 @@ def record_case(
     error = outcome == Label.ERROR or traj.terminated == Termination.ERROR
     try:
         return _record_case(
-            store, job_id, worker_id, run_id, case_row_id, traj, outcome, error, diagnoses, records, media
+            store, job_id, worker_id, run_id, case_row_id, traj, outcome, error, diagnoses, records, pictures
         )
     except IntegrityError as exc:  # the unique (run, case, attempt): never twice
         raise AlreadyStored(f"case row {case_row_id} of run {run_id} is already stored") from exc
@@ -64,13 +64,13 @@ def _record_case(
     error: bool,
     diagnoses: Sequence[Any],
     records: Sequence[Any],
-    media: Optional[dict],
+    pictures: Optional[dict],
 ) -> bool:
     with store.write() as s:
         owned = lock_owned_job(s, job_id, worker_id)
         tid = save_trajectory(s, run_id, case_row_id, traj, diagnoses=diagnoses)
-        if media:
-            save_step_media(s, tid, media)
+        if pictures:
+            save_step_pictures(s, tid, pictures)
         save_analyses(s, tid, records)
         s.execute(
             update(t.Run)

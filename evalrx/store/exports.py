@@ -120,10 +120,10 @@ def iter_export_rows(
             pictures: dict = {i: {} for i in chunk}  # trajectory -> step idx -> the pictures its tool returned
             for tid_, idx, sha, mime, data in s.execute(
                 select(t.Step.trajectory_id, t.Step.idx, t.Blob.sha256, t.Blob.mime, t.Blob.data)
-                .join(t.StepMedia, t.StepMedia.step_id == t.Step.id)
-                .join(t.Blob, t.Blob.sha256 == t.StepMedia.blob_sha256)
+                .join(t.StepPicture, t.StepPicture.step_id == t.Step.id)
+                .join(t.Blob, t.Blob.sha256 == t.StepPicture.blob_sha256)
                 .where(t.Step.trajectory_id.in_(chunk))
-                .order_by(t.Step.trajectory_id, t.Step.idx, t.StepMedia.position)
+                .order_by(t.Step.trajectory_id, t.Step.idx, t.StepPicture.position)
             ):
                 pictures[tid_].setdefault(idx, []).append(export_picture(data, mime, sha))
             case_rows = {

@@ -59,10 +59,10 @@ class ImportedRun:
         labels: list,
         tags: list,
         diagnoses: Optional[list],
-        media: Optional[dict] = None,
+        pictures: Optional[dict] = None,
     ) -> None:
         """Store one trajectory of the run (its attempt from `traj.attempt`) and the pictures its tools returned
-        (`media`: step idx -> bytes); ValueError for a bad label or tag."""
+        (`pictures`: step idx -> bytes); ValueError for a bad label or tag."""
         # Converted now: a record that cannot be stored fails here, named, not in a later batch.
         item = NewTrajectory(
             self.run_id,
@@ -71,7 +71,7 @@ class ImportedRun:
             labels=list(labels or []),
             tags=list(tags or []),
             diagnoses=list(diagnoses or []),
-            media=dict(media or {}),
+            pictures=dict(pictures or {}),
         )
         self.pending.append((case, item.prepare()))  # its case row id is known when the batch is written
         if traj.outcome is Label.ERROR or traj.terminated == Termination.ERROR:

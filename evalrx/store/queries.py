@@ -577,13 +577,13 @@ def pending_cases(session: Any, run_id: int) -> list[tuple[int, int, int]]:
     ]
 
 
-def step_media(trajectory_id: int, *, store: "Store | str | None" = None) -> dict[int, list[str]]:
+def step_pictures(trajectory_id: int, *, store: "Store | str | None" = None) -> dict[int, list[str]]:
     """{step index: [blob sha256, ...]} for the images attached to a trajectory's steps."""
     q = (
-        select(t.Step.idx, t.StepMedia.blob_sha256)
-        .join(t.StepMedia, t.StepMedia.step_id == t.Step.id)
+        select(t.Step.idx, t.StepPicture.blob_sha256)
+        .join(t.StepPicture, t.StepPicture.step_id == t.Step.id)
         .where(t.Step.trajectory_id == trajectory_id)
-        .order_by(t.Step.idx, t.StepMedia.position)
+        .order_by(t.Step.idx, t.StepPicture.position)
     )
     out: dict[int, list[str]] = {}
     with resolve(store).read() as s:
@@ -606,15 +606,15 @@ def shown_pictures(trajectory_id: int, *, store: "Store | str | None" = None) ->
             .order_by(t.Step.idx)
             .limit(1)
         ).scalar()
-        media = s.execute(
+        rows = s.execute(
             select(t.Step.idx, t.Blob.data)
-            .join(t.StepMedia, t.StepMedia.step_id == t.Step.id)
-            .join(t.Blob, t.Blob.sha256 == t.StepMedia.blob_sha256)
+            .join(t.StepPicture, t.StepPicture.step_id == t.Step.id)
+            .join(t.Blob, t.Blob.sha256 == t.StepPicture.blob_sha256)
             .where(t.Step.trajectory_id == trajectory_id)
-            .order_by(t.Step.idx, t.StepMedia.position)
+            .order_by(t.Step.idx, t.StepPicture.position)
         ).all()
         out: dict[int, list[bytes]] = {}
-        for idx, data in media:
+        for idx, data in rows:
             out.setdefault(int(idx), []).append(bytes(data))
         if case is not None and case.image_sha256 and prompt is not None:
             blob = s.get(t.Blob, case.image_sha256)

@@ -245,7 +245,7 @@ class NewTrajectory:
     labels: list = field(default_factory=list)
     tags: list = field(default_factory=list)
     diagnoses: list = field(default_factory=list)
-    media: dict = field(default_factory=dict)  # step idx -> the picture bytes its tool returned
+    pictures: dict = field(default_factory=dict)  # step idx -> the picture bytes its tool returned
     rows: Optional[dict] = None
 
     def prepare(self) -> "NewTrajectory":
@@ -291,8 +291,8 @@ def save_trajectories(session: Session, items: Sequence[NewTrajectory]) -> list:
     for tid, i in zip(ids, items):
         if i.traj.offered_tools:
             save_offered_tools(session, tid, i.traj.offered_tools)
-        if i.media:
-            save_step_media(session, tid, i.media)
+        if i.pictures:
+            save_step_pictures(session, tid, i.pictures)
         if i.diagnoses:
             save_diagnoses(session, tid, i.diagnoses)
         if i.labels:
@@ -320,7 +320,7 @@ def save_offered_tools(session: Session, trajectory_id: int, tools: Sequence[dic
     session.execute(insert(t.OfferedTool.__table__), rows)
 
 
-def save_step_media(session: Session, trajectory_id: int, images: dict) -> None:
+def save_step_pictures(session: Session, trajectory_id: int, images: dict) -> None:
     """Attach images (bytes, by step index) to a trajectory's steps, each stored once by hash."""
     ids = dict(
         session.execute(
@@ -332,7 +332,7 @@ def save_step_media(session: Session, trajectory_id: int, images: dict) -> None:
         for pos, data in enumerate(blobs):
             rows.append({"step_id": ids[idx], "position": pos, "blob_sha256": put_blob(session, data)})
     if rows:
-        session.execute(insert(t.StepMedia.__table__), rows)
+        session.execute(insert(t.StepPicture.__table__), rows)
 
 
 def load_analyses(

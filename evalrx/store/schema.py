@@ -346,8 +346,8 @@ class Step(Base):
     __table_args__ = (UniqueConstraint("trajectory_id", "idx"),)
 
 
-class StepMedia(Base):
-    """Images attached to a step (a tool's output), by blob hash."""
+class StepPicture(Base):
+    """Pictures attached to a step (a tool's output), by blob hash (the table keeps its first name, step_media)."""
 
     __tablename__ = "step_media"
 

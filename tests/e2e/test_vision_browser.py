@@ -38,7 +38,7 @@ def vision_run(app_env):
 def test_a_zoom_case_shows_the_case_picture_and_the_zoomed_one(app_server, vision_run, page):
     url, rid = vision_run
     rows = S.list_trajectories(run_id=rid, store=url).rows
-    zoomed = [r for r in rows if S.step_media(r.id, store=url)]
+    zoomed = [r for r in rows if S.step_pictures(r.id, store=url)]
     assert zoomed, "the model zoomed on neither case"
     tid = zoomed[0].id
     goto(page, f"{app_server.url}/trajectory?id={tid}")
@@ -48,7 +48,7 @@ def test_a_zoom_case_shows_the_case_picture_and_the_zoomed_one(app_server, visio
     poll(
         lambda: shown.count() >= 2, timeout=15, what="the case picture and the zoomed one (the charts are pictures too)"
     )
-    step = next(iter(S.step_media(tid, store=url)))
+    step = next(iter(S.step_pictures(tid, store=url)))
     page.get_by_text(f"picture 1 returned at step {step}").wait_for()
     for img in shown.all():
         assert img.evaluate("i => i.complete && i.naturalWidth > 0")

@@ -297,7 +297,7 @@ class CaseHandler:
                 traj,
                 diagnoses=diagnoses,
                 records=records,
-                media=pictures,
+                pictures=pictures,
             )
         except AlreadyStored:  # cannot happen while we own the job: never twice
             log.error("case %s of run %s was already stored; skipped", case.id, job.run_id)

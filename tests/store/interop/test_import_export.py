@@ -351,7 +351,7 @@ def test_parquet_holds_pictures_as_bytes_named_by_hash(sqlite_url, tmp_path):
             tid = runs.save_trajectory(s, run_id, pos + 1, traj)
             if pos == 0:
                 tool = next(st.idx for st in traj.steps if st.role.value == "tool")
-                runs.save_step_media(s, tid, {tool: [zoomed, card]})
+                runs.save_step_pictures(s, tid, {tool: [zoomed, card]})
     X.export_run(run_id, tmp_path / "out.parquet", store=store)
     first, second = pq.read_table(tmp_path / "out.parquet").to_pylist()
     sha = {b: hashlib.sha256(b).hexdigest() for b in (card, zoomed)}

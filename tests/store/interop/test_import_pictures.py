@@ -102,7 +102,7 @@ def test_an_inspect_log_whose_tool_returns_a_picture_keeps_it_and_the_vlm_replay
     tool_step = next(s.idx for s in detail.trajectory.steps if s.role.value == "tool")
     assert S.get_blob(detail.case["image_sha256"], store=sqlite_url)[0] == card
     assert {
-        k: [S.get_blob(h, store=sqlite_url)[0] for h in v] for k, v in S.step_media(row.id, store=sqlite_url).items()
+        k: [S.get_blob(h, store=sqlite_url)[0] for h in v] for k, v in S.step_pictures(row.id, store=sqlite_url).items()
     } == {tool_step: [zoomed]}
     assert _replayed_pictures(row.id, sqlite_url) == [0, tool_step]
 
@@ -144,7 +144,7 @@ def test_an_openai_row_with_image_parts_keeps_each_picture_on_its_step(sqlite_ur
     (stored,) = S.list_trajectories(run_id=rid, store=sqlite_url).rows
     detail = S.get_trajectory(stored.id, store=sqlite_url)
     assert S.get_blob(detail.case["image_sha256"], store=sqlite_url)[0] == card
-    media = S.step_media(stored.id, store=sqlite_url)
+    media = S.step_pictures(stored.id, store=sqlite_url)
     assert list(media) == [3] and S.get_blob(media[3][0], store=sqlite_url)[0] == zoomed  # the second user turn
     assert _replayed_pictures(stored.id, sqlite_url) == [0, 3]
     # A picture given as a link cannot be read here: the replay scores the text alone rather than a subset.
@@ -154,7 +154,7 @@ def test_an_openai_row_with_image_parts_keeps_each_picture_on_its_step(sqlite_ur
     (tmp_path / "linked.jsonl").write_text(json.dumps(linked) + "\n")
     (lrid,) = X.import_file(tmp_path / "linked.jsonl", store=sqlite_url).run_ids
     (lrow,) = S.list_trajectories(run_id=lrid, store=sqlite_url).rows
-    assert S.step_media(lrow.id, store=sqlite_url) == {}
+    assert S.step_pictures(lrow.id, store=sqlite_url) == {}
     assert S.get_trajectory(lrow.id, store=sqlite_url).trajectory.steps[3].span["n_images"] == 1
     assert _replayed_pictures(lrow.id, sqlite_url) == []
     # A bad picture is one line naming the record, and nothing of the file is stored.

@@ -55,7 +55,7 @@ def _run_with_everything(store) -> int:
             tid = runs.save_trajectory(s, run_id, case_row_id, traj)
             if pos in (2, 3):  # a tool returned pictures (on the case with a picture too)
                 tool = next(st.idx for st in traj.steps if st.role.value == "tool")
-                runs.save_step_media(s, tid, {tool: [ZOOMED, JPEG] if pos == 3 else [ZOOMED]})
+                runs.save_step_pictures(s, tid, {tool: [ZOOMED, JPEG] if pos == 3 else [ZOOMED]})
     rows = S.list_trajectories(run_id=run_id, store=store, descending=False).rows
     S.set_label(rows[0].id, "fail", failure_kind="wrong_tool", note="picked lookup", annotator="ana", store=store)
     S.set_label(rows[0].id, "pass", annotator="ben", store=store)

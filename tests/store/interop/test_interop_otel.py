@@ -304,7 +304,7 @@ def test_pictures_go_by_hash_and_as_files_with_content(sqlite_url, tmp_path):
     with store.write() as s:
         rid = runs.create_run(s, name="pictures", config={"model": {"name": "vl", "backend": "api"}}, cases=[case])
         tid = runs.save_trajectory(s, rid, 1, _trajectory())
-        runs.save_step_media(s, tid, {2: [zoomed]})
+        runs.save_step_pictures(s, tid, {2: [zoomed]})
     sha_card, sha_zoom = hashlib.sha256(card).hexdigest(), hashlib.sha256(zoomed).hexdigest()
 
     plain = tmp_path / "plain" / "run.otlp.json"

@@ -249,7 +249,7 @@ def test_mcp_images_are_stored_a_crash_or_hang_is_an_observation_and_sessions_ar
     assert hung.span.get("tool_error") and str(hung.observation).startswith("[tool error in 'sleep': ")
     assert "did not answer within 2 s" in str(hung.observation)  # ended at the server's deadline
     assert not pid4.span.get("tool_error")  # the next case went on, with a server that answers
-    assert S.step_media(rows[cases[4].id].id, store=store), "the server's image is stored like any tool image"
+    assert S.step_pictures(rows[cases[4].id].id, store=store), "the server's image is stored like any tool image"
     assert crash.span.get("tool_error") and "crash" in json.dumps(crash.observation.value)
     assert "flaky server starting" in caplog.text, "the server's stderr goes to the worker log"
     assert not pid3.span.get("tool_error") and pid3.observation != pid1.observation  # a new server after the crash

@@ -55,7 +55,7 @@ def test_a_vlm_run_exports_its_pictures_and_imports_them_back(vlm_run, store_url
     url, rid, _ = vlm_run
     store = S.connect(url)
     rows = S.list_trajectories(run_id=rid, store=store).rows
-    media = {r.sample_id: S.step_media(r.id, store=store) for r in rows}
+    media = {r.sample_id: S.step_pictures(r.id, store=store) for r in rows}
     assert all(media.values()), "the model zoomed on every case, and the worker kept each zoomed picture"
 
     first = tmp_path / "first.jsonl"
@@ -73,7 +73,7 @@ def test_a_vlm_run_exports_its_pictures_and_imports_them_back(vlm_run, store_url
     result = X.import_file(first, store=store_url)
     (imported,) = result.run_ids
     for r in S.list_trajectories(run_id=imported, store=store_url).rows:
-        assert S.step_media(r.id, store=store_url) == media[r.sample_id]
+        assert S.step_pictures(r.id, store=store_url) == media[r.sample_id]
     second = tmp_path / "second.jsonl"
     X.export_run(imported, second, store=store_url)
     assert second.read_bytes() == first.read_bytes()
@@ -83,7 +83,7 @@ def test_a_vlm_run_exports_its_pictures_and_imports_them_back(vlm_run, store_url
 
     tid = S.list_trajectories(run_id=imported, store=store_url).rows[0].id
     shown = S.shown_pictures(tid, store=store_url)
-    (zoom_step,) = S.step_media(tid, store=store_url)
+    (zoom_step,) = S.step_pictures(tid, store=store_url)
     assert sorted(shown) == [0, zoom_step] and all(p[:8] == b"\x89PNG\r\n\x1a\n" for (p,) in shown.values())
     req = A.request_analysis(tid, ["attention"], model="evalrx-tiny-vl", store=store_url)
     Worker(S.connect(store_url), exit_when_idle=True, poll_s=0.05, heartbeat_s=0.5).run()
