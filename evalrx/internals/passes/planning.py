@@ -36,6 +36,7 @@ __all__ = [
     "TrajectoryPlan",
     "describe_passes",
     "eos_text",
+    "answer_known_words",
     "pass_decisions",
     "plan_passes",
     "plan_trajectory",
@@ -238,8 +239,11 @@ def plan_trajectory(
     return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids)
 
 
-def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> list:
-    """Decision points of every turn in a pass (see `positions.find_decision_points`)."""
+def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, *, known: Any = None, **caps: Any) -> list:
+    """Decision points of every turn in a pass (see `positions.find_decision_points`).
+
+    `known(turn)` gives the `known_words` a turn's answer values may share (none when None).
+    """
     from evalrx.internals.passes.positions import find_decision_points
 
     eos = eos_text(tokenizer)
@@ -255,10 +259,27 @@ def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> l
                 pt.turn.calls,
                 is_answer=pt.turn.is_answer,
                 eos_text=eos,
+                known=known(pt.turn) if known is not None and pt.turn.is_answer else frozenset(),
                 **caps,
             )
         )
     return points
+
+
+def answer_known_words(conversation: Conversation, turn: ActorTurn, expected: Any = None) -> frozenset:
+    """The words an answer turn's values may share (`positions.known_words`): the case's expected answer,
+    the observations the model saw before the turn, and the arguments of the calls up to it."""
+    from evalrx.core.content import content_text
+    from evalrx.internals.passes.positions import known_words
+
+    info = conversation.message_info
+    seen = [
+        content_text(m.get("content"))
+        for k, m in enumerate(conversation.messages[: turn.message_index])
+        if (info[k]["kind"] == "tool" if k < len(info) else m.get("role") == "tool")
+    ]
+    args = [c.get("args") for t in conversation.turns if t.message_index <= turn.message_index for c in t.calls]
+    return known_words([expected, *seen, *args])
 
 
 @dataclass
@@ -334,15 +355,24 @@ class TrajectoryPlan:
         """Model inputs beside the ids for pass `index` (a VLM's pixel values; empty for text)."""
         return pass_inputs(self.images, self.passes[index].images, self.local.device)
 
-    def decisions(self, index: int, *, max_value_tokens: int = 16, max_answer_tokens: int = 64) -> list:
-        """Decision points of pass `index` (see `positions.find_decision_points`); do not modify the list."""
-        key = (index, max_value_tokens, max_answer_tokens)
+    def decisions(
+        self, index: int, *, max_value_tokens: int = 16, max_answer_tokens: int = 64, answer_points: str = "values"
+    ) -> list:
+        """Decision points of pass `index` (see `positions.find_decision_points`); do not modify the list.
+
+        With `answer_points="values"` an answer's points are its values (the words it shares with the case's
+        expected answer, the observations and the calls' arguments among them, `answer_known_words`).
+        """
+        key = (index, max_value_tokens, max_answer_tokens, answer_points)
         if key not in self._points:
+            expected = getattr(self.trajectory, "ground_truth", None)
             self._points[key] = pass_decisions(
                 self.local.tokenizer,
                 self.passes[index],
+                known=lambda turn: answer_known_words(self.conversation, turn, expected),
                 max_value_tokens=max_value_tokens,
                 max_answer_tokens=max_answer_tokens,
+                answer_points=answer_points,
             )
         return self._points[key]
 
@@ -380,6 +410,8 @@ class PassResult:
     source: str = "teacher_forced"  # where logits and hidden states came from: or "generation"
     attention_source: str = "teacher_forced"
     notes: list = field(default_factory=list)  # (what, why) for each part that fell back to the teacher-forced pass
+    lens_requests: list = field(default_factory=list)  # the `lens.LensRequest`s of the analyzers reading the pass
+    _lens: Any = field(default=None, repr=False)
 
     @property
     def tf_pass(self) -> TeacherForcedPass:
@@ -402,6 +434,22 @@ class PassResult:
     def decisions(self, **caps: Any) -> list:
         """Decision points of this pass (shared across analyzers; see `TrajectoryPlan.decisions`)."""
         return self.plan.decisions(self.index, **caps)
+
+    def lens_stats(
+        self,
+        positions: Sequence[int],
+        targets: Sequence[int],
+        top_k: int,
+        gather_ids: Optional[Sequence[Sequence[int]]] = None,
+        precision: str = "exact",
+    ) -> Any:
+        """`lens.lens_stats` at `positions` of this pass; analyzers that declared a `LensRequest` at the same
+        precision share one unembedding of the union of their positions (`lens.SharedLens`)."""
+        from evalrx.internals.passes.lens import SharedLens
+
+        if self._lens is None:
+            self._lens = SharedLens(self.plan.local, self.ids, self.hidden_states, self.logits_at, self.lens_requests)
+        return self._lens.stats(positions, targets, top_k, gather_ids, precision)
 
     def logits_at(self, positions: Sequence[int]) -> Any:
         """Final logits `[len(positions), V]` at `positions` (each one must have been requested)."""
