@@ -136,6 +136,7 @@ def plan_passes(
     mode: str = "auto",
     renderer: Any = None,
     prompt_ids: Optional[dict] = None,
+    generated_ids: Optional[dict] = None,
 ) -> "list[TeacherForcedPass]":
     """Group the conversation's model turns into as few teacher-forced passes as the template allows.
 
@@ -148,6 +149,9 @@ def plan_passes(
         prompt_ids: `{step: ids}` of prompts already tokenized on this model (the generation
             captures'): a turn whose ids are the full pass's first tokens, ending where its
             rendered prompt ends, is not tokenized again.
+        generated_ids: `{step: ids}` the model generated (the generation captures'): where a pass's last
+            turn re-tokenizes otherwise than generated (a model may write "\n\n" as two tokens the
+            tokenizer would merge), the pass holds the generated tokens, which write the same text.
 
     Returns:
         The passes; the shared pass (if any) first, truncated after its last turn.
@@ -195,7 +199,40 @@ def plan_passes(
     if shared:
         n = max(t.gen_tokens[1] for t in shared)
         passes.append(TeacherForcedPass(full_text, full_ids[:n], full_off[:n], shared, conversation.tools, True))
-    return passes + own
+    return [_as_generated(tokenizer, p, generated_ids or {}) for p in passes + own]
+
+
+def _as_generated(tokenizer: Any, tf_pass: TeacherForcedPass, generated_ids: dict) -> TeacherForcedPass:
+    """`tf_pass` with its last turn's tokens as the model generated them, where they differ from the
+    re-tokenized text but write it exactly (the pass ends with that turn, so nothing after it moves)."""
+    last = tf_pass.turns[-1]
+    gen = generated_ids.get(last.step_idx)
+    g0, g1 = last.gen_tokens
+    if not gen or g1 != len(tf_pass.ids) or tf_pass.images:
+        return tf_pass
+    c0, c1 = last.gen_chars
+    want = tf_pass.text[c0:c1]
+    own = list(gen)
+    if own == tf_pass.ids[g0:g1]:
+        return tf_pass
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    pieces = [tok.decode([i], skip_special_tokens=False) for i in own]
+    eos = eos_text(tokenizer)
+    if "".join(pieces) != want and eos and "".join(pieces) + eos == want and g1 > g0:
+        own.append(tf_pass.ids[g1 - 1])  # a turn cut at its token limit: the end-of-turn token the text adds
+        pieces.append(eos)
+    if "".join(pieces) != want:
+        return tf_pass
+    offsets: list = []
+    at = c0
+    for piece in pieces:
+        offsets.append((at, at + len(piece)))
+        at += len(piece)
+    ids = tf_pass.ids[:g0] + own
+    turns = tf_pass.turns[:-1] + [PassTurn(last.step_idx, last.gen_chars, (g0, len(ids)), last.turn)]
+    return TeacherForcedPass(
+        tf_pass.text, ids, tf_pass.offsets[:g0] + offsets, turns, tf_pass.tools, tf_pass.shared, tf_pass.images
+    )
 
 
 def describe_passes(passes: Sequence[TeacherForcedPass]) -> dict:
@@ -223,6 +260,7 @@ def plan_trajectory(
     prompt_ids: Optional[dict] = None,
     images: Optional[dict] = None,
     vision: bool = False,
+    generated_ids: Optional[dict] = None,
 ) -> "tuple[Conversation, list]":
     """Rebuild the conversation of `trajectory` and plan its teacher-forced passes.
 
@@ -230,13 +268,15 @@ def plan_trajectory(
     case image on the prompt's step, the images a tool returned on its step), the image blocks
     hold them (each renders as its placeholder token; `pictures.expand_images` expands them).
     Otherwise image blocks are dropped and the turns are scored on their text.
-    `prompt_ids` as `plan_passes` takes them.
+    `prompt_ids` and `generated_ids` as `plan_passes` takes them.
     """
     style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
     conv = conversation_from_trajectory(trajectory, system, tools, style=style, images=images)
     if has_image(conv.messages) and not (vision and all(im is not None for im, _ in conversation_images(conv))):
         conv = drop_images(conv)
-    return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids)
+    return conv, plan_passes(
+        tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids, generated_ids=generated_ids
+    )
 
 
 def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, *, known: Any = None, **caps: Any) -> list:
@@ -322,17 +362,16 @@ class TrajectoryPlan:
     ) -> "TrajectoryPlan":
         """Rebuild the conversation of `trajectory` and plan its passes on `local`'s tokenizer and template.
 
-        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model;
+        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model and the
+        tokens it generated;
         `images` (`{step: [image, ...]}`) are the pictures a vision model saw (see `plan_trajectory`).
         """
         from evalrx.core.capability import Capability
 
         vision = Capability.VISION in frozenset(getattr(local.handle, "capabilities", ()) or ())
-        known = {
-            step: cap.prompt_ids
-            for step, cap in (captures or {}).items()
-            if getattr(cap, "model_ref", None) == id(local.hf) and getattr(cap, "prompt_ids", None)
-        }
+        mine = {step: cap for step, cap in (captures or {}).items() if getattr(cap, "model_ref", None) == id(local.hf)}
+        known = {step: cap.prompt_ids for step, cap in mine.items() if getattr(cap, "prompt_ids", None)}
+        generated = {step: cap.generated_ids for step, cap in mine.items() if getattr(cap, "generated_ids", None)}
         conv, passes = plan_trajectory(
             local.tokenizer,
             trajectory,
@@ -343,6 +382,7 @@ class TrajectoryPlan:
             prompt_ids=known,
             images=images,
             vision=vision,
+            generated_ids=generated,
         )
         processed: list = []
         shown = conversation_images(conv)
