@@ -23,6 +23,8 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from evalrx.core.names import is_name
+
 __all__ = [
     "CallSpan",
     "DecisionPoint",
@@ -392,11 +394,8 @@ def answer_value_spans(text: str, start: int, end: int, known: "frozenset | set"
 
 
 def _is_name(text: str, start: int, at: int, word: str) -> bool:
-    """A capitalised word inside a sentence (a name: "Paris", "Vomu"), not one that starts a sentence or "I"."""
-    if not word[:1].isupper() or word == "I":
-        return False
-    before = text[start:at].rstrip()
-    return bool(before) and before[-1] not in ".!?:;\n*-#>(\"'\u201c"
+    """A name inside the answer `text[start:]` (`core.names.is_name`; "I" is none)."""
+    return len(word) > 1 and is_name(text[start:at], word)
 
 
 def find_decision_points(
