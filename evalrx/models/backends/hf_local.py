@@ -173,6 +173,7 @@ class HFLocalModel:
         # Rendered chat-template texts by conversation prefix: a case's generation and its analyses render
         # the same prefixes (`render`), so each is rendered once.
         self._renders: "OrderedDict[tuple, str]" = OrderedDict()
+        self._renders_lock = threading.Lock()
 
     # ----------------------------------------------------------------- building
 
@@ -357,17 +358,17 @@ class HFLocalModel:
         msgs = self._prepare_messages(messages, "render")
         owner = self._template_owner()
         key = _render_key(owner, msgs, tools, add_generation_prompt)
-        text = self._renders.get(key) if key is not None else None
-        if text is None:
-            text = owner.apply_chat_template(
-                msgs, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
-            )
-            if key is not None and isinstance(text, str):
+        with self._renders_lock:  # a run's cases may share the handle across threads
+            text = self._renders.get(key) if key is not None else None
+            if key is not None and text is not None:
+                self._renders.move_to_end(key)
+                return text
+        text = owner.apply_chat_template(msgs, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
+        if key is not None and isinstance(text, str):
+            with self._renders_lock:
                 self._renders[key] = text
                 while len(self._renders) > RENDER_CACHE_SIZE:
                     self._renders.popitem(last=False)
-        elif key is not None:
-            self._renders.move_to_end(key)
         return text
 
     def encode_messages(
