@@ -78,8 +78,25 @@ def test_values_mode_keeps_the_first_token_and_the_values_all_mode_every_token()
         _answer_pieces(text, "The area", _Spaced(), answer_points="some")
 
 
-def test_smollm2_tokens_of_an_answer_it_wrote_are_read_at_its_values():
-    """SmolLM2-135M's tokenizer (from its cached checkpoint) over an answer it gave to a demo case."""
+# SmolLM2-135M-Instruct's own answers to two demo cases (48 new tokens, greedy), recorded.
+SMOLLM2_ANSWERS = [
+    (
+        "The home city of Tethun Troseshir is a fictional planet in the Star Wars univers",
+        ["Tethun", "Troseshir", "Star", "Wars"],
+        ["home", "city", "fictional", "planet", "univers"],
+    ),
+    (
+        "To solve this problem, we need to find 52 + 896 and then add 52 to 896.\n\nLet's break it down step by "
+        "step:\n\n1. 52 + ",
+        ["52", "896", "1"],
+        ["solve", "problem", "need", "find", "add", "break", "down", "step"],
+    ),
+]
+
+
+@pytest.mark.parametrize("answer, values, filler", SMOLLM2_ANSWERS)
+def test_smollm2s_answers_are_read_at_their_values(answer, values, filler):
+    """SmolLM2-135M's tokenizer (from its cached checkpoint) over answers it wrote."""
     from transformers import AutoTokenizer
 
     from evalrx.models import gguf
@@ -87,15 +104,16 @@ def test_smollm2_tokens_of_an_answer_it_wrote_are_read_at_its_values():
 
     cached = gguf.cached_dir(resolve_weights(get_spec(SMOLLM2_KEY)))
     tokenizer = AutoTokenizer.from_pretrained(str(cached)) if cached else evalrx.load(SMOLLM2_KEY).tokenizer
-    answer = "The population of Zestos is 48,200 people, according to the lookup tool. Its capital is Vorn."
     text = "<|im_start|>assistant\n" + answer + "<|im_end|>"
-    known = known_words(['{"name": "Zestos", "population": 48200, "capital": "Vorn"}'])
-    got = _answer_pieces(text, answer, tokenizer, known=known, eos_text="<|im_end|>")
-    joined = "".join(got)
-    assert got[0] == "The" and "48,200" in joined and "Zestos" in joined and "Vorn" in joined
-    for filler in ("population", "people", "according", "lookup", "tool", "capital"):
-        assert filler not in got, (filler, got)
-    assert len(got) < len(_answer_pieces(text, answer, tokenizer, answer_points="all", eos_text="<|im_end|>")) / 2
+    got = _answer_pieces(text, answer, tokenizer, eos_text="<|im_end|>")
+    assert got[0] == answer.split()[0][: len(got[0])] and got[0]  # the answer's first token
+    joined = "".join(got[1:])
+    for value in values:
+        assert value in joined, (value, got)
+    for word in filler:
+        assert not any(word.startswith(piece) and len(piece) > 2 for piece in got[1:]), (word, got)
+    every = _answer_pieces(text, answer, tokenizer, answer_points="all", eos_text="<|im_end|>")
+    assert len(got) < len(every) and set(got) < set(every)
 
 
 @pytest.fixture(scope="module")
