@@ -20,6 +20,9 @@ the plain ones; the median and spread over repeats, the ratio of the sums of eac
 fastest time over the repeats (`ratio_of_fastest`), the whole-run ratios and the load average
 go to `benchmarks/results/analysis_overhead.json`.
 
+`capture_all` is the capture variant with `answer_points="all"` on `logit_lens` (every answer token read, as
+before the default became the answer's values), recorded beside.
+
 `capture_bf16` is the capture variant with the named cheaper setting `precision="bfloat16"` on the two
 analyzers that unembed every layer (`logit_lens`, `tool_decision`): reported beside the exact variants,
 never in their place.
@@ -61,11 +64,14 @@ ANALYZERS_BF16 = [
     "attention",
     "token_uncertainty",
 ]
+# The capture variant with every answer token read by the lens (`answer_points="all"`, the setting before values).
+ANALYZERS_ALL = [{"name": "logit_lens", "answer_points": "all"}, "tool_decision", "attention", "token_uncertainty"]
 VARIANTS = {
     "plain": ([], None),
     "capture": (ANALYZERS, None),
     "shared_pass": (ANALYZERS, {"capture": False}),
     "capture_bf16": (ANALYZERS_BF16, None),
+    "capture_all": (ANALYZERS_ALL, None),
 }
 
 
@@ -87,7 +93,9 @@ def _keep_handles() -> None:
     load = worker.load_handle
 
     def kept(cfg, run_key: "str | None" = None):
-        key = _variant(cfg.analyzers, cfg.chat_kwargs)  # the worker holds a RunConfig
+        # The worker holds a RunConfig, whose entries are `AnalyzerEntry`s: keyed as the variants write them.
+        entries = [e.to_dict() if hasattr(e, "to_dict") else e for e in cfg.analyzers]
+        key = _variant(entries, cfg.chat_kwargs)
         if key not in _HANDLES:
             _HANDLES[key] = load(cfg, run_key)
         return _HANDLES[key]
@@ -371,6 +379,7 @@ def main(argv: list | None = None) -> dict:
                     "capture",
                     "shared_pass",
                     "capture_bf16",
+                    "capture_all",
                     "floor_shared_pass",
                     "ms_per_case_median",
                     "peak_memory_mb",

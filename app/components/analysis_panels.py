@@ -350,6 +350,9 @@ def _analysis_section(detail: Any, store: Any, open_step: Optional[int]) -> None
     scored = next((records[k]["meta"].get("scored_on") for k in results if records[k]["meta"].get("scored_on")), None)
     if scored:
         st.caption(f"Scored on {scored} (teacher-forced).")
+    answers = answer_points_line(results)
+    if answers:
+        st.caption(answers)
     cheaper = cheaper_settings(results)
     if cheaper:
         st.warning("Cheaper setting, not exact: " + "; ".join(cheaper), icon=":material/speed:")
@@ -365,6 +368,21 @@ def _analysis_section(detail: Any, store: Any, open_step: Optional[int]) -> None
         with turn:
             if turn.open:  # a closed turn costs nothing: its charts are built when it is opened
                 _turn(results, idx, focus, pictures)
+
+
+def answer_points_line(results: dict) -> Optional[str]:
+    """Which answer tokens the logit lens read (`info["answer_points"]`; a result stored before the setting read
+    them all), or None without a lens result."""
+    lens = results.get("logit_lens")
+    if lens is None:
+        return None
+    points = (getattr(lens, "info", None) or {}).get("answer_points") or "all"
+    if points == "values":
+        return (
+            "Answers: the lens read each final answer's values (numbers, ids, quoted strings, words shared with the "
+            "expected answer, an observation or a call's arguments) and its first token (answer_points=values)."
+        )
+    return f"Answers: the lens read every answer token (answer_points={md_escape(str(points))})."
 
 
 def cheaper_settings(results: dict) -> list:

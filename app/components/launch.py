@@ -49,15 +49,24 @@ def cases_from_upload(name: str, data: bytes) -> list:
 
 # The analyzers that unembed every layer, and so take the lens precision (`LogitLensAnalyzer`'s `precision`).
 LENS_ANALYZERS = ("logit_lens", "tool_decision")
+# The analyzers that read a final answer's tokens, and so take `answer_points` ("values" or "all").
+ANSWER_ANALYZERS = ("logit_lens",)
 
 
-def lens_entries(analyzers: list, lens_precision: str = "exact") -> list:
+def lens_entries(analyzers: list, lens_precision: str = "exact", answer_points: str = "values") -> list:
     """The analyzer entries the page's choices describe: `lens_precision` other than "exact" is a named
-    cheaper setting of the analyzers that unembed every layer (`logit_lens`, `tool_decision`), so their
-    entries carry it and the run config says so."""
-    if lens_precision == "exact":
-        return list(analyzers)
-    return [{"name": a, "precision": lens_precision} if a in LENS_ANALYZERS else a for a in analyzers]
+    cheaper setting of the analyzers that unembed every layer (`logit_lens`, `tool_decision`), and
+    `answer_points` other than "values" the setting that reads every answer token (`logit_lens`), so their
+    entries carry them and the run config says so."""
+    out: list = []
+    for a in analyzers:
+        settings = {}
+        if a in LENS_ANALYZERS and lens_precision != "exact":
+            settings["precision"] = lens_precision
+        if a in ANSWER_ANALYZERS and answer_points != "values":
+            settings["answer_points"] = answer_points
+        out.append({"name": a, **settings} if settings else a)
+    return out
 
 
 def brings_own_tools(cases: list) -> bool:

@@ -4,6 +4,7 @@ import streamlit as st
 from components.access import ENV_COMMANDS, commands_allowed
 from components.data import store
 from components.launch import (
+    ANSWER_ANALYZERS,
     DEFAULT_SUITE,
     DEMO_SPEC,
     LENS_ANALYZERS,
@@ -244,6 +245,17 @@ with right:
             help="bfloat16 is a cheaper setting: every layer's unembedding ~4x faster on CPUs with bf16 "
             "instructions, log-probs approximate (median ~0.02 nats off); the Trajectory page says so.",
         )
+    answer_points = "values"
+    if local and any(a in ANSWER_ANALYZERS for a in analyzers):
+        answer_points = st.radio(
+            "Answer tokens the lens reads",
+            ["values", "all"],
+            horizontal=True,
+            key="answer_points",
+            help="values: a final answer's numbers, ids, quoted strings and the words it shares with the expected "
+            "answer, the observations and the calls' arguments, plus its first token; all: every answer token "
+            "(slower). The Trajectory page says which.",
+        )
     with st.expander("Advanced"):
         checkpoint = st.text_input(
             "Local weights directory",
@@ -322,7 +334,7 @@ with right:
                 block_repeat_calls=block,
                 force_final_answer=force,
                 concurrency=int(concurrency),
-                analyzers=lens_entries(analyzers, lens_precision) if local else [],
+                analyzers=lens_entries(analyzers, lens_precision, answer_points) if local else [],
                 base_url=base_url or None,
                 runtime=RuntimeConfig(**runtime),
                 repeats=int(repeats),

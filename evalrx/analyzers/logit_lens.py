@@ -22,7 +22,15 @@ from evalrx.analyzers._base import AnalysisResult, model_id, register_analyzer, 
 from evalrx.analyzers._pass_analyzer import PassAnalyzer
 from evalrx.core.capability import Capability
 from evalrx.core.model import Model
-from evalrx.internals.passes import KINDS, PassRequest, PassResult, TrajectoryPlan, checked_precision
+from evalrx.internals.passes import (
+    KINDS,
+    LensRequest,
+    PassRequest,
+    PassResult,
+    TrajectoryPlan,
+    checked_answer_points,
+    checked_precision,
+)
 
 __all__ = ["LensResult", "LogitLensAnalyzer", "checked_precision", "settle_layer"]
 
@@ -311,15 +319,23 @@ def lens_at(
     labels: Optional[dict] = None,
     info: Optional[dict] = None,
     precision: str = "exact",
+    lens: Any = None,
 ) -> "tuple[LensResult, Any]":
-    """The lens at `positions` of a pass over `ids` that gave `logits` there and `hidden` states."""
+    """The lens at `positions` of a pass over `ids` that gave `logits` there and `hidden` states.
+
+    `lens` is what computes the statistics (`PassResult.lens_stats`, shared with the pass's other readers);
+    `lens_stats` on `hidden` and `logits` when None.
+    """
     from evalrx.internals.passes import lens_stats
 
     n = len(ids)
     actual = np.array([p + 1 < n for p in positions], dtype=bool)
     top1 = logits.float().argmax(-1).tolist() if positions else []
     targets = [int(ids[p + 1]) if p + 1 < n else int(top1[i]) for i, p in enumerate(positions)]
-    stats = lens_stats(local, hidden, logits, positions, targets, top_k, precision=precision)
+    if lens is not None:
+        stats = lens(positions, targets, top_k, precision=precision)
+    else:
+        stats = lens_stats(local, hidden, logits, positions, targets, top_k, precision=precision)
     token_ids = [int(ids[p]) for p in positions]
     result = _build_result(local, stats, positions, token_ids, targets, actual, labels, info)
     return result, stats
@@ -347,6 +363,10 @@ class LogitLensAnalyzer(PassAnalyzer):
         kinds: which decision kinds to analyse on trajectories (default: all of `KINDS`).
         max_value_tokens: tokens kept per argument value.
         max_answer_tokens: tokens kept of a final answer.
+        answer_points: which tokens of a final answer are read: "values" (default: its first token and its
+            values: numbers, ids, quoted strings, the words it shares with the expected answer, the
+            observations and the calls' arguments; JSON answers' values) or "all" (every token, up to
+            `max_answer_tokens`). `info["answer_points"]` says which.
         precision: "exact" (default: the unembedding in the model's own dtype, statistics fp32), or
             "bfloat16", a named cheaper setting: layers 0..L-1 unembedded in bfloat16 (the product
             ~4x faster on CPUs with bf16 instructions; on SmolLM2-135M log-probs differ by a median
@@ -366,6 +386,7 @@ class LogitLensAnalyzer(PassAnalyzer):
         kinds: Sequence[str] = KINDS,
         max_value_tokens: int = 16,
         max_answer_tokens: int = 64,
+        answer_points: str = "values",
         precision: str = "exact",
     ) -> None:
         unknown = set(kinds) - set(KINDS)
@@ -376,6 +397,7 @@ class LogitLensAnalyzer(PassAnalyzer):
         self.kinds = tuple(kinds)
         self.max_value_tokens = max_value_tokens
         self.max_answer_tokens = max_answer_tokens
+        self.answer_points = checked_answer_points(answer_points)
         self.precision = checked_precision(precision)
 
     def _cheaper(self) -> dict:
@@ -424,9 +446,16 @@ class LogitLensAnalyzer(PassAnalyzer):
         """Per pass, the logits and hidden states at the decision positions of the kinds analysed."""
         out: list = []
         for i in range(len(plan.passes)):
-            points = plan.decisions(i, max_value_tokens=self.max_value_tokens, max_answer_tokens=self.max_answer_tokens)
+            points = plan.decisions(
+                i,
+                max_value_tokens=self.max_value_tokens,
+                max_answer_tokens=self.max_answer_tokens,
+                answer_points=self.answer_points,
+            )
             points = [p for p in points if p.kind in self.kinds]
-            out.append(PassRequest(logits=[p.position for p in points], hidden=True, state=points) if points else None)
+            positions = [p.position for p in points]
+            lens = LensRequest(positions, self.top_k, self.precision)
+            out.append(PassRequest(logits=positions, hidden=True, state=points, lens=lens) if points else None)
         return out
 
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> LensResult:
@@ -441,12 +470,14 @@ class LogitLensAnalyzer(PassAnalyzer):
             self.top_k,
             labels=_labels_for(points, result.index),
             precision=self.precision,
+            lens=result.lens_stats,
         )
         return lens
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> LensResult:
         """All passes' positions in one result; `info["plan"]` tells whether one pass sufficed."""
-        info = plan.info(top_k=self.top_k, **self._cheaper())  # `mark_source` adds where the passes came from
+        # `mark_source` adds where the passes came from.
+        info = plan.info(top_k=self.top_k, answer_points=self.answer_points, **self._cheaper())
         results = [part for part in parts if part is not None]
         if not results:
             return _empty_result(plan.local, self.top_k, info)

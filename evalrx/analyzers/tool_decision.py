@@ -35,6 +35,7 @@ from evalrx.core.model import Model
 from evalrx.core.tool import normalize_call
 from evalrx.internals.passes import (
     MAX_VALUE_TOKENS,
+    LensRequest,
     PassRequest,
     PassResult,
     TrajectoryPlan,
@@ -323,9 +324,10 @@ def _score(
     hidden: Any,
     top_k: int,
     precision: str = "exact",
+    lens: Any = None,
 ) -> list:
     """Fill the arrays of `decisions` (all from one pass) from its `logits` at `order - 1` (`_wanted`) and
-    `hidden` states.
+    `hidden` states (through `lens`, the pass's shared `PassResult.lens_stats`, when given).
 
     A value read token by token is first decided on the model's own logits alone (`final_margins`); the
     lens then runs only at the tokens the decided decisions read.
@@ -355,7 +357,10 @@ def _score(
         logits = logits.index_select(0, keep)
     positions = [i - 1 for i in order]
     targets = [int(ids[i]) for i in order]
-    stats = lens_stats(local, hidden, logits, positions, targets, max(2, top_k), gather, precision=precision)
+    if lens is not None:
+        stats = lens(positions, targets, max(2, top_k), gather, precision=precision)
+    else:
+        stats = lens_stats(local, hidden, logits, positions, targets, max(2, top_k), gather, precision=precision)
     row = {idx: r for r, idx in enumerate(order)}
     gathered = stats.gathered
     assert gathered is not None  # lens_stats was given `gather`
@@ -520,15 +525,19 @@ class ToolDecisionAnalyzer(PassAnalyzer):
             if not decisions:
                 out.append(None)
                 continue
-            order, _ = _wanted(p.ids, decisions)
-            out.append(PassRequest(logits=[j - 1 for j in order], hidden=True, state=(decisions, order)))
+            order, gather = _wanted(p.ids, decisions)
+            positions = [j - 1 for j in order]
+            lens = LensRequest(positions, self.top_k, self.precision, dict(zip(positions, gather)))
+            out.append(PassRequest(logits=positions, hidden=True, state=(decisions, order), lens=lens))
         return out
 
     def read(self, plan: TrajectoryPlan, request: PassRequest, result: PassResult) -> list:
         decisions, order = request.state
         logits = result.logits_at(request.logits)
         hidden = result.hidden_states
-        return _score(plan.local, result.ids, decisions, order, logits, hidden, self.top_k, self.precision)
+        return _score(
+            plan.local, result.ids, decisions, order, logits, hidden, self.top_k, self.precision, result.lens_stats
+        )
 
     def finish(self, plan: TrajectoryPlan, parts: list) -> ToolDecisionResult:
         """Every tool call of the trajectory; without `tools`, the candidates are the names it called."""

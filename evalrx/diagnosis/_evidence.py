@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from evalrx.core.case import StepRole, Trajectory
 from evalrx.core.effects import name_words
+from evalrx.core.names import is_name
 from evalrx.core.observation import observation_text
 from evalrx.grade import extract_numbers
 
@@ -18,7 +19,6 @@ from evalrx.grade import extract_numbers
 GARBLE_RATIO = 0.6
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+")
 _QUOTE = 160
-_SENTENCE_START = re.compile(r"(?:^|[.!?]\s+|\n)\W*$")
 
 
 @dataclass
@@ -83,11 +83,7 @@ def values_in(text: Any) -> "list[str]":
     text = str(text or "")
     nums = [_num_key(x) for x in extract_numbers(text)]
     # A capital at the start of a sentence says nothing; elsewhere it marks a name.
-    words = [
-        m.group()
-        for m in _WORD.finditer(text)
-        if m.group()[0].isupper() and not _SENTENCE_START.search(text[: m.start()])
-    ]
+    words = [m.group() for m in _WORD.finditer(text) if is_name(text[: m.start()], m.group())]
     return nums + words
 
 

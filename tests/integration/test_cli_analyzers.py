@@ -58,3 +58,16 @@ def test_a_queued_run_keeps_its_analyzers_for_the_worker(tmp_path):
     (run,) = S.list_runs(store=url)
     assert run.config["analyzers"] == ["logit_lens"]
     S.forget(url)
+
+
+def test_answer_points_is_a_setting_of_the_lens_and_a_wrong_one_is_one_line(tmp_path):
+    from evalrx.runner.argtypes import analyzer_names
+
+    assert analyzer_names("logit_lens:answer_points=all") == [{"name": "logit_lens", "answer_points": "all"}]
+    done = cli(
+        "run", "--spec", "evalrx-tiny", "--suite", "demo", "--limit", "1",
+        "--analyzers", "logit_lens:answer_points=some", "--out", str(tmp_path / "x.jsonl"),
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1] == "evalrx: error: answer_points must be one of values, all, got 'some'"
+    assert "Traceback" not in done.stderr

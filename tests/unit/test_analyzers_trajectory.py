@@ -133,7 +133,13 @@ def test_decision_positions_are_the_name_the_argument_value_and_the_answer():
 
     assert text("tool_name", 1) == "calculator"
     assert text("arg_value", 1) == "3*4"
-    assert text("answer", 3) == ANSWER
+    assert text("answer", 3) == "The12"  # the answer's first token and its value
+    every = LogitLensAnalyzer(top_k=3, answer_points="all").run_trajectory(
+        handle, _hermes_trajectory(), tools=TOOLS, system=SYSTEM
+    )
+    assert every.info["answer_points"] == "all" and lens.info["answer_points"] == "values"
+    answer_ids = [int(t) for t, k in zip(every.target_ids, every.kinds) if k == "answer"]
+    assert tok.decode(answer_ids) == ANSWER
     assert text("turn_start", 1) == "<tool_call>"
     args = {a for a, k in zip(lens.labels["label_arg"], lens.kinds) if k == "arg_value"}
     assert args == {"expression"}

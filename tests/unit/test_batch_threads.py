@@ -91,7 +91,7 @@ def test_a_second_model_starts_from_torchs_default(monkeypatch, one_thread):
 def test_the_analyzers_run_their_arithmetic_on_the_free_cores(monkeypatch):
     """The lens of a real agent run on the demo model reads its passes under the widened count, and the
     numbers equal those computed on one thread (within 1e-5)."""
-    import evalrx.internals.passes as compute  # the analyzers read lens_stats from the front door
+    import evalrx.internals.passes.lens as compute  # the pass's shared lens (`SharedLens`) runs lens_stats there
 
     monkeypatch.setattr(rt, "_usable_cpus", lambda: 2)
     monkeypatch.setattr(rt, "other_busy_cores", lambda: 0.0)

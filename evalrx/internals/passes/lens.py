@@ -17,7 +17,9 @@ __all__ = [
     "LENS_DTYPES",
     "MAX_BLOCK_ELEMS",
     "PRECISIONS",
+    "LensRequest",
     "LensStats",
+    "SharedLens",
     "checked_precision",
     "final_margins",
     "final_stats",
@@ -63,6 +65,119 @@ class LensStats:
     target_rank: np.ndarray
     hidden_norm: np.ndarray
     gathered: Optional[np.ndarray] = None
+
+
+@dataclass
+class LensRequest:
+    """Where an analyzer may read the lens on a pass, declared before the pass runs so that analyzers at the
+    same positions share one unembedding (`SharedLens`).
+
+    Attributes:
+        positions: predicting positions.
+        top_k: top tokens it reads per layer and position.
+        precision: a name of `PRECISIONS`.
+        gather: `{position: token ids}` whose log-probs it may read there.
+    """
+
+    positions: Sequence[int]
+    top_k: int
+    precision: str = "exact"
+    gather: Optional[dict] = None
+
+
+class SharedLens:
+    """The lens of one pass for every analyzer that declared a `LensRequest` on it: where two or more declared
+    the same precision, one `lens_stats` over the union of their positions (the largest top-k, every gather
+    id) serves them all, each reading its rows; otherwise each call runs its own.
+
+    Args:
+        local: the model.
+        ids: the pass's token ids.
+        hidden_states: the pass's hidden states.
+        logits_at: `positions -> [P, V]` the model's own logits there.
+        requests: the declared requests of the analyzers reading the pass.
+    """
+
+    def __init__(self, local: Any, ids: Sequence[int], hidden_states: Any, logits_at: Any, requests: Sequence[Any]):
+        self.local, self.ids, self.hidden_states, self.logits_at = local, ids, hidden_states, logits_at
+        self.requests = [r for r in requests if r is not None]
+        self._shared: dict = {}  # precision -> (row by position, targets, gather lists, LensStats)
+
+    def stats(
+        self,
+        positions: Sequence[int],
+        targets: Sequence[int],
+        top_k: int,
+        gather_ids: Optional[Sequence[Sequence[int]]] = None,
+        precision: str = "exact",
+        final_logits: Any = None,
+    ) -> LensStats:
+        """`lens_stats` at `positions` (the same numbers, read from the shared unembedding where it covers them)."""
+        precision = checked_precision(precision)
+        shared = self._union(precision)
+        if shared is not None:
+            row, union_targets, union_gather, stats = shared
+            rows = [row.get(int(p), -1) for p in positions]
+            if int(top_k) <= stats.topk_ids.shape[-1] and all(
+                r >= 0 and union_targets[r] == int(t) for r, t in zip(rows, targets)
+            ):
+                taken = _take(stats, rows, int(top_k), union_gather, gather_ids)
+                if taken is not None:
+                    return taken
+        logits = final_logits if final_logits is not None else self.logits_at(positions)
+        return lens_stats(self.local, self.hidden_states, logits, positions, targets, top_k, gather_ids, precision)
+
+    def _union(self, precision: str) -> Any:
+        if precision in self._shared:
+            return self._shared[precision]
+        same = [r for r in self.requests if checked_precision(r.precision) == precision]
+        if len(same) < 2:
+            self._shared[precision] = None
+            return None
+        positions = sorted({int(p) for r in same for p in r.positions})
+        gather: dict = {}
+        for r in same:
+            for p, ids in (r.gather or {}).items():
+                gather.setdefault(int(p), set()).update(int(i) for i in ids)
+        lists = [sorted(gather.get(p, ())) for p in positions]
+        logits = self.logits_at(positions)
+        n = len(self.ids)
+        top1 = logits.float().argmax(-1).tolist()
+        targets = [int(self.ids[p + 1]) if p + 1 < n else int(top1[i]) for i, p in enumerate(positions)]
+        k = max(int(r.top_k) for r in same)
+        stats = lens_stats(
+            self.local, self.hidden_states, logits, positions, targets, k, lists if any(lists) else None, precision
+        )
+        self._shared[precision] = ({p: i for i, p in enumerate(positions)}, targets, lists, stats)
+        return self._shared[precision]
+
+
+def _take(
+    stats: LensStats, rows: list, top_k: int, lists: list, gather_ids: Optional[Sequence[Sequence[int]]]
+) -> Optional[LensStats]:
+    """The rows `rows` of a shared `stats`, with `top_k` tokens and the gathered log-probs of `gather_ids`
+    (None when one of those ids was not gathered)."""
+    k = max(1, int(top_k))
+    gathered = None
+    if gather_ids is not None:
+        width = max((len(g) for g in gather_ids), default=0)
+        gathered = np.full((stats.topk_ids.shape[0], len(rows), width), np.nan, dtype=np.float32)
+        for j, (r, ids) in enumerate(zip(rows, gather_ids)):
+            for c, tok in enumerate(ids):
+                if int(tok) < 0:
+                    continue
+                if stats.gathered is None or int(tok) not in lists[r]:
+                    return None
+                gathered[:, j, c] = stats.gathered[:, r, lists[r].index(int(tok))]
+    return LensStats(
+        stats.topk_ids[:, rows, :k],
+        stats.topk_logprobs[:, rows, :k],
+        stats.entropy[:, rows],
+        stats.target_logprob[:, rows],
+        stats.target_rank[:, rows],
+        stats.hidden_norm[:, rows],
+        gathered,
+    )
 
 
 def lens_stats(

@@ -36,6 +36,7 @@ __all__ = [
     "TrajectoryPlan",
     "describe_passes",
     "eos_text",
+    "answer_known_words",
     "pass_decisions",
     "plan_passes",
     "plan_trajectory",
@@ -135,6 +136,7 @@ def plan_passes(
     mode: str = "auto",
     renderer: Any = None,
     prompt_ids: Optional[dict] = None,
+    generated_ids: Optional[dict] = None,
 ) -> "list[TeacherForcedPass]":
     """Group the conversation's model turns into as few teacher-forced passes as the template allows.
 
@@ -147,6 +149,9 @@ def plan_passes(
         prompt_ids: `{step: ids}` of prompts already tokenized on this model (the generation
             captures'): a turn whose ids are the full pass's first tokens, ending where its
             rendered prompt ends, is not tokenized again.
+        generated_ids: `{step: ids}` the model generated (the generation captures'): where a pass's last
+            turn re-tokenizes otherwise than generated (a model may write "\n\n" as two tokens the
+            tokenizer would merge), the pass holds the generated tokens, which write the same text.
 
     Returns:
         The passes; the shared pass (if any) first, truncated after its last turn.
@@ -194,7 +199,40 @@ def plan_passes(
     if shared:
         n = max(t.gen_tokens[1] for t in shared)
         passes.append(TeacherForcedPass(full_text, full_ids[:n], full_off[:n], shared, conversation.tools, True))
-    return passes + own
+    return [_as_generated(tokenizer, p, generated_ids or {}) for p in passes + own]
+
+
+def _as_generated(tokenizer: Any, tf_pass: TeacherForcedPass, generated_ids: dict) -> TeacherForcedPass:
+    """`tf_pass` with its last turn's tokens as the model generated them, where they differ from the
+    re-tokenized text but write it exactly (the pass ends with that turn, so nothing after it moves)."""
+    last = tf_pass.turns[-1]
+    gen = generated_ids.get(last.step_idx)
+    g0, g1 = last.gen_tokens
+    if not gen or g1 != len(tf_pass.ids) or tf_pass.images:
+        return tf_pass
+    c0, c1 = last.gen_chars
+    want = tf_pass.text[c0:c1]
+    own = list(gen)
+    if own == tf_pass.ids[g0:g1]:
+        return tf_pass
+    tok = getattr(tokenizer, "tokenizer", tokenizer)
+    pieces = [tok.decode([i], skip_special_tokens=False) for i in own]
+    eos = eos_text(tokenizer)
+    if "".join(pieces) != want and eos and "".join(pieces) + eos == want and g1 > g0:
+        own.append(tf_pass.ids[g1 - 1])  # a turn cut at its token limit: the end-of-turn token the text adds
+        pieces.append(eos)
+    if "".join(pieces) != want:
+        return tf_pass
+    offsets: list = []
+    at = c0
+    for piece in pieces:
+        offsets.append((at, at + len(piece)))
+        at += len(piece)
+    ids = tf_pass.ids[:g0] + own
+    turns = tf_pass.turns[:-1] + [PassTurn(last.step_idx, last.gen_chars, (g0, len(ids)), last.turn)]
+    return TeacherForcedPass(
+        tf_pass.text, ids, tf_pass.offsets[:g0] + offsets, turns, tf_pass.tools, tf_pass.shared, tf_pass.images
+    )
 
 
 def describe_passes(passes: Sequence[TeacherForcedPass]) -> dict:
@@ -222,6 +260,7 @@ def plan_trajectory(
     prompt_ids: Optional[dict] = None,
     images: Optional[dict] = None,
     vision: bool = False,
+    generated_ids: Optional[dict] = None,
 ) -> "tuple[Conversation, list]":
     """Rebuild the conversation of `trajectory` and plan its teacher-forced passes.
 
@@ -229,17 +268,22 @@ def plan_trajectory(
     case image on the prompt's step, the images a tool returned on its step), the image blocks
     hold them (each renders as its placeholder token; `pictures.expand_images` expands them).
     Otherwise image blocks are dropped and the turns are scored on their text.
-    `prompt_ids` as `plan_passes` takes them.
+    `prompt_ids` and `generated_ids` as `plan_passes` takes them.
     """
     style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
     conv = conversation_from_trajectory(trajectory, system, tools, style=style, images=images)
     if has_image(conv.messages) and not (vision and all(im is not None for im, _ in conversation_images(conv))):
         conv = drop_images(conv)
-    return conv, plan_passes(tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids)
+    return conv, plan_passes(
+        tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids, generated_ids=generated_ids
+    )
 
 
-def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> list:
-    """Decision points of every turn in a pass (see `positions.find_decision_points`)."""
+def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, *, known: Any = None, **caps: Any) -> list:
+    """Decision points of every turn in a pass (see `positions.find_decision_points`).
+
+    `known(turn)` gives the `known_words` a turn's answer values may share (none when None).
+    """
     from evalrx.internals.passes.positions import find_decision_points
 
     eos = eos_text(tokenizer)
@@ -255,10 +299,27 @@ def pass_decisions(tokenizer: Any, tf_pass: TeacherForcedPass, **caps: Any) -> l
                 pt.turn.calls,
                 is_answer=pt.turn.is_answer,
                 eos_text=eos,
+                known=known(pt.turn) if known is not None and pt.turn.is_answer else frozenset(),
                 **caps,
             )
         )
     return points
+
+
+def answer_known_words(conversation: Conversation, turn: ActorTurn, expected: Any = None) -> frozenset:
+    """The words an answer turn's values may share (`positions.known_words`): the case's expected answer,
+    the observations the model saw before the turn, and the arguments of the calls up to it."""
+    from evalrx.core.content import content_text
+    from evalrx.internals.passes.positions import known_words
+
+    info = conversation.message_info
+    seen = [
+        content_text(m.get("content"))
+        for k, m in enumerate(conversation.messages[: turn.message_index])
+        if (info[k]["kind"] == "tool" if k < len(info) else m.get("role") == "tool")
+    ]
+    args = [c.get("args") for t in conversation.turns if t.message_index <= turn.message_index for c in t.calls]
+    return known_words([expected, *seen, *args])
 
 
 @dataclass
@@ -301,17 +362,16 @@ class TrajectoryPlan:
     ) -> "TrajectoryPlan":
         """Rebuild the conversation of `trajectory` and plan its passes on `local`'s tokenizer and template.
 
-        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model;
+        `captures` (`{step: GenerationCapture}`) lend the prompts they tokenized on this model and the
+        tokens it generated;
         `images` (`{step: [image, ...]}`) are the pictures a vision model saw (see `plan_trajectory`).
         """
         from evalrx.core.capability import Capability
 
         vision = Capability.VISION in frozenset(getattr(local.handle, "capabilities", ()) or ())
-        known = {
-            step: cap.prompt_ids
-            for step, cap in (captures or {}).items()
-            if getattr(cap, "model_ref", None) == id(local.hf) and getattr(cap, "prompt_ids", None)
-        }
+        mine = {step: cap for step, cap in (captures or {}).items() if getattr(cap, "model_ref", None) == id(local.hf)}
+        known = {step: cap.prompt_ids for step, cap in mine.items() if getattr(cap, "prompt_ids", None)}
+        generated = {step: cap.generated_ids for step, cap in mine.items() if getattr(cap, "generated_ids", None)}
         conv, passes = plan_trajectory(
             local.tokenizer,
             trajectory,
@@ -322,6 +382,7 @@ class TrajectoryPlan:
             prompt_ids=known,
             images=images,
             vision=vision,
+            generated_ids=generated,
         )
         processed: list = []
         shown = conversation_images(conv)
@@ -334,15 +395,24 @@ class TrajectoryPlan:
         """Model inputs beside the ids for pass `index` (a VLM's pixel values; empty for text)."""
         return pass_inputs(self.images, self.passes[index].images, self.local.device)
 
-    def decisions(self, index: int, *, max_value_tokens: int = 16, max_answer_tokens: int = 64) -> list:
-        """Decision points of pass `index` (see `positions.find_decision_points`); do not modify the list."""
-        key = (index, max_value_tokens, max_answer_tokens)
+    def decisions(
+        self, index: int, *, max_value_tokens: int = 16, max_answer_tokens: int = 64, answer_points: str = "values"
+    ) -> list:
+        """Decision points of pass `index` (see `positions.find_decision_points`); do not modify the list.
+
+        With `answer_points="values"` an answer's points are its values (the words it shares with the case's
+        expected answer, the observations and the calls' arguments among them, `answer_known_words`).
+        """
+        key = (index, max_value_tokens, max_answer_tokens, answer_points)
         if key not in self._points:
+            expected = getattr(self.trajectory, "ground_truth", None)
             self._points[key] = pass_decisions(
                 self.local.tokenizer,
                 self.passes[index],
+                known=lambda turn: answer_known_words(self.conversation, turn, expected),
                 max_value_tokens=max_value_tokens,
                 max_answer_tokens=max_answer_tokens,
+                answer_points=answer_points,
             )
         return self._points[key]
 
@@ -380,6 +450,8 @@ class PassResult:
     source: str = "teacher_forced"  # where logits and hidden states came from: or "generation"
     attention_source: str = "teacher_forced"
     notes: list = field(default_factory=list)  # (what, why) for each part that fell back to the teacher-forced pass
+    lens_requests: list = field(default_factory=list)  # the `lens.LensRequest`s of the analyzers reading the pass
+    _lens: Any = field(default=None, repr=False)
 
     @property
     def tf_pass(self) -> TeacherForcedPass:
@@ -402,6 +474,22 @@ class PassResult:
     def decisions(self, **caps: Any) -> list:
         """Decision points of this pass (shared across analyzers; see `TrajectoryPlan.decisions`)."""
         return self.plan.decisions(self.index, **caps)
+
+    def lens_stats(
+        self,
+        positions: Sequence[int],
+        targets: Sequence[int],
+        top_k: int,
+        gather_ids: Optional[Sequence[Sequence[int]]] = None,
+        precision: str = "exact",
+    ) -> Any:
+        """`lens.lens_stats` at `positions` of this pass; analyzers that declared a `LensRequest` at the same
+        precision share one unembedding of the union of their positions (`lens.SharedLens`)."""
+        from evalrx.internals.passes.lens import SharedLens
+
+        if self._lens is None:
+            self._lens = SharedLens(self.plan.local, self.ids, self.hidden_states, self.logits_at, self.lens_requests)
+        return self._lens.stats(positions, targets, top_k, gather_ids, precision)
 
     def logits_at(self, positions: Sequence[int]) -> Any:
         """Final logits `[len(positions), V]` at `positions` (each one must have been requested)."""

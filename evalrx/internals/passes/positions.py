@@ -23,16 +23,22 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from evalrx.core.names import is_name
+
 __all__ = [
     "CallSpan",
     "DecisionPoint",
+    "ANSWER_POINTS",
     "KINDS",
     "MAX_VALUE_TOKENS",
     "answer_span",
+    "answer_value_spans",
+    "checked_answer_points",
     "decode_pieces",
     "find_call_spans",
     "find_decision_points",
     "first_token_at",
+    "known_words",
     "token_at_char",
     "tokenize_with_offsets",
     "tokens_overlapping",
@@ -42,6 +48,10 @@ __all__ = [
 KINDS = ("tool_name", "arg_value", "answer", "turn_start")
 # Tokens read per argument value: a long value's later tokens are mostly copied, and each costs a lens row.
 MAX_VALUE_TOKENS = 16
+
+# Which tokens of a final answer are decision points: "values" (its values and its first token; the default)
+# or "all" (every answer token, up to `max_answer_tokens`).
+ANSWER_POINTS = ("values", "all")
 
 _NAME_FIELD = re.compile(r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS_FIELD = re.compile(r'"(?:arguments|parameters)"\s*:\s*')
@@ -261,6 +271,133 @@ def answer_span(text: str, start: int, end: int) -> "tuple[int, int]":
     return s, e
 
 
+def checked_answer_points(value: Any) -> str:
+    """An answer-points setting's name ("values" when None), checked against `ANSWER_POINTS`.
+
+    Raises:
+        ValueError: another name (the message lists the known ones).
+    """
+    name = str(value or "values").strip().lower()
+    if name not in ANSWER_POINTS:
+        raise ValueError(f"answer_points must be one of {', '.join(ANSWER_POINTS)}, got {value!r}")
+    return name
+
+
+# A word of an answer: letters and digits, joined by the punctuation ids and numbers carry (ORD-17, 3.14, 1,000).
+_WORD = re.compile(r"[#$\u20ac\u00a3]?\w+(?:[-_.,:/@]\w+)*%?")
+_QUOTED = re.compile(r'"([^"\n]{1,200})"|\u201c([^\u201d\n]{1,200})\u201d|`([^`\n]{1,200})`')
+# English function words: a word the answer shares with an observation decides nothing when it is one of these.
+_FUNCTION_WORDS = frozenset(
+    """a an the and or but nor so yet if then than that this these those there here is are was were be been being
+    am do does did done has have had having will would shall should can could may might must of in on at to from by
+    for with about as into onto over under between through during before after above below up down out off it its
+    i me my we us our you your he him his she her they them their what which who whom whose when where why how not
+    all any each every some such both either neither other another more most less least very too also just only own
+    same again once further please let get got""".split()
+)
+
+
+def known_words(texts: "Sequence[Any]") -> frozenset:
+    """The lower-cased words of `texts` (strings, or anything JSON writes) other than English function words:
+    the words an answer may share with an expected answer, an observation or a call's arguments."""
+    out: set = set()
+    for text in _leaf_texts(texts):
+        for m in _WORD.finditer(text):
+            word = m.group(0).lower()
+            if len(word) > 1 and word not in _FUNCTION_WORDS:
+                out.add(word)
+    return frozenset(out)
+
+
+def _leaf_texts(items: Any, depth: int = 0) -> "list[str]":
+    """The scalar values of `items` as text; a string that holds a JSON object or array gives its values
+    (a field's name is no value)."""
+    if depth > 32 or items is None:
+        return []
+    if isinstance(items, str):
+        if items.lstrip()[:1] in ("{", "["):
+            try:
+                return _leaf_texts(json.loads(items), depth + 1)
+            except ValueError:
+                pass
+        return [items]
+    if isinstance(items, dict):
+        return [t for v in items.values() for t in _leaf_texts(v, depth + 1)]
+    if isinstance(items, (list, tuple, set, frozenset)):
+        return [t for v in items for t in _leaf_texts(v, depth + 1)]
+    return [str(items)]
+
+
+def _json_leaves(s: str, i: int, out: list, depth: int = 0) -> int:
+    """Append the `(start, end)` of each scalar value of the JSON at `s[i]` (strings without their quotes);
+    return where it ends. Raises ValueError at the first thing that is not JSON (the leaves so far are kept)."""
+    i = _skip_ws(s, i)
+    if i >= len(s) or depth > 32:
+        raise ValueError("no JSON value")
+    if s[i] in "{[":
+        close = "}" if s[i] == "{" else "]"
+        i = _skip_ws(s, i + 1)
+        if i < len(s) and s[i] == close:
+            return i + 1
+        while True:
+            if close == "}":
+                key, i = json.JSONDecoder(strict=False).raw_decode(s, i)
+                i = _skip_ws(s, i)
+                if not isinstance(key, str) or i >= len(s) or s[i] != ":":
+                    raise ValueError("not a JSON object")
+                i += 1
+            i = _skip_ws(s, _json_leaves(s, i, out, depth + 1))
+            if i < len(s) and s[i] == ",":
+                i = _skip_ws(s, i + 1)
+                continue
+            if i < len(s) and s[i] == close:
+                return i + 1
+            raise ValueError("unterminated JSON")
+    value, end = json.JSONDecoder(strict=False).raw_decode(s, i)
+    quoted = isinstance(value, str) and end - i > 2
+    out.append((i + 1, end - 1) if quoted else (i, end))
+    return end
+
+
+def answer_value_spans(text: str, start: int, end: int, known: "frozenset | set" = frozenset()) -> "list[tuple]":
+    """The characters of the values in the answer `text[start:end]`, in order.
+
+    A JSON answer (an object or array, fenced or not) has its scalar values. A prose answer has its
+    numbers and ids (any word with a digit: 25, 3.14, #W123, ORD-17, a UUID), its quoted strings, its names
+    (capitalised words inside a sentence: a misread name is a value no other text states), and the
+    words it shares with `known` (`known_words` of the expected answer, the observations, the calls'
+    arguments); the rest of the prose is filler.
+    """
+    spans: list = []
+    body = text[start:end]
+    lead = len(body) - len(body.lstrip())
+    if body.lstrip().startswith("```"):
+        nl = body.find("\n", lead)
+        lead = nl + 1 if nl >= 0 else len(body)
+    j = _skip_ws(text, start + lead)
+    if j < end and text[j] in "{[":
+        leaves: list = []
+        try:
+            _json_leaves(text[:end], j, leaves)
+        except (ValueError, json.JSONDecodeError):
+            pass
+        if leaves:
+            return leaves
+    for m in _QUOTED.finditer(text, start, end):
+        g = next(k for k in (1, 2, 3) if m.group(k) is not None)
+        spans.append((m.start(g), m.end(g)))
+    for m in _WORD.finditer(text, start, end):
+        word = m.group(0)
+        if any(c.isdigit() for c in word) or word.lower() in known or _is_name(text, start, m.start(), word):
+            spans.append((m.start(), m.end()))
+    return sorted(set(spans))
+
+
+def _is_name(text: str, start: int, at: int, word: str) -> bool:
+    """A name inside the answer `text[start:]` (`core.names.is_name`; "I" is none)."""
+    return len(word) > 1 and is_name(text[start:at], word)
+
+
 def find_decision_points(
     step: int,
     text: str,
@@ -273,6 +410,8 @@ def find_decision_points(
     eos_text: Optional[str] = None,
     max_value_tokens: int = MAX_VALUE_TOKENS,
     max_answer_tokens: int = 64,
+    answer_points: str = "values",
+    known: "frozenset | set" = frozenset(),
 ) -> "list[DecisionPoint]":
     """Decision points of one model turn.
 
@@ -283,10 +422,14 @@ def find_decision_points(
         gen_chars: `[start, end)` characters the model generated in this turn.
         gen_tokens: `[start, end)` token indices the model generated in this turn.
         calls: the turn's well-formed calls (dicts with `name` and `args`).
-        is_answer: the turn is a final answer (its text tokens are decisions).
+        is_answer: the turn is a final answer (its values, or all its tokens, are decisions).
         eos_text: the end-of-turn token's text, excluded from the answer span.
         max_value_tokens: cap on tokens per argument value.
         max_answer_tokens: cap on answer tokens.
+        answer_points: "values" (the answer's first token and the tokens of its values,
+            `answer_value_spans`) or "all" (every answer token).
+        known: `known_words` the answer's values may share (the expected answer, the
+            observations the model saw, the calls' arguments).
 
     Returns:
         Decision points ordered by token index, one per token (the first kind in
@@ -315,8 +458,16 @@ def find_decision_points(
             a1 -= len(eos_text)
             while a1 > a0 and text[a1 - 1] in _WS:
                 a1 -= 1
-        for piece, idx in enumerate(tokens_overlapping(offsets, a0, a1)[:max_answer_tokens]):
-            add("answer", idx, piece=piece)
+        tokens = tokens_overlapping(offsets, a0, a1)
+        chosen = tokens
+        if checked_answer_points(answer_points) == "values":
+            wanted = set(tokens[:1])
+            for v0, v1 in answer_value_spans(text, a0, a1, known):
+                wanted.update(i for i in tokens if offsets[i][0] < v1 and offsets[i][1] > v0)
+            chosen = [i for i in tokens if i in wanted]
+        piece_of = {idx: piece for piece, idx in enumerate(tokens)}  # a point's piece: its place in the answer
+        for idx in chosen[:max_answer_tokens]:
+            add("answer", idx, piece=piece_of[idx])
     add("turn_start", g0)
     return [points[i] for i in sorted(points)]
 

@@ -44,12 +44,15 @@ class PassRequest:
         hidden: it needs every layer's hidden states.
         attention: query positions whose head-averaged attention rows it needs.
         state: the analyzer's own data for reading this pass (its decision points, ...).
+        lens: where it may read the lens (`lens.LensRequest`), so that analyzers at the same positions
+            share one unembedding (`PassResult.lens_stats`).
     """
 
     logits: Sequence[int] = ()
     hidden: bool = False
     attention: Sequence[int] = ()
     state: Any = None
+    lens: Any = None
 
 
 class PassReader(Protocol):
@@ -190,6 +193,7 @@ def _run_group(local, trajectory, group, tools, system, mode, results, fail, cap
             for name, _ in wanted:
                 failure(name, exc)
             continue
+        result.lens_requests = [req.lens for _, req in wanted if req.lens is not None]
         for name, req in wanted:
             try:
                 parts[name][i] = analyzers[name].read(plan, req, result)

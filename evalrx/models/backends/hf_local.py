@@ -10,8 +10,10 @@ functions so registering the backend stays light.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -168,6 +170,10 @@ class HFLocalModel:
         # two threads never extend one cache.
         self._prefix: Optional[tuple[Any, Any]] = None
         self._prefix_lock = threading.Lock()
+        # Rendered chat-template texts by conversation prefix: a case's generation and its analyses render
+        # the same prefixes (`render`), so each is rendered once.
+        self._renders: "OrderedDict[tuple, str]" = OrderedDict()
+        self._renders_lock = threading.Lock()
 
     # ----------------------------------------------------------------- building
 
@@ -350,14 +356,29 @@ class HFLocalModel:
         expands to the image's patch tokens in `encode_messages`.
         """
         msgs = self._prepare_messages(messages, "render")
-        return self._template_owner().apply_chat_template(
-            msgs, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
-        )
+        owner = self._template_owner()
+        key = _render_key(owner, msgs, tools, add_generation_prompt)
+        with self._renders_lock:  # a run's cases may share the handle across threads
+            text = self._renders.get(key) if key is not None else None
+            if key is not None and text is not None:
+                self._renders.move_to_end(key)
+                return text
+        text = owner.apply_chat_template(msgs, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False)
+        if key is not None and isinstance(text, str):
+            with self._renders_lock:
+                self._renders[key] = text
+                while len(self._renders) > RENDER_CACHE_SIZE:
+                    self._renders.popitem(last=False)
+        return text
 
     def encode_messages(
         self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False
     ) -> dict:
         """Model inputs (`input_ids`, `attention_mask`, pixel values for a VLM) for a conversation."""
+        if self.processor is None and not has_image(messages):  # a text model: the rendered text, tokenized
+            text = self.render(messages, tools, add_generation_prompt)
+            enc = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")
+            return {k: v.to(self.device) if hasattr(v, "to") else v for k, v in dict(enc).items()}
         msgs = self._prepare_messages(messages, "encode")
         enc = self._template_owner().apply_chat_template(
             msgs,
@@ -634,3 +655,22 @@ register_backend(
 )
 
 __all__ = ["HFLocalModel"]
+
+
+# Rendered conversation prefixes a handle keeps (`HFLocalModel.render`): a case's turns, and then some.
+RENDER_CACHE_SIZE = 64
+
+
+def _render_key(owner: Any, messages: list, tools: Optional[list], add_generation_prompt: bool) -> Optional[tuple]:
+    """What a rendering depends on: the template and the conversation's content (None: not cached, a
+    conversation with pictures or something JSON cannot write)."""
+    if has_image(messages):
+        return None
+    try:
+        content = json.dumps([messages, tools], sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    template = getattr(owner, "chat_template", None)
+    if not isinstance(template, (str, type(None))):  # a family's templates by name
+        template = json.dumps(template, sort_keys=True, default=str)
+    return (template, content, bool(add_generation_prompt))
