@@ -29,7 +29,7 @@ from evalrx.internals.passes import (
     PassRequest,
     PassResult,
     TrajectoryPlan,
-    conversation_images,
+    conversation_pictures,
     tokenize_with_offsets,
 )
 
@@ -274,7 +274,7 @@ def _text_segments(local: Any, text: str, ids: Sequence[int], offsets: Sequence[
 def image_layout(plan: TrajectoryPlan) -> list:
     """Where each image of the conversation sits in `AttentionResult.patches` (see `AttentionResult.images`)."""
     layout, offset = [], 0
-    for (n, grid, _, region), (_, step) in zip(plan.images, conversation_images(plan.conversation)):
+    for (n, grid, _, region), (_, step) in zip(plan.images, conversation_pictures(plan.conversation)):
         layout.append(
             {"step": step, "offset": offset, "n": int(n), "grid": [int(grid[0]), int(grid[1])], "region": region}
         )

@@ -15,8 +15,8 @@ __all__ = [
     "IMAGE_BLOCK_TYPES",
     "IMAGE_SUFFIXES",
     "content_text",
-    "has_image",
-    "is_image_block",
+    "has_picture",
+    "is_picture_block",
     "sniff_mime",
 ]
 
@@ -34,7 +34,7 @@ _MAGIC = (
 )
 
 
-def is_image_block(block: Any) -> bool:
+def is_picture_block(block: Any) -> bool:
     """Whether a content block carries an image.
 
     An object whose type is one of `IMAGE_BLOCK_TYPES`, or any other object but a text
@@ -48,11 +48,11 @@ def is_image_block(block: Any) -> bool:
     return kind in IMAGE_BLOCK_TYPES or (kind != "text" and "image" in block)
 
 
-def has_image(messages: Iterable[Any]) -> bool:
-    """Whether any message's content holds an image block (`is_image_block`)."""
+def has_picture(messages: Iterable[Any]) -> bool:
+    """Whether any message's content holds an image block (`is_picture_block`)."""
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list) and any(is_image_block(b) for b in content):
+        if isinstance(content, list) and any(is_picture_block(b) for b in content):
             return True
     return False
 
@@ -75,7 +75,7 @@ def content_text(
 
     A string is its own text. A list of blocks gives the texts of its blocks in order,
     the non-empty ones joined by `sep`: a string block is itself, a text block (type
-    "text", or no type and a `text` key) its `text`; an image block (`is_image_block`)
+    "text", or no type and a `text` key) its `text`; an image block (`is_picture_block`)
     the marker `image` when one is given; a reasoning block, with `reasoning`, its text
     as `<think>...</think>`; any other block nothing. None gives "".
 
@@ -107,7 +107,7 @@ def content_text(
         elif isinstance(block, dict):
             if _is_text_block(block):
                 parts.append(fix(str(block.get("text") or "")))
-            elif is_image_block(block):
+            elif is_picture_block(block):
                 parts.append(image or "")
             elif reasoning and block.get("type") == "reasoning":
                 parts.append(f"<think>{fix(str(block.get('reasoning') or ''))}</think>")

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from evalrx.core.content import content_text, is_image_block
+from evalrx.core.content import content_text, is_picture_block
 from evalrx.core.tool import ToolResult
 
 __all__ = ["PICTURE_MARKER", "Observation", "canonical_json", "observation_text", "picture_count"]
@@ -30,7 +30,7 @@ def _is_content(value: Any) -> bool:
     return (
         isinstance(value, list)
         and bool(value)
-        and all(isinstance(b, dict) and (b.get("type") == "text" or is_image_block(b)) for b in value)
+        and all(isinstance(b, dict) and (b.get("type") == "text" or is_picture_block(b)) for b in value)
     )
 
 

@@ -10,7 +10,7 @@ import json
 from typing import Any, Optional
 
 from evalrx.core.case import Label, Step, StepRole, Termination
-from evalrx.core.content import content_text, is_image_block
+from evalrx.core.content import content_text, is_picture_block
 from evalrx.core.effects import is_handoff
 from evalrx.core.observation import PICTURE_MARKER, Observation
 from evalrx.core.tool import ToolCall
@@ -84,7 +84,7 @@ def resolve_attachment(text: str, attachments: Optional[dict]) -> str:
 def _inline_picture(block: Any, attachments: Optional[dict]) -> Optional[bytes]:
     """The bytes of an image block written inline as a base64 `data:` URL (Inspect's `image`, the OpenAI
     wire's `image_url`, the Responses format's `input_image`); None for a link or any other block."""
-    if not is_image_block(block):
+    if not is_picture_block(block):
         return None
     ref = block.get("image") if block.get("type") == "image" else block.get("image_url")
     if isinstance(ref, dict):
@@ -197,7 +197,7 @@ def messages_to_steps(
             system = text if system is None else f"{system}\n{text}"
             continue
         content = msg.get("content")
-        shown = sum(1 for b in content if is_image_block(b)) if isinstance(content, list) else 0
+        shown = sum(1 for b in content if is_picture_block(b)) if isinstance(content, list) else 0
         if role == "user":
             if goal is None:
                 goal = text

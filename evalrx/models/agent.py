@@ -247,7 +247,9 @@ class Agent:
         conversation = ConversationBuilder(codec, case_system(self.system, case.meta))  # the one builder replay uses
         conversation.prompt(goal, case.inputs.image)
         messages = conversation.messages
-        steps: list = [Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})]
+        steps: list = [
+            Step(idx=0, role=StepRole.USER, content=goal, span={"has_picture": case.inputs.image is not None})
+        ]
 
         captures: dict = {}  # actor step index -> ChatTurn.capture, when the chat kwargs asked for them
         final_answer: Optional[str] = None

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 from evalrx.core.tool import ChatTurn, ToolCall
 
-__all__ = ["FINAL_NUDGE", "REPEAT_NUDGE", "ConversationBuilder", "image_message"]
+__all__ = ["FINAL_NUDGE", "REPEAT_NUDGE", "ConversationBuilder", "picture_message"]
 
 # Loop-policy nudges: scaffold messages the model sees, not task prompts.
 REPEAT_NUDGE = (
@@ -27,7 +27,7 @@ FINAL_NUDGE = (
 )
 
 
-def image_message(images: Sequence[Any], tool_name: str) -> dict:
+def picture_message(images: Sequence[Any], tool_name: str) -> dict:
     """The user message that shows the model the images a tool call returned (None: a placeholder)."""
     many = len(images) > 1
     blocks: list = [{"type": "image", "image": im} for im in images]
@@ -127,5 +127,5 @@ class ConversationBuilder:
     def end_turn(self) -> None:
         """Show the images the turn's tools returned, after all of its tool messages and feedback."""
         for images, name, step in self._images:
-            self._add(image_message(images, name), "image", step)
+            self._add(picture_message(images, name), "image", step)
         self._images.clear()

@@ -7,6 +7,9 @@ model's own answers, on SmolLM2's tokenizer over an answer it wrote, and on an i
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 import evalrx
@@ -182,6 +185,7 @@ def test_an_answer_without_values_has_only_its_first_token(demo):
 
 
 def test_the_new_run_form_carries_the_setting_and_the_page_says_which_was_used():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))  # components, as Streamlit puts it
     from components.analysis_panels import answer_points_line
     from components.launch import lens_entries
 

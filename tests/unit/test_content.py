@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalrx.core.content import content_text, has_image, is_image_block, sniff_mime
+from evalrx.core.content import content_text, has_picture, is_picture_block, sniff_mime
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
 
@@ -12,19 +12,19 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 8
 def test_an_image_block_is_a_typed_image_or_an_untyped_image_key_never_text():
     # The rule both backends check with: the api wire encoder sends `{"image": ...}` as an image and
     # a vision chat template renders it as one; a text block stays text whatever else it holds.
-    assert is_image_block({"type": "image", "image": None})
-    assert is_image_block({"type": "image_url", "image_url": {"url": "data:image/png;base64,"}})
-    assert is_image_block({"type": "input_image", "image_url": "x"})
-    assert is_image_block({"image": "cat.png"})
-    assert not is_image_block({"type": "text", "text": "hi", "image": "ignored"})
-    assert not is_image_block({"type": "text", "text": "image"})
-    assert not is_image_block("image")
+    assert is_picture_block({"type": "image", "image": None})
+    assert is_picture_block({"type": "image_url", "image_url": {"url": "data:image/png;base64,"}})
+    assert is_picture_block({"type": "input_image", "image_url": "x"})
+    assert is_picture_block({"image": "cat.png"})
+    assert not is_picture_block({"type": "text", "text": "hi", "image": "ignored"})
+    assert not is_picture_block({"type": "text", "text": "image"})
+    assert not is_picture_block("image")
 
 
 def test_has_image_reads_list_contents_only():
-    assert has_image([{"role": "user", "content": "an image"}, {"role": "user", "content": [{"image": b""}]}])
-    assert not has_image([{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "tool"}])
-    assert not has_image([])
+    assert has_picture([{"role": "user", "content": "an image"}, {"role": "user", "content": [{"image": b""}]}])
+    assert not has_picture([{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "tool"}])
+    assert not has_picture([])
 
 
 def test_content_text_joins_text_blocks_and_marks_images_only_when_asked():

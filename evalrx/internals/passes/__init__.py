@@ -23,7 +23,7 @@ from evalrx.internals.passes.conversation import (
     ActorTurn,
     Conversation,
     conversation_from_trajectory,
-    drop_images,
+    drop_pictures,
     messages_from_trajectory,
     normalize_tools,
     render_conversation,
@@ -41,7 +41,7 @@ from evalrx.internals.passes.lens import (
     final_stats,
     lens_stats,
 )
-from evalrx.internals.passes.pictures import ImageSpan, conversation_images, expand_images, pass_inputs
+from evalrx.internals.passes.pictures import ImageSpan, conversation_pictures, expand_pictures, pass_inputs
 from evalrx.internals.passes.planning import (
     PassResult,
     PassTurn,
@@ -101,11 +101,11 @@ __all__ = [
     "checked_answer_points",
     "checked_precision",
     "conversation_from_trajectory",
-    "conversation_images",
+    "conversation_pictures",
     "decode_pieces",
     "describe_passes",
-    "drop_images",
-    "expand_images",
+    "drop_pictures",
+    "expand_pictures",
     "final_margins",
     "final_stats",
     "find_call_spans",

@@ -29,7 +29,7 @@ __all__ = [
     "ActorTurn",
     "Conversation",
     "conversation_from_trajectory",
-    "drop_images",
+    "drop_pictures",
     "messages_from_trajectory",
     "normalize_call",
     "normalize_tools",
@@ -214,7 +214,9 @@ def conversation_from_trajectory(
             if not seen_prompt and not pictures and image is not None:
                 pictures = [image]
             n = max(
-                len(pictures), int(s.span.get("n_images") or 0), int(not seen_prompt and bool(s.span.get("has_image")))
+                len(pictures),
+                int(s.span.get("n_images") or 0),
+                int(not seen_prompt and bool(s.span.get("has_picture"))),
             )
             pictures += [None] * (n - len(pictures))
             if seen_prompt:
@@ -304,7 +306,7 @@ def render_conversation(renderer: Any, messages: list, tools: Optional[list], ad
     return str(out)
 
 
-def drop_images(conversation: Conversation) -> Conversation:
+def drop_pictures(conversation: Conversation) -> Conversation:
     """The conversation with image blocks removed (for scoring on a text-only model)."""
     msgs = []
     for m in conversation.messages:

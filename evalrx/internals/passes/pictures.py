@@ -2,7 +2,7 @@
 
 A VLM's chat template writes one placeholder token per image; its processor replaces it with
 as many tokens as the vision tower gives features and computes the pixel inputs. The planner
-works on the rendered text (one placeholder each, so character offsets hold); `expand_images`
+works on the rendered text (one placeholder each, so character offsets hold); `expand_pictures`
 then gives every pass the ids the model really ran (what `HFLocalModel.chat` prefilled, so the
 generation captures still cover the pass) and the images it holds, in order. Each image is
 processed once per plan by the model's own processor, alone, which gives its token count and its
@@ -18,9 +18,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
-from evalrx.core.content import is_image_block
+from evalrx.core.content import is_picture_block
 
-__all__ = ["ImageSpan", "conversation_images", "expand_images", "image_token_id", "pass_inputs"]
+__all__ = ["ImageSpan", "conversation_pictures", "expand_pictures", "image_token_id", "pass_inputs"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ImageSpan:
     """One image's tokens in a pass.
 
     Attributes:
-        image: its index in the conversation's images (`conversation_images`).
+        image: its index in the conversation's images (`conversation_pictures`).
         step: the trajectory step whose message shows it (the prompt's step for a case image,
             the tool's step for an image a tool returned).
         start: its first token in the pass; `n` tokens follow.
@@ -42,14 +42,14 @@ class ImageSpan:
     grid: tuple
 
 
-def conversation_images(conversation: Any) -> "list[tuple[Any, Optional[int]]]":
+def conversation_pictures(conversation: Any) -> "list[tuple[Any, Optional[int]]]":
     """`(image, step)` of every image block of the conversation, in the order the template writes them."""
     out: "list[tuple[Any, Optional[int]]]" = []
     for k, message in enumerate(conversation.messages):
         content = message.get("content")
         if isinstance(content, list):
             step = conversation.message_info[k].get("step") if k < len(conversation.message_info) else None
-            out.extend((block.get("image"), step) for block in content if is_image_block(block))
+            out.extend((block.get("image"), step) for block in content if is_picture_block(block))
     return out
 
 
@@ -116,7 +116,7 @@ def _region(size: tuple, image_processor: Any) -> list:
     return [round((1 - fw) / 2, 6), round((1 - fh) / 2, 6), round((1 + fw) / 2, 6), round((1 + fh) / 2, 6)]
 
 
-def process_images(local: Any, images: Sequence[Any]) -> list:
+def process_pictures(local: Any, images: Sequence[Any]) -> list:
     """`(n_tokens, grid, inputs, region)` per image: the processor run on its placeholder and the image alone
     (`region`: the part of the picture the tokens cover, `[x0, y0, x1, y1]` in fractions)."""
     proc = _processor(local)
@@ -132,7 +132,7 @@ def process_images(local: Any, images: Sequence[Any]) -> list:
     return out
 
 
-def expand_images(
+def expand_pictures(
     local: Any, passes: list, images: "list[tuple[Any, Optional[int]]]", rendered: str
 ) -> "tuple[list, list]":
     """The passes with each image placeholder expanded to its image's tokens.
@@ -140,7 +140,7 @@ def expand_images(
     Args:
         local: the model (`compute.LocalModel`).
         passes: from `plan_passes` on the conversation holding `images`.
-        images: `conversation_images` of that conversation.
+        images: `conversation_pictures` of that conversation.
         rendered: the whole conversation as the template writes it (one image token a picture).
 
     Raises:
@@ -148,7 +148,7 @@ def expand_images(
 
     Returns:
         `(passes, processed)`: new passes (ids, offsets, turns' token ranges shifted; `images` the
-        `ImageSpan`s each holds) and `process_images` of the images.
+        `ImageSpan`s each holds) and `process_pictures` of the images.
     """
     tid = image_token_id(local)
     found = rendered.count(local.text_tokenizer.convert_ids_to_tokens(tid))
@@ -157,7 +157,7 @@ def expand_images(
             f"the rendered conversation holds {found} image tokens for {len(images)} pictures "
             "(does a message's text contain the image token?): its pictures cannot be placed"
         )
-    processed = process_images(local, [im for im, _ in images])
+    processed = process_pictures(local, [im for im, _ in images])
     out = []
     for tf_pass in passes:
         ids: "list[int]" = []

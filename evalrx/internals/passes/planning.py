@@ -17,16 +17,16 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from evalrx.core.case import Trajectory
-from evalrx.core.content import has_image
+from evalrx.core.content import has_picture
 from evalrx.core.model import model_id
 from evalrx.internals.passes.conversation import (
     ActorTurn,
     Conversation,
     conversation_from_trajectory,
-    drop_images,
+    drop_pictures,
     replay_style,
 )
-from evalrx.internals.passes.pictures import conversation_images, expand_images, pass_inputs
+from evalrx.internals.passes.pictures import conversation_pictures, expand_pictures, pass_inputs
 from evalrx.internals.passes.positions import first_token_at, tokenize_with_offsets
 
 __all__ = [
@@ -266,14 +266,14 @@ def plan_trajectory(
 
     With `vision` and every picture the conversation shows in `images` (`{step: [image, ...]}`: the
     case image on the prompt's step, the images a tool returned on its step), the image blocks
-    hold them (each renders as its placeholder token; `pictures.expand_images` expands them).
+    hold them (each renders as its placeholder token; `pictures.expand_pictures` expands them).
     Otherwise image blocks are dropped and the turns are scored on their text.
     `prompt_ids` and `generated_ids` as `plan_passes` takes them.
     """
     style = replay_style(renderer) if renderer is not None else "auto"  # the scoring model's own call format
     conv = conversation_from_trajectory(trajectory, system, tools, style=style, images=images)
-    if has_image(conv.messages) and not (vision and all(im is not None for im, _ in conversation_images(conv))):
-        conv = drop_images(conv)
+    if has_picture(conv.messages) and not (vision and all(im is not None for im, _ in conversation_pictures(conv))):
+        conv = drop_pictures(conv)
     return conv, plan_passes(
         tokenizer, conv, mode=mode, renderer=renderer, prompt_ids=prompt_ids, generated_ids=generated_ids
     )
@@ -333,10 +333,10 @@ class TrajectoryPlan:
         local: the model (`compute.LocalModel`).
         trajectory: the stored trajectory.
         conversation: from `conversation_from_trajectory` (image blocks dropped unless a VLM sees them).
-        passes: from `plan_passes` (a VLM's with its images expanded, `pictures.expand_images`).
+        passes: from `plan_passes` (a VLM's with its images expanded, `pictures.expand_pictures`).
         tools: the tools as the caller gave them (`Tool` objects or schema dicts).
         mode: the planning mode ("auto" or "per_step").
-        images: `(n_tokens, grid, inputs, region)` per image of the conversation (`pictures.process_images`).
+        images: `(n_tokens, grid, inputs, region)` per image of the conversation (`pictures.process_pictures`).
     """
 
     local: Any
@@ -385,10 +385,10 @@ class TrajectoryPlan:
             generated_ids=generated,
         )
         processed: list = []
-        shown = conversation_images(conv)
+        shown = conversation_pictures(conv)
         if shown:
             rendered = conv.render(local.renderer, len(conv.messages), conv.tools, False)  # the planner's, cached
-            passes, processed = expand_images(local, passes, shown, rendered)
+            passes, processed = expand_pictures(local, passes, shown, rendered)
         return cls(local, trajectory, conv, passes, None if tools is None else list(tools), mode, processed)
 
     def inputs(self, index: int) -> dict:

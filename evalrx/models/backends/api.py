@@ -19,7 +19,7 @@ import time
 from typing import Any, Optional
 
 from evalrx.core.capability import Capability
-from evalrx.core.content import has_image
+from evalrx.core.content import has_picture
 from evalrx.core.tool import ChatTurn
 from evalrx.models.backends.api_errors import (
     APIAuthenticationFailed,
@@ -145,7 +145,7 @@ class APIModel:
             Each carries `elapsed_ms`, the failed call's wall time; every message is one line
             naming the server.
         """
-        if Capability.VISION not in self.capabilities and has_image(messages):
+        if Capability.VISION not in self.capabilities and has_picture(messages):
             raise ValueError(f"{self.spec.key} does not accept images (no VISION capability).")
         request: dict = {
             "model": self.spec.served_name,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from evalrx.core.capability import Capability, CapabilityError
-from evalrx.core.content import content_text, has_image
+from evalrx.core.content import content_text, has_picture
 from evalrx.core.model import ContextOverflow
 from evalrx.core.tool import ChatTurn
 from evalrx.internals import (
@@ -336,7 +336,7 @@ class HFLocalModel:
         return self.processor if self.processor is not None else self.tokenizer
 
     def _prepare_messages(self, messages: list[dict], where: str) -> list[dict]:
-        if has_image(messages):
+        if has_picture(messages):
             if Capability.VISION not in self.capabilities:
                 raise CapabilityError(
                     analyzer=f"{where} with image content",
@@ -375,7 +375,7 @@ class HFLocalModel:
         self, messages: list[dict], tools: Optional[list[dict]] = None, add_generation_prompt: bool = False
     ) -> dict:
         """Model inputs (`input_ids`, `attention_mask`, pixel values for a VLM) for a conversation."""
-        if self.processor is None and not has_image(messages):  # a text model: the rendered text, tokenized
+        if self.processor is None and not has_picture(messages):  # a text model: the rendered text, tokenized
             text = self.render(messages, tools, add_generation_prompt)
             enc = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")
             return {k: v.to(self.device) if hasattr(v, "to") else v for k, v in dict(enc).items()}
@@ -664,7 +664,7 @@ RENDER_CACHE_SIZE = 64
 def _render_key(owner: Any, messages: list, tools: Optional[list], add_generation_prompt: bool) -> Optional[tuple]:
     """What a rendering depends on: the template and the conversation's content (None: not cached, a
     conversation with pictures or something JSON cannot write)."""
-    if has_image(messages):
+    if has_picture(messages):
         return None
     try:
         content = json.dumps([messages, tools], sort_keys=True, ensure_ascii=False)
