@@ -63,6 +63,9 @@ class Observation:
     def text(self) -> str:
         return observation_text(self.value)
 
+    def __str__(self) -> str:  # reads as its text, as a ToolResult does
+        return self.text
+
     @property
     def pictures(self) -> int:
         return picture_count(self.value)

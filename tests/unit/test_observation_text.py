@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from evalrx.core import (
     PICTURE_MARKER,
     Observation,
@@ -78,6 +81,7 @@ def test_picture_count() -> None:
 
 
 def test_every_reader_agrees_on_a_dict_without_text() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "app"))  # components, as Streamlit puts it
     from components.viewmodel import step_views
 
     from evalrx.diagnosis._evidence import calls_of

@@ -192,7 +192,7 @@ def test_a_tool_that_never_returns_is_an_error_step_naming_it_at_its_deadline_an
     first, second = run_batch(handle, ["Ask it.", "What is 2 + 2?"], tools_factory=lambda case: [hung], max_turns=3)
     assert time.monotonic() - t0 < 5
     (step,) = [s for s in first.steps if s.role is StepRole.TOOL]
-    assert step.span["tool_error"] and step.observation == (
+    assert step.span["tool_error"] and step.observation.text == (
         "[tool error in 'never_returns': ToolDeadlineError: Python tool 'fixtures.pyfuncs:never_returns' "
         "did not return within 0.5 s; the call was abandoned]"
     )
