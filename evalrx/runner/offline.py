@@ -11,27 +11,6 @@ from typing import Any
 from evalrx.config import RunConfig
 
 
-def run_analyses(
-    hooks: list, handle: Any, run: RunConfig, case: Any, traj: Any, tools: list, pictures: "dict | None" = None
-) -> list:
-    """The case's analysis records, run as the worker runs them (after the case, reading its generation's
-    captures and the pictures its conversation showed: `shown_pictures`)."""
-    from evalrx.models.agent import case_system
-    from evalrx.runner import analysis
-
-    ctx = analysis.CaseContext(
-        handle=handle,
-        case=case,
-        trajectory=traj,
-        tools=tools,
-        tool_schemas=[t.to_openai() for t in tools],
-        system=case_system(run.system, case.meta),
-        run=run,
-        images=pictures or {},
-    )
-    return analysis.run_all(hooks, ctx)
-
-
 def analyses_json(records: list) -> list:
     """Analysis records as JSON (`{"analyzer", "step_idx", "meta", "scores", "arrays"}`, each array as
     `{"dtype", "shape", "data"}`)."""
@@ -108,7 +87,7 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
             returned = pictures_by_step(traj, captured)  # the pictures its tools returned, as the worker keeps them
             shown = shown_pictures(traj, case, returned)  # as the worker gives them (a text model's pass skips them)
-            records = run_analyses(hooks, handle, run, case, traj, tools, shown) if hooks else []
+            records = analysis.analyse_case(hooks, handle, run, case, traj, tools, shown) if hooks else []
             diagnoses = diagnose_case(traj, case, tools, records)  # as the worker diagnoses a finished case
             pictures = {idx: [export_picture(p) for p in pics] for idx, pics in returned.items()}
             row = export_row(traj, export_case(case), run=run_info, diagnoses=diagnoses, pictures=pictures)

@@ -268,24 +268,12 @@ class CaseHandler:
         result: CaseResult,
     ) -> bool:
         """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
-        from evalrx.models.agent import case_system
-
         traj, tools = result.trajectory, result.tools
         pictures = {idx: [image_bytes(p) for p in pics] for idx, pics in result.pictures.items()}
         records: list = []
         if hooks:
-            schemas = [tool.to_openai() for tool in tools]
-            ctx = analysis.CaseContext(
-                handle=handle,
-                case=case,
-                trajectory=traj,
-                tools=tools,
-                tool_schemas=schemas,
-                system=case_system(run.system, case.meta),
-                run=run,
-                images=shown_pictures(traj, case, result.pictures),
-            )
-            records = analysis.run_all(hooks, ctx)
+            shown = shown_pictures(traj, case, result.pictures)
+            records = analysis.analyse_case(hooks, handle, run, case, traj, tools, shown)
         diagnoses = diagnose_case(traj, case, tools, records, tool_marks(store=self.store))
         try:
             return record_case(
