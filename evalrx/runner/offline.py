@@ -39,17 +39,16 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     from tqdm import tqdm
 
     import evalrx
-    from evalrx.core.case import Label
     from evalrx.models import weights_problem
-    from evalrx.models.agent import error_trajectory, run_batch, run_case
+    from evalrx.models.agent import run_batch
     from evalrx.runner import analysis
     from evalrx.runner.diagnose import diagnose_case
     from evalrx.runner.enqueue import run_name
     from evalrx.runner.toolset import (
         capturing,
-        case_toolset,
         mcp_sessions,
         pictures_by_step,
+        run_with_tools,
         shown_pictures,
         static_tools,
     )
@@ -83,9 +82,9 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     t0 = time.perf_counter()
     with out.open("w", encoding="utf-8") as fh:
 
-        def on_result(case: Any, traj: Any, tools: list, captured: list) -> None:
+        def on_result(case: Any, traj: Any, tools: list, returned: dict) -> None:
+            """`returned`: the pictures its tools returned by step, as the worker keeps them."""
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
-            returned = pictures_by_step(traj, captured)  # the pictures its tools returned, as the worker keeps them
             shown = shown_pictures(traj, case, returned)  # as the worker gives them (a text model's pass skips them)
             records = analysis.analyse_case(hooks, handle, run, case, traj, tools, shown) if hooks else []
             diagnoses = diagnose_case(traj, case, tools, records)  # as the worker diagnoses a finished case
@@ -112,6 +111,10 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
                 made[id(case)] = (tools, captured)
                 return tools
 
+            def batch_result(case: Any, traj: Any) -> None:
+                tools, captured = made.pop(id(case), ([], []))
+                on_result(case, traj, tools, pictures_by_step(traj, captured))
+
             run_batch(
                 handle,
                 cases,
@@ -119,31 +122,17 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
                 system=run.system,
                 max_turns=run.max_turns,
                 concurrency=args.concurrency,
-                on_result=lambda case, traj: on_result(case, traj, *made.pop(id(case), ([], []))),
+                on_result=batch_result,
                 agent_kwargs=agent_kwargs,
                 grade=True,  # as the worker grades: a bad grader is the case's grade error, not the run's end
             )
         else:
             try:
                 for case in cases:  # one at a time: each case's MCP servers start and stop around it
-                    tools: list = []
-                    captured: list = []
-                    try:
-                        with case_toolset(run, case, sessions) as offered:
-                            tools = [capturing(tool, captured) for tool in offered]
-                            traj = run_case(
-                                handle,
-                                case,
-                                tools,
-                                grade=True,
-                                system=run.system,
-                                max_turns=run.max_turns,
-                                **agent_kwargs,
-                            )
-                    except Exception as exc:  # a server that did not start fails the case, not the run
-                        traj = error_trajectory(case, exc)
-                        traj.outcome = Label.ERROR
-                    on_result(case, traj, list(tools), captured)
+                    traj, tools, returned = run_with_tools(
+                        handle, run, case, sessions, system=run.system, max_turns=run.max_turns, **agent_kwargs
+                    )
+                    on_result(case, traj, tools, returned)
             finally:
                 sessions.close()
     bar.close()
