@@ -5,6 +5,8 @@ someone else labelled and you have not, shown blind (no grade, diagnosis or earl
 Agreement tab of the run measures independent verdicts.
 """
 
+from typing import Any
+
 import streamlit as st
 from components.data import store
 from components.diagnosis_card import render_diagnosis
@@ -38,23 +40,23 @@ def _reset_queue() -> None:
     ss.q_after, ss.q_pin, ss.so_skipped = None, None, []
 
 
+def _queue_filter(col: Any, label: str, key: str, help: str) -> bool:
+    """A toggle that changes which trajectories the queue holds (kept in the URL; the queue starts again)."""
+    return col.toggle(label, key=key, bind="query-params", on_change=_reset_queue, help=help)
+
+
 st.title("Label queue")
 top = st.columns([2, 1.3, 0.8, 1.4, 1.6], vertical_alignment="bottom")
 run_key = pick_run(top[0], "all runs", _reset_queue)
-only_fail = top[1].toggle(
-    "Only failures",
-    key="fails",
-    bind="query-params",
-    on_change=_reset_queue,
-    help="only trajectories the automatic grader failed (errored cases are not failures)",
+only_fail = _queue_filter(
+    top[1], "Only failures", "fails", "only trajectories the automatic grader failed (errored cases are not failures)"
 )
 blind = top[2].toggle("Blind", key="blind", bind="query-params", help="hide the automatic grade while you label")
-second = top[3].toggle(
+second = _queue_filter(
+    top[3],
     "Second opinion",
-    key="second",
-    bind="query-params",
-    on_change=_reset_queue,
-    help="blind: a sample of this run's failures labelled by someone else, not yet by you",
+    "second",
+    "blind: a sample of this run's failures labelled by someone else, not yet by you",
 )
 annotator = top[4].text_input(
     "Annotator",

@@ -127,7 +127,11 @@ class Analyzer:
     ) -> AnalysisResult:
         """Analyse a stored trajectory (tools and system prompt as the agent used them; `images`:
         `{step: [image, ...]}` the pictures its conversation showed, for a vision model's passes)."""
-        raise NotImplementedError(f"{type(self).__name__} does not analyse trajectories.")
+        raise NotImplementedError(self._no_trajectories())
+
+    def _no_trajectories(self) -> str:
+        """Why `run_trajectory` refuses (an analyzer that does not analyse trajectories)."""
+        return f"{type(self).__name__} does not analyse trajectories."
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -146,16 +150,8 @@ class HookAnalyzer(Analyzer):
         """Run the hook on one finished case: an iterable of `AnalysisRecord` (or None)."""
         return type(self).hook(ctx)  # a staticmethod: the class gives the plain function
 
-    def run_trajectory(
-        self,
-        model: Model,
-        trajectory: Any,
-        *,
-        tools: Optional[list] = None,
-        system: Optional[str] = None,
-        images: Optional[dict] = None,
-    ) -> AnalysisResult:
-        raise NotImplementedError(
+    def _no_trajectories(self) -> str:
+        return (
             f"{self.name!r} is a worker hook: it runs on each finished case of a run that lists it, "
             "not on a stored trajectory."
         )

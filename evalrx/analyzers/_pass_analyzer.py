@@ -47,6 +47,10 @@ class PassAnalyzer(Analyzer):
         """Whether this trajectory on this model is analysed from teacher-forced passes."""
         return True
 
+    def without_passes(self, trajectory: Any) -> AnalysisResult:
+        """The result where `reads_passes` is False (an analyzer whose `reads_passes` can say False defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} reads every trajectory from passes.")
+
     def requests(self, plan: TrajectoryPlan) -> "list[Optional[PassRequest]]":
         """One request per pass of `plan.passes` (None: nothing to read there)."""
         raise NotImplementedError
@@ -78,9 +82,15 @@ class PassAnalyzer(Analyzer):
         system: Optional[str] = None,
         images: Optional[dict] = None,
     ) -> AnalysisResult:
-        """Analyse a stored trajectory: plan it, run its passes, read them (see `analyze` for several at once)."""
+        """Analyse a stored trajectory: plan it, run its passes, read them (see `analyze` for several at once).
+
+        Raises:
+            CapabilityError: the model lacks what the passes need (and `reads_passes` says they are needed).
+        """
         from evalrx.internals.passes import local_model
 
+        if not self.reads_passes(model, trajectory):
+            return self.without_passes(trajectory)
         self.check(model)
         local = local_model(model, type(self).__name__)
         return run_pass_analyzers(local, trajectory, [(self.name, self)], tools=tools, system=system, images=images)[

@@ -12,7 +12,7 @@ one outcome).
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, cast
+from typing import Any
 
 import numpy as np
 
@@ -190,28 +190,10 @@ class TokenUncertaintyAnalyzer(PassAnalyzer):
         caps = frozenset(getattr(model, "capabilities", frozenset()) or frozenset())
         return not (model is None or (Capability.LOGITS not in caps and _has_logprobs(trajectory)))
 
-    def run_trajectory(
-        self,
-        model: Any,
-        trajectory: Any,
-        *,
-        tools: Optional[list] = None,
-        system: Optional[str] = None,
-        images: Optional[dict] = None,
-    ) -> TokenUncertaintyResult:
-        """Per generated token of every model turn.
-
-        With `model=None`, or a model without logits (an API handle) on a trajectory
-        that carries log-probs, the stored log-probs are used; otherwise the local
-        model scores the turns teacher-forced.
-
-        Raises:
-            CapabilityError: the model has no logits and the trajectory stored none.
-        """
-        if not self.reads_passes(model, trajectory):
-            return uncertainty_from_logprobs(trajectory)
-        result = super().run_trajectory(model, trajectory, tools=tools, system=system, images=images)
-        return cast(TokenUncertaintyResult, result)  # the pass builds this class's result (`from_passes`)
+    def without_passes(self, trajectory: Any) -> TokenUncertaintyResult:
+        """The log-probs the trajectory stored: with `model=None`, or a model without logits on a trajectory that
+        carries them (otherwise the turns are scored teacher-forced)."""
+        return uncertainty_from_logprobs(trajectory)
 
     def requests(self, plan: TrajectoryPlan) -> list:
         """Per pass, the logits that predict each generated token."""

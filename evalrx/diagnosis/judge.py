@@ -47,7 +47,7 @@ from evalrx.diagnosis.judge_parts import (
     transcript_part,
     vocabulary_text,
 )
-from evalrx.diagnosis.judge_strategies import STRATEGY_RUNNERS, STRATEGY_VERSION
+from evalrx.diagnosis.judge_strategies import STRATEGY_VERSION, run_strategy
 from evalrx.diagnosis.verdict import parse_verdict
 
 # Bumped whenever the prompt or the checks change: a cached verdict of another version is not reused.
@@ -193,7 +193,8 @@ def judge(
     use_schema = getattr(model, "backend", "") == "api" if json_schema is None else json_schema
     info = judge_info(model, findings, meta, bool(use_schema), strategy)
     if strategy != DEFAULT_STRATEGY:
-        return STRATEGY_RUNNERS[strategy](
+        return run_strategy(
+            strategy,
             trajectory,
             case,
             model,

@@ -25,10 +25,12 @@ the steps (step_by_step) or ranges (binary_search) asked about.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from evalrx.core import Diagnosis, FailureCase, Model, Trajectory
 from evalrx.diagnosis.judge_parts import (
+    Asked,
     JudgeResult,
     agent_schema,
     ask_checked,
@@ -200,7 +202,42 @@ def _refused(info: dict, where: str, asked: Any) -> JudgeResult:
     return JudgeResult(None, refusal=f"{where}: {asked.refusal}", failed=asked.failed, answer=asked.answer, meta=info)
 
 
-def step_by_step(
+@dataclass
+class _Reading:
+    """One judge call's log as both strategies read it, laid out once by `run_strategy`."""
+
+    trajectory: Trajectory
+    model: Model
+    kinds: Sequence[Any]
+    info: dict
+    max_new_tokens: int
+    max_step_chars: int
+    max_steps: int
+    agents: list
+    candidates: "list[int]"
+    head: list
+    tail: list
+
+    @property
+    def team(self) -> bool:
+        return bool(self.agents)
+
+    @property
+    def steps(self) -> list:
+        return self.trajectory.steps
+
+    def ask(self, messages: list, fmt: Optional[dict], check: Callable[[str], Any]) -> Asked:
+        return ask_checked(self.model, messages, fmt, self.max_new_tokens, self.info, check)
+
+    def log_part(self, shown: list, note: str) -> Any:
+        """The transcript part showing the first steps of the log (`shown`), titled with how much of it that is."""
+        total = len(self.steps)
+        title = f"{total} steps" if len(shown) == total else f"the first {len(shown)} of {total} steps"
+        return transcript_part(self.trajectory, shown, self.max_step_chars, self.max_steps, title=f"{title} ({note})")
+
+
+def run_strategy(
+    strategy: str,
     trajectory: Trajectory,
     case: Optional[FailureCase],
     model: Model,
@@ -212,26 +249,40 @@ def step_by_step(
     max_step_chars: int,
     max_steps: int,
 ) -> JudgeResult:
-    """Ask about each step a verdict may name, in order, the log so far shown, until the judge says it is the
-    decisive mistake (see the module's docstring). `info` is the judge's meta (`judge_info`), filled in."""
-    agents = team_agents(trajectory)
-    team = bool(agents)
-    steps = trajectory.steps
-    candidates = candidate_steps(trajectory)
-    system = _system(kinds, team, _STEP_ASK.format(agent=_AGENT_FIELD[team]))
-    fmt = step_format(kinds, agents) if info["json_schema"] else None
-    head = context_parts(trajectory, case, max_step_chars)
-    tail = findings_parts(findings)
+    """Judge `trajectory` by `strategy` (`step_by_step` or `binary_search`, see the module's docstring). `info` is
+    the judge's meta (`judge_info`), filled in."""
+    reading = _Reading(
+        trajectory,
+        model,
+        kinds,
+        info,
+        max_new_tokens,
+        max_step_chars,
+        max_steps,
+        agents=team_agents(trajectory),
+        candidates=candidate_steps(trajectory),
+        head=context_parts(trajectory, case, max_step_chars),
+        tail=findings_parts(findings),
+    )
     info.update(questions=0, asked=[])
+    return _RUNNERS[strategy](reading)
+
+
+def _step_by_step(r: _Reading) -> JudgeResult:
+    """Ask about each step a verdict may name, in order, the log so far shown, until the judge says it is the
+    decisive mistake."""
+    team, steps, info = r.team, r.steps, r.info
+    system = _system(r.kinds, team, _STEP_ASK.format(agent=_AGENT_FIELD[team]))
+    fmt = step_format(r.kinds, r.agents) if info["json_schema"] else None
     confidences: "list[float]" = []
     answer = ""
-    for pos in candidates:
+    for pos in r.candidates:
         step = steps[pos]
         messages = _messages(
             system,
-            head,
-            _log_part(trajectory, steps[: pos + 1], max_step_chars, max_steps, "the log so far"),
-            tail,
+            r.head,
+            r.log_part(steps[: pos + 1], "the log so far"),
+            r.tail,
             f"Is step {step.idx}{_who(step, team)} the decisive mistake? Answer with the JSON object only.",
         )
         info["questions"] += 1
@@ -244,9 +295,9 @@ def step_by_step(
             fields = verdict_fields({**value, "first_wrong_step": step.idx})
             if fields["kind"] is None:
                 raise ValueError(f"step {step.idx} is the decisive mistake: name its kind, not null")
-            return True, check_verdict(_with_agent(fields, step, team), trajectory, kinds)
+            return True, check_verdict(_with_agent(fields, step, team), r.trajectory, r.kinds)
 
-        asked = ask_checked(model, messages, fmt, max_new_tokens, info, check)
+        asked = r.ask(messages, fmt, check)
         if asked.refusal is not None:
             return _refused(info, f"step_by_step at step {step.idx}", asked)
         answer = asked.answer
@@ -255,36 +306,21 @@ def step_by_step(
             return _result(info, got, answer)
         if got is not None:
             confidences.append(got)
-    if not candidates:
+    if not r.candidates:
         return JudgeResult(None, refusal="step_by_step: the trajectory has no step a verdict can name", meta=info)
     # Asked at every step and never told "this one": the judge's "nothing went wrong".
-    explanation = f"asked about each of its {len(candidates)} steps in turn, the judge named none the decisive mistake"
+    explanation = (
+        f"asked about each of its {len(r.candidates)} steps in turn, the judge named none the decisive mistake"
+    )
     nothing = Diagnosis(None, None, {"text": "", "explanation": explanation}, min(confidences, default=0.0), "judge")
     return _result(info, nothing, answer)
 
 
-def binary_search(
-    trajectory: Trajectory,
-    case: Optional[FailureCase],
-    model: Model,
-    kinds: Sequence[Any],
-    info: dict,
-    *,
-    findings: Optional[Sequence[Diagnosis]] = None,
-    max_new_tokens: int,
-    max_step_chars: int,
-    max_steps: int,
-) -> JudgeResult:
+def _binary_search(r: _Reading) -> JudgeResult:
     """Halve the range of steps that holds the decisive mistake until one step is left, then ask for the verdict
-    on it (see the module's docstring). `info` is the judge's meta (`judge_info`), filled in."""
-    agents = team_agents(trajectory)
-    team = bool(agents)
-    steps = trajectory.steps
-    candidates = candidate_steps(trajectory)
-    system = _system(kinds, team, _SEARCH_ASK.format(agent=_VERDICT_AGENT[team]))
-    head = context_parts(trajectory, case, max_step_chars)
-    tail = findings_parts(findings)
-    info.update(questions=0, asked=[])
+    on it."""
+    team, steps, info, candidates = r.team, r.steps, r.info, r.candidates
+    system = _system(r.kinds, team, _SEARCH_ASK.format(agent=_VERDICT_AGENT[team]))
     if not candidates:
         return JudgeResult(None, refusal="binary_search: the trajectory has no step a verdict can name", meta=info)
     lo, hi = 0, len(candidates)
@@ -298,12 +334,10 @@ def binary_search(
             f"half ({_span(second)})? Answer with the JSON object only."
         )
         shown = steps[: candidates[hi - 1] + 1]
-        messages = _messages(
-            system, head, _log_part(trajectory, shown, max_step_chars, max_steps, "to the range's end"), tail, question
-        )
+        messages = _messages(system, r.head, r.log_part(shown, "to the range's end"), r.tail, question)
         info["questions"] += 1
         info["asked"].append([whole[0].idx, whole[-1].idx])
-        asked = ask_checked(model, messages, HALF_FORMAT if info["json_schema"] else None, max_new_tokens, info, _half)
+        asked = r.ask(messages, HALF_FORMAT if info["json_schema"] else None, _half)
         if asked.refusal is not None:
             return _refused(info, f"binary_search on {_span(whole)}", asked)
         lo, hi = (lo, mid) if asked.value == "first" else (mid, hi)
@@ -311,25 +345,18 @@ def binary_search(
     info["narrowed_to"] = step.idx
     messages = _messages(
         system,
-        head,
-        transcript_part(trajectory, steps, max_step_chars, max_steps),
-        tail,
+        r.head,
+        transcript_part(r.trajectory, steps, r.max_step_chars, r.max_steps),
+        r.tail,
         f"The search narrowed the decisive mistake to step {step.idx}{_who(step, team)}. Give the verdict on "
         "that step: answer with the JSON object only.",
     )
     info["questions"] += 1
-    fmt = response_format(kinds, agents) if info["json_schema"] else None
-    asked = ask_checked(model, messages, fmt, max_new_tokens, info, _final_check(trajectory, kinds, step, team))
+    fmt = response_format(r.kinds, r.agents) if info["json_schema"] else None
+    asked = r.ask(messages, fmt, _final_check(r.trajectory, r.kinds, step, team))
     if asked.refusal is not None:
         return _refused(info, f"binary_search at step {step.idx}", asked)
     return _result(info, asked.value, asked.answer)
-
-
-def _log_part(trajectory: Trajectory, shown: list, max_step_chars: int, max_steps: int, note: str) -> Any:
-    """The transcript part showing the first steps of the log (`shown`), titled with how much of it that is."""
-    total = len(trajectory.steps)
-    title = f"{total} steps" if len(shown) == total else f"the first {len(shown)} of {total} steps"
-    return transcript_part(trajectory, shown, max_step_chars, max_steps, title=f"{title} ({note})")
 
 
 def _messages(system: Any, head: list, log: Any, tail: list, question: str) -> list:
@@ -363,18 +390,16 @@ def _final_check(trajectory: Trajectory, kinds: Sequence[Any], step: Any, team: 
     return check
 
 
-STRATEGY_RUNNERS: "dict[str, Callable[..., JudgeResult]]" = {
-    "step_by_step": step_by_step,
-    "binary_search": binary_search,
+_RUNNERS: "dict[str, Callable[[_Reading], JudgeResult]]" = {
+    "step_by_step": _step_by_step,
+    "binary_search": _binary_search,
 }
 
 __all__ = [
     "HALF_FORMAT",
-    "STRATEGY_RUNNERS",
     "STRATEGY_VERSION",
-    "binary_search",
     "candidate_steps",
     "question_count",
-    "step_by_step",
+    "run_strategy",
     "step_format",
 ]

@@ -553,6 +553,19 @@ def _jsonl(text: str, path: Path) -> "list[_Row]":
     return rows
 
 
+def _agentrx_row(where: str, case: Optional[str], f: dict, reason: Any, **place: Any) -> _Row:
+    """The label row of one AgentRx failure (`place`: where it stands: its step, or the first wrong one)."""
+    return _Row(
+        where=where,
+        sample_id=case,
+        outcome="fail",
+        kind=f["kind"],
+        note=_note(f, reason),
+        agent=_text(f["f"].get("failed_agent")),
+        **place,
+    )
+
+
 def _agentrx(doc: Any, path: Path) -> "list[_Row]":
     """One whole-trajectory label per record (its root cause) and one step label per labelled failure."""
     rows: list = []
@@ -586,30 +599,11 @@ def _agentrx(doc: Any, path: Path) -> "list[_Row]":
                 path, where, f"root_cause failure_id {root_id!r} is none of the failures' ids {sorted(failures)}"
             )
         for fid, f in failures.items():
-            rows.append(
-                _Row(
-                    where=where,
-                    sample_id=case,
-                    outcome="fail",
-                    kind=f["kind"],
-                    step_message=f["message"],
-                    note=_note(f, None),
-                    agent=_text(f["f"].get("failed_agent")),
-                    failure={"message": f["message"], "category": f["category"], "root": fid == root_id},
-                )
-            )
+            failure = {"message": f["message"], "category": f["category"], "root": fid == root_id}
+            rows.append(_agentrx_row(where, case, f, None, step_message=f["message"], failure=failure))
         root = failures[root_id]
-        rows.append(
-            _Row(
-                where=where,
-                sample_id=case,
-                outcome="fail",
-                kind=root["kind"],
-                first_wrong_message=root["message"],
-                note=_note(root, root_cause.get("reason_for_root_cause")),
-                agent=_text(root["f"].get("failed_agent")),
-            )
-        )
+        reason = root_cause.get("reason_for_root_cause")
+        rows.append(_agentrx_row(where, case, root, reason, first_wrong_message=root["message"]))
     return rows
 
 

@@ -134,6 +134,29 @@ def _duration_ns(value: Any, what: str) -> Optional[int]:
     raise ValueError(f"{what} {value!r} is not a duration")
 
 
+# The keys of a span's parent, start and end: OTLP's, and the SDK's and Phoenix's.
+_OTLP_KEYS = ("parentSpanId", "startTimeUnixNano", "endTimeUnixNano")
+_JSON_KEYS = ("parent_id", "start_time", "end_time")
+
+
+def _span(
+    obj: dict, trace: str, sid: str, what: str, attrs: dict, error: Optional[str], order: int, keys: "tuple[str, ...]"
+) -> Span:
+    """The span `obj` describes, its parent, start and end read at `keys`."""
+    parent, start, end = keys
+    return Span(
+        trace_id=trace,
+        span_id=sid,
+        parent_id=span_key(obj.get(parent), f"{what}: {parent}"),
+        name=str(obj.get("name") or ""),
+        start_ns=_time_ns(obj.get(start), f"{what}: {start}"),
+        end_ns=_time_ns(obj.get(end), f"{what}: {end}"),
+        attrs=attrs,
+        error=error,
+        order=order,
+    )
+
+
 def _error_of(code: Any, message: Any) -> Optional[str]:
     """The status message of an error status (OTLP's 2 or STATUS_CODE_ERROR, the SDK's ERROR, TRAIL's Error)."""
     text = str(code or "").strip().upper()
@@ -202,17 +225,8 @@ def otlp_spans(doc: dict, order: int = 0) -> Iterator[Span]:
                     attrs[kv["key"]] = _any_value(kv.get("value"))
                 status: dict = sp["status"] if isinstance(sp.get("status"), dict) else {}
                 order += 1
-                yield Span(
-                    trace_id=trace,
-                    span_id=sid,
-                    parent_id=span_key(sp.get("parentSpanId"), f"{what}: parentSpanId"),
-                    name=str(sp.get("name") or ""),
-                    start_ns=_time_ns(sp.get("startTimeUnixNano"), f"{what}: startTimeUnixNano"),
-                    end_ns=_time_ns(sp.get("endTimeUnixNano"), f"{what}: endTimeUnixNano"),
-                    attrs=attrs,
-                    error=_error_of(status.get("code"), status.get("message")),
-                    order=order,
-                )
+                error = _error_of(status.get("code"), status.get("message"))
+                yield _span(sp, trace, sid, what, attrs, error, order, _OTLP_KEYS)
 
 
 def _list(value: Any, what: str) -> list:
@@ -264,17 +278,7 @@ def json_span(obj: dict, order: int = 0) -> Span:
     status: dict = obj["status"] if isinstance(obj.get("status"), dict) else {}
     code = obj.get("status_code", status.get("status_code"))
     message = obj.get("status_message", status.get("description"))
-    return Span(
-        trace_id=trace,
-        span_id=sid,
-        parent_id=span_key(obj.get("parent_id"), f"{what}: parent_id"),
-        name=str(obj.get("name") or ""),
-        start_ns=_time_ns(obj.get("start_time"), f"{what}: start_time"),
-        end_ns=_time_ns(obj.get("end_time"), f"{what}: end_time"),
-        attrs=attrs,
-        error=_error_of(code, message),
-        order=order,
-    )
+    return _span(obj, trace, sid, what, attrs, _error_of(code, message), order, _JSON_KEYS)
 
 
 # ---------------------------------------------------------------- TRAIL's span trees

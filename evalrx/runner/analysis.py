@@ -279,3 +279,23 @@ def run_all(hooks: list, ctx: CaseContext) -> list[AnalysisRecord]:
     for rec in records:  # read from the result objects while the worker still holds them
         rec.scores = analysis_scores(rec.analyzer, rec.meta or {}, rec.arrays or {}, rec.result)
     return records
+
+
+def analyse_case(
+    hooks: list, handle: Any, run: "RunConfig", case: Any, traj: Any, tools: list, pictures: dict
+) -> list[AnalysisRecord]:
+    """A finished case's analysis records, as the worker and `evalrx run --out` run them: after the case, reading
+    its generation's captures and the pictures its conversation showed (`pictures`: `toolset.shown_pictures`)."""
+    from evalrx.models.agent import case_system
+
+    ctx = CaseContext(
+        handle=handle,
+        case=case,
+        trajectory=traj,
+        tools=tools,
+        tool_schemas=[tool.to_openai() for tool in tools],
+        system=case_system(run.system, case.meta),
+        run=run,
+        images=pictures,
+    )
+    return run_all(hooks, ctx)

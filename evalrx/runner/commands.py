@@ -468,6 +468,19 @@ def _given(args: argparse.Namespace, names: "tuple[str, ...]") -> "list[str]":
     return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None and getattr(args, n) is not False]
 
 
+def _judge_targets(args: argparse.Namespace, store) -> "list[int]":
+    """The trajectories `evalrx diagnose --judge` judges, here or queued; when there are none, a line says so."""
+    from evalrx.runner.judging import judge_targets
+
+    ids = judge_targets(
+        args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store
+    )
+    if not ids:
+        which = "trajectories" if args.all else "failed trajectories"
+        print(f"no {which} to judge" + ("" if args.all else " (--all adds the passing ones)"))
+    return ids
+
+
 def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
     """`evalrx diagnose RUN --judge SPEC`: judge in this process, a line per trajectory, then a summary;
     1 when a call failed (nothing stored for it), else 0."""
@@ -477,7 +490,7 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
     from evalrx.diagnosis.judge import MAX_ANSWER_TOKENS
     from evalrx.models import load, resolve_spec_key
     from evalrx.models.backends.api_secrets import redact_url
-    from evalrx.runner.judging import judge_targets, judge_trajectories
+    from evalrx.runner.judging import judge_trajectories
     from evalrx.specs import get_spec
 
     if args.run_id is None and not args.trajectory:
@@ -504,12 +517,8 @@ def _judge(p: argparse.ArgumentParser, args: argparse.Namespace, store) -> int:
                 raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
             runtime["api_key"] = key
         runtime.update({k: v for k, v in (("timeout", args.timeout), ("max_retries", args.retries)) if v is not None})
-    ids = judge_targets(
-        args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store
-    )
+    ids = _judge_targets(args, store)
     if not ids:
-        which = "trajectories" if args.all else "failed trajectories"
-        print(f"no {which} to judge" + ("" if args.all else " (--all adds the passing ones)"))
         return 0
     model = load(spec.key, backend=backend, **runtime)
     # Where the judge runs is part of who it is; a URL's user:password and query never leave this process.
@@ -559,7 +568,6 @@ def _queue_judge(args: argparse.Namespace, spec: str, backend: str, store) -> in
     """`evalrx diagnose RUN --judge SPEC --queue`: the same work as a judge job for the workers; prints its id.
     The key's value is never read here: the job names the variable, the worker reads it from its own environment."""
     from evalrx.runner.judge_jobs import JudgeConfig, queue_judge, run_concurrency
-    from evalrx.runner.judging import judge_targets
 
     config = JudgeConfig(
         spec,
@@ -575,12 +583,8 @@ def _queue_judge(args: argparse.Namespace, spec: str, backend: str, store) -> in
         max_step_chars=args.max_step_chars,
         strategy=args.judge_strategy,
     ).checked()
-    ids = judge_targets(
-        args.run_id, trajectory_ids=args.trajectory, include_passing=args.all, limit=args.limit, store=store
-    )
+    ids = _judge_targets(args, store)
     if not ids:
-        which = "trajectories" if args.all else "failed trajectories"
-        print(f"no {which} to judge" + ("" if args.all else " (--all adds the passing ones)"))
         return 0
     scope = (f"run {args.run_id}: " if args.run_id is not None else "") + (
         "failed and passing trajectories" if args.all else "failed trajectories"

@@ -11,27 +11,6 @@ from typing import Any
 from evalrx.config import RunConfig
 
 
-def run_analyses(
-    hooks: list, handle: Any, run: RunConfig, case: Any, traj: Any, tools: list, pictures: "dict | None" = None
-) -> list:
-    """The case's analysis records, run as the worker runs them (after the case, reading its generation's
-    captures and the pictures its conversation showed: `shown_pictures`)."""
-    from evalrx.models.agent import case_system
-    from evalrx.runner import analysis
-
-    ctx = analysis.CaseContext(
-        handle=handle,
-        case=case,
-        trajectory=traj,
-        tools=tools,
-        tool_schemas=[t.to_openai() for t in tools],
-        system=case_system(run.system, case.meta),
-        run=run,
-        images=pictures or {},
-    )
-    return analysis.run_all(hooks, ctx)
-
-
 def analyses_json(records: list) -> list:
     """Analysis records as JSON (`{"analyzer", "step_idx", "meta", "scores", "arrays"}`, each array as
     `{"dtype", "shape", "data"}`)."""
@@ -60,17 +39,16 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     from tqdm import tqdm
 
     import evalrx
-    from evalrx.core.case import Label
     from evalrx.models import weights_problem
-    from evalrx.models.agent import error_trajectory, run_batch, run_case
+    from evalrx.models.agent import run_batch
     from evalrx.runner import analysis
     from evalrx.runner.diagnose import diagnose_case
     from evalrx.runner.enqueue import run_name
     from evalrx.runner.toolset import (
         capturing,
-        case_toolset,
         mcp_sessions,
         pictures_by_step,
+        run_with_tools,
         shown_pictures,
         static_tools,
     )
@@ -104,11 +82,11 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
     t0 = time.perf_counter()
     with out.open("w", encoding="utf-8") as fh:
 
-        def on_result(case: Any, traj: Any, tools: list, captured: list) -> None:
+        def on_result(case: Any, traj: Any, tools: list, returned: dict) -> None:
+            """`returned`: the pictures its tools returned by step, as the worker keeps them."""
             counts[traj.outcome.value] = counts.get(traj.outcome.value, 0) + 1
-            returned = pictures_by_step(traj, captured)  # the pictures its tools returned, as the worker keeps them
             shown = shown_pictures(traj, case, returned)  # as the worker gives them (a text model's pass skips them)
-            records = run_analyses(hooks, handle, run, case, traj, tools, shown) if hooks else []
+            records = analysis.analyse_case(hooks, handle, run, case, traj, tools, shown) if hooks else []
             diagnoses = diagnose_case(traj, case, tools, records)  # as the worker diagnoses a finished case
             pictures = {idx: [export_picture(p) for p in pics] for idx, pics in returned.items()}
             row = export_row(traj, export_case(case), run=run_info, diagnoses=diagnoses, pictures=pictures)
@@ -133,6 +111,10 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
                 made[id(case)] = (tools, captured)
                 return tools
 
+            def batch_result(case: Any, traj: Any) -> None:
+                tools, captured = made.pop(id(case), ([], []))
+                on_result(case, traj, tools, pictures_by_step(traj, captured))
+
             run_batch(
                 handle,
                 cases,
@@ -140,31 +122,17 @@ def run_to_jsonl(args: Any, run: RunConfig, cases: list) -> int:
                 system=run.system,
                 max_turns=run.max_turns,
                 concurrency=args.concurrency,
-                on_result=lambda case, traj: on_result(case, traj, *made.pop(id(case), ([], []))),
+                on_result=batch_result,
                 agent_kwargs=agent_kwargs,
                 grade=True,  # as the worker grades: a bad grader is the case's grade error, not the run's end
             )
         else:
             try:
                 for case in cases:  # one at a time: each case's MCP servers start and stop around it
-                    tools: list = []
-                    captured: list = []
-                    try:
-                        with case_toolset(run, case, sessions) as offered:
-                            tools = [capturing(tool, captured) for tool in offered]
-                            traj = run_case(
-                                handle,
-                                case,
-                                tools,
-                                grade=True,
-                                system=run.system,
-                                max_turns=run.max_turns,
-                                **agent_kwargs,
-                            )
-                    except Exception as exc:  # a server that did not start fails the case, not the run
-                        traj = error_trajectory(case, exc)
-                        traj.outcome = Label.ERROR
-                    on_result(case, traj, list(tools), captured)
+                    traj, tools, returned = run_with_tools(
+                        handle, run, case, sessions, system=run.system, max_turns=run.max_turns, **agent_kwargs
+                    )
+                    on_result(case, traj, tools, returned)
             finally:
                 sessions.close()
     bar.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from evalrx.config import RunConfig
 from evalrx.core.case import StepRole, Trajectory
@@ -127,6 +127,35 @@ def case_toolset(run: RunConfig, case: Any, sessions: Optional[Any] = None) -> I
             pool.close()
 
 
+def run_with_tools(
+    handle: Any,
+    run: RunConfig,
+    case: Any,
+    sessions: Optional[Any] = None,
+    *,
+    check: Optional[Callable[[], None]] = None,
+    **agent_kwargs: Any,
+) -> "tuple[Trajectory, list, dict]":
+    """Run and grade one case with the tools it is offered (`case_toolset`): the trajectory, those tools and the
+    pictures they returned by step, as the worker and `evalrx run --out` run a case. What fails before the model is
+    asked (`check`, a bad tool, a server that did not start) is an error trajectory with no tools, not an exception.
+    """
+    from evalrx.core.case import Label
+    from evalrx.models.agent import error_trajectory, run_case
+
+    captured: list = []
+    try:
+        if check is not None:
+            check()
+        with case_toolset(run, case, sessions) as offered:
+            tools = [capturing(tool, captured) for tool in offered]
+            traj = run_case(handle, case, tools, grade=True, **agent_kwargs)
+    except Exception as exc:  # the case fails, not the run
+        traj, tools = error_trajectory(case, exc), []
+        traj.outcome = Label.ERROR
+    return traj, tools, pictures_by_step(traj, captured)
+
+
 __all__ = [
     "DEFAULT_TOOLS",
     "capturing",
@@ -136,6 +165,7 @@ __all__ = [
     "pictures_by_step",
     "shown_pictures",
     "run_tools",
+    "run_with_tools",
     "static_tools",
     "tool_list",
 ]

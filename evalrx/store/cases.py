@@ -46,46 +46,28 @@ def record_case(
     outcome = traj.outcome.value
     error = outcome == Label.ERROR or traj.terminated == Termination.ERROR
     try:
-        return _record_case(
-            store, job_id, worker_id, run_id, case_row_id, traj, outcome, error, diagnoses, records, pictures
-        )
+        with store.write() as s:
+            owned = lock_owned_job(s, job_id, worker_id)
+            tid = save_trajectory(s, run_id, case_row_id, traj, diagnoses=diagnoses)
+            if pictures:
+                save_step_pictures(s, tid, pictures)
+            save_analyses(s, tid, records)
+            s.execute(
+                update(t.Run)
+                .where(t.Run.id == run_id)
+                .values(
+                    n_done=t.Run.n_done + 1,
+                    n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
+                    n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
+                    n_error=t.Run.n_error + (1 if error else 0),
+                )
+            )
+            owned.progress_done = owned.progress_done + 1
+            owned.idle_claims = 0  # this claim stored a case: deaths so far were the case's, not the job's
+            owned.heartbeat_at = t.utcnow()
+            return bool(owned.cancel_requested)
     except IntegrityError as exc:  # the unique (run, case, attempt): never twice
         raise AlreadyStored(f"case row {case_row_id} of run {run_id} is already stored") from exc
-
-
-def _record_case(
-    store: Store,
-    job_id: int,
-    worker_id: str,
-    run_id: int,
-    case_row_id: int,
-    traj: Any,
-    outcome: str,
-    error: bool,
-    diagnoses: Sequence[Any],
-    records: Sequence[Any],
-    pictures: Optional[dict],
-) -> bool:
-    with store.write() as s:
-        owned = lock_owned_job(s, job_id, worker_id)
-        tid = save_trajectory(s, run_id, case_row_id, traj, diagnoses=diagnoses)
-        if pictures:
-            save_step_pictures(s, tid, pictures)
-        save_analyses(s, tid, records)
-        s.execute(
-            update(t.Run)
-            .where(t.Run.id == run_id)
-            .values(
-                n_done=t.Run.n_done + 1,
-                n_pass=t.Run.n_pass + (1 if outcome == "pass" else 0),
-                n_fail=t.Run.n_fail + (1 if outcome == "fail" else 0),
-                n_error=t.Run.n_error + (1 if error else 0),
-            )
-        )
-        owned.progress_done = owned.progress_done + 1
-        owned.idle_claims = 0  # this claim stored a case: deaths so far were the case's, not the job's
-        owned.heartbeat_at = t.utcnow()
-        return bool(owned.cancel_requested)
 
 
 def start_case(store: Store, run_id: int, case_row_id: int, attempt: int = 1) -> int:

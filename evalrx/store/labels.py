@@ -20,27 +20,14 @@ from evalrx.core.failures import canonical_kind
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, changed_rows, insert_ignore, resolve
-from evalrx.store.records import LabelInfo
+from evalrx.store.records import LabelInfo, from_row
 from evalrx.store.taxonomy import ensure_kind
 
 OUTCOMES = tuple(l.value for l in Label)
 
 
 def _info(row: t.LabelRow) -> LabelInfo:
-    return LabelInfo(
-        id=row.id,
-        trajectory_id=row.trajectory_id,
-        step_idx=row.step_idx,
-        outcome=row.outcome,
-        failure_kind=row.failure_kind,
-        first_wrong_step=row.first_wrong_step,
-        note=row.note,
-        annotator=row.annotator,
-        created_at=row.created_at,
-        is_current=row.is_current,
-        superseded_by=row.superseded_by,
-        agent=row.agent,
-    )
+    return from_row(LabelInfo, row)
 
 
 def _slot(q: Any, step_idx: Optional[int]) -> Any:

@@ -21,7 +21,7 @@ from evalrx.store import schema as t
 from evalrx.store.diagnoses import diagnoses_in
 from evalrx.store.engine import Store, resolve
 from evalrx.store.labels import current_labels_in, tags_in
-from evalrx.store.records import AgentShare, Page, RunInfo, RunStats, TrajectoryDetail, TrajectoryRow
+from evalrx.store.records import AgentShare, Page, RunInfo, RunStats, TrajectoryDetail, TrajectoryRow, from_row
 
 SORTS = {
     "id": t.Trajectory.id,
@@ -430,23 +430,10 @@ def find_trajectory(run_id: int, sample_id: str, *, store: "Store | str | None" 
 
 
 def _run_info(run: t.Run, job: Optional[t.Job]) -> RunInfo:
-    return RunInfo(
-        id=run.id,
-        name=run.name,
-        status=run.status,
-        source=run.source,
-        spec_key=run.spec_key,
-        backend=run.backend,
+    return from_row(
+        RunInfo,
+        run,
         config=run.config or {},
-        n_cases=run.n_cases,
-        n_done=run.n_done,
-        n_pass=run.n_pass,
-        n_fail=run.n_fail,
-        n_error=run.n_error,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        error=run.error,
         job_id=job.id if job else None,
         job_status=job.status if job else None,
         worker_id=job.worker_id if job else None,

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, changed_rows, resolve
-from evalrx.store.records import JobInfo
+from evalrx.store.records import JobInfo, from_row
 from evalrx.store.status import FINAL_STATUSES, JobKind, JobStatus
 
 DEFAULT_MAX_ATTEMPTS = 10
@@ -57,19 +57,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def job_info(job: t.Job) -> JobInfo:
-    return JobInfo(
-        id=job.id,
-        run_id=job.run_id,
-        status=job.status,
-        worker_id=job.worker_id,
-        claims=job.attempts,
-        progress_done=job.progress_done,
-        progress_total=job.progress_total,
-        cancel_requested=job.cancel_requested,
-        heartbeat_at=job.heartbeat_at,
-        error=job.error,
-        kind=job.kind,
-    )
+    return from_row(JobInfo, job, claims=job.attempts)
 
 
 # ---------------------------------------------------------------- workers

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
+
+_R = TypeVar("_R")
+
+
+def from_row(cls: "type[_R]", row: Any, **given: Any) -> _R:
+    """A record of `cls` whose fields are `row`'s same-named columns, except those `given`."""
+    names = (f.name for f in fields(cls) if f.name not in given)  # type: ignore[arg-type]
+    return cls(**{name: getattr(row, name) for name in names}, **given)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from evalrx.runner import analysis
 from evalrx.runner.diagnose import diagnose_case
 from evalrx.runner.keys import api_key_for
 from evalrx.runner.prompt_guard import check_prompt
-from evalrx.runner.toolset import capturing, case_toolset, mcp_sessions, pictures_by_step, shown_pictures
+from evalrx.runner.toolset import mcp_sessions, run_with_tools, shown_pictures
 from evalrx.store import (
     AlreadyStored,
     JobStatus,
@@ -183,31 +183,20 @@ class CaseHandler:
     def run_case(
         self, handle: Any, run: RunConfig, case: FailureCase, attempt: int = 1, sessions: Optional[Any] = None
     ) -> CaseResult:
-        from evalrx.models.agent import error_trajectory
-        from evalrx.models.agent import run_case as agent_run_case
-
-        captured: list = []
-        tools: list = []
-        try:
-            check_prompt(handle, case, self.worker.max_prompt_bytes)
-            with case_toolset(run, case, sessions) as offered:
-                tools = [capturing(tool, captured) for tool in offered]
-                # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
-                traj = agent_run_case(
-                    handle,
-                    case,
-                    tools,
-                    grade=True,
-                    seed=run.attempt_seed(case.id, attempt),
-                    **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers),
-                )
-        except Exception as exc:  # refused before any model call (a bad tool, a server that did not start)
-            traj, tools = error_trajectory(case, exc), []
-            traj.outcome = Label.ERROR
+        # Local runs with white-box analyzers keep the generation's internals: no second forward for them.
+        traj, tools, pictures = run_with_tools(
+            handle,
+            run,
+            case,
+            sessions,
+            check=lambda: check_prompt(handle, case, self.worker.max_prompt_bytes),
+            seed=run.attempt_seed(case.id, attempt),
+            **analysis.with_capture(run.agent_kwargs(), handle, run.analyzers),
+        )
         traj.attempt = attempt
         if traj.terminated == Termination.ERROR:
             log.warning("case %s: %s", case.id, traj.metrics.get("error"))
-        return CaseResult(traj, tools, pictures_by_step(traj, captured))
+        return CaseResult(traj, tools, pictures)
 
     def _results_serial(
         self, run_id: int, handle: Any, run: RunConfig, cases: list, sessions: Optional[Any] = None
@@ -268,24 +257,12 @@ class CaseHandler:
         result: CaseResult,
     ) -> bool:
         """Analyse, then write one finished case in one transaction. Returns the cancel flag."""
-        from evalrx.models.agent import case_system
-
         traj, tools = result.trajectory, result.tools
         pictures = {idx: [image_bytes(p) for p in pics] for idx, pics in result.pictures.items()}
         records: list = []
         if hooks:
-            schemas = [tool.to_openai() for tool in tools]
-            ctx = analysis.CaseContext(
-                handle=handle,
-                case=case,
-                trajectory=traj,
-                tools=tools,
-                tool_schemas=schemas,
-                system=case_system(run.system, case.meta),
-                run=run,
-                images=shown_pictures(traj, case, result.pictures),
-            )
-            records = analysis.run_all(hooks, ctx)
+            shown = shown_pictures(traj, case, result.pictures)
+            records = analysis.analyse_case(hooks, handle, run, case, traj, tools, shown)
         diagnoses = diagnose_case(traj, case, tools, records, tool_marks(store=self.store))
         try:
             return record_case(
