@@ -86,7 +86,7 @@ def _variant(analyzers: "list | None", chat_kwargs: "dict | None") -> str:
 def _keep_handles() -> None:
     """One model per variant for the whole benchmark, as a worker keeps its model over a job's cases:
     loading one per block would time each block's cold start (caches, first-use checks) instead."""
-    from evalrx.runner import worker
+    from evalrx.runner.handlers import cases as worker  # the run handler loads the model
 
     if getattr(worker.load_handle, "kept", False):
         return
