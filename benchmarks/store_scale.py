@@ -66,7 +66,7 @@ def make(i: int, n_steps: int, rng: random.Random) -> tuple[FailureCase, Traject
         grader={"kind": "normalized"},
         meta={"suite": f"suite{i % 7}"},
     )
-    steps = [Step(0, StepRole.USER, prompt, span={"has_picture": False})]
+    steps = [Step(0, StepRole.USER, prompt, span={"has_image": False})]
     turn = 0
     while len(steps) < n_steps - 1:
         turn += 1

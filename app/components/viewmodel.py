@@ -118,7 +118,8 @@ def step_views(trajectory: Any, case: Optional[dict] = None) -> list[StepView]:
             else:
                 v.title = f"Model, turn {v.turn}" if v.turn else "Model"
             v.text = s.content or ""
-            v.calls += [(call.name or "?", call.args) for call in s.tool_calls]
+            # An older import kept a wire call's "arguments" as written: show them where "args" is empty.
+            v.calls += [(call.name or "?", call.args or call.extra.get("arguments", {})) for call in s.tool_calls]
         else:
             name = s.content or ""
             v.title = f"Tool {name}" if name else "Feedback to the model"

@@ -325,7 +325,7 @@ def _rebuild(steps_in: list, load: Callable[[str], Optional[dict]]) -> tuple[lis
         if source == "user":
             at: dict = {"started_at": st["timestamp"]} if isinstance(st.get("timestamp"), str) else {}
             if first_user and shown:
-                at["has_picture"] = True
+                at["has_image"] = True
                 case_picture, shown = load(shown[0]), shown[1:]
             first_user = False
             out.append([_pictured(_step(idx, "user", message, span=at), shown, load)])

@@ -41,9 +41,29 @@ class StoreUnwritable(SchemaError):
     place that turns a store problem into one line does so for this too)."""
 
 
-# SQLite's extended result names and PostgreSQL's SQLSTATEs (class 53: insufficient resources) for "cannot write".
+# SQLite's extended result names and PostgreSQL's SQLSTATEs (read-only transaction, disk full) for "cannot write".
 _SQLITE_UNWRITABLE = ("SQLITE_READONLY", "SQLITE_FULL")
-_PG_UNWRITABLE = ("25006", "53")
+_PG_UNWRITABLE = ("25006", "53100")
+# Python 3.10's sqlite3 errors carry no `sqlite_errorname`: SQLite's own message for each name.
+_SQLITE_MESSAGES = {
+    "attempt to write a readonly database": "SQLITE_READONLY",
+    "database or disk is full": "SQLITE_FULL",
+    "database is locked": "SQLITE_BUSY",
+    "database table is locked": "SQLITE_LOCKED",
+    "unable to open database file": "SQLITE_CANTOPEN",
+    "disk i/o error": "SQLITE_IOERR",
+}
+
+
+def _sqlite_name(orig: Any) -> Optional[str]:
+    """A sqlite3 error's result name ("SQLITE_READONLY"), "" for another sqlite3 error, None for another driver."""
+    if type(orig).__module__ != "sqlite3":
+        return None
+    name = getattr(orig, "sqlite_errorname", None)
+    if name:
+        return str(name)
+    text_ = str(orig).strip().lower()
+    return next((n for m, n in _SQLITE_MESSAGES.items() if text_.startswith(m)), "")
 
 
 def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable]:
@@ -51,7 +71,7 @@ def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable
     orig = getattr(exc, "orig", None)
     if orig is None:
         return None
-    name = getattr(orig, "sqlite_errorname", "") or ""
+    name = _sqlite_name(orig) or ""
     state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or ""
     if not (name.startswith(_SQLITE_UNWRITABLE) or state.startswith(_PG_UNWRITABLE)):
         return None
@@ -77,9 +97,9 @@ def unreachable(exc: BaseException) -> bool:
     if not isinstance(exc, (OperationalError, InterfaceError)):
         return False
     orig = getattr(exc, "orig", None)
-    name = getattr(orig, "sqlite_errorname", None)
+    name = _sqlite_name(orig)
     if name is not None:
-        return str(name).startswith(_SQLITE_AWAY)
+        return name.startswith(_SQLITE_AWAY)
     state = getattr(orig, "sqlstate", None)
     return state is None or str(state).startswith(_PG_AWAY)  # no state: the connection itself failed
 

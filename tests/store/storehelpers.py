@@ -24,7 +24,7 @@ def make_case(i: int, image: Optional[bytes] = None) -> FailureCase:
 def make_trajectory(case: FailureCase, rng: random.Random, *, n_turns: Optional[int] = None) -> Trajectory:
     """A plausible agent trajectory with tool calls, observations, spans and metrics."""
     n_turns = n_turns if n_turns is not None else rng.randint(1, 4)
-    steps = [Step(idx=0, role=StepRole.USER, content=case.inputs.prompt, span={"has_picture": False})]
+    steps = [Step(idx=0, role=StepRole.USER, content=case.inputs.prompt, span={"has_image": False})]
     total_lat = total_tool = 0.0
     pt = ct = calls = perr = 0
     for turn in range(1, n_turns + 1):

@@ -235,7 +235,7 @@ def test_images_in_first_message_and_tool_results_are_reinjected():
     first_user = h.seen[0][0]
     assert first_user["content"][0] == {"type": "image", "image": img_in}
     assert first_user["content"][1]["text"] == "What is it?"
-    assert traj.steps[0].span["has_picture"] is True
+    assert traj.steps[0].span["has_image"] is True
     convo = h.seen[1]
     # Both tool replies come straight after the assistant turn; image messages follow them.
     assert [m["role"] for m in convo[1:]] == ["assistant", "tool", "tool", "user", "user"]

@@ -58,7 +58,7 @@ def _hermes_trajectory(name: str = "calculator") -> Trajectory:
         "case-1",
         "What is 3*4?",
         steps=[
-            Step(0, StepRole.USER, "What is 3*4?", span={"has_picture": False}),
+            Step(0, StepRole.USER, "What is 3*4?", span={"has_image": False}),
             Step(1, StepRole.ACTOR, call, tool_calls=[{"name": name, "args": {"expression": "3*4"}, "raw": call}]),
             Step(2, StepRole.TOOL, name, observation="12", span={"call": 0}),
             Step(3, StepRole.ACTOR, ANSWER),

@@ -822,3 +822,14 @@ def test_a_list_row_says_one_step_and_one_call_in_the_singular():
     html = row_html(row)
     assert "1 step · 1 call ·" in html and "calls" not in html and "steps" not in html
     assert "3 steps · 2 calls" in row_html(SimpleNamespace(**{**vars(row), "n_steps": 3, "n_tool_calls": 2}))
+
+
+def test_a_stored_call_with_wire_arguments_shows_them():
+    """An older import stored a wire call as written ({"name", "arguments"}): the step still shows its arguments."""
+    traj = Trajectory(
+        sample_id="w",
+        goal="g",
+        steps=[Step(0, StepRole.ACTOR, "", tool_calls=[{"name": "lookup", "arguments": {"q": "x"}}])],
+    )
+    (view,) = step_views(traj)
+    assert view.calls == [("lookup", {"q": "x"})]

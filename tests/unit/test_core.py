@@ -50,7 +50,7 @@ def test_trajectory_round_trip_is_lossless():
         sample_id="c1",
         goal="What is 2+2?",
         steps=[
-            Step(0, StepRole.USER, "What is 2+2?", span={"has_picture": False}),
+            Step(0, StepRole.USER, "What is 2+2?", span={"has_image": False}),
             Step(
                 1,
                 StepRole.ACTOR,

@@ -216,7 +216,7 @@ def conversation_from_trajectory(
             n = max(
                 len(pictures),
                 int(s.span.get("n_images") or 0),
-                int(not seen_prompt and bool(s.span.get("has_picture"))),
+                int(not seen_prompt and bool(s.span.get("has_image"))),
             )
             pictures += [None] * (n - len(pictures))
             if seen_prompt:

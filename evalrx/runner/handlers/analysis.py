@@ -23,6 +23,7 @@ from evalrx.store import (
     request_of_job,
     shown_pictures,
     stored_run,
+    unreachable,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class AnalysisHandler:
         try:
             status, error, records = self._analyse(req)
         except Exception as exc:
+            if unreachable(exc):  # the store went away, not the request: the worker leaves it to be requeued
+                raise
             log.warning("analysis request %s failed: %s", req["id"], exc)
             status, error, records = JobStatus.FAILED, f"{type(exc).__name__}: {exc}", []
         tid = req["trajectory_id"]

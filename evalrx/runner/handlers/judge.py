@@ -21,6 +21,7 @@ from evalrx.store import (
     record_judged,
     release_job,
     start_judge_job,
+    unreachable,
 )
 
 if TYPE_CHECKING:
@@ -91,6 +92,8 @@ def run_judge_job(store: Store, job: JudgeJobInfo, worker_id: str, stop: threadi
         log.warning("%s; leaving it to its new owner", exc)
         status = "lost"
     except Exception as exc:  # the judge could not start (no key, no such server): a line on the job
+        if unreachable(exc):  # the store went away, not the judge: the worker leaves the job to be requeued
+            raise
         reason = scrub(one_line(f"{exc}" or type(exc).__name__, 1000), key)
         log.warning("judge job %s failed: %s", job.id, reason)
         finish_job(store, job.job_id, worker_id, JobStatus.FAILED, error=reason)

@@ -51,7 +51,7 @@ def _run_with_everything(store) -> int:
                     if traj.steps[1].tool_calls
                     else []
                 )
-                traj.steps[0].span = {"has_picture": False}
+                traj.steps[0].span = {"has_image": False}
             tid = runs.save_trajectory(s, run_id, case_row_id, traj)
             if pos in (2, 3):  # a tool returned pictures (on the case with a picture too)
                 tool = next(st.idx for st in traj.steps if st.role.value == "tool")
@@ -347,7 +347,7 @@ def test_foreign_atif_pictures_come_from_beside_the_document_and_nowhere_else(sq
     tid = S.list_trajectories(run_id=res.run_ids[0], store=sqlite_url).rows[0].id
     detail = S.get_trajectory(tid, store=sqlite_url)
     tr = detail.trajectory
-    assert tr.goal == "What does the chart say?" and tr.steps[0].span["has_picture"] is True
+    assert tr.goal == "What does the chart say?" and tr.steps[0].span["has_image"] is True
     store = S.connect(sqlite_url)
     pictures = S.shown_pictures(tid, store=store)
     assert pictures[0] == [PNG] and pictures[2] == [ZOOMED, JPEG] and 3 not in pictures
