@@ -358,8 +358,11 @@ def requeue_stale(store: Store, *, stale_after_s: float = 60.0, max_attempts: in
             if not (stale or dead_here):
                 continue
             who = job.worker_id
-            if worker is not None:
+            # A worker still heartbeating lost only this job (a store outage mid-work): it stays alive.
+            if worker is not None and (dead_here or worker.heartbeat_at is None or worker.heartbeat_at < cutoff):
                 worker.status, worker.job_id = "stopped", None
+            elif worker is not None and worker.job_id == job.id:
+                worker.job_id = None
             run = s.get_one(t.Run, job.run_id) if job.run_id is not None else None
             if job.cancel_requested:  # it was asked to stop anyway
                 job.status, job.finished_at, job.worker_id = JobStatus.CANCELLED, now, None

@@ -76,3 +76,23 @@ def test_unreachable_tells_an_outage_from_a_bad_query(tmp_path):
     else:
         raise AssertionError("the query should have failed")
     S.forget(url)
+
+
+def test_a_job_lost_to_an_outage_is_requeued_but_its_live_worker_stays_alive(sqlite_url):
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from evalrx.store import schema as t
+
+    store = S.connect(sqlite_url)
+    run_id = enqueue_run(scripted_config(), cases(1), name="lost", store=store)
+    S.register_worker(store, "w-live")
+    job = S.claim_job(store, "w-live", S.JobKind.RUN)
+    assert job is not None
+    with store.write() as s:  # the job's heartbeat went stale while the store was away
+        s.execute(update(t.Job).where(t.Job.id == job.id).values(heartbeat_at=t.utcnow() - timedelta(seconds=120)))
+    S.heartbeat(store, "w-live")  # the worker itself is heartbeating again
+    assert S.requeue_stale(store, stale_after_s=60) == [job.id]
+    assert S.get_run(run_id, store=store).status == "queued"
+    assert [w["id"] for w in S.alive_workers(store=store)] == ["w-live"]
