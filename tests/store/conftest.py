@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # pgserver, helpers
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE))  # pgserver, helpers
+# Tests share builders across the subfolders (the kill tests use the judge and diagnosis tests' runs): each folder
+# is on the path whatever order pytest collects them in.
+sys.path[1:1] = [str(_HERE / sub) for sub in ("diagnosis", "interop", "queue")]
 
 from pgserver import INSTALL_HINT, PostgresServer, find_bindir  # noqa: E402
 
