@@ -248,7 +248,8 @@ class Agent:
         conversation.prompt(goal, case.inputs.image)
         messages = conversation.messages
         steps: list = [
-            Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})  # a stored key: its first name
+            # "has_image" is a stored key: it keeps its first name.
+            Step(idx=0, role=StepRole.USER, content=goal, span={"has_image": case.inputs.image is not None})
         ]
 
         captures: dict = {}  # actor step index -> ChatTurn.capture, when the chat kwargs asked for them
