@@ -586,7 +586,10 @@ def _agentrx(doc: Any, path: Path) -> "list[_Row]":
             category = _text(f.get("failure_category"))
             if category is None:
                 raise ImportFormatError(path, where, f"failure {f['failure_id']} has no failure_category")
-            failures[f["failure_id"]] = {
+            fid = f["failure_id"]
+            if isinstance(fid, bool) or not isinstance(fid, (int, str)):
+                raise ImportFormatError(path, where, f"failure_id must be a number or text, got {fid!r}")
+            failures[fid] = {
                 "message": _int(f["step_number"], path, where, "step_number", least=1),
                 "category": category,
                 "kind": _kind(category, path, where, AGENTRX),
@@ -594,9 +597,9 @@ def _agentrx(doc: Any, path: Path) -> "list[_Row]":
             }
         root_cause = rec.get("root_cause") or {}
         root_id = root_cause.get("failure_id") if isinstance(root_cause, dict) else None
-        if root_id not in failures:
+        if isinstance(root_id, (list, dict)) or root_id not in failures:
             raise ImportFormatError(
-                path, where, f"root_cause failure_id {root_id!r} is none of the failures' ids {sorted(failures)}"
+                path, where, f"root_cause failure_id {root_id!r} is none of the failures' ids {list(failures)}"
             )
         for fid, f in failures.items():
             failure = {"message": f["message"], "category": f["category"], "root": fid == root_id}

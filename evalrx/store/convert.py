@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -25,10 +26,21 @@ def truncated(text: Any, limit: int = STORED_TEXT_LIMIT) -> "tuple[Any, Optional
     return text[:limit] + f"\n[… truncated by evalrx: {len(text):,} characters in all]", len(text)
 
 
+# NUL and lone surrogates: PostgreSQL text and JSONB reject both, and UTF-8 cannot encode a lone surrogate.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """`text` with its NUL characters and lone surrogates replaced by U+FFFD (isascii is a flag check)."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
 def clean(value: Any) -> Any:
-    """Replace NUL characters, which PostgreSQL text and JSONB reject, in strings at any depth."""
+    """Replace NUL characters and lone surrogates, which no store can keep, in strings at any depth."""
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+        return storable_text(value)
     if isinstance(value, dict):
         return {clean(k): clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -39,20 +51,20 @@ def clean(value: Any) -> Any:
 def jsonable(value: Any) -> Any:
     """Make a value storable as JSON on both backends, in one walk.
 
-    Unknown objects become their str, tuples lists, keys strings; NUL characters are
+    Unknown objects become their str, tuples lists, keys strings; NUL characters and lone surrogates are
     replaced and non-finite floats (which PostgreSQL's JSONB rejects) become strings.
     """
     if value is None or value is True or value is False:
         return value
     kind = type(value)
     if kind is str:
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+        return storable_text(value)
     if kind is int:
         return value
     if kind is float:
         return value if math.isfinite(value) else str(value)
     if kind is dict or isinstance(value, dict):
-        return {(k if type(k) is str else str(k)): jsonable(v) for k, v in value.items()}
+        return {storable_text(k if type(k) is str else str(k)): jsonable(v) for k, v in value.items()}
     if kind is list or isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
     if isinstance(value, (int, float)):  # bool handled above; numpy scalars and friends

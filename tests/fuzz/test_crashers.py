@@ -92,3 +92,36 @@ def test_parquet_text_that_is_not_utf8_is_one_line(tmp_path):
     path = copied("run_text_not_utf8.parquet", tmp_path)  # our Parquet export, a case id's first byte 0x80
     with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \('utf-8' codec can't decode"):
         preview_file(path)
+
+
+def test_lone_surrogates_in_an_evalrx_row_are_stored_as_replacement_characters(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("run_lone_surrogates.jsonl", tmp_path)  # "\ud800" in a case meta key and a step's text
+    import_file(path, store=url)
+    (row,) = S.list_trajectories(store=url).rows
+    got = S.get_trajectory(row.id, store=url)
+    assert got.case["meta"]["\ufffdkey"] == "lone \ufffd surrogate"
+    assert got.trajectory.steps[1].content == "Looking \ufffd."
+    S.forget(url)
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("agentrx_root_id_a_list.labels.json", r"root_cause failure_id \[\] is none of the failures' ids \[1, 2\]"),
+        ("agentrx_failure_id_an_object.labels.json", r"failure_id must be a number or text, got \{'a': 1\}"),
+    ],
+)
+def test_an_agentrx_failure_id_that_is_not_a_number_or_text_is_one_line(tmp_path, name, message):
+    import evalrx.store as S
+    from evalrx.interop import import_labels
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    with pytest.raises(ImportFormatError, match=message):
+        import_labels(copied(name, tmp_path), store=url)
+    S.forget(url)
