@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def pristine(tmp_path_factory) -> Path:
 
 
 def row_counts(db: Path) -> dict:
-    with sqlite3.connect(db) as con:
+    with closing(sqlite3.connect(db)) as con:  # closed, not only committed: the next example replaces the file
         tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return {t: con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables}
 
@@ -66,13 +67,23 @@ def import_like_the_page(path: Path, url: str) -> None:
     import_file(path, store=url, again=True)
 
 
+def fresh_store(pristine: Path) -> str:
+    """The work store (one path, so one engine and its compiled SQL for every example) reset to `pristine`."""
+    db = pristine.with_name("work.sqlite")
+    url = f"sqlite:///{db}"
+    S.connect(url, check=False).dispose()  # no pooled connection may hold the file it replaces
+    for extra in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    shutil.copyfile(pristine, db)
+    return url
+
+
 def check_import(name: str, raw: bytes, pristine: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="evalrx-fuzz-") as tmp:
         path = Path(tmp) / name  # the seed's name: suffixes are part of what a reader may look at
         path.write_bytes(raw)
-        db = Path(tmp) / "store.sqlite"
-        shutil.copyfile(pristine, db)
-        url = f"sqlite:///{db}"
+        url = fresh_store(pristine)
+        db = pristine.with_name("work.sqlite")
         before = row_counts(db)
         try:
             import_like_the_page(path, url)
@@ -80,8 +91,6 @@ def check_import(name: str, raw: bytes, pristine: Path) -> None:
             assert one_line(exc), repr(str(exc))
             assert str(exc).startswith(str(path)), f"the message does not name the file: {exc}"
             assert row_counts(db) == before, "a failed import changed the store"
-        finally:
-            S.forget(url)
 
 
 @pytest.mark.parametrize("seed", TRAJECTORY_SEEDS + LABEL_SEEDS)
