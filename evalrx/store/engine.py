@@ -41,6 +41,11 @@ class StoreUnwritable(SchemaError):
     place that turns a store problem into one line does so for this too)."""
 
 
+class StoreUnavailable(SchemaError):
+    """The store could not be opened at all: a database server that is down or refuses us, a SQLite file on a full
+    disk (its -wal and -shm files cannot be made) or in a folder it cannot write (a SchemaError, for the same reason)."""
+
+
 # SQLite's extended result names and PostgreSQL's SQLSTATEs (read-only transaction, disk full) for "cannot write".
 _SQLITE_UNWRITABLE = ("SQLITE_READONLY", "SQLITE_FULL")
 _PG_UNWRITABLE = ("25006", "53100")
@@ -225,9 +230,18 @@ class Store:
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this code's schema version."""
+        from sqlalchemy.exc import OperationalError
+
         if self._schema_ok:  # checked once per process; a schema does not go back
             return
-        rev = self.schema_revision()
+        try:
+            rev = self.schema_revision()
+        except OperationalError as exc:  # the first connection of the process: nothing was read or written yet
+            why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+            raise StoreUnavailable(
+                f"the store at {self.display_url} cannot be opened ({why}): start its database server, free disk "
+                "space or fix --url / $EVALRX_DATABASE_URL, then try again"
+            ) from None
         if rev == SCHEMA_VERSION:
             self._schema_ok = True
             return

@@ -328,6 +328,20 @@ def test_bad_store_url_and_malformed_imports_get_one_line(tmp_path):
     _one_line(run_cli("import", str(dup), "--url", store, tmp_path=tmp_path), "step 1 has idx 0")
 
 
+def test_a_database_server_that_is_not_there_is_one_line_hiding_the_password(tmp_path):
+    url = f"postgresql://evalrx:hunter2@127.0.0.1:{closed_port()}/evalrx"
+    for args in (
+        ["runs"],
+        ["worker", "--once"],
+        ["import", str(ROOT / "tests" / "fixtures" / "fuzz" / "seeds" / "run.jsonl")],
+    ):
+        proc = run_cli(*args, "--url", url, tmp_path=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-1500:]
+        (line,) = proc.stderr.strip().splitlines()
+        assert "cannot be opened (connection failed" in line and "start its database server" in line, line
+        assert "hunter2" not in line
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -1,19 +1,23 @@
 """A store that cannot be written makes an import, a run, a labels import, a worker and a label from the app say
 so in one line (exit 2 on the command line, no traceback) and leaves every table's rows as they were.
 
-How the store is made unwritable: tests run as root in CI, where chmod 0444 does not stop a write, and a
-size-limited filesystem needs a mount the machine may refuse. So SQLite is opened read-only through its URI
-form (`sqlite:///file:PATH?mode=ro&uri=true`, which the store's URL handling passes to sqlite3 as it is) and
-PostgreSQL's database gets `default_transaction_read_only = on` (every write is refused, SQLSTATE 25006).
+How the store is made unwritable: a full disk, a SQLite store on a small tmpfs whose free space is then taken
+(where the machine allows the mount; CI runs as root). Besides, since chmod 0444 does not stop root, SQLite is
+opened read-only through its URI form (`sqlite:///file:PATH?mode=ro&uri=true`, which the store's URL handling
+passes to sqlite3 as it is) and PostgreSQL's database gets `default_transaction_read_only = on` (every write is
+refused, SQLSTATE 25006).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from sqlalchemy import func, inspect, select, table
@@ -94,3 +98,68 @@ def test_a_label_set_from_the_app_is_refused_in_one_line(unwritable):
         S.set_label(tid, "fail", failure_kind="wrong_tool", annotator="ro", store=url)
     assert "\n" not in str(err.value)
     assert row_counts(url) == before
+
+
+@contextmanager
+def store_on_a_full_disk(tmp_path: Path, *, in_use: bool) -> Iterator[tuple]:
+    """(URL of a SQLite store holding one run, on a small tmpfs whose every free byte is then taken, its first case
+    id). `in_use`: a connection stays open as the disk fills, keeping the -wal and -shm files that a first
+    connection must create (a full disk refuses them even to a reader). Skipped where the machine refuses the
+    mount (the read-only tests above still run there)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"this machine refuses a tmpfs mount: {mounted.stderr.decode().strip()}")
+    url = f"sqlite:///{disk / 'store.sqlite'}"
+    try:
+        S.upgrade(url)
+        _, cases, _ = fill_run(S.connect(url), 3)
+        S.forget(url)
+        with closing(sqlite3.connect(disk / "store.sqlite")) as holder:
+            holder.execute("SELECT COUNT(*) FROM runs").fetchone()
+            if not in_use:
+                holder.close()
+            with open(disk / "filler", "wb") as f:  # every free block taken, as a full disk leaves it
+                try:
+                    while True:
+                        f.write(b"\0" * (64 << 10))
+                        f.flush()
+                except OSError:
+                    pass
+            yield url, cases[0].id
+    finally:
+        S.forget(url)
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_makes_import_run_labels_and_a_label_say_so_in_one_line(tmp_path):
+    with store_on_a_full_disk(tmp_path, in_use=True) as (url, case_id):
+        refused_in_one_line_changing_nothing(url, case_id, tmp_path)
+
+
+def refused_in_one_line_changing_nothing(url: str, case_id: str, tmp_path: Path) -> None:
+    before = row_counts(url)
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"case_id": case_id, "kind": "wrong_tool", "annotator": "full"}) + "\n")
+    for args in (
+        ["import", str(SPANS), "--url", url],
+        ["run", "--spec", "evalrx-tiny", "--suite", "demo/arithmetic_easy", "--limit", "2", "--url", url],
+        ["labels", "import", str(labels), "--url", url],
+    ):
+        assert_one_line_refusal(evalrx(*args))
+    tid = S.list_trajectories(store=url).rows[0].id
+    with pytest.raises(S.StoreUnwritable, match=r"cannot be written .*nothing was changed") as err:
+        S.set_label(tid, "fail", failure_kind="wrong_tool", annotator="full", store=url)
+    assert "\n" not in str(err.value)
+    assert row_counts(url) == before
+
+
+def test_a_store_first_opened_on_a_full_disk_is_one_line(tmp_path):
+    with store_on_a_full_disk(tmp_path, in_use=False) as (url, _):
+        assert not Path(url.removeprefix("sqlite:///") + "-shm").exists()  # a first connection must make it
+        for args in (["runs", "--url", url], ["worker", "--once", "--url", url]):
+            out = evalrx(*args)
+            assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+            (line,) = out.stderr.strip().splitlines()
+            assert "cannot be opened (disk I/O error)" in line and "free disk space" in line, line
