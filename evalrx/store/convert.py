@@ -104,7 +104,7 @@ def sha256(data: bytes) -> str:
 def case_fields(case: FailureCase, image_sha: Optional[str]) -> dict:
     """The `cases` row for a FailureCase, with the digest that deduplicates identical content."""
     fields = {
-        "sample_id": case.id,
+        "sample_id": clean(case.id),
         "prompt": clean(truncated(case.inputs.prompt or "")[0]),
         "expected": jsonable(case.expected),
         "grader": jsonable(case.grader),
@@ -174,10 +174,10 @@ def step_fields(step: Step) -> dict:
         flags.append("parse_error")
     return {
         "idx": int(step.idx),
-        "role": role,
+        "role": clean(role),
         "content": clean(content),
         "tool_calls": calls,
-        "tool_name": (tool_name or None) and str(tool_name)[:100],
+        "tool_name": (tool_name or None) and clean(str(tool_name)[:100]),
         "observation": jsonable(observation),
         "parse_error": clean(step.parse_error),
         "latency_ms": _num(span.get("latency_ms")),
@@ -267,13 +267,13 @@ def trajectory_fields(traj: Trajectory) -> dict:
 
     outcome = traj.outcome.value if isinstance(traj.outcome, Label) else str(traj.outcome or "unknown")
     return {
-        "sample_id": str(traj.sample_id)[:300],
+        "sample_id": clean(str(traj.sample_id)[:300]),
         "attempt": max(1, int(getattr(traj, "attempt", 1) or 1)),
         "goal": clean(goal),
         "final_answer": clean(final),
         "ground_truth": jsonable(traj.ground_truth),
-        "outcome": outcome,
-        "terminated": str(m.get("terminated") or "")[:32],
+        "outcome": clean(outcome),
+        "terminated": clean(str(m.get("terminated") or "")[:32]),
         "metrics": jsonable(m),
         "error": clean(m.get("error")) if m.get("error") is not None else None,
         "n_steps": len(steps),

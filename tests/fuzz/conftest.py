@@ -3,8 +3,8 @@
 `EVALRX_FUZZ_PROFILE=long` (what `make fuzz` sets) runs 20,000 examples a target (`EVALRX_FUZZ_EXAMPLES`)
 and writes `benchmarks/results/fuzz.json` (`EVALRX_FUZZ_RESULTS`: another file, or a record of the short
 profile): examples run per target, the tests that failed, and the crashers kept in tests/fixtures/fuzz/.
-With `EVALRX_FUZZ_MERGE=1` a run adds its targets to the record there (made with the same profile and count),
-so the long profile can be recorded in pieces, e.g. one `-k` selection per core.
+With `EVALRX_FUZZ_MERGE=1` a run adds its targets to the record there (made with the same profile), so the long
+profile can be recorded in pieces, e.g. one `-k` selection per core; each piece's selection and count is listed.
 """
 
 from __future__ import annotations
@@ -59,18 +59,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not out or not EXAMPLES:
         return
     crashers = sorted(p.name for p in CRASHERS.iterdir() if p.is_file() and p.suffix != ".md")
-    examples, tests, seconds, pieces = dict(EXAMPLES), dict(_outcome_log), time.time() - _STARTED, 1
+    piece = {
+        "selection": session.config.option.keyword or "all",
+        "max_examples_per_target": settings().max_examples,
+        "seconds": round(time.time() - _STARTED, 1),
+    }
+    examples, tests, pieces = dict(EXAMPLES), dict(_outcome_log), [piece]
     earlier = _earlier_record(Path(out))
     if earlier:  # a record made in pieces (`make fuzz` with pytest's -k): this piece's targets replace theirs
         examples = {**earlier["examples"], **examples}
         tests = {**earlier["tests"], **tests}
-        seconds += earlier["seconds"]
-        pieces += earlier.get("pieces", 1)
+        pieces = earlier["pieces"] + pieces
     result = {
         "profile": PROFILE,
-        "max_examples_per_target": settings().max_examples,
-        "seconds": round(seconds, 1),
         "pieces": pieces,
+        "seconds": round(sum(p["seconds"] for p in pieces), 1),
         "examples": dict(sorted(examples.items())),
         "tests": dict(sorted(tests.items())),
         "failures": sorted(k for k, v in tests.items() if v == "failed"),
@@ -81,9 +84,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def _earlier_record(out: Path) -> dict:
-    """The record at `out` when `EVALRX_FUZZ_MERGE` is set and it was made with this profile and count."""
+    """The record at `out` when `EVALRX_FUZZ_MERGE` is set and it was made with this profile."""
     if not os.environ.get("EVALRX_FUZZ_MERGE") or not out.exists():
         return {}
     earlier = json.loads(out.read_text())
-    same = earlier.get("profile") == PROFILE and earlier.get("max_examples_per_target") == settings().max_examples
-    return earlier if same else {}
+    return earlier if earlier.get("profile") == PROFILE and "pieces" in earlier else {}

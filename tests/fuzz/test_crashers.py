@@ -100,11 +100,12 @@ def test_lone_surrogates_in_an_evalrx_row_are_stored_as_replacement_characters(t
 
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     S.upgrade(url)
-    path = copied("run_lone_surrogates.jsonl", tmp_path)  # "\ud800" in a case meta key and a step's text
+    path = copied("run_lone_surrogates.jsonl", tmp_path)  # "\ud800" in its case id, a case meta key, a step
     import_file(path, store=url)
     (row,) = S.list_trajectories(store=url).rows
     got = S.get_trajectory(row.id, store=url)
     assert got.case["meta"]["\ufffdkey"] == "lone \ufffd surrogate"
+    assert got.case["id"] == got.row.sample_id == "look\ufffd"
     assert got.trajectory.steps[1].content == "Looking \ufffd."
     S.forget(url)
 
@@ -124,4 +125,16 @@ def test_an_agentrx_failure_id_that_is_not_a_number_or_text_is_one_line(tmp_path
     S.upgrade(url)
     with pytest.raises(ImportFormatError, match=message):
         import_labels(copied(name, tmp_path), store=url)
+    S.forget(url)
+
+
+def test_a_run_whose_model_name_is_not_text_imports_with_the_name_as_json(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    import_file(copied("run_model_name_a_list.jsonl", tmp_path), store=url)  # "model": {"name": [null]}
+    (run,) = S.list_runs(store=url)
+    assert run.spec_key == "[null]"
     S.forget(url)
