@@ -100,6 +100,10 @@ def record_of_row(row: dict) -> Record:
     if not isinstance(tags, list) or not all(isinstance(x, str) and x.strip() for x in tags):
         raise ValueError("`tags` must be a list of non-empty strings")
     run = as_dict(row.get("run"))
+    if run.get("config") is not None and not isinstance(run["config"], dict):
+        raise ValueError(f"`run.config` must be an object, not {type(run['config']).__name__}")
+    if run.get("name") is not None and not isinstance(run["name"], str):
+        raise ValueError(f"`run.name` must be text, not {type(run['name']).__name__}")
     diagnoses = None
     listed = row.get("diagnoses")
     if listed is not None:  # every source's candidate, best first (exports since the judge source)

@@ -118,7 +118,7 @@ def _read(reading: Reading) -> Iterator[Record]:
         raise ImportFormatError(path, "file", "reading Parquet needs pyarrow: pip install 'evalrx[export]'") from None
     try:
         table = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a damaged schema's names are not UTF-8
         raise ImportFormatError(path, "file", f"not a readable Parquet file ({exc})") from None
     missing = [c for c in ("case_id", "steps_json") if c not in table.schema_arrow.names]
     if missing:

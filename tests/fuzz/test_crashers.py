@@ -138,3 +138,15 @@ def test_a_run_whose_model_name_is_not_text_imports_with_the_name_as_json(tmp_pa
     (run,) = S.list_runs(store=url)
     assert run.spec_key == "[null]"
     S.forget(url)
+
+
+def test_a_parquet_schema_whose_column_name_is_not_utf8_is_one_line(tmp_path):
+    path = copied("run_schema_name_not_utf8.parquet", tmp_path)  # our export, a column name's first byte 0x80
+    with pytest.raises(ImportFormatError, match=r"file: not a readable Parquet file \('utf-8' codec can't decode"):
+        preview_file(path)
+
+
+def test_an_evalrx_row_whose_run_config_is_not_an_object_is_one_line(tmp_path):
+    path = copied("run_config_true.atif.jsonl", tmp_path)  # an ATIF line carrying an evalrx row: "config": true
+    with pytest.raises(ImportFormatError, match=r"line 1: .*`run.config` must be an object, not bool"):
+        preview_file(path)
