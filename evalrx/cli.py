@@ -284,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # text from files (ids, names) may hold what the terminal cannot
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
         if argv and argv[0] == "serve":  # serve parses its own flags
             return _cmd_serve(argv[1:])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from evalrx.core.case import FailureCase, Inputs, Label, Step, StepRole, Trajectory
 from evalrx.core.observation import canonical_json, observation_text
 from evalrx.core.tool import ToolCall
+from evalrx.store.engine import storable_text
 
 # Span keys that mark a step for the pages' badges (loop policies, errors).
 FLAG_KEYS = ("repeat_blocked", "tool_error", "parse_error", "forced_final", "ignored_calls")
@@ -24,17 +24,6 @@ def truncated(text: Any, limit: int = STORED_TEXT_LIMIT) -> "tuple[Any, Optional
     if not isinstance(text, str) or len(text) <= limit:
         return text, None
     return text[:limit] + f"\n[… truncated by evalrx: {len(text):,} characters in all]", len(text)
-
-
-# NUL and lone surrogates: PostgreSQL text and JSONB reject both, and UTF-8 cannot encode a lone surrogate.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable_text(text: str) -> str:
-    """`text` with its NUL characters and lone surrogates replaced by U+FFFD (isascii is a flag check)."""
-    if text.isascii() and "\x00" not in text:
-        return text
-    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def clean(value: Any) -> Any:
@@ -174,10 +163,10 @@ def step_fields(step: Step) -> dict:
         flags.append("parse_error")
     return {
         "idx": int(step.idx),
-        "role": clean(role),
+        "role": role,
         "content": clean(content),
         "tool_calls": calls,
-        "tool_name": (tool_name or None) and clean(str(tool_name)[:100]),
+        "tool_name": (tool_name or None) and str(tool_name)[:100],
         "observation": jsonable(observation),
         "parse_error": clean(step.parse_error),
         "latency_ms": _num(span.get("latency_ms")),
@@ -267,13 +256,13 @@ def trajectory_fields(traj: Trajectory) -> dict:
 
     outcome = traj.outcome.value if isinstance(traj.outcome, Label) else str(traj.outcome or "unknown")
     return {
-        "sample_id": clean(str(traj.sample_id)[:300]),
+        "sample_id": str(traj.sample_id)[:300],
         "attempt": max(1, int(getattr(traj, "attempt", 1) or 1)),
         "goal": clean(goal),
         "final_answer": clean(final),
         "ground_truth": jsonable(traj.ground_truth),
-        "outcome": clean(outcome),
-        "terminated": clean(str(m.get("terminated") or "")[:32]),
+        "outcome": outcome,
+        "terminated": str(m.get("terminated") or "")[:32],
         "metrics": jsonable(m),
         "error": clean(m.get("error")) if m.get("error") is not None else None,
         "n_steps": len(steps),

@@ -41,6 +41,46 @@ class StoreUnwritable(SchemaError):
     place that turns a store problem into one line does so for this too)."""
 
 
+# NUL and lone surrogates: PostgreSQL text and JSONB reject both, and UTF-8 cannot encode a lone surrogate.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """`text` with its NUL characters and lone surrogates replaced by U+FFFD (isascii is a flag check)."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
+
+
+def _unstorable(value: Any) -> bool:
+    return type(value) is str and not (value.isascii() and "\x00" not in value) and bool(_UNSTORABLE.search(value))
+
+
+def _storable(value: Any) -> Any:
+    return storable_text(value) if type(value) is str else value
+
+
+def storable_parameters(parameters: Any, executemany: bool) -> Any:
+    """A statement's parameters with every unstorable text replaced (the one place every write passes, so text
+    from any source, an import's ids and names included, is stored as U+FFFD rather than failing the write)."""
+    # "insertmanyvalues" hands a batch as one flat tuple (SQLite) or dict (psycopg) with executemany set.
+    many = (
+        executemany
+        and isinstance(parameters, (list, tuple))
+        and bool(parameters)
+        and isinstance(parameters[0], (dict, tuple, list))
+    )
+    sets = parameters if many else [parameters]
+    rows = [p.values() if isinstance(p, dict) else p for p in sets if p]
+    if not any(_unstorable(v) for row in rows for v in row):
+        return parameters
+    fixed = [
+        {k: _storable(v) for k, v in p.items()} if isinstance(p, dict) else type(p)(_storable(v) for v in p)
+        for p in sets
+    ]
+    return fixed if many else fixed[0]
+
+
 class StoreUnavailable(SchemaError):
     """The store could not be opened at all: a database server that is down or refuses us, a SQLite file on a full
     disk (its -wal and -shm files cannot be made) or in a folder it cannot write (a SchemaError, for the same reason)."""
@@ -146,7 +186,7 @@ def make_engine(url: str, **kw: Any) -> Engine:
         ) from None
     if parsed.get_backend_name() != "sqlite":
         kw.setdefault("pool_pre_ping", True)
-        return create_engine(url, **kw)
+        return _storing_text(create_engine(url, **kw))
 
     if parsed.database and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)  # a `file:` URI (uri=true) is opened as given
@@ -169,6 +209,16 @@ def make_engine(url: str, **kw: Any) -> Engine:
     def _on_begin(conn: Any) -> None:
         write = conn.get_execution_options().get("evalrx_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return _storing_text(engine)
+
+
+def _storing_text(engine: Engine) -> Engine:
+    """`engine`, binding every text it is given as text the database can keep (`storable_parameters`)."""
+
+    @event.listens_for(engine, "before_cursor_execute", retval=True)
+    def _before(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> Any:
+        return statement, storable_parameters(parameters, executemany)
 
     return engine
 

@@ -191,7 +191,7 @@ def create_run(
     given = cfg.get("model")
     model: dict = given if isinstance(given, dict) else {}
     run = t.Run(
-        name=convert.clean(name),
+        name=name,
         status=status,
         source=source,
         spec_key=_label(model.get("name") or cfg.get("spec"), 200),

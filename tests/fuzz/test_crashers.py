@@ -150,3 +150,49 @@ def test_an_evalrx_row_whose_run_config_is_not_an_object_is_one_line(tmp_path):
     path = copied("run_config_true.atif.jsonl", tmp_path)  # an ATIF line carrying an evalrx row: "config": true
     with pytest.raises(ImportFormatError, match=r"line 1: .*`run.config` must be an object, not bool"):
         preview_file(path)
+
+
+def test_a_lone_surrogate_in_a_tool_name_is_stored_as_a_replacement_character(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    import_file(copied("openai_chat_tool_name_lone_surrogate.jsonl", tmp_path), store=url)
+    (row,) = S.list_trajectories(store=url).rows
+    got = S.get_trajectory(row.id, store=url).trajectory
+    assert got.steps[1].tool_calls[0].name == "\ufffdcalculator"
+    assert S.list_trajectories(tool="\ufffdcalculator", store=url).rows  # the tools-used row, stored alike
+    S.forget(url)
+
+
+def test_a_labels_file_whose_case_id_holds_a_lone_surrogate_says_it_is_unmatched(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    import_file(CRASHERS / "seeds" / "inspect.eval", store=url)
+    S.forget(url)
+    path = copied("labels_case_id_lone_surrogate.jsonl", tmp_path)  # the lookup bound "\ud800look" and failed
+    root = str(CRASHERS.parents[2])
+    out = subprocess.run(
+        [sys.executable, "-m", "evalrx", "labels", "import", str(path), "--url", url],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=root),
+        cwd=root,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert "not matched to a stored trajectory: case \\ud800look attempt 1" in out.stdout  # printed, not a crash
+
+
+def test_an_evalrx_row_whose_run_name_is_not_text_is_one_line(tmp_path):
+    path = copied("run_name_a_list.atif.jsonl", tmp_path)  # "run": {"name": ["a", "list"]}: unhashable
+    with pytest.raises(ImportFormatError, match=r"line 1: .*`run.name` must be text, not list"):
+        preview_file(path)
