@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from evalrx.store import SchemaError, Store, connect, default_url
+from evalrx.store import SchemaError, Store, StoreUnavailable, connect, default_url
 
 
 @st.cache_resource(show_spinner=False)
@@ -25,6 +25,9 @@ def store_or_explain() -> "Store | None":
     """The store, or None after showing what to do when its schema is missing or out of date."""
     try:
         return store()
+    except StoreUnavailable as exc:  # nothing to upgrade: the database is not there
+        st.error(str(exc))
+        return None
     except SchemaError as exc:
         st.error(str(exc))
         st.caption("`evalrx db upgrade` creates or upgrades the schema (`make run` does it for you).")

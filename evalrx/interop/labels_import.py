@@ -286,7 +286,7 @@ class _Targets:
         if row.trajectory_id is not None and row.sample_id is None:
             hit = self.by_id.get(row.trajectory_id)
             return [hit] if hit is not None else []
-        same = self.by_case.get(row.sample_id, [])
+        same = self.by_case.get(None if row.sample_id is None else S.storable_text(row.sample_id), [])  # as stored
         return [x for x in same if x.attempt == row.attempt] if row.attempt is not None else list(same)
 
 

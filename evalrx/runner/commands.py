@@ -35,6 +35,10 @@ def db_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("action", choices=["upgrade", "current"], help="upgrade: migrate to the latest schema")
     _url_arg(p)
     args = p.parse_args(argv)
+    return _guard(lambda: _db(args), "evalrx db")
+
+
+def _db(args: argparse.Namespace) -> int:
     import evalrx.store as S
 
     store = S.connect(args.url, check=False)

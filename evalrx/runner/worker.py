@@ -37,6 +37,7 @@ from evalrx.store import (
     claim_job,
     connect,
     finish_job,
+    first_line,
     heartbeat,
     register_worker,
     requeue_stale,
@@ -53,10 +54,6 @@ __all__ = ["RUN_CHECKPOINT_HOW", "Worker", "build_parser", "load_handle", "worke
 
 # Seconds between tries while the store cannot be reached (a PostgreSQL server restarting).
 STORE_RETRY_S = 2.0
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class Worker:
@@ -174,7 +171,7 @@ class Worker:
                     if not unreachable(exc):
                         raise
                     # A restarting database server: wait it out rather than die, as the heartbeat thread does.
-                    log.warning("store unreachable (%s); retrying in %g s", _first_line(exc), STORE_RETRY_S)
+                    log.warning("store unreachable (%s); retrying in %g s", first_line(exc), STORE_RETRY_S)
                     self.stop_event.wait(STORE_RETRY_S)
                     continue
                 if job is None:
@@ -203,7 +200,7 @@ class Worker:
             status = "lost"
         except Exception as exc:
             if unreachable(exc):  # the job is not at fault: its lease runs out and another claim retries it
-                log.warning("job %s: store unreachable (%s); leaving it to be requeued", job.id, _first_line(exc))
+                log.warning("job %s: store unreachable (%s); leaving it to be requeued", job.id, first_line(exc))
                 return "released"
             msg = f"{type(exc).__name__}: {exc}"
             log.error("job %s failed: %s\n%s", job.id, msg, traceback.format_exc())

@@ -61,15 +61,11 @@ def _storable(value: Any) -> Any:
 
 
 def storable_parameters(parameters: Any, executemany: bool) -> Any:
-    """A statement's parameters with every unstorable text replaced (the one place every write passes, so text
-    from any source, an import's ids and names included, is stored as U+FFFD rather than failing the write)."""
-    # "insertmanyvalues" hands a batch as one flat tuple (SQLite) or dict (psycopg) with executemany set.
-    many = (
-        executemany
-        and isinstance(parameters, (list, tuple))
-        and bool(parameters)
-        and isinstance(parameters[0], (dict, tuple, list))
-    )
+    """A statement's parameters with every unstorable text replaced: every statement binds through here, so text
+    from any source (an import's ids and names) is stored, and looked up, as U+FFFD rather than failing. JSON
+    values are bound serialized (escaped, or as psycopg's Jsonb): `convert.jsonable` cleans those before."""
+    # Row sets come as a list; "insertmanyvalues" hands a batch as one flat tuple or dict with executemany set.
+    many = executemany and isinstance(parameters, list)
     sets = parameters if many else [parameters]
     rows = [p.values() if isinstance(p, dict) else p for p in sets if p]
     if not any(_unstorable(v) for row in rows for v in row):
@@ -111,6 +107,11 @@ def _sqlite_name(orig: Any) -> Optional[str]:
     return next((n for m, n in _SQLITE_MESSAGES.items() if text_.startswith(m)), "")
 
 
+def first_line(exc: BaseException) -> str:
+    """A driver error's first line (psycopg's and SQLite's messages run over lines), or its type's name."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable]:
     """The one-line `StoreUnwritable` for a driver error that says the store cannot be written, else None."""
     orig = getattr(exc, "orig", None)
@@ -120,9 +121,8 @@ def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable
     state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or ""
     if not (name.startswith(_SQLITE_UNWRITABLE) or state.startswith(_PG_UNWRITABLE)):
         return None
-    why = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return StoreUnwritable(
-        f"the store at {display_url} cannot be written ({why}); nothing was changed: "
+        f"the store at {display_url} cannot be written ({first_line(orig)}); nothing was changed: "
         "free disk space or make the store writable, then try again"
     )
 
@@ -270,28 +270,31 @@ class Store:
             raise refused from None
 
     def schema_revision(self) -> Optional[str]:
-        """The Alembic revision the database is at, or None for an empty database."""
-        with self.engine.connect() as conn:
-            if not inspect(conn).has_table("alembic_version"):
-                return None
-            rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
-            conn.rollback()
+        """The Alembic revision the database is at, or None for an empty database.
+
+        Raises:
+            StoreUnavailable: no connection could be made (nothing was read or written).
+        """
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            with self.engine.connect() as conn:
+                if not inspect(conn).has_table("alembic_version"):
+                    return None
+                rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+                conn.rollback()
+        except OperationalError as exc:
+            raise StoreUnavailable(
+                f"the store at {self.display_url} cannot be opened ({first_line(exc.orig or exc)}): start its database "
+                "server, free disk space or fix --url / $EVALRX_DATABASE_URL, then try again"
+            ) from None
         return rows[0] if rows else None
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this code's schema version."""
-        from sqlalchemy.exc import OperationalError
-
         if self._schema_ok:  # checked once per process; a schema does not go back
             return
-        try:
-            rev = self.schema_revision()
-        except OperationalError as exc:  # the first connection of the process: nothing was read or written yet
-            why = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-            raise StoreUnavailable(
-                f"the store at {self.display_url} cannot be opened ({why}): start its database server, free disk "
-                "space or fix --url / $EVALRX_DATABASE_URL, then try again"
-            ) from None
+        rev = self.schema_revision()
         if rev == SCHEMA_VERSION:
             self._schema_ok = True
             return

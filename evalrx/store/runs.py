@@ -162,7 +162,7 @@ def _strip_secrets(value: Any) -> Any:
     return clean_url(value) if isinstance(value, str) and "://" in value else value
 
 
-def _label(value: Any, limit: int) -> Optional[str]:
+def _short_text(value: Any, limit: int) -> Optional[str]:
     """A short text column's value from a config entry that may be anything (an import's config is its file's)."""
     return (
         None
@@ -187,15 +187,15 @@ def create_run(
 
     `n_cases` counts attempts. (An import adds its cases and attempts as it reads them: `io._RunWriter`.)
     """
-    cfg = convert.jsonable(config_dict(config))  # an import's names and settings may carry any text
+    cfg = config_dict(config)
     given = cfg.get("model")
     model: dict = given if isinstance(given, dict) else {}
     run = t.Run(
         name=name,
         status=status,
         source=source,
-        spec_key=_label(model.get("name") or cfg.get("spec"), 200),
-        backend=_label(model.get("backend") or cfg.get("backend"), 32),
+        spec_key=_short_text(model.get("name") or cfg.get("spec"), 200),
+        backend=_short_text(model.get("backend") or cfg.get("backend"), 32),
         config=cfg,
         meta=convert.jsonable(meta or {}),
         n_cases=len(cases) * repeats,

@@ -9,6 +9,7 @@ profile can be recorded in pieces, e.g. one `-k` selection per core; each piece'
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -64,12 +65,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "max_examples_per_target": settings().max_examples,
         "seconds": round(time.time() - _STARTED, 1),
     }
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(Path(out).with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pieces run side by side: one read-and-write at a time
+        _write_record(Path(out), piece, crashers)
+
+
+def _write_record(out: Path, piece: dict, crashers: list) -> None:
     examples, tests, pieces = dict(EXAMPLES), dict(_outcome_log), [piece]
-    earlier = _earlier_record(Path(out))
+    earlier = _earlier_record(out)
     if earlier:  # a record made in pieces (`make fuzz` with pytest's -k): this piece's targets replace theirs
         examples = {**earlier["examples"], **examples}
         tests = {**earlier["tests"], **tests}
-        pieces = earlier["pieces"] + pieces
+        pieces = [p for p in earlier["pieces"] if p["selection"] != piece["selection"]] + pieces
     result = {
         "profile": PROFILE,
         "pieces": pieces,
@@ -79,8 +87,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "failures": sorted(k for k, v in tests.items() if v == "failed"),
         "crashers_found_and_fixed": crashers,
     }
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def _earlier_record(out: Path) -> dict:

@@ -196,3 +196,19 @@ def test_an_evalrx_row_whose_run_name_is_not_text_is_one_line(tmp_path):
     path = copied("run_name_a_list.atif.jsonl", tmp_path)  # "run": {"name": ["a", "list"]}: unhashable
     with pytest.raises(ImportFormatError, match=r"line 1: .*`run.name` must be text, not list"):
         preview_file(path)
+
+
+def test_a_label_finds_the_case_whose_id_held_a_lone_surrogate(tmp_path):
+    import json
+
+    import evalrx.store as S
+    from evalrx.interop import import_file, import_labels
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    import_file(copied("run_lone_surrogates.jsonl", tmp_path), store=url)  # stored as "look\ufffd"
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"case_id": "look\ud800", "outcome": "fail", "kind": "wrong_tool"}) + "\n")
+    got = import_labels(labels, store=url)
+    assert (got.n_labels, got.unmatched) == (1, [])
+    S.forget(url)

@@ -72,8 +72,8 @@ def fresh_store(pristine: Path) -> str:
     db = pristine.with_name("work.sqlite")
     url = f"sqlite:///{db}"
     S.connect(url, check=False).dispose()  # no pooled connection may hold the file it replaces
-    for extra in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
-        extra.unlink(missing_ok=True)
+    for old in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        old.unlink(missing_ok=True)  # a new file: a connection a failed import left open keeps the old one
     shutil.copyfile(pristine, db)
     return url
 

@@ -30,4 +30,5 @@ def test_parameters_are_rebuilt_only_when_a_text_needs_it():
     assert storable_parameters({"a": UNSTORABLE, "b": 2}, False) == {"a": STORED, "b": 2}
     assert storable_parameters([("x", UNSTORABLE)], True) == [("x", STORED)]
     assert storable_parameters(("x", 1, UNSTORABLE), True) == ("x", 1, STORED)  # a batch's flat tuple
+    assert storable_parameters((["a"], UNSTORABLE), True) == (["a"], STORED)  # its first value a list
     assert storable_parameters({"p0": UNSTORABLE}, True) == {"p0": STORED}  # psycopg's batch dict
