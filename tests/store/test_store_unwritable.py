@@ -74,8 +74,8 @@ def assert_one_line_refusal(out: subprocess.CompletedProcess) -> None:
     assert "cannot be written" in lines[0] and "nothing was changed" in lines[0], lines[0]
 
 
-def test_import_run_and_labels_import_refuse_in_one_line_and_change_nothing(unwritable, tmp_path):
-    url, _, case_id = unwritable
+def refused_in_one_line_changing_nothing(url: str, case_id: str, tmp_path: Path) -> None:
+    """An import, a run, a labels import, a worker and a label set from the app: each refused in one line."""
     before = row_counts(url)
     labels = tmp_path / "labels.jsonl"
     labels.write_text(json.dumps({"case_id": case_id, "kind": "wrong_tool", "annotator": "ro"}) + "\n")
@@ -86,18 +86,17 @@ def test_import_run_and_labels_import_refuse_in_one_line_and_change_nothing(unwr
         ["worker", "--once", "--url", url],
     ):
         assert_one_line_refusal(evalrx(*args))
-    assert row_counts(url) == before
-    assert not (REPO / "file:").exists()  # the URI form is opened as given, never made into a folder
-
-
-def test_a_label_set_from_the_app_is_refused_in_one_line(unwritable):
-    url, _, _ = unwritable
     tid = S.list_trajectories(store=url).rows[0].id
-    before = row_counts(url)
     with pytest.raises(S.StoreUnwritable, match=r"cannot be written .*nothing was changed") as err:
         S.set_label(tid, "fail", failure_kind="wrong_tool", annotator="ro", store=url)
     assert "\n" not in str(err.value)
     assert row_counts(url) == before
+
+
+def test_a_read_only_store_refuses_commands_and_labels_in_one_line_and_changes_nothing(unwritable, tmp_path):
+    url, _, case_id = unwritable
+    refused_in_one_line_changing_nothing(url, case_id, tmp_path)
+    assert not (REPO / "file:").exists()  # the URI form is opened as given, never made into a folder
 
 
 @contextmanager
@@ -137,26 +136,9 @@ def store_on_a_full_disk(tmp_path: Path, *, in_use: bool) -> Iterator[tuple]:
         assert unmounted.returncode == 0, f"the test's tmpfs at {disk} is still mounted: {unmounted.stderr!r}"
 
 
-def test_a_full_disk_makes_import_run_labels_and_a_label_say_so_in_one_line(tmp_path):
+def test_a_full_disk_makes_commands_and_a_label_say_so_in_one_line(tmp_path):
     with store_on_a_full_disk(tmp_path, in_use=True) as (url, case_id):
         refused_in_one_line_changing_nothing(url, case_id, tmp_path)
-
-
-def refused_in_one_line_changing_nothing(url: str, case_id: str, tmp_path: Path) -> None:
-    before = row_counts(url)
-    labels = tmp_path / "labels.jsonl"
-    labels.write_text(json.dumps({"case_id": case_id, "kind": "wrong_tool", "annotator": "full"}) + "\n")
-    for args in (
-        ["import", str(SPANS), "--url", url],
-        ["run", "--spec", "evalrx-tiny", "--suite", "demo/arithmetic_easy", "--limit", "2", "--url", url],
-        ["labels", "import", str(labels), "--url", url],
-    ):
-        assert_one_line_refusal(evalrx(*args))
-    tid = S.list_trajectories(store=url).rows[0].id
-    with pytest.raises(S.StoreUnwritable, match=r"cannot be written .*nothing was changed") as err:
-        S.set_label(tid, "fail", failure_kind="wrong_tool", annotator="full", store=url)
-    assert "\n" not in str(err.value)
-    assert row_counts(url) == before
 
 
 def test_a_store_first_opened_on_a_full_disk_is_one_line(tmp_path):
