@@ -123,6 +123,21 @@ class Step:
         """The first call of the turn (most turns make exactly one)."""
         return self.tool_calls[0] if self.tool_calls else None
 
+    def span_int(self, key: str, default: int = 0) -> int:
+        """A whole-number span entry (`call`, `n_images`, token counts), `default` when it is missing or not a
+        whole number: an imported span may hold anything under any key."""
+        value = (self.span or {}).get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                return default
+        return default
+
     def to_dict(self) -> dict:
         out = {
             "idx": self.idx,

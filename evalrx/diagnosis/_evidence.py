@@ -61,7 +61,7 @@ def calls_of(traj: Trajectory) -> "list[Call]":
                 out.append(call)
                 pending.append(call)
         elif s.role is StepRole.TOOL and not s.span.get("parse_error"):
-            i = int(s.span.get("call", 0) or 0)
+            i = s.span_int("call")
             if i < len(pending) and pending[i].observation is None:
                 pending[i].observation = observation_text(s.observation)
                 pending[i].error = is_tool_error(s)

@@ -155,7 +155,7 @@ def _not_run(steps: list) -> set:
                 "[tool error: unknown tool"
             )
             if span.get("repeat_blocked") or unknown:
-                out.add((actor, int(span.get("call", 0) or 0)))
+                out.add((actor, step.span_int("call")))
     return out
 
 

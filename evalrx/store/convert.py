@@ -131,11 +131,15 @@ def case_dict(row: Any) -> dict:
 # ---------------------------------------------------------------- trajectories and steps
 
 
+_INT64 = 2**63  # both databases' BIGINT: a larger count read from a file is no count
+
+
 def _num(value: Any, kind: type = float) -> Any:
     try:
-        return kind(value) if value is not None else None
-    except (TypeError, ValueError):
+        n = kind(value) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
         return None
+    return None if kind is int and n is not None and not -_INT64 <= n < _INT64 else n
 
 
 def step_fields(step: Step) -> dict:

@@ -212,3 +212,22 @@ def test_a_label_finds_the_case_whose_id_held_a_lone_surrogate(tmp_path):
     got = import_labels(labels, store=url)
     assert (got.n_labels, got.unmatched) == (1, [])
     S.forget(url)
+
+
+def test_span_counts_that_are_lists_or_past_int64_import_as_no_count(tmp_path):
+    import evalrx.store as S
+    from evalrx.core import Step, StepRole
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    # ATIF lines whose evalrx spans say "call": [0] (diagnosis: TypeError) and completion_tokens 2**63 (OverflowError)
+    import_file(copied("run_span_call_a_list.atif.jsonl", tmp_path), store=url)
+    rows = S.list_trajectories(store=url).rows
+    assert len(rows) == 2
+    steps = S.get_trajectory(rows[0].id, store=url).trajectory.steps
+    assert steps[1].span["completion_tokens"] == 2**63  # the span keeps what the file said
+    S.forget(url)
+    span = {"call": [0], "n_images": "2", "turn": 2.0, "flag": True, "big": 2**70}
+    step = Step(idx=1, role=StepRole.TOOL, content="t", span=span)
+    assert [step.span_int(k) for k in ("call", "n_images", "turn", "flag", "missing")] == [0, 2, 2, 0, 0]

@@ -215,7 +215,7 @@ def conversation_from_trajectory(
                 pictures = [image]
             n = max(
                 len(pictures),
-                int(s.span.get("n_images") or 0),
+                s.span_int("n_images"),
                 int(not seen_prompt and bool(s.span.get("has_image"))),
             )
             pictures += [None] * (n - len(pictures))
@@ -259,11 +259,11 @@ def conversation_from_trajectory(
             if s.span.get("parse_error"):
                 built.feedback(text, step=s.idx)
                 continue
-            i = int(s.span.get("call", 0) or 0)
+            i = s.span_int("call")
             call: dict = last_calls[i] if i < len(last_calls) else {"name": s.content, "id": None}
             tc = ToolCall(name=wire_name(s.content) if s.content else call["name"], id=call.get("id"))
             returned = list((images or {}).get(s.idx) or [])
-            n = max(picture_count(s.observation), int(s.span.get("n_images") or 0), len(returned))
+            n = max(picture_count(s.observation), s.span_int("n_images"), len(returned))
             built.tool(tc, text, returned[:n] + [None] * (n - len(returned)), step=s.idx)  # placeholders if unknown
     built.end_turn()
     messages, info = built.messages, built.info
