@@ -69,7 +69,7 @@ SETTINGS = {  # full, quick
     "kills": (20, 10),
     "idle_visits": (12, 4),
     "judge_limit": (200, 20),
-    "deadline_s": (3600, 900),
+    "deadline_s": (7200, 900),  # the full mix does ~7 cases a minute on 2 cores
 }
 
 

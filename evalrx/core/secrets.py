@@ -30,6 +30,8 @@ SECRET_WORDS = frozenset(
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 # `${VAR}`, and Cursor's `${env:VAR}`: the name of an environment variable, not its value.
 ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+# A URL's scheme, then everything up to its last `@` before the query or fragment.
+_USERINFO = re.compile(r"(^[a-zA-Z][\w+.-]*://)[^?#]*@")
 
 
 def is_env_name(text: Any) -> bool:
@@ -42,9 +44,21 @@ def is_secret_name(name: Any) -> bool:
     return bool(SECRET_WORDS & set(re.split(r"[^a-z0-9]+", str(name).lower())))
 
 
+def redact_url(url: Any) -> str:
+    """A URL fit for messages: its `user:password@` part, if any, replaced by `***@`.
+
+    The part ends at the last `@` before any `?` or `#`: a password with an unescaped `@` or `/`
+    (`u:p@ss@host`) is hidden whole, where a parser's first-`@` rule would show its tail as the host.
+    A path holding an `@` is hidden too: more hidden, nothing shown.
+    """
+    if not url:
+        return ""
+    return _USERINFO.sub(r"\1***@", str(url))
+
+
 def has_env_reference(value: Any) -> bool:
     """True for a value that takes its secret from the environment (`"${TOKEN}"`, `"Bearer ${TOKEN}"`)."""
     return isinstance(value, str) and bool(ENV_REFERENCE.search(value))
 
 
-__all__ = ["ENV_REFERENCE", "SECRET_WORDS", "has_env_reference", "is_secret_name"]
+__all__ = ["ENV_REFERENCE", "SECRET_WORDS", "has_env_reference", "is_secret_name", "redact_url"]

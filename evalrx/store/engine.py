@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, event, insert, inspect, select, text
 from sqlalchemy.engine import CursorResult, Engine, Result, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from evalrx.core.secrets import redact_url
 from evalrx.store.schema import SCHEMA_VERSION
 
 ENV_URL = "EVALRX_DATABASE_URL"
@@ -239,8 +240,9 @@ class Store:
 
     @property
     def display_url(self) -> str:
-        """The URL with any password masked (safe for messages and logs)."""
-        return self.engine.url.render_as_string(hide_password=True)
+        """The URL with its user and password masked (safe for messages and logs): SQLAlchemy's own masking
+        shows the tail of a password with an unescaped `@` as the host."""
+        return redact_url(self.engine.url.render_as_string(hide_password=False))
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -49,6 +49,28 @@ def test_redact_url_hides_userinfo():
     assert redact_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
 
 
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("http://u:p@ss@host:1/v1", "http://***@host:1/v1"),  # an unescaped @: hidden whole, not "ss@host"
+        ("http://u:pa/ss@host/v1", "http://***@host/v1"),  # an unescaped /
+        ("http://host/v1?to=a@b#x@y", "http://host/v1?to=a@b#x@y"),  # an @ in the query is no password
+        ("postgresql+psycopg://u:p@ss@localhost:5432/db", "postgresql+psycopg://***@localhost:5432/db"),
+    ],
+)
+def test_redact_url_hides_a_password_holding_at_or_slash(url, shown):
+    assert redact_url(url) == shown
+    assert "ss" not in redact_url(url).replace("localhost", "")
+
+
+def test_a_store_url_shows_no_part_of_its_password():
+    from evalrx.store import Store
+
+    store = Store("postgresql+psycopg://evalrx:s3cr@t-tail@localhost:5432/db")
+    assert store.display_url == "postgresql+psycopg://***@localhost:5432/db"
+    store.engine.dispose()
+
+
 # ----------------------------------------------------------------------------- capabilities
 
 

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Optional
+
+from evalrx.core.secrets import redact_url
 
 # A local server (vLLM, `evalrx serve`) needs no key, but the SDK refuses to start without one.
 PLACEHOLDER_KEY = "EMPTY"
-
-
-def redact_url(url: Optional[str]) -> str:
-    """A URL fit for messages: any `user:password@` part is replaced by `***@`."""
-    if not url:
-        return ""
-    return re.sub(r"(^[a-zA-Z][\w+.-]*://)[^/@]*@", r"\1***@", url)
 
 
 def scrub(text: str, secret: Optional[str]) -> str:
