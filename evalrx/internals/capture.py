@@ -34,8 +34,10 @@ class GenerationCapture:
     ``P - 1`` (the prefill's last position) and each position fed back by a decoding step,
     ``n_positions`` in all (one more when the turn ran out of tokens: the last generated
     token is then run once more, for the end-of-turn token a rebuilt conversation adds).
-    Nothing else is kept: no prompt positions, no per-step vocabulary logits (the final
-    layer's logits are the unembedding of ``hidden[-1]``, checked once per handle).
+    Nothing else is kept: no prompt positions. With the hidden states, the model's own logits at
+    the captured positions are kept too (generate computes them anyway): a pass built from the
+    capture reads them instead of unembedding ``hidden[-1]`` again, which is the same numbers
+    (checked once per handle) at a vocabulary-sized matrix product a position.
 
     Attributes:
         prompt_ids: the token ids the model was given.
@@ -43,6 +45,8 @@ class GenerationCapture:
         hidden: ``[L + 1, n, D]`` fp32 on CPU: every layer's residual stream at the captured
             positions (layer 0 the embeddings, layer L after the final norm, as
             ``output_hidden_states`` gives them); None when not captured.
+        logits: ``[n, V]`` fp32 on CPU: the model's own logits at the captured positions, as generate
+            gave them (and the extra step of a cut turn); None where the hidden states are not kept.
         attention: ``[L, n, P + n - 1]`` fp32 on CPU: each layer's attention row at the captured
             positions, averaged over heads, zero past the row's own length; None when not
             captured (it needs eager attention).
@@ -58,6 +62,7 @@ class GenerationCapture:
     attn_implementation: Optional[str] = None
     notes: list = field(default_factory=list)
     model_ref: int = 0
+    logits: Any = None
 
     @property
     def first_position(self) -> int:
@@ -134,6 +139,7 @@ class CaptureRecorder:
         # Whether the final layer's logits are the unembedding of hidden[-1] is checked once per handle.
         self.check_head = self.hidden and head_reproduces_logits is None
         self.rows: list = []
+        self._last_logits: Any = None  # the extra step's logits (`_run_last_token`)
         self._hooks: list = []
         self._states: list = []  # per hidden state (L + 1), what each forward gave
         self._recording: Any = None
@@ -192,7 +198,8 @@ class CaptureRecorder:
             return False
         kwargs = {cache_argument(model): cache}
         try:
-            model(input_ids=out.sequences[:, -1:], use_cache=True, return_dict=True, **kwargs)
+            step = model(input_ids=out.sequences[:, -1:], use_cache=True, return_dict=True, **kwargs)
+            self._last_logits = getattr(step, "logits", None)
         except Exception as exc:  # a model that cannot extend its cache: the analysis falls back, the turn stands
             self.notes.append(
                 f"the last token of a turn cut by the token limit was not run: {type(exc).__name__}: {exc}"
@@ -232,9 +239,27 @@ class CaptureRecorder:
                     hidden = None
         if self.attention and not self.after:
             attention = self._attention_rows(len(prompt_ids), n)
+        logits = self._logits(out, n) if hidden is not None else None
         return GenerationCapture(
-            prompt_ids, list(new_ids), hidden, attention, self.impl, list(self.notes), id(self.model)
+            prompt_ids, list(new_ids), hidden, attention, self.impl, list(self.notes), id(self.model), logits
         )
+
+    @property
+    def wants_logits(self) -> bool:
+        """Whether generate must return its logits (`output_logits`): kept beside the hidden states."""
+        return self.hidden
+
+    def _logits(self, out: Any, n: int) -> Any:
+        """``[n, V]`` fp32 on CPU: generate's logits at the `n` captured positions, then the extra step's;
+        None when they do not line up (a pass then unembeds the captured last layer)."""
+        import torch
+
+        steps = list(getattr(out, "logits", None) or ())
+        if self._last_logits is not None:
+            steps.append(self._last_logits[:, -1])
+        if len(steps) != n or not n:
+            return None
+        return torch.cat([s.reshape(1, -1) for s in steps]).float().cpu()
 
     def _rows_after(self, states: Any, out: Any, n_prompt: int, n: int) -> Any:
         """``[L, n, P + n - 1]`` attention rows of the captured positions (`rebuilt_attention_rows`) from their

@@ -125,6 +125,9 @@ def test_chat_captures_the_hidden_states_a_teacher_forced_forward_has_at_the_gen
     p0 = cap.first_position
     forced = torch.stack([h[0, p0 : p0 + cap.n_positions] for h in out.hidden_states])
     torch.testing.assert_close(cap.hidden, forced, atol=2e-4, rtol=1e-5)
+    # The model's own logits there, kept so a pass built from the capture does not unembed again.
+    assert cap.logits.dtype == torch.float32 and cap.logits.device.type == "cpu"
+    torch.testing.assert_close(cap.logits, out.logits[0, p0 : p0 + cap.n_positions].float(), atol=2e-4, rtol=1e-5)
     # Attention rows under sdpa: each position's head-averaged row, as eager attention gives it.
     rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : len(ids) - 1].float().mean(0) for a in out.attentions])
     assert cap.attention.shape == rows.shape
@@ -148,6 +151,8 @@ def test_a_turn_cut_by_the_token_limit_runs_its_last_token_once_more(eager):
     p0 = cap.first_position
     forced = torch.stack([h[0, p0:] for h in out.hidden_states])
     torch.testing.assert_close(cap.hidden, forced, atol=2e-4, rtol=1e-5)
+    # The extra step's logits too: one row per captured position.
+    torch.testing.assert_close(cap.logits, out.logits[0, p0:].float(), atol=2e-4, rtol=1e-5)
     rows = torch.stack([a[0, :, p0:].float().mean(0) for a in out.attentions])  # [L, 6, T]
     torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
 
@@ -241,6 +246,36 @@ def test_without_attention_an_sdpa_run_needs_no_forward(sdpa, sdpa_runs):
         finally:
             hook.remove()
         assert calls == [] and {r.info["source"] for r in gen.values()} == {"generation"}
+
+
+def test_a_pass_built_from_the_captures_reads_their_logits_instead_of_unembedding_again(sdpa, sdpa_runs):
+    """The kept logits give the numbers the unembedding of the captured last layer gives, with fewer rows unembedded."""
+    import dataclasses
+
+    local = local_model(sdpa, "test")
+    rows: list = []
+    hook = local.parts.unembed.register_forward_hook(lambda m, args, out: rows.append(out.numel() // out.shape[-1]))
+    compared = 0
+    try:
+        for traj, tools in sdpa_runs:
+            if not _fully_captured(sdpa, traj, tools):
+                continue
+            caps = generation_captures(traj)
+            assert all(c.logits is not None and c.logits.shape[0] == c.n_positions for c in caps.values())
+            rows.clear()
+            kept = analyze(sdpa, traj, TENSORS, tools=tools)
+            with_logits = sum(rows)
+            rows.clear()
+            bare = {k: dataclasses.replace(c, logits=None) for k, c in caps.items()}
+            unembedded = analyze(sdpa, _with_captures(traj, bare), TENSORS, tools=tools)
+            for name in TENSORS:
+                _assert_close(unembedded[name], kept[name])
+                assert kept[name].info["source"] == unembedded[name].info["source"] == "generation"
+            assert with_logits < sum(rows)
+            compared += 1
+    finally:
+        hook.remove()
+    assert compared >= 3
 
 
 def test_per_step_passes_are_built_from_the_captures_too(eager, eager_runs):

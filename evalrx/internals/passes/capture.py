@@ -133,6 +133,38 @@ def capture_problem(
     return None
 
 
+def _check_shape(parts: Any, tensor: Any) -> None:
+    """Raise when captured states are not this model's (`[L + 1, n, D]`): caught where a pass is built,
+    which then runs teacher-forced, rather than failing an analyzer that reads them."""
+    weight = getattr(parts.unembed, "weight", None)
+    width = int(weight.shape[-1]) if weight is not None else int(tensor.shape[-1])
+    if int(tensor.shape[0]) != parts.num_layers + 1 or int(tensor.shape[-1]) != width:
+        raise ValueError(
+            f"captured hidden states are {list(tensor.shape)}; this model's are [{parts.num_layers + 1}, n, {width}]"
+        )
+
+
+def _kept_logits(tf_pass: Any, captures: dict, positions: Sequence[int]) -> Any:
+    """``[len(positions), V]``: the logits generation computed at these pass positions, or None when a turn's
+    capture kept none (or not that far)."""
+    import torch
+
+    rows = []
+    for pt in sorted(tf_pass.turns, key=lambda t: t.gen_tokens[0]):  # `positions` are sorted
+        cap = captures[pt.step_idx]
+        span = _covered(pt, cap)
+        wanted = [p for p in positions if p in span]
+        if not wanted:
+            continue
+        if cap.logits is None or span.stop - span.start > cap.logits.shape[0]:
+            return None
+        first = pt.gen_tokens[0] - 1  # the pass position of the capture's first row
+        rows.append(cap.logits.index_select(0, torch.tensor([p - first for p in wanted], dtype=torch.long)))
+    if sum(len(r) for r in rows) != len(positions):
+        return None
+    return torch.cat(rows) if rows else None
+
+
 def capture_pass(plan: TrajectoryPlan, index: int, requests: Sequence[Any], captures: dict) -> Any:
     """The `PassResult` of pass `index` built from the turns' captures (see `capture_problem`, checked first).
 
@@ -164,15 +196,20 @@ def capture_pass(plan: TrajectoryPlan, index: int, requests: Sequence[Any], capt
             held.extend(span)
             blocks.append(cap.hidden[:, : len(span)])
         tensor = torch.cat(blocks, dim=1).to(device=device, dtype=dtype)
+        _check_shape(local.parts, tensor)
         states = CapturedStates(tensor, held, n_tokens)
     if logit_positions:
         assert states is not None  # want_states holds whenever logit_positions does
-        parts = local.parts
-        with torch.inference_mode():
-            final = states.rows(len(states) - 1, torch.tensor(logit_positions, dtype=torch.long, device=device))
-            logits = parts.unembed(final)
-            if parts.logit_softcap:
-                logits = torch.tanh(logits / parts.logit_softcap) * parts.logit_softcap
+        logits = _kept_logits(tf_pass, captures, logit_positions)
+        if logits is not None:
+            logits = logits.to(device)
+        else:  # the capture kept no logits: the model's unembedding of its captured last layer
+            parts = local.parts
+            with torch.inference_mode():
+                final = states.rows(len(states) - 1, torch.tensor(logit_positions, dtype=torch.long, device=device))
+                logits = parts.unembed(final)
+                if parts.logit_softcap:
+                    logits = torch.tanh(logits / parts.logit_softcap) * parts.logit_softcap
     if att_positions:
         n_layers = int(next(captures[pt.step_idx] for pt in tf_pass.turns).attention.shape[0])
         rows = torch.zeros(n_layers, len(att_positions), n_tokens, dtype=torch.float32)

@@ -506,7 +506,7 @@ class HFLocalModel:
                 no_repeat_ngram_size=0,
                 min_new_tokens=0,
                 return_dict_in_generate=True,
-                output_logits=bool(logprobs) or (recorder is not None and recorder.check_head),
+                output_logits=bool(logprobs) or (recorder is not None and recorder.wants_logits),
                 **sampling,
             )
             new_ids = out.sequences[0, prompt_len:].tolist()
