@@ -4,7 +4,7 @@
     python benchmarks/soak.py --quick    # the same mix, smaller: 2 runs of 8 cases, 1k samples, 10 kills
 
 Its length is the runs': a demo case with the four analyzers takes ~2 s on one of this machine's 2
-cores when idle, so the full soak is at least 10 minutes, more under the browsers. `--quick` with runs
+cores when idle, so the full soak is at least 10 minutes; under the browsers it took 88 minutes (2026-12-06). `--quick` with runs
 of 12 cases took 9.7 minutes here beside other jobs (load 7-18); runs of 8 are its setting now.
 
 A throwaway PostgreSQL server on loopback (`tests/store/pgserver.py`), migrated; a Streamlit
