@@ -136,8 +136,10 @@ def bundled_document(path: Path) -> Optional[str]:
             if not fh.read(4).startswith(b"PK"):
                 return None
         with zipfile.ZipFile(path) as zf:
-            names = [i.filename for i in zf.infolist() if not i.is_dir()]
+            names = [i.filename for i in zf.infolist() if not i.filename.endswith("/")]
     except (zipfile.BadZipFile, OSError):
+        return None
+    if "" in names:  # a member whose name is empty (zipfile cuts a name at a NUL): no export of ours
         return None
     docs = [n for n in names if not n.startswith(f"{PICTURES_DIR}/")]
     pictures = [n for n in names if n.startswith(f"{PICTURES_DIR}/")]
@@ -173,7 +175,7 @@ def _unpack(zf: Any, name: str, into: Path, cap: int) -> None:
     import shutil
 
     for info in zf.infolist():
-        if info.is_dir() or (info.filename != name and info.file_size > MAX_PICTURE_BYTES):
+        if info.filename.endswith("/") or (info.filename != name and info.file_size > MAX_PICTURE_BYTES):
             continue
         if info.file_size > cap:
             raise ValueError(

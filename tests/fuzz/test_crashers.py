@@ -231,3 +231,19 @@ def test_span_counts_that_are_lists_or_past_int64_import_as_no_count(tmp_path):
     span = {"call": [0], "n_images": "2", "turn": 2.0, "flag": True, "big": 2**70}
     step = Step(idx=1, role=StepRole.TOOL, content="t", span=span)
     assert [step.span_int(k) for k in ("call", "n_images", "turn", "flag", "missing")] == [0, 2, 2, 0, 0]
+
+
+def test_a_zip_member_whose_name_starts_with_nul_is_no_crash(tmp_path):
+    """zipfile cuts a member's name at a NUL, and its `is_dir()` fails on the empty name that is left."""
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("inspect_member_name_starts_with_nul.eval", tmp_path)  # header.json's name starts with NUL
+    preview = preview_file(path, store=url)
+    assert preview.format == "inspect-eval" and preview.n_trajectories == 4  # an unfinished log: its samples
+    assert any("no header.json" in note for note in preview.notes)
+    import_file(path, store=url)
+    assert len(S.list_trajectories(store=url).rows) == 4
+    S.forget(url)
