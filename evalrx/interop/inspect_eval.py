@@ -100,7 +100,9 @@ class EvalLogReader:
             m = _SAMPLE.match(name)
             if m:
                 found.append(EvalSampleEntry(name, m.group("id"), int(m.group("epoch")), info))
-        ids = (self.header["eval"].get("dataset") or {}).get("sample_ids") or []
+        dataset = self.header["eval"].get("dataset")
+        ids = dataset.get("sample_ids") if isinstance(dataset, dict) else None  # an order hint only
+        ids = ids if isinstance(ids, list) else []
         order = {str(sid): i for i, sid in enumerate(ids)}
         # dataset order then epoch (the zip holds them in completion order, which differs run to run)
         found.sort(

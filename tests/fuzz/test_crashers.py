@@ -247,3 +247,17 @@ def test_a_zip_member_whose_name_starts_with_nul_is_no_crash(tmp_path):
     import_file(path, store=url)
     assert len(S.list_trajectories(store=url).rows) == 4
     S.forget(url)
+
+
+def test_an_eval_log_whose_dataset_is_not_an_object_imports(tmp_path):
+    """The dataset's sample ids only order the samples: a header whose `dataset` is a list orders nothing."""
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("inspect_dataset_a_list.eval", tmp_path)  # header.json's eval.dataset: [{...}]
+    assert preview_file(path, store=url).n_trajectories == 4
+    import_file(path, store=url)
+    assert len(S.list_trajectories(store=url).rows) == 4
+    S.forget(url)
