@@ -77,7 +77,8 @@ def outcome_of(value: Any) -> Label:
 
 def resolve_attachment(text: str, attachments: Optional[dict]) -> str:
     if attachments and text.startswith("attachment://"):
-        return attachments.get(text[len("attachment://") :], text)
+        value = attachments.get(text[len("attachment://") :])
+        return value if isinstance(value, str) else text  # an attachment that is not text is not resolved
     return text
 
 

@@ -261,3 +261,16 @@ def test_an_eval_log_whose_dataset_is_not_an_object_imports(tmp_path):
     import_file(path, store=url)
     assert len(S.list_trajectories(store=url).rows) == 4
     S.forget(url)
+
+
+def test_an_attachment_that_is_not_text_is_left_unresolved(tmp_path):
+    """A picture block naming `attachment://pic` whose attachment is null: no picture, no crash."""
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("inspect_attachment_null.eval", tmp_path)
+    import_file(path, store=url)
+    assert len(S.list_trajectories(store=url).rows) == 4
+    S.forget(url)
