@@ -60,8 +60,9 @@ def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
     extra: dict = {"source": "inspect"}
     usage = sample.get("model_usage") or {}
     if isinstance(usage, dict) and usage:
-        extra["total_prompt_tokens"] = sum(int((u or {}).get("input_tokens") or 0) for u in usage.values())
-        extra["total_completion_tokens"] = sum(int((u or {}).get("output_tokens") or 0) for u in usage.values())
+        models = [u for u in usage.values() if isinstance(u, dict)]  # a model's usage that is not an object: none
+        extra["total_prompt_tokens"] = sum(int(u.get("input_tokens") or 0) for u in models)
+        extra["total_completion_tokens"] = sum(int(u.get("output_tokens") or 0) for u in models)
     if sample.get("working_time") is not None:
         extra["total_latency_ms"] = round(float(sample["working_time"]) * 1000, 3)
     if sample.get("total_time") is not None:

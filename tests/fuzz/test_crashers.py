@@ -274,3 +274,15 @@ def test_an_attachment_that_is_not_text_is_left_unresolved(tmp_path):
     import_file(path, store=url)
     assert len(S.list_trajectories(store=url).rows) == 4
     S.forget(url)
+
+
+def test_a_model_usage_that_is_not_an_object_counts_no_tokens(tmp_path):
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    S.upgrade(url)
+    path = copied("inspect_model_usage_an_int.eval", tmp_path)  # a sample's model_usage: {"mockllm/model": 7}
+    import_file(path, store=url)
+    assert len(S.list_trajectories(store=url).rows) == 4
+    S.forget(url)
