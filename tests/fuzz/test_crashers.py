@@ -233,56 +233,48 @@ def test_span_counts_that_are_lists_or_past_int64_import_as_no_count(tmp_path):
     assert [step.span_int(k) for k in ("call", "n_images", "turn", "flag", "missing")] == [0, 2, 2, 0, 0]
 
 
-def test_a_zip_member_whose_name_starts_with_nul_is_no_crash(tmp_path):
-    """zipfile cuts a member's name at a NUL, and its `is_dir()` fails on the empty name that is left."""
+@pytest.fixture
+def store_url(tmp_path):
+    """A migrated SQLite store, forgotten after the test."""
     import evalrx.store as S
-    from evalrx.interop import import_file
 
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     S.upgrade(url)
+    yield url
+    S.forget(url)
+
+
+def imported_rows(path: Path, url: str) -> int:
+    """Import `path` as `evalrx import` does; the trajectories the store then holds."""
+    import evalrx.store as S
+    from evalrx.interop import import_file
+
+    import_file(path, store=url)
+    return len(S.list_trajectories(store=url).rows)
+
+
+def test_a_zip_member_whose_name_starts_with_nul_is_no_crash(tmp_path, store_url):
+    """zipfile cuts a member's name at a NUL, and its `is_dir()` fails on the empty name that is left."""
     path = copied("inspect_member_name_starts_with_nul.eval", tmp_path)  # header.json's name starts with NUL
-    preview = preview_file(path, store=url)
+    preview = preview_file(path, store=store_url)
     assert preview.format == "inspect-eval" and preview.n_trajectories == 4  # an unfinished log: its samples
     assert any("no header.json" in note for note in preview.notes)
-    import_file(path, store=url)
-    assert len(S.list_trajectories(store=url).rows) == 4
-    S.forget(url)
+    assert imported_rows(path, store_url) == 4
 
 
-def test_an_eval_log_whose_dataset_is_not_an_object_imports(tmp_path):
+def test_an_eval_log_whose_dataset_is_not_an_object_imports(tmp_path, store_url):
     """The dataset's sample ids only order the samples: a header whose `dataset` is a list orders nothing."""
-    import evalrx.store as S
-    from evalrx.interop import import_file
-
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    S.upgrade(url)
     path = copied("inspect_dataset_a_list.eval", tmp_path)  # header.json's eval.dataset: [{...}]
-    assert preview_file(path, store=url).n_trajectories == 4
-    import_file(path, store=url)
-    assert len(S.list_trajectories(store=url).rows) == 4
-    S.forget(url)
+    assert preview_file(path, store=store_url).n_trajectories == 4
+    assert imported_rows(path, store_url) == 4
 
 
-def test_an_attachment_that_is_not_text_is_left_unresolved(tmp_path):
+def test_an_attachment_that_is_not_text_is_left_unresolved(tmp_path, store_url):
     """A picture block naming `attachment://pic` whose attachment is null: no picture, no crash."""
-    import evalrx.store as S
-    from evalrx.interop import import_file
-
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    S.upgrade(url)
     path = copied("inspect_attachment_null.eval", tmp_path)
-    import_file(path, store=url)
-    assert len(S.list_trajectories(store=url).rows) == 4
-    S.forget(url)
+    assert imported_rows(path, store_url) == 4
 
 
-def test_a_model_usage_that_is_not_an_object_counts_no_tokens(tmp_path):
-    import evalrx.store as S
-    from evalrx.interop import import_file
-
-    url = f"sqlite:///{tmp_path / 's.sqlite'}"
-    S.upgrade(url)
+def test_a_model_usage_that_is_not_an_object_counts_no_tokens(tmp_path, store_url):
     path = copied("inspect_model_usage_an_int.eval", tmp_path)  # a sample's model_usage: {"mockllm/model": 7}
-    import_file(path, store=url)
-    assert len(S.list_trajectories(store=url).rows) == 4
-    S.forget(url)
+    assert imported_rows(path, store_url) == 4
