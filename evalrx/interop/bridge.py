@@ -244,6 +244,19 @@ def read_file(path: "str | Path", *, limits: Optional[ImportLimits] = None) -> t
     return reading.format, records
 
 
+MAX_ATTEMPT = 2**31 - 1  # the store's attempt is a 32-bit INTEGER on PostgreSQL
+
+
+def attempt_of(record: Record, path: Path) -> int:
+    """A record's attempt (1 when it has none); one past what the store keeps is one line naming the record."""
+    attempt = max(1, int(record.traj.attempt or 1))
+    if attempt > MAX_ATTEMPT:
+        raise ImportFormatError(
+            path, record.where, f"attempt {attempt} is past the largest the store keeps ({MAX_ATTEMPT:,})"
+        )
+    return attempt
+
+
 def preview_file(
     path: "str | Path", *, n_first: int = 5, limits: Optional[ImportLimits] = None, store: "S.Store | str | None" = None
 ) -> ImportPreview:
@@ -261,7 +274,7 @@ def preview_file(
     for record in _records(reading):
         n += 1
         cases.add(record.case.id)
-        top = max(top, int(record.traj.attempt or 1))
+        top = max(top, attempt_of(record, path))
         model = (record.run_config or {}).get("model")
         name = model.get("name") if isinstance(model, dict) else model
         if name:
@@ -294,7 +307,7 @@ class _RunFiller:
     def add(self, record: Record) -> None:
         from evalrx.diagnosis import diagnose
 
-        attempt = max(1, int(record.traj.attempt or 1))
+        attempt = attempt_of(record, self.path)
         key = (record.case.id, attempt)
         if key in self.seen:
             which = f" attempt {attempt}" if attempt > 1 else ""

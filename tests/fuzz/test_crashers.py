@@ -278,3 +278,31 @@ def test_an_attachment_that_is_not_text_is_left_unresolved(tmp_path, store_url):
 def test_a_model_usage_that_is_not_an_object_counts_no_tokens(tmp_path, store_url):
     path = copied("inspect_model_usage_an_int.eval", tmp_path)  # a sample's model_usage: {"mockllm/model": 7}
     assert imported_rows(path, store_url) == 4
+
+
+def test_an_epoch_past_what_the_store_keeps_is_one_line(tmp_path, store_url):
+    """An epoch of 2**70 overflowed SQLite's INTEGER binding the run's case row."""
+    import evalrx.store as S
+
+    path = copied("inspect_epoch_past_64_bits.eval", tmp_path)  # samples/look_epoch_1.json: "epoch": 2**70
+    with pytest.raises(ImportFormatError, match=r"look_epoch_1\.json: attempt 1180591620717411303424 is past"):
+        preview_file(path, store=store_url)
+    with pytest.raises(ImportFormatError, match="largest the store keeps"):
+        imported_rows(path, store_url)
+    assert S.list_runs(store=store_url) == []  # a refused file stores nothing
+
+
+@pytest.mark.parametrize("attempt, stored", [(2**31 - 1, True), (2**31, False)])
+def test_the_largest_attempt_is_the_largest_postgresql_keeps(tmp_path, store_url, attempt, stored):
+    """PostgreSQL's INTEGER is 32 bits: an attempt past it would fail there and not on SQLite, so both refuse it."""
+    import json
+
+    row = json.loads((CRASHERS / "seeds" / "run.jsonl").read_text().splitlines()[0])
+    row["attempt"] = attempt
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    if stored:
+        assert imported_rows(path, store_url) == 1
+    else:
+        with pytest.raises(ImportFormatError, match=r"run\.jsonl: line 1: attempt 2147483648 is past"):
+            imported_rows(path, store_url)
