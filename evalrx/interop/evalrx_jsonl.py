@@ -11,7 +11,7 @@ from evalrx.core.case import FailureCase, Inputs, Label, Step, Trajectory
 from evalrx.core.failures import Diagnosis
 from evalrx.interop.files import write_lines
 from evalrx.interop.messages import as_dict
-from evalrx.interop.records import Reading, Record
+from evalrx.interop.records import Reading, Record, checked_attempt
 from evalrx.interop.registry import ExportOptions, Format, register
 
 
@@ -55,9 +55,8 @@ def record_of_row(row: dict) -> Record:
         raise ValueError(f"outcome {data['outcome']!r} is not one of {', '.join(Label._value2member_map_)}")
     if data.get("metrics") is not None and not isinstance(data["metrics"], dict):
         raise ValueError("`metrics` must be an object")
-    attempt = data.get("attempt")
-    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
-        raise ValueError(f"`attempt` must be a whole number from 1, not {attempt!r}")
+    if data.get("attempt") is not None:
+        checked_attempt(data["attempt"])
     traj = Trajectory.from_dict(data)
     traj.sample_id = str(traj.sample_id)
     c = row.get("case")

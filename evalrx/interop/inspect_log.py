@@ -19,7 +19,7 @@ from evalrx.interop.messages import (
     resolve_attachment,
     trajectory_metrics,
 )
-from evalrx.interop.records import Reading, Record
+from evalrx.interop.records import Reading, Record, checked_attempt
 from evalrx.interop.registry import Format, register
 
 
@@ -48,9 +48,7 @@ def from_inspect_sample(sample: Any) -> tuple[FailureCase, Trajectory]:
     if final is None and completion and steps and steps[-1].role is StepRole.ACTOR and not steps[-1].tool_calls:
         final = resolve_attachment(completion, attachments)
     sid = str(sample["id"])
-    epoch = sample.get("epoch", 1)
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-        raise ValueError(f"`epoch` must be a whole number from 1, not {epoch!r}")
+    epoch = checked_attempt(sample.get("epoch", 1), "`epoch`")
     scores = sample.get("scores") or {}
     if not isinstance(scores, dict):
         raise ValueError("`scores` must be an object")

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 from evalrx.core.case import FailureCase, Inputs, Trajectory
 from evalrx.interop.messages import message_pictures, messages_to_steps, outcome_of, trajectory_metrics
-from evalrx.interop.records import Reading, Record
+from evalrx.interop.records import Reading, Record, checked_attempt
 from evalrx.interop.registry import Format, register
 
 
@@ -23,8 +23,8 @@ def from_openai_row(row: dict, line: int) -> tuple[FailureCase, Trajectory]:
     if row.get("tools") is not None:
         meta["tools"] = row["tools"]
     attempt = next((row[k] for k in ("attempt", "epoch") if row.get(k) is not None), None)
-    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1):
-        raise ValueError(f"`attempt` / `epoch` must be a whole number from 1, not {attempt!r}")
+    if attempt is not None:
+        checked_attempt(attempt, "`attempt` / `epoch`")
     image, _ = message_pictures(row.get("messages"), steps)
     case = FailureCase(inputs=Inputs(prompt=goal, image=image), id=sample_id, expected=expected, meta=meta)
     from evalrx.suites import case_tools

@@ -10,6 +10,17 @@ from evalrx.core.case import FailureCase, Trajectory
 from evalrx.interop.limits import ImportLimits
 
 
+def checked_attempt(value: Any, what: str = "`attempt`") -> int:
+    """A file's attempt (or epoch) number: a whole number from 1.
+
+    Raises:
+        ValueError: anything else (a bool, text, a fraction, 0 or less), naming `what`.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a whole number from 1, not {value!r}")
+    return value
+
+
 @dataclass
 class Record:
     """One trajectory read from a file, with where it was (a line number or a name) for error messages."""
