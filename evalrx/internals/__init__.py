@@ -30,7 +30,13 @@ from evalrx.internals.attention import (
     set_attention_implementation,
     using_attention_implementation,
 )
-from evalrx.internals.capture import CAPTURE_KINDS, CaptureRecorder, GenerationCapture, capture_kinds
+from evalrx.internals.capture import (
+    CAPTURE_KINDS,
+    CaptureRecorder,
+    GenerationCapture,
+    RebuiltAttention,
+    capture_kinds,
+)
 from evalrx.internals.discover import (
     DiscoveryError,
     ModelParts,
@@ -58,6 +64,7 @@ __all__ = [
     "GenerationCapture",
     "LAST_ROW_ATTENTION",
     "ModelParts",
+    "RebuiltAttention",
     "attention_implementation_of",
     "attention_module",
     "attention_modules",

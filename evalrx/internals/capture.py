@@ -48,8 +48,8 @@ class GenerationCapture:
         logits: ``[n, V]`` fp32 on CPU: the model's own logits at the captured positions, as generate
             gave them (and the extra step of a cut turn); None where the hidden states are not kept.
         attention: ``[L, n, P + n - 1]`` fp32 on CPU: each layer's attention row at the captured
-            positions, averaged over heads, zero past the row's own length; None when not
-            captured (it needs eager attention).
+            positions, averaged over heads, zero past the row's own length (a tensor, or a
+            `RebuiltAttention` that computes the rows a pass reads); None when not captured.
         attn_implementation: the attention kernel generation ran with.
         notes: why something asked for was not captured.
         model_ref: ``id`` of the transformers model that generated (a capture is read only on it).
@@ -84,7 +84,44 @@ class GenerationCapture:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(t.numel() * t.element_size()) for t in (self.hidden, self.attention) if t is not None)
+        return sum(int(t.nbytes) for t in (self.hidden, self.attention) if t is not None)
+
+
+class RebuiltAttention:
+    """A capture's attention rows ``[L, n, P + n - 1]``, rebuilt (`rebuilt_attention_rows`) only at the rows a
+    pass reads: most analyses read a few of a turn's positions, and every row costs a query per layer.
+
+    Holds the captured positions' residual streams and a copy of the call's cached keys (the cache object may
+    be kept and extended by the next turn). `rows` and `[:, index]` give fp32 CPU rows, as a tensor would.
+    """
+
+    def __init__(self, model: Any, layers: Any, states: Any, keys: list, first: int) -> None:
+        self._model, self._layers, self._states, self.first = model, layers, states, first
+        self._keys = [k.clone() for k in keys]
+        self.shape = (len(layers), int(states.shape[1]), int(keys[0].shape[-2]))
+
+    def rows(self, index: Any) -> Any:
+        """``[L, k, P + n - 1]`` fp32 on CPU: the rows of the captured positions `index` (0 = the first)."""
+        import torch
+
+        at = torch.as_tensor(index, dtype=torch.long, device=self._states.device).reshape(-1)
+        states = self._states.index_select(1, at)
+        return rebuilt_attention_rows(self._model, self._layers, states, self._keys, at + self.first).cpu()
+
+    def full(self) -> Any:
+        """Every row, ``[L, n, P + n - 1]``."""
+        return self.rows(list(range(self.shape[1])))
+
+    def __getitem__(self, key: Any) -> Any:
+        if not (isinstance(key, tuple) and len(key) == 2 and key[0] == slice(None)):
+            raise TypeError("rebuilt attention rows are read as [:, index]")
+        one = isinstance(key[1], int)
+        got = self.rows([key[1]] if one else key[1])
+        return got[:, 0] if one else got
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(k.nbytes) for k in self._keys)  # the states are the capture's `hidden`, counted there
 
 
 def capture_kinds(capture: Any) -> frozenset:
@@ -263,15 +300,12 @@ class CaptureRecorder:
 
     def _rows_after(self, states: Any, out: Any, n_prompt: int, n: int) -> Any:
         """``[L, n, P + n - 1]`` attention rows of the captured positions (`rebuilt_attention_rows`) from their
-        residual streams (`states`, ``[L + 1, n, D]``) and the call's KV cache."""
-        import torch
-
+        residual streams (`states`, ``[L + 1, n, D]``) and the call's KV cache, rebuilt when read."""
         keys = cached_keys(output_cache(out), n_prompt + n - 1)
         if keys is None:
             self.notes.append("attention rows were not captured: the cache does not hold every position")
             return None
-        positions = torch.arange(n_prompt - 1, n_prompt - 1 + n, device=states.device)
-        return rebuilt_attention_rows(self.model, self.owner.parts.layers, states, keys, positions).cpu()
+        return RebuiltAttention(self.model, self.owner.parts.layers, states, keys, n_prompt - 1)
 
     def _head_matches(self, steps: list, out: Any) -> bool:
         """Whether the model's own logits at its last generate step equal unembed(hidden[-1]) (softcap included)."""
@@ -307,4 +341,4 @@ class CaptureRecorder:
         return torch.stack(out).cpu()
 
 
-__all__ = ["CAPTURE_KINDS", "CaptureRecorder", "GenerationCapture", "capture_kinds"]
+__all__ = ["CAPTURE_KINDS", "CaptureRecorder", "GenerationCapture", "RebuiltAttention", "capture_kinds"]

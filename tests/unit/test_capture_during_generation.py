@@ -18,6 +18,7 @@ import evalrx  # noqa: E402
 from evalrx.analyzers import TrajectoryPlan, analyze  # noqa: E402
 from evalrx.config import ModelConfig, RunConfig  # noqa: E402
 from evalrx.core.case import Trajectory  # noqa: E402
+from evalrx.internals import RebuiltAttention  # noqa: E402
 from evalrx.internals.passes import local_model  # noqa: E402
 from evalrx.models.agent import Agent, drop_generation_captures, generation_captures  # noqa: E402
 from evalrx.runner import analysis  # noqa: E402
@@ -26,6 +27,11 @@ from evalrx.tools import get_tools  # noqa: E402
 
 ALL_FOUR = ["logit_lens", "tool_decision", "attention", "token_uncertainty"]
 TENSORS = ["logit_lens", "tool_decision", "token_uncertainty"]  # what the hidden states serve
+
+
+def dense(rows):
+    """A capture's attention rows as one tensor (a `RebuiltAttention` rebuilds them all)."""
+    return rows.full() if isinstance(rows, RebuiltAttention) else rows
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +137,11 @@ def test_chat_captures_the_hidden_states_a_teacher_forced_forward_has_at_the_gen
     # Attention rows under sdpa: each position's head-averaged row, as eager attention gives it.
     rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : len(ids) - 1].float().mean(0) for a in out.attentions])
     assert cap.attention.shape == rows.shape
-    torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dense(cap.attention), rows, atol=1e-5, rtol=1e-5)
+    # Rebuilt only where read: any rows, in any order, are the same rows.
+    assert isinstance(cap.attention, RebuiltAttention)
+    torch.testing.assert_close(cap.attention[:, [2, 0]], rows[:, [2, 0]], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(cap.attention[:, 1], rows[:, 1], atol=1e-5, rtol=1e-5)
 
 
 def test_a_turn_cut_by_the_token_limit_runs_its_last_token_once_more(eager):
@@ -154,7 +164,7 @@ def test_a_turn_cut_by_the_token_limit_runs_its_last_token_once_more(eager):
     # The extra step's logits too: one row per captured position.
     torch.testing.assert_close(cap.logits, out.logits[0, p0:].float(), atol=2e-4, rtol=1e-5)
     rows = torch.stack([a[0, :, p0:].float().mean(0) for a in out.attentions])  # [L, 6, T]
-    torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dense(cap.attention), rows, atol=1e-5, rtol=1e-5)
 
 
 def test_capture_kinds_are_checked(sdpa):
@@ -233,7 +243,7 @@ def test_sdpa_and_eager_generation_capture_the_same_attention_rows(sdpa, eager, 
         assert cs.keys() == ce.keys() and cs
         for step in cs:
             assert cs[step].attention is not None and cs[step].attention.shape == ce[step].attention.shape
-            torch.testing.assert_close(cs[step].attention, ce[step].attention, atol=1e-5, rtol=0)
+            torch.testing.assert_close(dense(cs[step].attention), dense(ce[step].attention), atol=1e-5, rtol=0)
 
 
 def test_without_attention_an_sdpa_run_needs_no_forward(sdpa, sdpa_runs):
@@ -428,7 +438,7 @@ def test_under_sdpa_a_cut_turns_rows_are_rebuilt_after_generation_as_eager_gives
     with torch.no_grad(), using_attention_implementation(sdpa.model, "eager"):
         out = sdpa.model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     rows = torch.stack([a[0, :, cap.first_position :].float().mean(0) for a in out.attentions])  # [L, 6, T]
-    torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dense(cap.attention), rows, atol=1e-5, rtol=1e-5)
 
 
 def test_attention_alone_under_sdpa_comes_from_the_row_kernel(sdpa):
@@ -444,7 +454,7 @@ def test_attention_alone_under_sdpa_comes_from_the_row_kernel(sdpa):
         out = sdpa.model(input_ids=torch.tensor([ids]), output_attentions=True, use_cache=False)
     p0 = cap.first_position
     rows = torch.stack([a[0, :, p0 : p0 + cap.n_positions, : len(ids) - 1].float().mean(0) for a in out.attentions])
-    torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dense(cap.attention), rows, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("style", ["llama3", "mistral", "qwen3"])
@@ -470,7 +480,7 @@ def test_rows_rebuilt_after_generation_match_eager_on_each_family(style):
     rows = torch.stack(
         [a[0, :, p0 : p0 + cap.n_positions, : p0 + cap.n_positions].float().mean(0) for a in out.attentions]
     )
-    torch.testing.assert_close(cap.attention, rows, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dense(cap.attention), rows, atol=1e-5, rtol=1e-5)
 
 
 def _shape(plan) -> list:

@@ -608,4 +608,8 @@ def test_a_capture_on_a_reused_prefix_equals_a_cold_one_and_prefix_cache_false_p
     assert seen[0] == n  # prefix_cache=False: every prompt prefilled whole
     assert warm.text == ref.text and warm.capture.generated_ids == ref.capture.generated_ids
     assert torch.allclose(warm.capture.hidden, ref.capture.hidden, atol=1e-4)
-    assert torch.allclose(warm.capture.attention, ref.capture.attention, atol=1e-4)
+    # Rebuilt from the keys the capture copied at its own turn's end: the kept cache serving later turns cannot alter them.
+    warm_rows, ref_rows = (
+        c.attention.full() if hasattr(c.attention, "full") else c.attention for c in (warm.capture, ref.capture)
+    )
+    assert torch.allclose(warm_rows, ref_rows, atol=1e-4)

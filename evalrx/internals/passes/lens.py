@@ -270,7 +270,7 @@ def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
     """fp32 statistics of a `[n, P, V]` logit block, in few passes over it.
 
     One fused softmax gives p; logsumexp = max - log p(argmax); entropy = logsumexp - sum(p * x)
-    (a batched dot product, no temporary); top-k and ranks are read on the logits (same order
+    (multiplied in p's own memory, no temporary); top-k and ranks are read on the logits (same order
     as the log-probs). Returns numpy arrays `(entropy, topk_logprobs, topk_ids,
     target_logprob, target_rank[, gathered])`; targets < 0 give NaN / -1, gather ids < 0 NaN.
     """
@@ -280,11 +280,12 @@ def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
     vals, idx = x.topk(k, dim=-1)
     prob = torch.softmax(x, dim=-1)
     lse = vals[..., 0] - prob.gather(-1, idx[..., :1]).squeeze(-1).log()
-    dot = torch.bmm(prob.view(n * p, 1, v), x.reshape(n * p, v, 1)).view(n, p)
-    ent = lse - dot
-    if not torch.isfinite(ent).all():  # -inf logits (masked tokens) make 0 * -inf: take the safe way
-        ent = torch.special.entr(prob).sum(-1)
+    # sum(p * x) in place in p's memory: an elementwise product and a sum run ~3x faster than a batched
+    # [1, V] x [V, 1] product, which takes a slow path once most p are tiny (wide logits of early layers)
+    ent = lse - prob.mul_(x).sum(-1)
     del prob
+    if not torch.isfinite(ent).all():  # -inf logits (masked tokens) make 0 * -inf: take the safe way
+        ent = torch.special.entr(torch.softmax(x, dim=-1)).sum(-1)
     valid = targets >= 0
     chosen = x.gather(-1, targets.clamp(min=0).view(1, -1, 1).expand(n, -1, 1)).squeeze(-1)
     rank = _ranks(x, vals, idx, targets.clamp(min=0), chosen)
