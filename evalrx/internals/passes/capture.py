@@ -214,11 +214,12 @@ def capture_pass(plan: TrajectoryPlan, index: int, requests: Sequence[Any], capt
         n_layers = int(next(captures[pt.step_idx] for pt in tf_pass.turns).attention.shape[0])
         rows = torch.zeros(n_layers, len(att_positions), n_tokens, dtype=torch.float32)
         owner = {p: pt for pt in tf_pass.turns for p in _covered(pt, captures[pt.step_idx])}
-        by_turn: dict = {}  # turn -> [(k, its captured row)]: each capture's rows are read in one go
+        by_step: dict = {}  # step -> [(k, its captured row)]: each capture's rows are read in one go
         for k, p in enumerate(att_positions):
-            by_turn.setdefault(id(owner[p]), (owner[p], []))[1].append((k, p - (owner[p].gen_tokens[0] - 1)))
-        for pt, wanted in by_turn.values():
-            got = captures[pt.step_idx].attention[:, [j for _, j in wanted]]  # [L, k, P + n - 1]
+            pt = owner[p]
+            by_step.setdefault(pt.step_idx, []).append((k, p - (pt.gen_tokens[0] - 1)))
+        for step, wanted in by_step.items():
+            got = captures[step].attention[:, [j for _, j in wanted]]  # [L, k, P + n - 1]
             width = min(got.shape[-1], n_tokens)
             rows[:, [k for k, _ in wanted], :width] = got[..., :width]
         rows = rows.to(device)
