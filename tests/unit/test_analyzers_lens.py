@@ -325,3 +325,26 @@ def test_a_partial_or_older_lens_record_decodes_through_its_result_class():
     assert lens.select(np.array([False, True])).kinds == ["answer"]
     with pytest.raises(KeyError, match="target_ids"):
         LensResult.from_arrays({"topk_ids": topk, "topk_logprobs": arrays["topk_logprobs"]}, {})
+
+
+@pytest.mark.parametrize("scale", [1.0, 40.0])
+def test_block_statistics_on_a_wide_vocabulary_match_float64(scale):
+    """The screened top-k and the floored exp give torch.topk's tokens and float64's numbers: on logits spread so
+    wide that most probabilities fall below float32's normal range (scale 40), on the top tokens packed into one
+    chunk, and on a vocabulary that is not a whole number of chunks (its tail holds the best token)."""
+    from evalrx.internals.passes.lens import _block_stats
+
+    torch.manual_seed(1)
+    x = torch.randn(4, 3, 3001) * scale
+    x[0, 0, 128:138] = x[0, 0].max() + torch.arange(10, dtype=torch.float32)  # the top 10 in one chunk
+    x[1, 1, 3000] = x[1, 1].max() + 1  # the best token past the last whole chunk
+    targets = torch.tensor([5, 3000, 130])
+    ent, top_lp, top_ids, lp, rank = _block_stats(x, targets, 10)
+    logp = torch.log_softmax(x.double(), -1)
+    want = logp.topk(10, -1)
+    np.testing.assert_array_equal(top_ids, want.indices.numpy())
+    np.testing.assert_allclose(top_lp, want.values.numpy(), atol=2e-5)
+    # entropy = lse - E[x] in float32: logits near 160 leave ~1e-5 of cancellation
+    np.testing.assert_allclose(ent, torch.special.entr(logp.exp()).sum(-1).numpy(), atol=1e-4)
+    np.testing.assert_allclose(lp, logp.gather(-1, targets.view(1, -1, 1).expand(4, -1, 1)).squeeze(-1), atol=2e-5)
+    np.testing.assert_array_equal(rank, (x > x.gather(-1, targets.view(1, -1, 1).expand(4, -1, 1))).sum(-1).numpy())

@@ -266,24 +266,31 @@ def lens_stats(
     return LensStats(topk_ids, topk_lp, entropy, t_lp, t_rank, norms, gathered)
 
 
+# Below this many nats under a row's maximum a logit's exp is clamped to e**-80 (a normal float): the true value
+# would be a denormal, which adds nothing a float32 sum can hold and makes exp and products several times slower.
+_EXP_FLOOR = -80.0
+# Width of the column chunks `_topk` screens by their maxima (a wider vocabulary than 4 chunks per kept token).
+_TOPK_CHUNK = 64
+
+
 def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
     """fp32 statistics of a `[n, P, V]` logit block, in few passes over it.
 
-    One fused softmax gives p; logsumexp = max - log p(argmax); entropy = logsumexp - sum(p * x)
-    (multiplied in p's own memory, no temporary); top-k and ranks are read on the logits (same order
-    as the log-probs). Returns numpy arrays `(entropy, topk_logprobs, topk_ids,
+    logsumexp and entropy come from e = exp(x - max) (floored at `_EXP_FLOOR`, in one buffer):
+    lse = max + log sum(e), entropy = lse - sum(e * x) / sum(e). Top-k and ranks are read on the logits
+    (same order as the log-probs). Returns numpy arrays `(entropy, topk_logprobs, topk_ids,
     target_logprob, target_rank[, gathered])`; targets < 0 give NaN / -1, gather ids < 0 NaN.
     """
     import torch
 
     n, p, v = x.shape
-    vals, idx = x.topk(k, dim=-1)
-    prob = torch.softmax(x, dim=-1)
-    lse = vals[..., 0] - prob.gather(-1, idx[..., :1]).squeeze(-1).log()
-    # sum(p * x) in place in p's memory: an elementwise product and a sum run ~3x faster than a batched
-    # [1, V] x [V, 1] product, which takes a slow path once most p are tiny (wide logits of early layers)
-    ent = lse - prob.mul_(x).sum(-1)
-    del prob
+    vals, idx = _topk(x, k)
+    top = vals[..., :1]
+    e = torch.sub(x, top).clamp_(min=_EXP_FLOOR).exp_()
+    total = e.sum(-1)
+    lse = top.squeeze(-1) + total.log()
+    ent = lse - e.mul_(x).sum(-1) / total
+    del e
     if not torch.isfinite(ent).all():  # -inf logits (masked tokens) make 0 * -inf: take the safe way
         ent = torch.special.entr(torch.softmax(x, dim=-1)).sum(-1)
     valid = targets >= 0
@@ -303,6 +310,31 @@ def _block_stats(x: Any, targets: Any, k: int, gather: Any = None) -> tuple:
         got = torch.where((gather >= 0).unsqueeze(0), got, torch.full_like(got, float("nan")))
         out.append(got.cpu().numpy())
     return tuple(out)
+
+
+def _topk(x: Any, k: int) -> tuple:
+    """`x.topk(k)` over the last dimension of `[n, P, V]` (values, ids), screened by column chunks.
+
+    Each of the top k logits lies in one of the k chunks of `_TOPK_CHUNK` columns with the largest
+    maxima (a chunk outside them has k chunks above it, each holding a larger logit), so the top k
+    are taken among those chunks' columns: the same values and ids (an exact tie may name another
+    id of the same logit), ~6x faster than a top-k over a 49k vocabulary.
+    """
+    import torch
+
+    n, p, v = x.shape
+    k = min(int(k), v)
+    if v < 4 * _TOPK_CHUNK * k:
+        return x.topk(k, dim=-1)
+    rows = x.reshape(n * p, v)
+    whole = v // _TOPK_CHUNK * _TOPK_CHUNK
+    chunk_max = rows[:, :whole].view(n * p, -1, _TOPK_CHUNK).amax(-1)
+    chunks = chunk_max.topk(k, dim=-1).indices
+    cols = (chunks.unsqueeze(-1) * _TOPK_CHUNK + torch.arange(_TOPK_CHUNK, device=x.device)).reshape(n * p, -1)
+    if whole < v:  # the columns past the last whole chunk are always candidates
+        cols = torch.cat([cols, torch.arange(whole, v, device=x.device).expand(n * p, -1)], dim=-1)
+    vals, at = rows.gather(-1, cols).topk(k, dim=-1)
+    return vals.view(n, p, k), cols.gather(-1, at).view(n, p, k)
 
 
 def _ranks(x: Any, vals: Any, idx: Any, targets: Any, chosen: Any) -> Any:
