@@ -21,6 +21,7 @@ from evalrx.core.failures import (
     FailureKind,
     canonical_kind,
 )
+from evalrx.core.lines import first_line, one_line
 from evalrx.core.model import ContextOverflow, Model
 from evalrx.core.observation import PICTURE_MARKER, Observation, canonical_json, observation_text, picture_count
 from evalrx.core.scores import ENTROPY_SCORE, LENS_SETTLE_SCORE, MARGIN_SCORE, OBS_ATTENTION_SCORE, SCORES_OF
@@ -30,6 +31,8 @@ from evalrx.core.words import counted
 
 __all__ = [
     "counted",
+    "first_line",
+    "one_line",
     "EFFECT_FIELD",
     "READ",
     "WRITE",

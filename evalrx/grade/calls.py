@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from evalrx.core import first_line
 from evalrx.core.case import FailureCase, StepRole, Termination, Trajectory
 from evalrx.core.words import counted
 
@@ -366,11 +367,6 @@ def ends_at_calls(case: Any) -> bool:
     return isinstance(grader, dict) and grader.get("kind") == "calls"
 
 
-def _first_line(text: Any) -> str:
-    lines = str(text).strip().splitlines()
-    return lines[0] if lines else ""
-
-
 def grade_calls(traj: Trajectory, case: FailureCase) -> CallCheck:
     """Grade a run of a case graded by its calls: a call that could not be parsed fails (malformed_call);
     otherwise the calls of the first actor turn that made any are checked (`check_calls`), none at all
@@ -381,7 +377,7 @@ def grade_calls(traj: Trajectory, case: FailureCase) -> CallCheck:
     for step in actor:
         if step.parse_error:
             return CallCheck(
-                False, "malformed_call", None, f"a call could not be parsed: {_first_line(step.parse_error)}"
+                False, "malformed_call", None, f"a call could not be parsed: {first_line(step.parse_error)}"
             )
     # check_calls reads calls as dicts: it grades BFCL's own answers too, malformed ones included.
     calls = [c.to_dict() for c in next((s.tool_calls for s in actor if s.tool_calls), [])]

@@ -8,19 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evalrx.core import one_line
+
 
 class ImportFormatError(ValueError):
     """A file that cannot be imported; the message names the file, the line and the problem."""
 
     def __init__(self, path: "str | Path", line: Any, problem: str) -> None:
-        problem = _one_line(problem)  # a library's message (pyarrow's, a parser's pointer) may run over lines
+        problem = one_line(problem)  # a library's message (pyarrow's, a parser's pointer) may run over lines
         self.path, self.line, self.problem = str(path), line, problem
-        where = f"line {line}" if isinstance(line, int) else _one_line(line)
+        where = f"line {line}" if isinstance(line, int) else one_line(line)
         super().__init__(f"{path}: {where}: {problem}")
-
-
-def _one_line(text: Any) -> str:
-    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 class RecordTooLargeError(ImportFormatError):

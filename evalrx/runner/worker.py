@@ -21,6 +21,7 @@ import traceback
 import uuid
 from typing import Any, Optional, Sequence
 
+from evalrx.core import first_line
 from evalrx.runner.argtypes import interval_seconds, positive_int
 from evalrx.runner.handlers import handlers_for
 from evalrx.runner.handlers.cases import RUN_CHECKPOINT_HOW, load_handle
@@ -37,7 +38,6 @@ from evalrx.store import (
     claim_job,
     connect,
     finish_job,
-    first_line,
     heartbeat,
     register_worker,
     requeue_stale,

@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, event, insert, inspect, select, text
 from sqlalchemy.engine import CursorResult, Engine, Result, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from evalrx.core import first_line
 from evalrx.core.secrets import redact_url
 from evalrx.store.schema import SCHEMA_VERSION
 
@@ -106,11 +107,6 @@ def _sqlite_name(orig: Any) -> Optional[str]:
         return str(name)
     text_ = str(orig).strip().lower()
     return next((n for m, n in _SQLITE_MESSAGES.items() if text_.startswith(m)), "")
-
-
-def first_line(exc: BaseException) -> str:
-    """A driver error's first line (psycopg's and SQLite's messages run over lines), or its type's name."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def unwritable(exc: BaseException, display_url: str) -> Optional[StoreUnwritable]:

@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from evalrx.core import one_line
 from evalrx.store import convert
 from evalrx.store import schema as t
 from evalrx.store.engine import Store, resolve
@@ -130,13 +131,6 @@ def _with_job() -> Any:
     return select(t.JudgeJob, t.Job).join(t.Job, t.Job.id == t.JudgeJob.job_id)
 
 
-def one_line(text: object, limit: int = MAX_NOTE_CHARS) -> str:
-    """Text as one line (no newline, no control character), cut at `limit`."""
-    flat = " ".join(str(text).split())
-    flat = "".join(ch if ch.isprintable() else "?" for ch in flat)
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
 def enqueue_judge_job(
     *,
     trajectory_ids: Sequence[int],
@@ -234,7 +228,7 @@ def record_judged(
         row.n_cached = (row.n_cached or 0) + int(cached)
         if note and len(row.notes or []) < MAX_NOTES:
             kept = {
-                "line": one_line(note),
+                "line": one_line(note, MAX_NOTE_CHARS),
                 "trajectory_id": trajectory_id,
                 "answer": str(answer)[:MAX_NOTE_ANSWER_CHARS],
             }
@@ -291,7 +285,6 @@ __all__ = [
     "enqueue_judge_job",
     "get_judge_job",
     "list_judge_jobs",
-    "one_line",
     "record_judged",
     "start_judge_job",
 ]

@@ -86,7 +86,7 @@ def _clean(schema: dict) -> dict:
     return schema
 
 
-def _one_line(exc: Any) -> str:
+def _argument_errors(exc: Any) -> str:
     """A pydantic ValidationError as one line naming each argument."""
     parts = []
     for err in exc.errors():
@@ -169,7 +169,7 @@ def python_tool(path: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Tool:
         try:
             values = model.model_validate(arguments)
         except pydantic.ValidationError as exc:
-            raise ToolArgumentError(_one_line(exc)) from None
+            raise ToolArgumentError(_argument_errors(exc)) from None
         args, kwargs = [], {}
         for i, p in enumerate(named):
             value = getattr(values, f"arg{i}")

@@ -18,6 +18,7 @@ import json
 import time
 from typing import Any, Optional
 
+from evalrx.core import one_line
 from evalrx.core.capability import Capability
 from evalrx.core.content import has_picture
 from evalrx.core.tool import ChatTurn
@@ -27,7 +28,6 @@ from evalrx.models.backends.api_errors import (
     APIRequestFailed,
     CallFailure,
     error_detail,
-    one_line,
     quoted_start,
 )
 from evalrx.models.backends.api_http import (

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from evalrx.core import one_line
+
 
 class APIBackendError(RuntimeError):
     """Base class of the api backend's errors; messages never contain the API key.
@@ -71,10 +73,6 @@ class CallFailure:
         return self.error_cls(message)
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def quoted_start(text: str, limit: int = 60) -> str:
     """The first characters of a body, quoted, on one line."""
     flat = one_line(text)
@@ -104,6 +102,5 @@ __all__ = [
     "APIRequestFailed",
     "CallFailure",
     "error_detail",
-    "one_line",
     "quoted_start",
 ]

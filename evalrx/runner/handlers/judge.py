@@ -11,13 +11,13 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any, Optional
 
+from evalrx.core import one_line
 from evalrx.store import (
     JobStatus,
     JudgeJobInfo,
     LeaseLost,
     Store,
     finish_job,
-    one_line,
     record_judged,
     release_job,
     start_judge_job,
