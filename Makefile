@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= local,api,app,postgres,export,tools,dev
 PORT ?= 8501
 
-.PHONY: install run test fuzz lint system-deps clean
+.PHONY: install run test fuzz fuzz-sweep lint system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ test: install system-deps lint
 FUZZ_EXAMPLES ?= 20000
 fuzz: install
 	EVALRX_FUZZ_PROFILE=long EVALRX_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
+
+# Every field of each JSON-shaped import seed, retyped to each awkward value and edited, one at a time
+# (~38,000 imports); crashers' files go to /tmp/evalrx-sweep-crashers.
+fuzz-sweep: install
+	$(PY) tests/fuzz/sweep.py --out /tmp/evalrx-sweep-crashers
 
 clean:
 	rm -rf $(VENV) .pytest_cache
