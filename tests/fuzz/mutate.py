@@ -185,18 +185,23 @@ def mutated_file(draw: Any, name: str) -> bytes:
     return draw(bytes_noise(out))[:MAX_BYTES]
 
 
+def zip_members(raw: bytes) -> dict:
+    """`{name: bytes}` of a zipped seed's members, decompressed as evalrx reads them."""
+    from evalrx.interop.inspect_eval import read_entry  # Inspect writes Zstandard members, which zipfile cannot read
+    from evalrx.interop.limits import ImportLimits
+
+    fh = io.BytesIO(raw)
+    with zipfile.ZipFile(fh) as zf:
+        return {i.filename: read_entry(fh, i, "seed.eval", ImportLimits()) for i in zf.infolist()}
+
+
 @st.composite
 def mutated_zip(draw: Any, raw: bytes) -> bytes:
     """An Inspect `.eval` log or an export zipped with its pictures, one JSON member mutated (or a member dropped),
     rezipped with Deflate (as older Inspect wrote); or its own bytes cut or changed."""
     if draw(st.integers(0, 4)) == 0:
         return draw(bytes_noise(raw))
-    from evalrx.interop.inspect_eval import read_entry  # Inspect writes Zstandard members, which zipfile cannot read
-    from evalrx.interop.limits import ImportLimits
-
-    fh = io.BytesIO(raw)
-    with zipfile.ZipFile(fh) as zf:
-        members = {i.filename: read_entry(fh, i, "seed.eval", ImportLimits()) for i in zf.infolist()}
+    members = zip_members(raw)
     names = sorted(members)
     name = draw(st.sampled_from(names))
     if draw(st.integers(0, 5)) == 0:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: mutate and the import oracle
 
-from mutate import SEEDS, _dump, _nodes  # noqa: E402
+from mutate import SEEDS, _dump, _nodes, zip_members  # noqa: E402
 
 # Retypes: each field set to each of these, in turn.
 VALUES: list = [None, True, 0, -1, 2**70, -(2**70), 1.7e308, "", "\x00", "\ud800", [1], {"a": 1}, [], {}]
@@ -46,12 +46,7 @@ def sweepable(name: str) -> bool:
 def _units(name: str, raw: bytes) -> "tuple[dict, Callable[[dict], bytes]]":
     """The seed's JSON values by unit (`(kind, id)`: a zip member, a line) and how to write them back."""
     if name.endswith((".eval", ".zip")):
-        from evalrx.interop.inspect_eval import read_entry  # Inspect writes Zstandard members; zipfile cannot
-        from evalrx.interop.limits import ImportLimits
-
-        fh = io.BytesIO(raw)
-        with zipfile.ZipFile(fh) as zf:
-            members = {i.filename: read_entry(fh, i, name, ImportLimits()) for i in zf.infolist()}
+        members = zip_members(raw)
         units: dict = {}
         for member, data in members.items():
             kind = re.sub(r"\d+", "#", member)
@@ -142,16 +137,12 @@ def sweep(names: list, limit: int = 0, out: "Path | None" = None, log: Any = pri
     Returns `{"imports": n, "crashers": {kind: (seed, what changed, message)}}`; with `out`, each crasher's file
     is written there.
     """
-    from test_fuzz_imports import check_import  # the oracle the random fuzz uses
+    from test_fuzz_imports import check_import, pristine_store  # the oracle the random fuzz uses
 
     import evalrx.store as S
-    from evalrx.interop import import_file
 
     with tempfile.TemporaryDirectory(prefix="evalrx-sweep-") as tmp:
-        pristine = Path(tmp) / "pristine.sqlite"
-        S.upgrade(f"sqlite:///{pristine}")
-        import_file(SEEDS / "inspect.eval", store=f"sqlite:///{pristine}")
-        S.forget(f"sqlite:///{pristine}")
+        pristine = pristine_store(Path(tmp) / "pristine.sqlite")
         try:
             crashers, n = _sweep_into(names, pristine, check_import, limit, out, log)
         finally:

@@ -43,7 +43,11 @@ LABEL_SEEDS = ["labels.csv", "labels.jsonl", "agentrx.labels.json", "trail.label
 @pytest.fixture(scope="session")
 def pristine(tmp_path_factory) -> Path:
     """A SQLite store holding the Inspect seed's run, so labels files find their cases."""
-    path = tmp_path_factory.mktemp("fuzz-store") / "pristine.sqlite"
+    return pristine_store(tmp_path_factory.mktemp("fuzz-store") / "pristine.sqlite")
+
+
+def pristine_store(path: Path) -> Path:
+    """A SQLite store at `path` holding the Inspect seed's run (what every example starts from)."""
     url = f"sqlite:///{path}"
     S.upgrade(url)
     import_file(SEEDS / "inspect.eval", store=url)
